@@ -1,0 +1,105 @@
+"""The book runner: papermill executes each numbered notebook, nbconvert exports it to HTML, and an index
+page links them. The only module that knows about notebooks."""
+from __future__ import annotations
+
+import html
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .compile import REPO_ROOT
+from .results import atomic_write_bytes
+
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+
+
+@dataclass
+class NotebookResult:
+    notebook: str
+    status: str  # "ok" or "failed"
+    seconds: float
+    executed: str
+    html: str | None
+    error: str | None = None
+
+
+def notebooks(only: list[str] | None = None) -> list[Path]:
+    found = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        found = [p for p in found if any(p.stem.startswith(o) or p.name == o for o in only)]
+        if not found:
+            raise ValueError(f"no notebook matches {only}; have {[p.name for p in notebooks()]}")
+    return found
+
+
+def book_parameters(device: str, mode: str, output_dir: Path, seeds=None, rounds=None) -> dict:
+    """The parameters every notebook declares in its `parameters` cell."""
+    if mode not in ("quick", "full"):
+        raise ValueError(f"mode must be 'quick' or 'full', got {mode!r}")
+    params = {"device": device, "mode": mode, "output_dir": str(output_dir)}
+    if seeds is not None:
+        params["seeds"] = [int(s) for s in seeds]
+    if rounds is not None:
+        params["rounds"] = int(rounds)
+    return params
+
+
+def export_html(executed: Path) -> Path:
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    nb = nbformat.read(executed, as_version=4)
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    target = executed.with_suffix(".html")
+    atomic_write_bytes(target, body.encode())
+    return target
+
+
+def run_notebook(path: Path, out_dir: Path, params: dict, kernel_name: str = "python3") -> NotebookResult:
+    import papermill
+
+    executed = out_dir / path.name
+    t0 = time.perf_counter()
+    try:
+        papermill.execute_notebook(str(path), str(executed), parameters=params, kernel_name=kernel_name,
+                                   cwd=str(REPO_ROOT), progress_bar=False)
+        status, error = "ok", None
+    except Exception as exc:  # the book keeps going: a failing notebook becomes a row, its HTML shows the error
+        status, error = "failed", f"{type(exc).__name__}: {str(exc)[:2000]}"
+    page = export_html(executed) if executed.exists() else None
+    return NotebookResult(path.name, status, time.perf_counter() - t0, str(executed),
+                          str(page) if page else None, error)
+
+
+def write_index(out_dir: Path, results: list[NotebookResult], params: dict) -> Path:
+    rows = "\n".join(
+        f"<tr><td><a href='{html.escape(Path(r.html).name) if r.html else '#'}'>{html.escape(r.notebook)}</a></td>"
+        f"<td>{r.status}</td><td>{r.seconds:.1f}</td><td>{html.escape(r.error or '')}</td></tr>"
+        for r in results)
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Wide LayerNorm lab book</title></head>"
+            f"<body><h1>Wide LayerNorm lab book</h1><p>parameters: {html.escape(json.dumps(params))}</p>"
+            f"<table border='1' cellpadding='4'><tr><th>notebook</th><th>status</th><th>seconds</th>"
+            f"<th>error</th></tr>{rows}</table></body></html>")
+    target = out_dir / "index.html"
+    atomic_write_bytes(target, page.encode())
+    atomic_write_bytes(out_dir / "book.json",
+                       json.dumps({"params": params, "notebooks": [asdict(r) for r in results]}, indent=1).encode())
+    return target
+
+
+def build(out_dir: Path = REPO_ROOT / "build" / "book", device: str = "auto", mode: str = "quick", seeds=None,
+          rounds=None, only: list[str] | None = None, kernel_name: str = "python3") -> list[NotebookResult]:
+    """Execute every notebook (or those named in `only`) into `out_dir`, export HTML, write index.html."""
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    params = book_parameters(device, mode, out_dir, seeds, rounds)
+    results = []
+    for nb in notebooks(only):
+        print(f"[book] {nb.name} ...", flush=True)
+        result = run_notebook(nb, out_dir, params, kernel_name)
+        print(f"[book] {nb.name}: {result.status} in {result.seconds:.1f}s"
+              + (f" — {result.error.splitlines()[0]}" if result.error else ""), flush=True)
+        results.append(result)
+    write_index(out_dir, results, params)
+    return results

@@ -1,0 +1,180 @@
+"""NVRTC compilation of `kernels/*.cu` into cubins, with an on-disk cache.
+
+The cache key is everything that can change the machine code: the kernel source and the headers it includes,
+the compile options, the NVRTC version and the target architecture. Inputs and outputs never enter the key.
+Entries are written atomically and carry a digest of their payload, so a truncated or corrupted entry is
+detected on read and rebuilt instead of being loaded.
+
+NVRTC needs no GPU: with an explicit `arch` the CPU machine builds the same sm_90 cubins the H200 runs.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+KERNEL_DIR = REPO_ROOT / "kernels"
+
+# --fmad=true: torch's CUDA build lets the compiler contract a*b+c into FMA, and the bits depend on it.
+# --ftz=false, --prec-div=true, --prec-sqrt=true: IEEE denormals and divisions, i.e. no fast-math anywhere.
+BASE_OPTIONS = ("--std=c++17", "--fmad=true", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
+
+_MAGIC = b"LABKIT-CUBIN-1\n"
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+@dataclass(frozen=True)
+class CompileRecord:
+    """What a cubin was built from; stored with every run that uses it."""
+
+    kernel: str
+    source_sha256: str  # the .cu file and every local header it includes, in include order
+    headers: tuple[str, ...]
+    options: tuple[str, ...]
+    nvrtc_version: tuple[int, int]
+    arch: str
+    cubin_sha256: str
+    cache_hit: bool
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    record: CompileRecord
+    cubin: bytes
+
+
+def nvrtc_version() -> tuple[int, int]:
+    from cupy_backends.cuda.libs import nvrtc
+
+    return tuple(int(v) for v in nvrtc.getVersion())
+
+
+def available_kernels() -> list[str]:
+    return sorted(p.stem for p in KERNEL_DIR.glob("*.cu"))
+
+
+def device_arch(device_index: int | None = None) -> str:
+    """`sm_XY` of a CUDA device; raises ValueError when there is none (then pass `arch` explicitly)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError("no CUDA device: pass arch explicitly, e.g. arch='sm_90'")
+    major, minor = torch.cuda.get_device_capability(device_index)
+    return f"sm_{major}{minor}"
+
+
+def _sources(kernel: str) -> tuple[str, dict[str, str]]:
+    path = KERNEL_DIR / f"{kernel}.cu"
+    if not path.is_file():
+        raise ValueError(f"unknown kernel {kernel!r}: no {path}; available: {available_kernels()}")
+    text = path.read_text()
+    headers: dict[str, str] = {}
+    pending = _INCLUDE.findall(text)
+    while pending:
+        name = pending.pop(0)
+        if name in headers:
+            continue
+        header = KERNEL_DIR / name
+        if not header.is_file():
+            raise ValueError(f"kernel {kernel!r} includes {name!r}, which is not in {KERNEL_DIR}")
+        headers[name] = header.read_text()
+        pending.extend(_INCLUDE.findall(headers[name]))
+    return text, headers
+
+
+def _digest(*parts: str | bytes) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("LABKIT_CACHE_DIR")
+    return Path(root) if root else Path.home() / ".cache" / "labkit" / "cubin"
+
+
+def _read_entry(path: Path) -> bytes | None:
+    """The cached cubin, or None when the entry is missing or does not match its stored digest."""
+    try:
+        blob = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    head = len(_MAGIC) + 64
+    if len(blob) <= head or not blob.startswith(_MAGIC):
+        return None
+    digest, payload = blob[len(_MAGIC):head].decode("ascii", "replace"), blob[head:]
+    if hashlib.sha256(payload).hexdigest() != digest or not payload.startswith(b"\x7fELF"):
+        return None
+    return payload
+
+
+def _write_entry(path: Path, cubin: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blob = _MAGIC + hashlib.sha256(cubin).hexdigest().encode() + cubin
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _nvrtc_compile(kernel: str, source: str, headers: dict[str, str], options: tuple[str, ...]) -> bytes:
+    from cupy_backends.cuda.libs import nvrtc
+
+    names = tuple(headers)
+    prog = nvrtc.createProgram(source, f"{kernel}.cu", tuple(headers[n].encode() for n in names),
+                               tuple(n.encode() for n in names))
+    try:
+        try:
+            nvrtc.compileProgram(prog, options)
+        except nvrtc.NVRTCError as exc:
+            raise RuntimeError(f"NVRTC failed on {kernel}.cu:\n{nvrtc.getProgramLog(prog)}") from exc
+        return nvrtc.getCUBIN(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def compile_kernel(kernel: str, arch: str | None = None, extra_options: tuple[str, ...] = ()) -> CompiledKernel:
+    """Compile `kernels/<kernel>.cu` for `arch` (default: the current device), through the cache."""
+    arch = arch or device_arch()
+    if not re.fullmatch(r"sm_\d{2,3}a?", arch):
+        raise ValueError(f"arch must look like 'sm_90', got {arch!r}")
+    options = BASE_OPTIONS + (f"--gpu-architecture={arch}",) + tuple(extra_options)
+    source, headers = _sources(kernel)
+    version = nvrtc_version()
+    source_sha = _digest(source, *(headers[n] for n in headers))
+    key = _digest(source_sha, repr(options), repr(version), arch)
+    path = cache_dir() / f"{kernel}-{key[:32]}.cubin"
+    cubin = _read_entry(path)
+    hit = cubin is not None
+    if cubin is None:
+        cubin = _nvrtc_compile(kernel, source, headers, options)
+        _write_entry(path, cubin)
+    record = CompileRecord(kernel, source_sha, tuple(headers), options, version, arch,
+                           hashlib.sha256(cubin).hexdigest(), hit)
+    return CompiledKernel(record, cubin)
+
+
+def cache_path(record: CompileRecord) -> Path:
+    key = _digest(record.source_sha256, repr(record.options), repr(record.nvrtc_version), record.arch)
+    return cache_dir() / f"{record.kernel}-{key[:32]}.cubin"
+
+
+def compile_all(arch: str) -> list[CompileRecord]:
+    """Compile every kernels/*.cu for `arch`; the records are what a run cites."""
+    return [compile_kernel(k, arch).record for k in available_kernels()]

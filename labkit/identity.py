@@ -1,0 +1,44 @@
+"""Bit identity against torch.native_layer_norm: output, mean and rstd compared as int32 views."""
+from __future__ import annotations
+
+from .check import compare
+
+
+def native_layer_norm(x, weight, bias, eps: float):
+    """torch's own (output, mean[rows], rstd[rows])."""
+    import torch
+
+    y, mean, rstd = torch.native_layer_norm(x, tuple(weight.shape), weight, bias, eps)
+    return y, mean.reshape(-1), rstd.reshape(-1)
+
+
+def compare_to_native(candidate, x, weight, bias, eps: float, case: dict | None = None) -> dict:
+    """Run `candidate(x, weight, bias, eps) -> (y, mean, rstd)` and torch; one record per output tensor."""
+    ref = native_layer_norm(x, weight, bias, eps)
+    got = candidate(x, weight, bias, eps)
+    records = {name: compare(r, g) for name, r, g in zip(("output", "mean", "rstd"), ref, got)}
+    return {**(case or {}), **{k: v.to_json() for k, v in records.items()},
+            "identical": all(r.identical for r in records.values())}
+
+
+SMOKE_SHAPES = {"quick": [(3, 64, 17, 19), (8, 4096)], "full": [(3, 64, 17, 19), (8, 4096), (16, 64, 256, 256)]}
+
+
+def smoke_cases(candidate, mode: str, device, seed: int = 0, eps: float = 1e-5) -> list[dict]:
+    """A few bit-identity cases per shape (uniform and the offset control, random affine): the pipeline check
+    of the environment notebook, not the full matrix of the bit-identity notebook."""
+    import torch
+
+    from .inputs import make_affine, make_input
+
+    cases = []
+    for shape in SMOKE_SHAPES[mode]:
+        weight, bias = make_affine("random_normal", shape[1:], seed, device)
+        for dist in ("uniform", "normal_plus_1000"):
+            x = make_input(dist, shape, seed, device)
+            cases.append(compare_to_native(candidate, x, weight, bias, eps,
+                                           {"shape": list(shape), "distribution": dist, "affine": "random_normal",
+                                            "seed": seed, "eps": eps}))
+            del x
+        torch.cuda.empty_cache()
+    return cases

@@ -1,0 +1,192 @@
+"""Run directories: JSON records with full provenance, written atomically.
+
+A run directory is created fresh (never reused), each record is written to a temporary file and renamed into
+place, and `manifest.json` — the list of records with their sha256 — is written last. An interrupted run
+therefore leaves complete files or none, no manifest, and never touches an earlier run.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import re
+import secrets
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .compile import REPO_ROOT, KERNEL_DIR
+
+SCHEMA = 1
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=False, allow_nan=True) + "\n").encode())
+
+
+def _git(*args: str) -> str | None:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def kernel_source_hashes() -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(KERNEL_DIR.glob("*.cu*"))}
+
+
+def _driver_version() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20, check=True).stdout.strip()
+        return out.splitlines()[0] if out else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def provenance(device: str = "auto") -> dict:
+    """Everything that can change a run's bits or times, as far as this process can see it."""
+    import numpy
+    import torch
+
+    info = {
+        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": _git("rev-parse", "HEAD"),
+        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "numpy": numpy.__version__,
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "kernel_sources_sha256": kernel_source_hashes(),
+        "cuda_available": torch.cuda.is_available(),
+    }
+    try:
+        import cupy
+
+        from .compile import nvrtc_version
+
+        info["cupy"] = cupy.__version__
+        info["nvrtc"] = list(nvrtc_version())
+    except Exception as exc:  # CuPy or NVRTC missing: record why instead of failing the run
+        info["cupy_error"] = repr(exc)
+    if torch.cuda.is_available() and device != "cpu":
+        props = torch.cuda.get_device_properties(0)
+        info.update({
+            "gpu": props.name,
+            "gpu_capability": f"sm_{props.major}{props.minor}",
+            "gpu_sms": props.multi_processor_count,
+            "gpu_memory_bytes": props.total_memory,
+            "gpu_l2_bytes": getattr(props, "L2_cache_size", None),
+            "driver": _driver_version(),
+        })
+        try:
+            import cupy
+
+            info["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
+            info["cuda_driver_api"] = cupy.cuda.runtime.driverGetVersion()
+        except Exception as exc:
+            info["cuda_version_error"] = repr(exc)
+    else:
+        info["gpu"] = None
+    return info
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
+
+
+class Run:
+    """A fresh run directory. Records go in with `write`; `close` writes the manifest that marks it complete."""
+
+    def __init__(self, path: Path, meta: dict):
+        self.path = Path(path)
+        self.meta = meta
+        self._files: list[str] = []
+
+    @classmethod
+    def create(cls, root: Path, name: str, params: dict | None = None, device: str = "auto") -> "Run":
+        prov = provenance(device)
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        run_id = f"{stamp}-{_slug(prov.get('gpu') or 'cpu')}-{_slug(name)}-{secrets.token_hex(3)}"
+        path = Path(root) / run_id
+        path.mkdir(parents=True, exist_ok=False)
+        run = cls(path, {"schema": SCHEMA, "run_id": run_id, "name": name, "params": params or {},
+                         "provenance": prov})
+        run.write("run", run.meta)
+        return run
+
+    @property
+    def run_id(self) -> str:
+        return self.meta["run_id"]
+
+    def write(self, name: str, record) -> Path:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            raise ValueError(f"record names use letters, digits, '_', '.', '-' only; got {name!r}")
+        target = self.path / f"{name}.json"
+        atomic_write_json(target, record)
+        if target.name not in self._files:
+            self._files.append(target.name)
+        return target
+
+    def add_file(self, path: Path) -> None:
+        """Register a file already written into the run directory (a notebook, an archive) in the manifest."""
+        rel = Path(path).resolve().relative_to(self.path.resolve())
+        if str(rel) not in self._files:
+            self._files.append(str(rel))
+
+    def close(self, status: str = "complete") -> Path:
+        files = {f: hashlib.sha256((self.path / f).read_bytes()).hexdigest() for f in self._files}
+        manifest = {"run_id": self.run_id, "status": status,
+                    "closed_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                    "files": files}
+        atomic_write_json(self.path / "manifest.json", manifest)
+        return self.path / "manifest.json"
+
+
+def load_run(path: Path) -> dict:
+    """All records of a run directory keyed by name, with `complete` telling whether its manifest exists and
+    every listed file still matches its hash."""
+    path = Path(path)
+    if not (path / "run.json").is_file():
+        raise ValueError(f"{path} is not a run directory (no run.json)")
+    records = {p.stem: json.loads(p.read_text()) for p in sorted(path.glob("*.json")) if p.name != "manifest.json"}
+    manifest_path = path / "manifest.json"
+    complete = False
+    if manifest_path.is_file():
+        manifest = json.loads(manifest_path.read_text())
+        complete = manifest.get("status") == "complete" and all(
+            (path / f).is_file() and hashlib.sha256((path / f).read_bytes()).hexdigest() == h
+            for f, h in manifest["files"].items())
+    return {"path": str(path), "complete": complete, "records": records}
+
+
+DATA_RUNS = REPO_ROOT / "data" / "runs"
+
+
+def committed_runs(name: str | None = None, root: Path = DATA_RUNS) -> list[Path]:
+    """Complete run directories under data/runs (optionally of one name), oldest first."""
+    found = []
+    for meta in sorted(Path(root).glob("*/run.json")):
+        run = json.loads(meta.read_text())
+        if (name is None or run.get("name") == name) and (meta.parent / "manifest.json").is_file():
+            found.append(meta.parent)
+    return found

@@ -1,0 +1,112 @@
+"""Input checks shared by every LayerNorm wrapper: each raises ValueError naming the violated condition and
+the actual value, before anything is allocated or launched."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# torch takes its vectorized path only for N <= 2**24 (float's 24 significand bits): beyond that its order differs.
+MAX_NORMALIZED = 1 << 24
+MAX_NUMEL = (1 << 31) - 1  # 32-bit element indices in the kernels
+VECTOR = 4  # float4 loads
+ALIGN_BYTES = 16
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    rows: int
+    n: int  # normalized size, elements per row
+
+
+def _fail(condition: str, actual) -> None:
+    raise ValueError(f"{condition} (got {actual})")
+
+
+def check_tensor(name: str, t, *, require_cuda: bool = True) -> None:
+    import torch
+
+    if t is None:
+        _fail(f"{name} is required: these kernels implement affine LayerNorm (elementwise_affine=True)", None)
+    if not isinstance(t, torch.Tensor):
+        _fail(f"{name} must be a torch.Tensor", type(t).__name__)
+    if t.dtype != torch.float32:
+        _fail(f"{name} must be float32", t.dtype)
+    if require_cuda and t.device.type != "cuda":
+        _fail(f"{name} must be a CUDA tensor", t.device)
+    if not t.is_contiguous():
+        _fail(f"{name} must be contiguous", f"strides {tuple(t.stride())} for shape {tuple(t.shape)}")
+    if t.numel() and t.data_ptr() % ALIGN_BYTES:
+        _fail(f"{name} must be {ALIGN_BYTES}-byte aligned for float4 access", f"address % 16 = {t.data_ptr() % 16}")
+
+
+def layer_norm_layout(x, weight, bias, eps: float, normalized_shape=None, *, require_cuda: bool = True) -> RowLayout:
+    """Validate a LayerNorm call and return its (rows, N) view; `normalized_shape` defaults to weight's shape."""
+    for name, t in (("x", x), ("weight", weight), ("bias", bias)):
+        check_tensor(name, t, require_cuda=require_cuda)
+    shape = tuple(weight.shape) if normalized_shape is None else tuple(int(d) for d in normalized_shape)
+    if tuple(weight.shape) != shape:
+        _fail(f"weight.shape must equal normalized_shape {shape}", tuple(weight.shape))
+    if tuple(bias.shape) != shape:
+        _fail(f"bias.shape must equal normalized_shape {shape}", tuple(bias.shape))
+    if not shape or x.dim() < len(shape) or tuple(x.shape[x.dim() - len(shape):]) != shape:
+        _fail(f"x's trailing dims must equal normalized_shape {shape}", tuple(x.shape))
+    if x.device != weight.device or x.device != bias.device:
+        _fail("x, weight and bias must be on one device", (x.device, weight.device, bias.device))
+    n = math.prod(shape)
+    if n <= 0:
+        _fail("normalized size N must be positive", n)
+    if n % VECTOR:
+        _fail(f"normalized size N must be a multiple of {VECTOR} (float4 loads)", n)
+    if n > MAX_NORMALIZED:
+        _fail(f"normalized size N must be <= 2**24 = {MAX_NORMALIZED} (torch's vectorized-path limit)", n)
+    if x.numel() > MAX_NUMEL:
+        _fail(f"x.numel() must be < 2**31", x.numel())
+    rows = x.numel() // n
+    if rows <= 0:
+        _fail("x must hold at least one row", tuple(x.shape))
+    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
+        _fail("eps must be a finite float >= 0", eps)
+    return RowLayout(rows, n)
+
+
+def check_output(name: str, out, like) -> None:
+    """A caller-provided output buffer: same shape/device as `like`, float32, contiguous, aligned."""
+    check_tensor(name, out)
+    if tuple(out.shape) != tuple(like.shape) or out.device != like.device:
+        _fail(f"{name} must have shape {tuple(like.shape)} on {like.device}", (tuple(out.shape), out.device))
+
+
+def violation_examples(require_cuda: bool) -> list[dict]:
+    """Each unsupported case with the error it raises: what the wrappers refuse, before any launch."""
+    import torch
+
+    dev = "cuda" if require_cuda else "cpu"
+    shape = (2, 8, 4)
+    w, b = torch.ones(shape[1:], device=dev), torch.zeros(shape[1:], device=dev)
+    good = torch.rand(shape, device=dev)
+    flat = torch.rand(good.numel() + 1, device=dev)
+    cases = {
+        "float64 input": (good.double(), w, b),
+        "missing bias (no affine)": (good, w, None),
+        "non-contiguous input": (good.transpose(1, 2).contiguous().transpose(1, 2), w, b),
+        "input 4 bytes off 16-byte alignment": (flat[1:].view(shape), w, b),
+        "normalized size not a multiple of 4": (torch.rand(2, 6, device=dev), torch.ones(6, device=dev),
+                                                torch.zeros(6, device=dev)),
+        "affine shape differs from input's trailing dims": (good, torch.ones(8, 2, 2, device=dev),
+                                                            torch.zeros(8, 2, 2, device=dev)),
+        "N > 2**24 (torch leaves the vectorized path)": (torch.empty(1, (1 << 24) + 4, device="meta"),
+                                                         torch.empty((1 << 24) + 4, device="meta"),
+                                                         torch.empty((1 << 24) + 4, device="meta")),
+        "numel >= 2**31": (torch.empty(1 << 17, 1 << 14, device="meta"), torch.empty(1 << 14, device="meta"),
+                           torch.empty(1 << 14, device="meta")),
+    }
+    if require_cuda:
+        cases["CPU input to a CUDA kernel"] = (good.cpu(), w.cpu(), b.cpu())
+    out = []
+    for label, (x, weight, bias) in cases.items():
+        try:
+            layer_norm_layout(x, weight, bias, 1e-5, require_cuda=require_cuda and x.device.type != "meta")
+            out.append({"case": label, "raises": "nothing (BUG)"})
+        except ValueError as exc:
+            out.append({"case": label, "raises": f"ValueError: {exc}"})
+    return out

@@ -1,0 +1,33 @@
+import os
+import tempfile
+
+import pytest
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+HAS_CUDA = _has_cuda()
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_CUDA:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the H200: python -m pytest -m gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def cache_dir(monkeypatch):
+    """A private cubin cache per test, so cache tests neither see nor disturb the user's cache."""
+    with tempfile.TemporaryDirectory() as d:
+        monkeypatch.setenv("LABKIT_CACHE_DIR", d)
+        yield d

@@ -1,0 +1,80 @@
+import pytest
+import torch
+
+from labkit import validate
+from labkit.reference_order import reference_order_layer_norm
+from labkit.split_stats import split_stats_layer_norm
+
+
+def _good(shape=(2, 8, 4)):
+    return torch.rand(shape), torch.ones(shape[1:]), torch.zeros(shape[1:])
+
+
+def test_valid_input_gives_rows_and_n():
+    x, w, b = _good()
+    assert validate.layer_norm_layout(x, w, b, 1e-5, require_cuda=False) == validate.RowLayout(2, 32)
+
+
+def test_leading_dims_fold_into_rows():
+    x, w, b = torch.rand(3, 5, 4), torch.ones(4), torch.zeros(4)
+    assert validate.layer_norm_layout(x, w, b, 1e-5, require_cuda=False) == validate.RowLayout(15, 4)
+
+
+@pytest.mark.parametrize("case,pattern", [
+    ("float64 input", "x must be float32"),
+    ("missing bias (no affine)", "bias is required"),
+    ("non-contiguous input", "x must be contiguous"),
+    ("input 4 bytes off 16-byte alignment", "16-byte aligned"),
+    ("normalized size not a multiple of 4", "multiple of 4"),
+    ("affine shape differs from input's trailing dims", "trailing dims"),
+    ("N > 2**24 (torch leaves the vectorized path)", r"2\*\*24"),
+    ("numel >= 2**31", r"2\*\*31"),
+])
+def test_each_violation_names_its_condition(case, pattern):
+    import re
+
+    rows = {r["case"]: r["raises"] for r in validate.violation_examples(require_cuda=False)}
+    assert rows[case].startswith("ValueError") and re.search(pattern, rows[case]), rows[case]
+
+
+@pytest.mark.parametrize("bad,pattern", [
+    (lambda x, w, b: (x, w.double(), b), "weight must be float32"),
+    (lambda x, w, b: (x, None, b), "weight is required"),
+    (lambda x, w, b: (x, w, b[:2]), "bias.shape"),
+    (lambda x, w, b: (x, w, torch.zeros(8, 4, device="meta")), "one device"),
+    (lambda x, w, b: (x[:0], w, b), "at least one row"),
+    (lambda x, w, b: (x.numpy(), w, b), "torch.Tensor"),
+])
+def test_other_violations(bad, pattern):
+    x, w, b = _good()
+    with pytest.raises(ValueError, match=pattern):
+        validate.layer_norm_layout(*bad(x, w, b), 1e-5, require_cuda=False)
+
+
+@pytest.mark.parametrize("eps", [float("nan"), -1.0, float("inf")])
+def test_bad_eps(eps):
+    x, w, b = _good()
+    with pytest.raises(ValueError, match="eps"):
+        validate.layer_norm_layout(x, w, b, eps, require_cuda=False)
+
+
+@pytest.mark.parametrize("fn", [reference_order_layer_norm,
+                                lambda x, w, b, e: split_stats_layer_norm(x, w, b, e, geometry="flat")])
+def test_public_wrappers_refuse_cpu_tensors_before_any_launch(fn):
+    # Reaching a launch without a GPU would raise a CUDA error instead: the ValueError proves validation ran first.
+    x, w, b = _good()
+    with pytest.raises(ValueError, match="CUDA tensor"):
+        fn(x, w, b, 1e-5)
+
+
+def test_split_geometry_is_validated():
+    x, w, b = _good()
+    with pytest.raises(ValueError, match="geometry"):
+        split_stats_layer_norm(x, w, b, 1e-5, geometry="diagonal")
+
+
+def test_cupy_view_refuses_cpu_tensors():
+    from labkit.views import cupy_view
+
+    with pytest.raises(ValueError, match="CUDA"):
+        cupy_view(torch.zeros(4))

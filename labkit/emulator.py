@@ -201,9 +201,12 @@ def welford_rows(x2d: np.ndarray, *, contraction: str = "first_product"):
     ``cuWelfordCombine`` is fused: ``"first_product"`` is
     ``fma(nA, A.mean, round(nB*B.mean))``, ``"second_product"`` is
     ``fma(nB, B.mean, round(nA*A.mean))``.  Which one nvcc emits must be
-    confirmed against the kernel's SASS.  When the two merged counts are
-    equal (every merge of a row whose N/4 is a multiple of 128) both
-    products are exact halvings and the choice cannot change any bit.
+    confirmed against the kernel's SASS.  When every merge joins two equal
+    power-of-two counts (N/4 a multiple of 128 with N/512 a power of two,
+    e.g. N = 4,194,304: 32,768 elements per thread), nA = nB = 0.5 exactly,
+    both products are exact halvings (barring subnormal means) and the
+    choice cannot change any bit.  Equal counts alone are not enough:
+    ``41 * (1.0f/82)`` is not 0.5 in float32.
     """
     x2d = _require_rows(x2d)
     _require_contraction(contraction)

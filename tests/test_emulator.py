@@ -135,8 +135,9 @@ def test_contraction_choice_changes_bits():
     assert 2 in differing, differing
 
 
-def test_contraction_choice_is_irrelevant_for_even_counts():
-    # N/4 a multiple of 128: every merge has equal counts, nA = nB = 0.5.
+def test_contraction_choice_is_irrelevant_for_power_of_two_counts():
+    # 16 elements per thread: every merge joins equal powers of two, so
+    # nA = nB = 0.5 exactly and both products are exact.
     x = _ragged_input(seed=3, rows=4, n=4 * 128 * 4)
     first, _ = welford_rows(x, contraction="first_product")
     second, _ = welford_rows(x, contraction="second_product")
@@ -225,17 +226,39 @@ def test_bad_arguments_raise_value_error():
 _FIXTURE_FILES = sorted(FIXTURES.glob("*.npz")) if FIXTURES.is_dir() else []
 
 
-@pytest.mark.skipif(not _FIXTURE_FILES, reason=f"no GPU golden fixtures (*.npz) under {FIXTURES} yet")
-@pytest.mark.parametrize("path", _FIXTURE_FILES, ids=lambda p: p.name)
-def test_matches_gpu_fixture(path):
+def _check_fixture(path: Path) -> None:
     # Fixture: x (rows, N), mean/rstd (rows,), y (rows, N), gamma/beta (N,), eps.
     with np.load(path) as data:
         x, mean, rstd, y = data["x"], data["mean"], data["rstd"], data["y"]
         gamma, beta, eps = data["gamma"], data["beta"], float(data["eps"])
     stats = reference_stats(x, eps)
     np.testing.assert_array_equal(_bits(stats["mean"]), _bits(mean), err_msg="mean bits differ from torch")
-    # rsqrtf is approximate; the CUDA guide bounds it at 2 ulp.
+    # rsqrtf is approximate; the CUDA programming guide bounds it at 2 ulp.
     assert ulp_distance(rstd, stats["rstd_cr"]).max() <= 2
     np.testing.assert_array_equal(
         _bits(reference_output(x, mean, rstd, gamma, beta)), _bits(y), err_msg="output bits differ from torch"
     )
+
+
+@pytest.mark.skipif(not _FIXTURE_FILES, reason=f"no GPU golden fixtures (*.npz) under {FIXTURES} yet")
+@pytest.mark.parametrize("path", _FIXTURE_FILES, ids=lambda p: p.name)
+def test_matches_gpu_fixture(path):
+    _check_fixture(path)
+
+
+def test_fixture_checker_on_synthetic_fixture(tmp_path):
+    # Exercises the loader and comparisons before real GPU fixtures exist.
+    x = _ragged_input(seed=9, rows=2, n=4 * 130)
+    rng = np.random.default_rng(9)
+    gamma = rng.standard_normal(x.shape[1]).astype(np.float32)
+    beta = rng.standard_normal(x.shape[1]).astype(np.float32)
+    stats = reference_stats(x, 1e-5)
+    rstd = np.nextafter(stats["rstd_cr"], F32(np.inf))  # as if rsqrtf were 1 ulp high
+    y = reference_output(x, stats["mean"], rstd, gamma, beta)
+    path = tmp_path / "synthetic.npz"
+    np.savez(path, x=x, mean=stats["mean"], rstd=rstd, y=y, gamma=gamma, beta=beta, eps=np.float32(1e-5))
+    _check_fixture(path)
+    bad_mean = np.nextafter(stats["mean"], F32(np.inf))
+    np.savez(path, x=x, mean=bad_mean, rstd=rstd, y=y, gamma=gamma, beta=beta, eps=np.float32(1e-5))
+    with pytest.raises(AssertionError):
+        _check_fixture(path)

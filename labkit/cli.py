@@ -39,6 +39,16 @@ def _cmd_summary(args) -> int:
     return 0
 
 
+def _cmd_curate(args) -> int:
+    from .results import book_notebooks_for_run, curate_run, load_run
+
+    for run_dir in sorted(Path(args.book_dir, "runs").iterdir()):
+        name = load_run(run_dir)["records"]["run"]["name"]
+        attached = book_notebooks_for_run(Path(args.book_dir), name) + [Path(a) for a in args.attach]
+        print(curate_run(run_dir, Path(args.to), attached))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="labkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -63,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     summ.add_argument("run_dirs", nargs="+")
     summ.add_argument("--json", action="store_true", help="one line of JSON")
     summ.set_defaults(fn=_cmd_summary)
+
+    cur = sub.add_parser("curate", help="copy a book build's runs (with notebooks, HTML, logs) into data/runs")
+    cur.add_argument("book_dir", help="a `labkit book --out` directory")
+    cur.add_argument("--to", default="data/runs")
+    cur.add_argument("--attach", nargs="*", default=[], help="extra files (logs) to add to every curated run")
+    cur.set_defaults(fn=_cmd_curate)
 
     args = parser.parse_args(argv)
     try:

@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import threading
+import warnings
 
 from .compile import CompileRecord, compile_kernel, device_arch
 from .views import cupy_view, torch_stream_ptr
 
 _lock = threading.Lock()
-_loaded: dict[tuple[int, str], tuple[object, CompileRecord]] = {}
+_loaded: dict[tuple[int, str], tuple[object, CompileRecord, dict]] = {}
+_streams: dict[tuple[int, int], object] = {}
 
 
 def load(kernel: str, device_index: int):
-    """(cupy Module, CompileRecord) for `kernels/<kernel>.cu` on a device, compiled once per process."""
+    """(cupy Module, CompileRecord, function cache) for `kernels/<kernel>.cu` on a device, compiled once."""
     key = (device_index, kernel)
     with _lock:
         if key not in _loaded:
@@ -21,14 +23,28 @@ def load(kernel: str, device_index: int):
             with cp.cuda.Device(device_index):
                 module = cp.cuda.function.Module()
                 module.load(compiled.cubin)
-            _loaded[key] = (module, compiled.record)
+            _loaded[key] = (module, compiled.record, {})
         return _loaded[key]
 
 
 def loaded_records() -> list[CompileRecord]:
     """Compile records of every kernel this process has loaded: the provenance of a run's launches."""
     with _lock:
-        return [record for _, record in _loaded.values()]
+        return [record for _, record, _ in _loaded.values()]
+
+
+def _stream(device):
+    """CuPy's handle on torch's current stream (the capturing stream during graph capture), cached per handle."""
+    import cupy as cp
+
+    key = (device.index, torch_stream_ptr(device))
+    if key not in _streams:
+        with warnings.catch_warnings():
+            # ExternalStream wraps a raw handle without touching it; its suggested replacement needs the
+            # __cuda_stream__ protocol, which torch 2.5's streams lack.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            _streams[key] = cp.cuda.ExternalStream(key[1], device.index)
+    return _streams[key]
 
 
 def launch(kernel: str, function: str, grid, block, args, device, shared_mem: int = 0) -> None:
@@ -38,8 +54,9 @@ def launch(kernel: str, function: str, grid, block, args, device, shared_mem: in
     """
     import cupy as cp
 
-    module, _ = load(kernel, device.index)
+    module, _, functions = load(kernel, device.index)
+    if function not in functions:
+        functions[function] = module.get_function(function)
     converted = tuple(cupy_view(a) if hasattr(a, "data_ptr") else a for a in args)
-    stream = cp.cuda.ExternalStream(torch_stream_ptr(device), device.index)
     with cp.cuda.Device(device.index):
-        module.get_function(function)(tuple(grid), tuple(block), converted, shared_mem=shared_mem, stream=stream)
+        functions[function](tuple(grid), tuple(block), converted, shared_mem=shared_mem, stream=_stream(device))

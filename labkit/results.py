@@ -69,8 +69,10 @@ def provenance(device: str = "auto") -> dict:
 
     info = {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_commit": _git("rev-parse", "HEAD"),
-        "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        # The GPU machine receives the tree without .git: the launching side passes its commit in LABKIT_GIT_COMMIT.
+        "git_commit": _git("rev-parse", "HEAD") or os.environ.get("LABKIT_GIT_COMMIT"),
+        "git_dirty": (bool(_git("status", "--porcelain", "--untracked-files=no"))
+                      if _git("rev-parse", "HEAD") else os.environ.get("LABKIT_GIT_DIRTY")),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "numpy": numpy.__version__,
@@ -190,3 +192,30 @@ def committed_runs(name: str | None = None, root: Path = DATA_RUNS) -> list[Path
         if (name is None or run.get("name") == name) and (meta.parent / "manifest.json").is_file():
             found.append(meta.parent)
     return found
+
+
+def curate_run(run_dir: Path, dest_root: Path = DATA_RUNS, attachments: list[Path] = ()) -> Path:
+    """Copy a complete run into `dest_root` (default data/runs) with its executed notebook, HTML and any other
+    attached files (logs), and extend its manifest to cover them. The source run must be complete."""
+    import shutil
+
+    run_dir = Path(run_dir)
+    if not load_run(run_dir)["complete"]:
+        raise ValueError(f"{run_dir} is not a complete run (missing or stale manifest.json)")
+    target = Path(dest_root) / run_dir.name
+    if target.exists():
+        raise ValueError(f"{target} exists already; runs are never overwritten")
+    shutil.copytree(run_dir, target)
+    manifest = json.loads((target / "manifest.json").read_text())
+    for extra in attachments:
+        extra = Path(extra)
+        shutil.copy2(extra, target / extra.name)
+        manifest["files"][extra.name] = hashlib.sha256(extra.read_bytes()).hexdigest()
+    manifest["curated_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    atomic_write_json(target / "manifest.json", manifest)
+    return target
+
+
+def book_notebooks_for_run(book_dir: Path, run_name: str) -> list[Path]:
+    """The executed notebook and HTML of a book build that produced runs named `run_name` (NN_<name>.*)."""
+    return sorted(p for p in Path(book_dir).glob(f"[0-9][0-9]_{run_name}.*") if p.suffix in (".ipynb", ".html"))

@@ -49,6 +49,16 @@ def _cmd_curate(args) -> int:
     return 0
 
 
+def _cmd_audit(args) -> int:
+    from .audit import audit_runs
+
+    report = audit_runs(args.run_dirs)
+    print(json.dumps(report.to_json()) if args.json else report.markdown())
+    for row in report.inconsistent:
+        print(f"labkit audit: {row.run_id} {row.record}: {'; '.join(row.issues)}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="labkit", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -79,6 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     cur.add_argument("--to", default="data/runs")
     cur.add_argument("--attach", nargs="*", default=[], help="extra files (logs) to add to every curated run")
     cur.set_defaults(fn=_cmd_curate)
+
+    aud = sub.add_parser("audit", help="reclassify every saved check record under both scalings; non-zero exit "
+                                       "if a stored verdict contradicts its figures")
+    aud.add_argument("run_dirs", nargs="*", help="run directories or folders holding runs (default: data/runs)")
+    aud.add_argument("--json", action="store_true", help="one line of JSON")
+    aud.set_defaults(fn=_cmd_audit)
 
     args = parser.parse_args(argv)
     try:

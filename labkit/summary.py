@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .audit import audit_block
 from .results import load_run
 
 
@@ -24,6 +25,9 @@ def summarize_run(path: Path) -> dict:
     block = _bit_identity(records, prov)
     if block:
         out["bit_identity"] = block
+    audit = audit_block(path)
+    if audit:
+        out["audit"] = audit
     return out
 
 
@@ -33,6 +37,11 @@ def summarize_runs(paths: list[Path]) -> dict:
     if len(runs) == 1:
         return runs[0]
     merged = {"runs": runs}
+    audits = [r["audit"] for r in runs if "audit" in r]
+    if audits:  # over all the runs, not the first one's
+        margins = [a["min_margin"] for a in audits if a["min_margin"] is not None]
+        merged["audit"] = {"records": sum(a["records"] for a in audits), "flips": sum(a["flips"] for a in audits),
+                           "min_margin": min(margins) if margins else None}
     for r in runs:
         for key, value in r.items():
             if isinstance(value, dict):

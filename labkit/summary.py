@@ -15,6 +15,34 @@ def _bit_identity(records: dict, prov: dict) -> dict | None:
             "torch": prov.get("torch"), "gpu": prov.get("gpu")}
 
 
+def fast_stats_block(records: dict) -> dict | None:
+    """Headline counts of a `fast_stats` record (notebook 02), read as recorded.
+
+    Every count is over (method x case) combinations — e.g. 4 methods x 18 ordinary cases = 72 — not over input
+    cases. A combination whose method could not run (e.g. TorchScript raising on the installed torch) has no
+    output: it is counted in `errors` and in no other count. `ordinary_pass`: ordinary combinations passing the
+    official predicate; `offset_fail`: offset (+1000) combinations failing it; `per_method` repeats the counts for
+    each method.
+    """
+    cases = records.get("fast_stats", {}).get("cases")
+    if not cases:
+        return None
+
+    def counts(cs: list) -> dict:
+        ran = [c for c in cs if c.get("output")]
+        by = {cat: [c for c in ran if c.get("category") == cat] for cat in ("ordinary", "offset", "constant_control")}
+        return {"ordinary_pass": sum(bool(c["output"]["official_pass"]) for c in by["ordinary"]),
+                "ordinary_cases": len(by["ordinary"]),
+                "offset_fail": sum(not c["output"]["official_pass"] for c in by["offset"]),
+                "offset_cases": len(by["offset"]),
+                "constant_control_fail": sum(not c["output"]["official_pass"] for c in by["constant_control"]),
+                "constant_control_cases": len(by["constant_control"]),
+                "errors": len(cs) - len(ran)}
+
+    methods = list(dict.fromkeys(c.get("method") for c in cases))
+    return {**counts(cases), "per_method": {m: counts([c for c in cases if c.get("method") == m]) for m in methods}}
+
+
 def summarize_run(path: Path) -> dict:
     run = load_run(path)
     records = run["records"]
@@ -25,6 +53,8 @@ def summarize_run(path: Path) -> dict:
     block = _bit_identity(records, prov)
     if block:
         out["bit_identity"] = block
+    if fast := fast_stats_block(records):
+        out["fast_stats"] = fast
     audit = audit_block(path)
     if audit:
         out["audit"] = audit

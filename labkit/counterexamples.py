@@ -1,0 +1,474 @@
+"""Fast-statistics counterexamples: torch.var_mean statistics followed by four output passes, judged by the
+official predicate against torch.native_layer_norm, and by the exact oracle against the truth.
+
+Methods (all share one `torch.var_mean(x.reshape(rows, N), dim=1, unbiased=False)`):
+  eager        ((x - mean) * rsqrt(var + eps)) * gamma + beta in eager torch (labkit.split_stats, geometry="eager")
+  torchscript  the same expression, torch.jit.script'ed (warmed up so the profiling executor may fuse it); if
+               TorchScript is missing or raises on the installed torch, every case records the error string
+  flat         kernels/split_affine.cu, tiles of one row together (geometry="flat")
+  interleaved  kernels/split_affine.cu, rows fastest in the grid (geometry="interleaved")
+
+Cases: "ordinary" = seeds x affine x {uniform, normal, normal_x100} (18 with three seeds), "offset" = seeds x
+affine x {normal_plus_1000} (6), "constant_control" = constant 1e4 at (3, 64, 17, 19) with random affine.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from . import check
+from .inputs import AFFINES, make_affine, make_input
+from .split_stats import eager_pointwise, row_var_mean
+
+METHODS = ("eager", "torchscript", "flat", "interleaved")
+CPU_METHODS = ("eager", "torchscript")
+ORDINARY = ("uniform", "normal", "normal_x100")
+OFFSET = ("normal_plus_1000",)
+CONTROL_SHAPE = (3, 64, 17, 19)
+CATEGORIES = ("ordinary", "offset", "constant_control")
+WARMUP = 3
+
+
+def _pointwise(xr: torch.Tensor, mean: torch.Tensor, var: torch.Tensor, weight: torch.Tensor,
+               bias: torch.Tensor, eps: float) -> torch.Tensor:
+    # Same expression as labkit.split_stats.eager_pointwise; TorchScript needs it in a source file.
+    return ((xr - mean[:, None]) * torch.rsqrt(var[:, None] + eps)) * weight + bias
+
+
+_SCRIPT: dict = {}
+
+
+def torchscript_status() -> dict:
+    """{"available", "error", "warnings", "torch"}: whether torch.jit.script compiles the pointwise here."""
+    if "status" not in _SCRIPT:
+        status = {"torch": torch.__version__, "available": False, "error": None, "warnings": []}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                _SCRIPT["fn"] = torch.jit.script(_pointwise)
+                status["available"] = True
+            except Exception as exc:  # recorded and shown in the table, never a dropped row
+                status["error"] = f"{type(exc).__name__}: {exc}"
+        status["warnings"] = sorted({f"{w.category.__name__}: {w.message}" for w in caught})
+        _SCRIPT["status"] = status
+    return _SCRIPT["status"]
+
+
+def _rows_n(x, weight):
+    n = weight.numel()
+    return x.numel() // n, n
+
+
+def split_statistics(x, weight, eps: float):
+    """(mean, var, rstd) of the prototype: torch.var_mean per row and rsqrt(var + eps)."""
+    rows, n = _rows_n(x, weight)
+    var, mean = row_var_mean(x, rows, n)
+    return mean, var, torch.rsqrt(var + eps)
+
+
+def fused_graph_kinds() -> list[str]:
+    """Fusion nodes in the last optimized TorchScript graph (empty: no fusion happened)."""
+    try:
+        graph = torch.jit.last_executed_optimized_graph()
+    except Exception:
+        return []
+    return sorted({n.kind() for n in graph.nodes() if "Fusion" in n.kind() or "TensorExpr" in n.kind()})
+
+
+def method_fn(method: str):
+    """candidate(x, weight, bias, eps) -> y for one method; raises RuntimeError if the method cannot run here."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method == "torchscript":
+        status = torchscript_status()
+        if not status["available"]:
+            raise RuntimeError(f"TorchScript unavailable on torch {status['torch']}: {status['error']}")
+        fn = _SCRIPT["fn"]
+
+        def scripted(x, weight, bias, eps):
+            rows, n = _rows_n(x, weight)
+            var, mean = row_var_mean(x, rows, n)
+            args = (x.reshape(rows, n), mean, var, weight.reshape(n), bias.reshape(n), float(eps))
+            for _ in range(WARMUP):  # profiling executor: the optimized (possibly fused) graph runs after warm-up
+                fn(*args)
+            return fn(*args).reshape(x.shape)
+
+        return scripted
+    if method == "eager":
+        def eager(x, weight, bias, eps):
+            if x.device.type == "cuda":
+                from .split_stats import split_stats_layer_norm
+
+                return split_stats_layer_norm(x, weight, bias, eps, geometry="eager")
+            rows, n = _rows_n(x, weight)  # CPU: the same two functions the wrapper calls, without its CUDA check
+            var, mean = row_var_mean(x, rows, n)
+            return eager_pointwise(x, var, mean, weight, bias, eps, rows, n)
+
+        return eager
+
+    def kernel(x, weight, bias, eps):
+        from .split_stats import split_stats_layer_norm
+
+        return split_stats_layer_norm(x, weight, bias, eps, geometry=method)
+
+    return kernel
+
+
+def fast_stats_cases(seeds=(0, 1, 2), affines=AFFINES, ordinary=ORDINARY, offset=OFFSET,
+                     control_seeds=None) -> list[dict]:
+    """The cases (before methods): ordinary and offset at the study shape, constant control at (3, 64, 17, 19)."""
+    cases = [{"seed": int(s), "affine": a, "distribution": d, "category": "ordinary"}
+             for s in seeds for d in ordinary for a in affines]
+    cases += [{"seed": int(s), "affine": a, "distribution": d, "category": "offset"}
+              for s in seeds for d in offset for a in affines]
+    cases += [{"seed": int(s), "affine": "random_normal", "distribution": "constant_1e4",
+               "category": "constant_control", "shape": list(CONTROL_SHAPE)}
+              for s in (seeds if control_seeds is None else control_seeds)]
+    return cases
+
+
+def run_fast_stats(shape, seeds=(0, 1, 2), methods=METHODS, device: str = "cuda", eps: float = 1e-5,
+                   affines=AFFINES, progress: bool = True) -> dict:
+    """The `fast_stats` record: one entry per (case, method) with the official CheckRecord of the output against
+    torch.native_layer_norm ("output"; None with "error" if the method could not run), plus how far the
+    prototype's mean and rstd are from torch's (ulps) — shared by all methods of a case."""
+    from .identity import native_layer_norm
+    from .oracle import ulp_steps
+
+    shape = tuple(int(d) for d in shape)
+    out = []
+    for case in fast_stats_cases(seeds, affines):
+        cshape = tuple(case.get("shape", shape))
+        x = make_input(case["distribution"], cshape, case["seed"], device)
+        w, b = make_affine(case["affine"], cshape[1:], case["seed"], device)
+        ref_y, ref_mean, ref_rstd = native_layer_norm(x, w, b, eps)
+        fmean, _, frstd = split_statistics(x, w, eps)
+        stats = {}
+        for stat, a, r in (("mean", fmean, ref_mean), ("rstd", frstd, ref_rstd)):
+            a, r = a.cpu().numpy(), r.cpu().numpy()
+            try:
+                stats[f"{stat}_max_ulp_vs_native"] = int(abs(ulp_steps(a, r)).max())
+            except Exception:
+                stats[f"{stat}_max_ulp_vs_native"] = None
+        for method in methods:
+            entry = {**case, "shape": list(cshape), "method": method, "eps": eps, "stats": stats}
+            try:
+                y = method_fn(method)(x, w, b, eps)
+                entry["output"] = check.compare(ref_y, y).to_json()
+                entry["error"] = None
+                if method == "torchscript":
+                    entry["fusion"] = fused_graph_kinds()
+                del y
+            except Exception as exc:
+                entry["output"], entry["error"] = None, f"{type(exc).__name__}: {exc}"
+            out.append(entry)
+            if progress:
+                o = entry["output"]
+                print(f"{case['category']:16s} s{case['seed']} {case['distribution']:16s} {case['affine']:13s} "
+                      f"{method:11s} " + (f"official {'pass' if o['official_pass'] else 'FAIL'}, "
+                                          f"{o['bad_finite_candidate_scale']} failing" if o else entry["error"]),
+                      flush=True)
+        del x, ref_y
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    return {"cases": out, "methods": list(methods), "shape": list(shape), "eps": eps,
+            "torchscript": torchscript_status(), "predicate": check.KERNELBENCH_PREDICATE}
+
+
+# ------------------------------------------------------------------------------------------- tables ---
+
+
+def case_table(record: dict | None) -> list[dict]:
+    """One row per (case, method)."""
+    if not record:
+        return []
+    rows = []
+    for c in record["cases"]:
+        o = c["output"]
+        base = {"category": c["category"], "seed": c["seed"], "affine": c["affine"], "distribution": c["distribution"],
+                "method": c["method"]}
+        if o is None:
+            rows.append({**base, "official": "ERROR", "failing elements": c["error"]})
+            continue
+        rows.append({**base, "official": "pass" if o["official_pass"] else "FAIL",
+                     "failing elements": o["bad_finite_candidate_scale"] + o["bad_special"],
+                     "failing (ref-scaled)": o["bad_finite_reference_scale"],
+                     "max abs error": o["max_abs_error"], "max ratio (candidate scale)": o["max_ratio_candidate_scale"],
+                     "max ratio (reference scale)": o["max_ratio_reference_scale"],
+                     "bit-equal fraction": o["bit_equal_fraction"],
+                     "mean ulps vs torch": c["stats"].get("mean_max_ulp_vs_native"),
+                     "rstd ulps vs torch": c["stats"].get("rstd_max_ulp_vs_native")})
+    return rows
+
+
+def method_summary(record: dict | None) -> list[dict]:
+    """Per method and category: cases passing / failing the official predicate, errors, worst ratio."""
+    if not record:
+        return []
+    rows = []
+    for m in record.get("methods", METHODS):
+        for cat in CATEGORIES:
+            cs = [c for c in record["cases"] if c["method"] == m and c["category"] == cat]
+            if not cs:
+                continue
+            ok = [c for c in cs if c["output"]]
+            ratios = [c["output"]["max_ratio_candidate_scale"] for c in ok
+                      if c["output"]["max_ratio_candidate_scale"] is not None]
+            rows.append({"method": m, "category": cat, "cases": len(cs),
+                         "official pass": sum(c["output"]["official_pass"] for c in ok),
+                         "official fail": sum(not c["output"]["official_pass"] for c in ok),
+                         "errors": len(cs) - len(ok),
+                         "failing elements (sum)": sum(c["output"]["bad_finite_candidate_scale"]
+                                                       + c["output"]["bad_special"] for c in ok),
+                         "worst ratio": max(ratios) if ratios else None,
+                         "error": next((c["error"] for c in cs if c["error"]), "")})
+    return rows
+
+
+def figure(record: dict | None, title: str = ""):
+    """Left: each case's max budget ratio (official, candidate scale; log) per method, the 1.0 line = the check.
+    Right: fraction of elements failing, per distribution and method. None if there is no record."""
+    if not record:
+        return None
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    methods = record.get("methods", list(METHODS))
+    keys = list(dict.fromkeys((c["category"], c["distribution"], c["seed"], c["affine"]) for c in record["cases"]))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 4.8), gridspec_kw={"width_ratios": [1.6, 1]})
+    floor = 1e-6
+    markers = dict(zip(METHODS, ("o", "s", "^", "v")))
+    for j, m in enumerate(methods):
+        xs, ys = [], []
+        for i, k in enumerate(keys):
+            c = next((c for c in record["cases"] if c["method"] == m
+                      and (c["category"], c["distribution"], c["seed"], c["affine"]) == k), None)
+            if c and c["output"] and c["output"]["max_ratio_candidate_scale"] is not None:
+                xs.append(i + (j - 1.5) * 0.12)
+                ys.append(max(c["output"]["max_ratio_candidate_scale"], floor))
+        ax1.scatter(xs, ys, label=m, marker=markers.get(m, "o"), s=22, alpha=0.8)
+    ax1.axhline(1.0, color="red", lw=1, ls="--", label="budget (ratio 1 = fails above)")
+    ax1.set_yscale("log")
+    ax1.set_xticks(range(len(keys)))
+    ax1.set_xticklabels([f"{d} s{s} {'rnd' if a == 'random_normal' else 'def'}" for _, d, s, a in keys],
+                        rotation=90, fontsize=7)
+    ax1.set_ylabel(f"max |diff| / (atol + rtol|cand|)  (floored at {floor:g})")
+    ax1.set_title("per-case max budget ratio (official predicate)")
+    ax1.legend(fontsize=8)
+    dists = list(dict.fromkeys(k[1] for k in keys))
+    width = 0.8 / max(len(methods), 1)
+    for j, m in enumerate(methods):
+        fr = []
+        for d in dists:
+            cs = [c for c in record["cases"] if c["method"] == m and c["distribution"] == d and c["output"]]
+            bad = sum(c["output"]["bad_finite_candidate_scale"] + c["output"]["bad_special"] for c in cs)
+            tot = sum(c["output"]["elements"] for c in cs)
+            fr.append(bad / tot if tot else 0.0)
+        ax2.bar(np.arange(len(dists)) + (j - (len(methods) - 1) / 2) * width, fr, width, label=m)
+    ax2.set_xticks(range(len(dists)))
+    ax2.set_xticklabels(dists, rotation=20, fontsize=8)
+    ax2.set_ylabel("fraction of elements failing")
+    ax2.set_title("failing fraction per distribution")
+    ax2.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# ------------------------------------------------------------------------------ CPU-side arithmetic ---
+
+
+def cpu_counterexamples(fixtures: list[dict], eps: float = 1e-5, shape=CONTROL_SHAPE, seed: int = 0) -> dict:
+    """What the CPU can say about the fast-statistics formula.
+
+    With GPU fixtures: the split-statistics formula evaluated by torch on the CPU (var_mean + eager pointwise) from
+    each fixture's inputs, checked against the fixture's torch-on-GPU native output (GPU bits) — and, where the
+    fixture carries it, the GPU's own fast-statistics output against the same native output (GPU vs GPU).
+    Without fixtures: CPU torch only (split formula vs CPU torch.layer_norm at `shape`), labelled as such — CPU
+    torch's LayerNorm is NOT the GPU reference.
+    """
+    from .fixtures import is_gpu_fixture
+    from .identity import native_layer_norm
+    from .inputs import DISTRIBUTIONS
+
+    rows = []
+    gpu_fixtures = [f for f in fixtures if is_gpu_fixture(f)]
+    for f in gpu_fixtures:
+        x = torch.from_numpy(f["x"])
+        w, b = torch.from_numpy(f["gamma"]), torch.from_numpy(f["beta"])
+        ref = torch.from_numpy(f["y"])
+        y_cpu = method_fn("eager")(x, w, b, f["eps"])
+        rows.append({"fixture": f["name"], "reference": "torch native on GPU (fixture bits)",
+                     "candidate": "split formula, torch on CPU", **_check_row(ref, y_cpu)})
+        if "fast_y" in f:
+            rows.append({"fixture": f["name"], "reference": "torch native on GPU (fixture bits)",
+                         "candidate": "split formula, torch on GPU (fixture bits)",
+                         **_check_row(ref, torch.from_numpy(f["fast_y"]))})
+    if gpu_fixtures:
+        return {"source": "GPU golden fixtures (data/fixtures) vs the split formula", "rows": rows}
+    for dist in DISTRIBUTIONS:
+        x = make_input(dist, shape, seed, "cpu")
+        w, b = make_affine("random_normal", shape[1:], seed, "cpu")
+        ref = native_layer_norm(x, w, b, eps)[0]
+        rows.append({"fixture": f"{dist} {'x'.join(map(str, shape))} s{seed}",
+                     "reference": "torch.layer_norm on CPU (NOT the GPU reference)",
+                     "candidate": "split formula, torch on CPU", **_check_row(ref, method_fn("eager")(x, w, b, eps))})
+    return {"source": "no GPU fixtures yet: CPU torch only", "rows": rows}
+
+
+def _check_row(ref, cand) -> dict:
+    r = check.compare(ref, cand)
+    return {"official": "pass" if r.official_pass else "FAIL", "failing elements": r.bad_finite_candidate_scale
+            + r.bad_special, "max abs error": r.max_abs_error, "max ratio (candidate scale)":
+            r.max_ratio_candidate_scale, "bit-equal fraction": r.bit_equal_fraction}
+
+
+def oracle_candidates_cpu(fix: dict | None, distribution: str, shape=CONTROL_SHAPE, seed: int = 0,
+                          eps: float = 1e-5) -> tuple[dict, tuple, str]:
+    """(candidates, (x, weight, bias), label) for the oracle on the CPU.
+
+    With a GPU fixture: native = the fixture's torch-on-GPU bits, fast stats (GPU) = the fixture's var_mean bits
+    and eager output recorded on the GPU, fast stats (CPU) = torch.var_mean on the CPU with the same formula.
+    Without: both from CPU torch (labelled so) — torch's CPU LayerNorm is not the GPU kernel.
+    """
+    from .fixtures import is_gpu_fixture
+    from .identity import native_layer_norm
+
+    if fix is not None and is_gpu_fixture(fix):
+        x, w, b = (torch.from_numpy(fix[k]) for k in ("x", "gamma", "beta"))
+        eps = fix["eps"]
+        cands = {"native (GPU fixture)": (fix["y"], fix["mean"], fix["rstd"])}
+        if "fast_mean" in fix:
+            cands["fast stats (GPU fixture)"] = (fix.get("fast_y"), fix["fast_mean"], fix["fast_rstd"])
+        fm, _, fr = split_statistics(x, w, eps)
+        cands["fast stats (CPU torch)"] = (method_fn("eager")(x, w, b, eps), fm, fr)
+        return cands, (x, w, b, eps), f"{fix['name']}: GPU bits from fixture ({fix.get('gpu')}), plus CPU torch"
+    x = make_input(distribution, shape, seed, "cpu")
+    w, b = make_affine("random_normal", shape[1:], seed, "cpu")
+    y, m, r = native_layer_norm(x, w, b, eps)
+    fm, _, fr = split_statistics(x, w, eps)
+    cands = {"torch.layer_norm (CPU, NOT the GPU reference)": (y, m, r),
+             "fast stats (CPU torch)": (method_fn("eager")(x, w, b, eps), fm, fr)}
+    return cands, (x, w, b, eps), f"{distribution} {shape} seed {seed}: CPU torch only (no GPU fixture yet)"
+
+
+def oracle_gpu_candidates(x, w, b, eps: float) -> dict:
+    """On the GPU: torch native (= the reference-order kernel's bits, see notebook 01), the prototype's eager
+    output with its var_mean statistics, and the interleaved kernel's output (same statistics)."""
+    from .identity import native_layer_norm
+
+    y, m, r = native_layer_norm(x, w, b, eps)
+    fm, _, fr = split_statistics(x, w, eps)
+    return {"native (GPU)": (y, m, r), "fast stats eager (GPU)": (method_fn("eager")(x, w, b, eps), fm, fr),
+            "fast stats interleaved kernel (GPU)": (method_fn("interleaved")(x, w, b, eps), fm, fr)}
+
+
+def run_oracle(shape, distributions=("constant_1e4", "normal_plus_1000", "normal"), seed: int = 0,
+               affine: str = "random_normal", device: str = "cuda", eps: float = 1e-5, fixtures=None) -> dict:
+    """The `oracle` record: compare_to_truth for each control. On CUDA from live GPU tensors (copied to the CPU);
+    on CPU from fixtures or CPU torch (see oracle_candidates_cpu). constant_1e4 always runs at (3, 64, 17, 19)."""
+    from .oracle import compare_to_truth
+
+    cases = []
+    for dist in distributions:
+        cshape = CONTROL_SHAPE if dist == "constant_1e4" else tuple(shape)
+        if device == "cuda":
+            x = make_input(dist, cshape, seed, "cuda")
+            w, b = make_affine(affine, cshape[1:], seed, "cuda")
+            cands = {k: tuple(t.cpu() if t is not None else None for t in v)
+                     for k, v in oracle_gpu_candidates(x, w, b, eps).items()}
+            args, label = (x.cpu(), w.cpu(), b.cpu(), eps), f"{dist} {cshape} seed {seed}: live GPU tensors"
+            del x
+            torch.cuda.empty_cache()
+        else:
+            from .fixtures import find_fixture
+
+            fix = find_fixture(fixtures or [], cshape, dist, seed, affine)
+            cands, args, label = oracle_candidates_cpu(fix, dist, cshape, seed, eps)
+        res = compare_to_truth(cands, *args)
+        cases.append({"distribution": dist, "shape": list(cshape), "seed": seed, "affine": affine, "source": label,
+                      **res})
+        print(f"oracle {label}: {res['seconds']:.1f}s", flush=True)
+    return {"cases": cases}
+
+
+def oracle_table(record: dict | None) -> list[dict]:
+    """Per case and candidate: max |ulps| of mean and rstd from the correctly rounded truth, output errors."""
+    if not record:
+        return []
+    rows = []
+    for c in record["cases"]:
+        for name, p in c["candidates"].items():
+            o = p.get("output") or {}
+            rows.append({"case": f"{c['distribution']} {'x'.join(map(str, c['shape']))}", "candidate": name,
+                         "mean max |ulp|": p.get("max_abs_mean_ulp"), "rstd max |ulp|": p.get("max_abs_rstd_ulp"),
+                         "output max abs err": o.get("max_abs_err"), "output median abs err": o.get("median_abs_err"),
+                         "output median ulp": o.get("median_ulp"),
+                         "output median rel err": o.get("median_rel_err")})
+    return rows
+
+
+def oracle_verdicts(record: dict | None) -> list[dict]:
+    """Per case: which candidate is closer to the truth for mean, rstd (rows) and output (max error)."""
+    if not record:
+        return []
+
+    def wins(d: dict, tied: int | None = None) -> str:
+        parts = [f"{k}: {n}" for k, n in (d or {}).items()]
+        return "; ".join(parts + ([f"tied: {tied}"] if tied is not None else []))
+
+    out = []
+    for c in record["cases"]:
+        v = c["verdict"]
+        out.append({"case": f"{c['distribution']} {'x'.join(map(str, c['shape']))}", "source": c["source"],
+                    "mean: closer": v["mean"]["closer"],
+                    "mean rows closer": wins(v["mean"]["rows_closer"], v["mean"]["rows_tied"]),
+                    "rstd: closer": v["rstd"]["closer"],
+                    "rstd rows closer": wins(v["rstd"]["rows_closer"], v["rstd"]["rows_tied"]),
+                    "output: closer (max err)": v.get("output", {}).get("closer"),
+                    "output elements closer": wins(v.get("output", {}).get("elements_closer"),
+                                                   v.get("output", {}).get("elements_tied"))})
+    return out
+
+
+def torchscript_report(record: dict | None, source: str) -> list[dict]:
+    """TorchScript as recorded in the run (if any) and on this machine now."""
+    rows = []
+    if record and record.get("torchscript"):
+        t = record["torchscript"]
+        fusion = sorted({k for c in record["cases"] if c["method"] == "torchscript" for k in c.get("fusion") or []})
+        rows.append({"where": source, "torch": t["torch"], "torch.jit.script works": t["available"],
+                     "error": t["error"] or "", "warnings": "; ".join(t["warnings"]),
+                     "fusion nodes seen": ", ".join(fusion) or "none"})
+    t = torchscript_status()
+    rows.append({"where": "this machine, now", "torch": t["torch"], "torch.jit.script works": t["available"],
+                 "error": t["error"] or "", "warnings": "; ".join(t["warnings"]), "fusion nodes seen": "n/a"})
+    return rows
+
+
+def oracle_headline(record: dict | None, what: str) -> str:
+    """One sentence per oracle case: which candidate is closer to the exact truth, per statistic."""
+    if not record:
+        return f"No oracle verdict: {what}."
+    lines = []
+    for c in record["cases"]:
+        v = c["verdict"]
+        worst = {k: (p.get("max_abs_mean_ulp"), p.get("max_abs_rstd_ulp")) for k, p in c["candidates"].items()}
+        lines.append(f"{c['distribution']} {tuple(c['shape'])} [{c['source']}]: mean closer: {v['mean']['closer']}; "
+                     f"rstd closer: {v['rstd']['closer']}; output closer: {v.get('output', {}).get('closer')} "
+                     f"(max |ulp| from the correctly rounded truth, mean/rstd: {worst})")
+    return f"Oracle ({what}):\n" + "\n".join(lines)
+
+
+def headline(record: dict | None, source: str) -> str:
+    """Counts of the official verdict per category (method x case combinations)."""
+    if not record:
+        return f"No fast-statistics counts: {source}."
+    from .summary import fast_stats_block
+
+    blk = fast_stats_block({"fast_stats": record})
+    return (f"Ordinary cases passing the official check: {blk['ordinary_pass']}/{blk['ordinary_cases']}; offset "
+            f"(+1000) cases failing it: {blk['offset_fail']}/{blk['offset_cases']}; constant-control failing: "
+            f"{blk['constant_control_fail']}/{blk['constant_control_cases']} (counts are method x case "
+            f"combinations; {blk['errors']} combinations could not run) — {source}.")

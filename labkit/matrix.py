@@ -1,0 +1,345 @@
+"""The bit-identity matrix of the reference-order kernel against torch.native_layer_norm, and its controls.
+
+- `run_matrix`: seeds x affine {default, random_normal} x 5 distributions (30 cases with three seeds), each a
+  `identity.compare_to_native` record (output, mean, rstd as int32 views) plus seed/affine/distribution/shape;
+- `graph_replay`: capture the kernel in a CUDA graph, mutate x, gamma, beta in place, replay, compare;
+- `uneven_width`: the row width 20,672 = 64*17*19 (not a multiple of 512) at (3, 64, 17, 19), every distribution,
+  including the constant-offset controls (normal + 1000, constant 1e4);
+- `edge_controls`: zero, tiny, subnormal and non-finite inputs x eps in {0, 1e-5, 1e-3}, judged by bits, by the
+  official predicate, and — reported apart, never as an official pass — by the named equal-NaN convention.
+
+`RunSession` is the notebooks' live-or-replay switch: on a GPU it opens a fresh run directory and writes each
+record as it is computed; on a CPU it finds the newest complete committed run of the same name under data/runs and
+hands back its records, labelled REPLAYED with the run id (or says that there is no committed GPU run yet).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import check, results
+from .inputs import AFFINES, DISTRIBUTIONS, make_affine, make_input
+
+SHAPES = {"quick": (4, 64, 32, 32), "full": (16, 64, 256, 256)}
+UNEVEN_SHAPE = (3, 64, 17, 19)  # N = 20,672
+EDGE_SHAPE = (4, 8, 16)  # 4 rows of 128
+EDGE_KINDS = ("zero", "tiny", "subnormal", "nonfinite")
+EDGE_EPS = (0.0, 1e-5, 1e-3)
+MUTATION = "x *= 0.8, gamma *= 0.9, beta += 0.01 (in place, after capture)"
+EQUAL_NAN = ("equal_nan_allclose: torch.allclose(reference, candidate, atol=1e-4, rtol=1e-4, equal_nan=True) — "
+             "a stress-check convention, NOT the official predicate")
+CONTROLS = {"normal_plus_1000": "offset control", "constant_1e4": "constant-offset control"}
+
+
+def shape_for(mode: str, shape=None) -> tuple:
+    """The matrix shape: an explicit override, else (4, 64, 32, 32) in quick mode, the L1/40 shape in full mode."""
+    if shape:
+        return tuple(int(d) for d in shape)
+    if mode not in SHAPES:
+        raise ValueError(f"mode must be one of {tuple(SHAPES)}, got {mode!r}")
+    return SHAPES[mode]
+
+
+def matrix_cases(seeds=(0, 1, 2), affines=AFFINES, distributions=DISTRIBUTIONS) -> list[dict]:
+    """The matrix's cases in run order (seed, then distribution, then affine: one input serves both affines)."""
+    for a in affines:
+        if a not in AFFINES:
+            raise ValueError(f"affine must be one of {AFFINES}, got {a!r}")
+    for d in distributions:
+        if d not in DISTRIBUTIONS:
+            raise ValueError(f"distribution must be one of {DISTRIBUTIONS}, got {d!r}")
+    return [{"name": f"s{s}-{d}-{a}", "seed": int(s), "affine": a, "distribution": d}
+            for s in seeds for d in distributions for a in affines]
+
+
+def reference_candidate(x, weight, bias, eps):
+    """The kernel under test: labkit's reference-order LayerNorm, returning (y, mean, rstd)."""
+    from .reference_order import reference_order_layer_norm
+
+    return reference_order_layer_norm(x, weight, bias, eps, return_stats=True)
+
+
+def _native_candidate(x, weight, bias, eps):
+    from .identity import native_layer_norm
+
+    return native_layer_norm(x, weight, bias, eps)
+
+
+def default_candidate(device: str):
+    """The reference-order kernel on CUDA; on CPU torch itself (a plumbing check of the record format only)."""
+    return reference_candidate if device == "cuda" else _native_candidate
+
+
+def run_matrix(shape, seeds=(0, 1, 2), affines=AFFINES, distributions=DISTRIBUTIONS, device: str = "cuda",
+               eps: float = 1e-5, candidate=None, progress: bool = True) -> dict:
+    """The `bit_identity` record: {"cases": [compare_to_native record + seed/affine/distribution/shape/name]}."""
+    import torch
+
+    from .identity import compare_to_native
+
+    candidate = candidate or default_candidate(device)
+    shape = tuple(int(d) for d in shape)
+    cases, x, x_key = [], None, None
+    for case in matrix_cases(seeds, affines, distributions):
+        key = (case["seed"], case["distribution"])
+        if key != x_key:
+            x = None
+            if device == "cuda":
+                torch.cuda.empty_cache()
+            x, x_key = make_input(case["distribution"], shape, case["seed"], device), key
+        w, b = make_affine(case["affine"], shape[1:], case["seed"], device)
+        rec = compare_to_native(candidate, x, w, b, eps, {**case, "shape": list(shape), "eps": eps})
+        cases.append(rec)
+        if progress:
+            print(f"{case['name']}: {'identical' if rec['identical'] else 'DIFFERENT'}", flush=True)
+    return {"cases": cases, "candidate": getattr(candidate, "__name__", str(candidate)), "shape": list(shape),
+            "eps": eps}
+
+
+def graph_replay(shape, seed: int = 2, distribution: str = "uniform", affine: str = "random_normal",
+                 eps: float = 1e-5) -> dict:
+    """Capture reference_order_layer_norm in a CUDA graph, replay once as captured, then mutate the captured
+    tensors in place and replay again: both replays compared with torch on the current values."""
+    import torch
+
+    from .identity import native_layer_norm
+
+    shape = tuple(int(d) for d in shape)
+    x = make_input(distribution, shape, seed, "cuda")
+    w, b = make_affine(affine, shape[1:], seed, "cuda")
+    for _ in range(3):  # warm-up on the side stream is torch's recommendation; also loads the modules
+        reference_candidate(x, w, b, eps)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y, mean, rstd = reference_candidate(x, w, b, eps)
+
+    def compare_now():
+        ref = native_layer_norm(x, w, b, eps)
+        recs = {k: check.compare(r, got) for k, r, got in zip(("output", "mean", "rstd"), ref, (y, mean, rstd))}
+        return {**{k: v.to_json() for k, v in recs.items()}, "identical": all(v.identical for v in recs.values())}
+
+    g.replay()
+    torch.cuda.synchronize()
+    before = compare_now()
+    y_before = y.clone()
+    x.mul_(0.8)
+    w.mul_(0.9)
+    b.add_(0.01)
+    g.replay()
+    torch.cuda.synchronize()
+    after = compare_now()
+    changed = int((y_before.view(torch.int32) != y.view(torch.int32)).sum().item())
+    del g
+    return {"shape": list(shape), "seed": seed, "distribution": distribution, "affine": affine, "eps": eps,
+            "mutation": MUTATION, "before_mutation": before, "after_mutation": after,
+            "output_elements_changed_by_mutation": changed, "identical": before["identical"] and after["identical"]}
+
+
+def uneven_width(seeds=(0, 1, 2), device: str = "cuda", eps: float = 1e-5, candidate=None) -> dict:
+    """The `uneven_width` record: every distribution and affine at (3, 64, 17, 19), N = 20,672."""
+    rec = run_matrix(UNEVEN_SHAPE, seeds, AFFINES, DISTRIBUTIONS, device, eps, candidate, progress=False)
+    for c in rec["cases"]:
+        c["control"] = CONTROLS.get(c["distribution"], "")
+    rec["n"] = 64 * 17 * 19
+    return rec
+
+
+def edge_input(kind: str, shape=EDGE_SHAPE, seed: int = 0, device: str = "cpu"):
+    """zero: all zeros; tiny: N(0,1) * 1e-30 (squares underflow); subnormal: N(0,1) * 1e-41 (every value
+    subnormal); nonfinite: N(0,1) with row 0 holding a NaN, row 1 a +inf, row 2 both infinities, row 3 finite."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    base = torch.randn(shape, generator=gen)
+    if kind == "zero":
+        x = torch.zeros(shape)
+    elif kind == "tiny":
+        x = base * 1e-30
+    elif kind == "subnormal":
+        x = base * 1e-41
+    elif kind == "nonfinite":
+        x = base.clone()
+        rows = x.reshape(shape[0], -1)
+        rows[0, 3] = float("nan")
+        if shape[0] > 1:
+            rows[1, 5] = float("inf")
+        if shape[0] > 2:
+            rows[2, 1], rows[2, 7] = float("inf"), float("-inf")
+    else:
+        raise ValueError(f"edge kind must be one of {EDGE_KINDS}, got {kind!r}")
+    return x.to(device)
+
+
+def edge_controls(device: str = "cuda", seed: int = 0, shape=EDGE_SHAPE, kinds=EDGE_KINDS, eps_values=EDGE_EPS,
+                  candidate=None) -> dict:
+    """The `edge_controls` record. Per case: the bit verdict (`identical`), the official predicate on each of
+    output/mean/rstd (`official_pass`, equal_nan=False), and the equal-NaN convention (`equal_nan_pass`) kept
+    apart under its own name."""
+    import torch
+
+    from .identity import compare_to_native, native_layer_norm
+
+    candidate = candidate or default_candidate(device)
+    shape = tuple(int(d) for d in shape)
+    cases = []
+    for kind in kinds:
+        x = edge_input(kind, shape, seed, device)
+        w, b = make_affine("random_normal", shape[1:], seed, device)
+        for eps in eps_values:
+            rec = compare_to_native(candidate, x, w, b, eps, {"kind": kind, "eps": eps, "seed": seed,
+                                                              "shape": list(shape)})
+            ref = native_layer_norm(x, w, b, eps)
+            got = candidate(x, w, b, eps)
+            rec["official_pass"] = all(rec[k]["official_pass"] for k in ("output", "mean", "rstd"))
+            rec["equal_nan_pass"] = all(check.equal_nan_allclose(r, g) for r, g in zip(ref, got))
+            rec["reference_nan_outputs"] = int(torch.isnan(ref[0]).sum().item())
+            rec["reference_inf_outputs"] = int(torch.isinf(ref[0]).sum().item())
+            cases.append(rec)
+    return {"shape": list(shape), "official_predicate": check.KERNELBENCH_PREDICATE, "convention": EQUAL_NAN,
+            "candidate": getattr(candidate, "__name__", str(candidate)), "cases": cases}
+
+
+# ------------------------------------------------------------------------------------------------ tables ---
+
+
+def matrix_table(record: dict | None) -> list[dict]:
+    """One row per case: bit-equal fractions of output/mean/rstd and the verdict."""
+    if not record:
+        return []
+    return [{"seed": c["seed"], "affine": c["affine"], "distribution": c["distribution"],
+             "shape": "x".join(str(d) for d in c["shape"]), "output bits equal": c["output"]["bit_equal_fraction"],
+             "mean": c["mean"]["bit_equal_fraction"], "rstd": c["rstd"]["bit_equal_fraction"],
+             "max |diff| output": c["output"]["max_abs_error"] or 0.0,
+             "identical": "yes" if c["identical"] else "NO"} for c in record["cases"]]
+
+
+def uneven_table(record: dict | None) -> list[dict]:
+    return [{**row, "control": c.get("control", "")}
+            for row, c in zip(matrix_table(record), (record or {}).get("cases", []))]
+
+
+def graph_table(record: dict | None) -> list[dict]:
+    if not record:
+        return []
+    return [{"replay": label, "output bits equal": r["output"]["bit_equal_fraction"],
+             "mean": r["mean"]["bit_equal_fraction"], "rstd": r["rstd"]["bit_equal_fraction"],
+             "identical": "yes" if r["identical"] else "NO"}
+            for label, r in (("as captured", record["before_mutation"]),
+                             (f"after {record['mutation']}", record["after_mutation"]))] + [
+        {"replay": "output elements changed by the mutation (must be > 0)",
+         "output bits equal": record["output_elements_changed_by_mutation"]}]
+
+
+def edge_table(record: dict | None) -> list[dict]:
+    """Bits and the official predicate first; the equal-NaN convention last, in a column that says it is not it."""
+    if not record:
+        return []
+    return [{"kind": c["kind"], "eps": c["eps"], "NaN in torch output": c["reference_nan_outputs"],
+             "inf in torch output": c["reference_inf_outputs"],
+             "bit-identical (output, mean, rstd)": "yes" if c["identical"] else "NO",
+             "OFFICIAL allclose (equal_nan=False)": "pass" if c["official_pass"] else "fail",
+             "equal-NaN convention (NOT official)": "pass" if c["equal_nan_pass"] else "fail"}
+            for c in record["cases"]]
+
+
+def case_table(seeds=(0, 1, 2), affines=AFFINES, distributions=DISTRIBUTIONS) -> list[dict]:
+    return [{"#": i + 1, **c} for i, c in enumerate(matrix_cases(seeds, affines, distributions))]
+
+
+def verdict(record: dict | None, prov: dict | None, source: str) -> str:
+    """The verdict line: identical cases / cases, torch version and GPU of the run the numbers come from."""
+    if not record or not record.get("cases"):
+        return f"No bit-identity verdict: {source}."
+    cases = record["cases"]
+    ok = sum(bool(c["identical"]) for c in cases)
+    bad = [c.get("name") or f"s{c['seed']}-{c['distribution']}-{c['affine']}" for c in cases if not c["identical"]]
+    prov = prov or {}
+    line = (f"{ok}/{len(cases)} cases bit-identical (output, mean, rstd as int32 views) at shape "
+            f"{tuple(cases[0]['shape'])} — torch {prov.get('torch')} on {prov.get('gpu')} ({source}).")
+    return line + (f" NOT identical: {', '.join(bad)}." if bad else "")
+
+
+# ------------------------------------------------------------------------------------ live or replay ---
+
+
+class RunSession:
+    """A notebook's source of records: live (a fresh run directory on the GPU) or REPLAYED (a committed run)."""
+
+    def __init__(self, name: str, device: str, run=None, replay: dict | None = None):
+        self.name, self.device, self.run, self.replay = name, device, run, replay
+
+    @classmethod
+    def open(cls, name: str, device: str, output_dir, params: dict | None = None,
+             runs_root=None) -> "RunSession":
+        """device is already resolved ('cuda' or 'cpu'). runs_root: where committed runs live (data/runs)."""
+        if device == "cuda":
+            return cls(name, device, run=results.Run.create(Path(output_dir) / "runs", name, params, device="cuda"))
+        return cls(name, device, replay=newest_complete_run(name, runs_root))
+
+    @property
+    def live(self) -> bool:
+        return self.run is not None
+
+    @property
+    def run_id(self) -> str | None:
+        if self.live:
+            return self.run.run_id
+        return self.replay["records"]["run"]["run_id"] if self.replay else None
+
+    @property
+    def source(self) -> str:
+        if self.live:
+            return f"LIVE run {self.run_id}"
+        if self.replay:
+            return f"REPLAYED committed GPU run {self.run_id}"
+        return f"no committed GPU run yet (no complete '{self.name}' run under data/runs)"
+
+    @property
+    def provenance(self) -> dict:
+        if self.live:
+            return self.run.meta["provenance"]
+        return self.replay["records"]["run"]["provenance"] if self.replay else {}
+
+    def banner(self) -> str:
+        from .device import mode_banner
+
+        text = mode_banner(self.device, self.run_id if self.replay else None)
+        return text if (self.live or self.replay) else text + f" — {self.source}"
+
+    def record(self, name: str, compute=None):
+        """Live: compute() and write it as `name`. Replay: the committed run's record `name` (or None)."""
+        if self.live:
+            if compute is None:
+                return None
+            rec = compute()
+            self.run.write(name, rec)
+            return rec
+        return (self.replay or {}).get("records", {}).get(name)
+
+    def add_figure(self, fig, name: str) -> str | None:
+        """Save a figure into the live run directory (listed in the manifest); nothing on replay."""
+        if not self.live or fig is None:
+            return None
+        target = self.run.path / f"{name}.png"
+        fig.savefig(target, dpi=110, bbox_inches="tight")
+        self.run.add_file(target)
+        return str(target)
+
+    def label(self, what: str) -> str:
+        return f"{what} — {self.source}"
+
+    def close(self) -> str:
+        if self.live:
+            self.run.close()
+            return f"run written to {self.run.path}"
+        return f"nothing written ({self.source})"
+
+
+def newest_complete_run(name: str, runs_root=None) -> dict | None:
+    """The newest committed run of `name` whose manifest is complete and whose hashes still match."""
+    root = Path(runs_root) if runs_root else results.DATA_RUNS
+    for path in reversed(results.committed_runs(name, root)):
+        run = results.load_run(path)
+        if run["complete"]:
+            return run
+    return None

@@ -55,6 +55,8 @@ def summarize_run(path: Path) -> dict:
         out["bit_identity"] = block
     if fast := fast_stats_block(records):
         out["fast_stats"] = fast
+    if timing := timing_block(records):
+        out["timing"] = timing
     audit = audit_block(path)
     if audit:
         out["audit"] = audit
@@ -77,3 +79,22 @@ def summarize_runs(paths: list[Path]) -> dict:
             if isinstance(value, dict):
                 merged.setdefault(key, value)
     return merged
+
+
+def timing_block(records: dict) -> dict | None:
+    """Headline numbers of a `timing` record (notebook 03), read as recorded: per case ("<shape>/<affine>") and
+    method, protocol A's median [q25, q75] ms and the bit-equal fraction vs native. A method that was not timed
+    (unavailable, failed the official check) has null times and its status."""
+    cases = records.get("timing", {}).get("cases")
+    if not cases:
+        return None
+    out = {}
+    for case in cases:
+        stats = case.get("timing", {}).get("A", {}).get("stats", {})
+        block = out.setdefault(case["key"], {})
+        for name, row in case["methods"].items():
+            s = stats.get(name, {})
+            block[name] = {"median_ms": s.get("median_ms"), "q25_ms": s.get("q25_ms"), "q75_ms": s.get("q75_ms"),
+                           "bit_equal_fraction": (row.get("check") or {}).get("bit_equal_fraction"),
+                           "status": row.get("status")}
+    return out

@@ -1,0 +1,306 @@
+"""The LayerNorm methods the timing study checks and times, in one registry.
+
+A method is a builder `(x, weight, bias, eps) -> zero-arg callable returning y`, plus metadata: its name, its
+family, and whether it keeps torch's reference arithmetic order (`reference_order`). Every builder normalizes over
+`weight.shape` (the trailing dims of x). Building may raise (a missing package, a deprecated or failing compiler)
+and so may the first call (a kernel's size limit): the study turns either into a row with the error, never a crash.
+
+Other modules add methods without editing this file: `register(Method(...))` at import time. The study calls
+`discover()`, which tries to import each module in `OPTIONAL_MODULES` (e.g. `labkit.chain`, the chain-parallel
+kernel, when it exists) and reports, per module, whether it was found and what it registered.
+
+No `from __future__ import annotations` here: TorchScript compiles the pointwise helpers below from their source.
+"""
+import importlib
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch  # module-level: TorchScript resolves `torch` in the pointwise helpers below from this module's globals
+
+OPTIONAL_MODULES = ("labkit.chain",)
+
+FAMILIES = ("native", "reference-order", "split-stats", "library-affine", "compiler", "triton-peer", "chain")
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    family: str
+    reference_order: bool  # keeps torch's statistics order and output expression (bit identity is the goal)
+    build: Callable = field(repr=False, compare=False)  # (x, weight, bias, eps) -> () -> y
+    description: str = ""
+    requires: tuple = ()  # importable modules it needs beyond torch (recorded with their versions)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "family": self.family, "reference_order": self.reference_order,
+                "description": self.description, "requires": list(self.requires)}
+
+
+_REGISTRY: dict = {}
+
+
+def register(method: Method, replace: bool = False) -> Method:
+    """Add `method` to the registry (order of registration is the table order). Registering the same
+    metadata and builder again is a no-op; another method under a taken name needs replace=True."""
+    if not isinstance(method, Method):
+        raise TypeError(f"register needs a labkit.methods.Method, got {type(method).__name__}")
+    if method.family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {method.family!r}")
+    old = _REGISTRY.get(method.name)
+    if old is not None and not replace and (old != method or old.build is not method.build):
+        raise ValueError(f"a method named {method.name!r} is registered already (pass replace=True to replace it)")
+    _REGISTRY[method.name] = method
+    return method
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def registered() -> list:
+    """Every registered method, in registration order."""
+    return list(_REGISTRY.values())
+
+
+def get(name: str) -> Method:
+    if name not in _REGISTRY:
+        raise KeyError(f"no method {name!r}; registered: {list(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def discover(modules=OPTIONAL_MODULES) -> list:
+    """Import each optional module (which registers its methods on import, or via a `register_methods()`
+    function); one record per module: found / absent / error, and the method names it added."""
+    out = []
+    for mod in modules:
+        before = set(_REGISTRY)
+        try:
+            module = importlib.import_module(mod)
+            hook = getattr(module, "register_methods", None)
+            if callable(hook):
+                hook()
+            added = [n for n in _REGISTRY if n not in before]
+            out.append({"module": mod, "status": "found", "added": added,
+                        "message": f"{mod} imported; registered {added or 'nothing new'}"})
+        except ModuleNotFoundError as exc:
+            if exc.name and (mod == exc.name or mod.startswith(exc.name + ".")):
+                out.append({"module": mod, "status": "absent", "added": [],
+                            "message": f"{mod} is not present (skipped)"})
+            else:
+                out.append({"module": mod, "status": "error", "added": [],
+                            "message": f"{mod} failed to import: {type(exc).__name__}: {exc}"})
+        except Exception as exc:  # a broken optional module is reported, not fatal
+            out.append({"module": mod, "status": "error", "added": [],
+                        "message": f"{mod} failed to import: {type(exc).__name__}: {exc}"})
+    return out
+
+
+def module_versions(method: Method) -> dict:
+    """Installed versions of the packages a method requires (None where missing)."""
+    from importlib import metadata
+
+    out = {}
+    for dist in method.requires:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+# --- builders ---------------------------------------------------------------------------------------------------
+
+def _rows_n(x, weight):
+    n = weight.numel()
+    return x.numel() // n, n
+
+
+def _native(x, weight, bias, eps):
+    shape = tuple(weight.shape)
+    return lambda: torch.nn.functional.layer_norm(x, shape, weight, bias, eps)
+
+
+def _layer_norm_module(x, weight, bias, eps):
+    """An nn.LayerNorm holding copies of weight and bias, without autograd state."""
+    module = torch.nn.LayerNorm(tuple(weight.shape), eps=eps, elementwise_affine=True, device=x.device)
+    with torch.no_grad():
+        module.weight.copy_(weight)
+        module.bias.copy_(bias)
+    return module.requires_grad_(False).eval()
+
+
+def _deprecations(caught) -> list:
+    return sorted({f"{w.category.__name__}: {w.message}" for w in caught
+                   if issubclass(w.category, (DeprecationWarning, FutureWarning))})
+
+
+class BuildNotes:
+    """Builders may attach notes (e.g. deprecation warnings, compile seconds) to the callable they return."""
+
+    @staticmethod
+    def attach(fn, **notes):
+        fn.labkit_notes = {**getattr(fn, "labkit_notes", {}), **notes}
+        return fn
+
+
+def _native_torchscript(x, weight, bias, eps):
+    module = _layer_norm_module(x, weight, bias, eps)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            scripted, how = torch.jit.script(module), "torch.jit.script"
+        except Exception as script_exc:
+            try:
+                scripted, how = torch.jit.trace(module, (x,)), "torch.jit.trace"
+            except Exception as trace_exc:
+                raise RuntimeError(f"torch.jit.script failed ({type(script_exc).__name__}: {script_exc}); "
+                                   f"torch.jit.trace failed ({type(trace_exc).__name__}: {trace_exc})") from trace_exc
+    fn = lambda: scripted(x)  # noqa: E731
+    return BuildNotes.attach(fn, compiled_with=how, deprecation=_deprecations(caught))
+
+
+def _reference_order(x, weight, bias, eps):
+    from .reference_order import reference_order_layer_norm
+
+    return lambda: reference_order_layer_norm(x, weight, bias, eps)
+
+
+def _split(geometry):
+    def build(x, weight, bias, eps):
+        from .split_stats import split_stats_layer_norm
+
+        return lambda: split_stats_layer_norm(x, weight, bias, eps, geometry=geometry)
+    return build
+
+
+# TorchScript pointwise bodies: the same expressions as the eager versions, compiled by the TorchScript fuser.
+def _split_pointwise(xr, var, mean, weight, bias, eps: float):
+    return ((xr - mean.unsqueeze(1)) * torch.rsqrt(var.unsqueeze(1) + eps)) * weight + bias
+
+
+def _affine(y, weight, bias):
+    return y * weight + bias
+
+
+_SCRIPTED: dict = {}
+
+
+def _scripted(fn):
+    """torch.jit.script(fn), once per process, with the deprecation warnings it raised."""
+    if fn.__name__ not in _SCRIPTED:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _SCRIPTED[fn.__name__] = (torch.jit.script(fn), _deprecations(caught))
+    return _SCRIPTED[fn.__name__]
+
+
+def _split_torchscript(x, weight, bias, eps):
+    from .split_stats import row_var_mean
+    from .validate import layer_norm_layout
+
+    layout = layer_norm_layout(x, weight, bias, eps)
+    rows, n = layout.rows, layout.n
+    pointwise, notes = _scripted(_split_pointwise)
+    xr, w2, b2 = x.reshape(rows, n), weight.reshape(1, n), bias.reshape(1, n)
+    shape = x.shape
+
+    def call():
+        var, mean = row_var_mean(x, rows, n)
+        return pointwise(xr, var, mean, w2, b2, float(eps)).reshape(shape)
+    return BuildNotes.attach(call, compiled_with="torch.jit.script", deprecation=notes)
+
+
+def _noaffine_eager(x, weight, bias, eps):
+    shape = tuple(weight.shape)
+    return lambda: torch.nn.functional.layer_norm(x, shape, None, None, eps) * weight + bias
+
+
+def _noaffine_torchscript(x, weight, bias, eps):
+    shape = tuple(weight.shape)
+    affine, notes = _scripted(_affine)
+    fn = lambda: affine(torch.nn.functional.layer_norm(x, shape, None, None, eps), weight, bias)  # noqa: E731
+    return BuildNotes.attach(fn, compiled_with="torch.jit.script", deprecation=notes)
+
+
+def _inductor(x, weight, bias, eps):
+    """torch.compile (Inductor, mode="default") of an nn.LayerNorm holding the same weight and bias. Shapes are
+    static (dynamic=False): each shape gets its own specialized kernels, as a fixed-shape benchmark would. The
+    compile happens on the study's first call, which is outside every timed region."""
+    torch._dynamo.reset()  # a fresh compile per case: no recompile limit reached, no silent fallback to eager
+    compiled = torch.compile(_layer_norm_module(x, weight, bias, eps), mode="default", dynamic=False)
+    return BuildNotes.attach(lambda: compiled(x), compiled_with="torch.compile(mode='default', dynamic=False)")
+
+
+def _liger(x, weight, bias, eps):
+    """Liger-Kernel's Triton LayerNorm forward (liger_kernel.ops.layer_norm: the default Triton implementation,
+    no backend dispatch) on the (rows, N) view of x. One program per row holds the whole row in one block, so
+    N is limited to 65536 by the library (it raises above that)."""
+    from liger_kernel.ops.layer_norm import layer_norm_forward
+
+    rows, n = _rows_n(x, weight)
+    x2, w1, b1, shape = x.reshape(rows, n), weight.reshape(n), bias.reshape(n), x.shape
+    return lambda: layer_norm_forward(x2, w1, b1, eps)[0].view(shape)
+
+
+BUILTIN = (
+    Method("native", "native", True, _native,
+           "torch.nn.functional.layer_norm (torch's CUDA LayerNorm): the reference and the timing baseline"),
+    Method("native_torchscript", "native", True, _native_torchscript,
+           "torch.jit.script (trace as fallback) of an nn.LayerNorm module with the same weight and bias"),
+    Method("reference_order", "reference-order", True, _reference_order,
+           "kernels/reference_stats.cu + kernels/affine_rows.cu: torch's order, output over many blocks"),
+    Method("split_eager", "split-stats", False, _split("eager"),
+           "torch.var_mean statistics + eager pointwise ((x - mean) * rsqrt(var + eps)) * w + b"),
+    Method("split_torchscript", "split-stats", False, _split_torchscript,
+           "torch.var_mean statistics + the same pointwise expression compiled with torch.jit.script"),
+    Method("split_flat", "split-stats", False, _split("flat"),
+           "torch.var_mean statistics + kernels/split_affine.cu, flat geometry (tiles of one row together)"),
+    Method("split_interleaved", "split-stats", False, _split("interleaved"),
+           "torch.var_mean statistics + kernels/split_affine.cu, row-interleaved geometry"),
+    Method("noaffine_eager_affine", "library-affine", False, _noaffine_eager,
+           "native LayerNorm without affine, then eager y * w + b (the post's strong library-only alternative)"),
+    Method("noaffine_torchscript_affine", "library-affine", False, _noaffine_torchscript,
+           "native LayerNorm without affine, then y * w + b compiled with torch.jit.script"),
+    Method("inductor", "compiler", False, _inductor,
+           "torch.compile (Inductor, mode='default', static shapes) of an nn.LayerNorm with the same weight and bias"),
+    Method("liger", "triton-peer", False, _liger,
+           "Liger-Kernel 0.8.5 Triton LayerNorm forward (pinned; one program per row)",
+           requires=("liger-kernel", "triton")),
+)
+
+for _m in BUILTIN:
+    register(_m)
+del _m
+
+
+def build(method: Method, x, weight, bias, eps: float) -> dict:
+    """Build `method` and call it once (this is where compilers compile and size limits raise), synchronized.
+    Returns {"fn", "output", "error", "build_s", "notes"}; fn and output are None when it failed."""
+    t0 = time.perf_counter()
+    fn = out = error = None
+    notes = {}
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn = method.build(x, weight, bias, eps)
+            notes = dict(getattr(fn, "labkit_notes", {}))
+            with torch.no_grad():
+                out = fn()
+            if x.is_cuda:
+                torch.cuda.synchronize()
+        # The method's own deprecation (TorchScript) is in notes["deprecation"]; anything else raised while
+        # building (e.g. by a compiler's internals) is kept apart so it is not mistaken for the method's.
+        others = [w for w in _deprecations(caught) if w not in notes.get("deprecation", [])]
+        if others:
+            notes["build_warnings"] = others
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x.shape):
+            raise RuntimeError(f"returned {type(out).__name__}"
+                               f"{tuple(out.shape) if isinstance(out, torch.Tensor) else ''}, expected a tensor "
+                               f"of shape {tuple(x.shape)}")
+    except Exception as exc:
+        fn = out = None
+        error = f"{type(exc).__name__}: {str(exc).strip()[:600]}"
+    notes["versions"] = module_versions(method)
+    return {"fn": fn, "output": out, "error": error, "build_s": time.perf_counter() - t0, "notes": notes}

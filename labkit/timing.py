@@ -1,0 +1,490 @@
+"""The timing study: every registered LayerNorm method, checked, then timed under two protocols, per shape.
+
+Per case (shape x affine; inputs from labkit.inputs, uniform, one fixed seed):
+1. build and call every method once (compilers compile here, outside any timed region); a method that cannot be
+   built or raises becomes a row with its error;
+2. compare its output with native `torch.nn.functional.layer_norm` (labkit.check.compare: the official predicate
+   and the bit-equal fraction); only methods passing the official predicate are timed, the others are listed
+   with their failure;
+3. protocol A (graph replay; a method whose graph capture fails is listed, not dropped) and protocol B (eager,
+   L2 flushed), both with baseline "native" and paired per-round ratios;
+4. achieved bandwidth = BYTES_FORMULA / median time, against a device-copy ceiling measured in the same run.
+
+The result is one JSON-able dict (the `timing` record of a run); tables, plots and the verdict are computed from
+a record, so live and replayed runs render the same way.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, replace
+
+from . import bench
+from .check import KERNELBENCH_PREDICATE, compare
+
+L1_40 = (16, 64, 256, 256)
+EXTRA_SHAPES = ((8, 32, 128, 256), (4096, 1, 1, 1024), (3, 64, 17, 19))
+MODE_SHAPES = {"quick": ((4096, 1, 1, 1024), (3, 64, 17, 19)), "full": (L1_40, *EXTRA_SHAPES)}
+QUICK_ROUNDS = {"A": 5, "B": 10}  # quick mode caps the rounds so the notebook takes about a minute on a GPU
+BASELINE = "native"
+DISTRIBUTION = "uniform"
+EPS = 1e-5
+COPY_CEILING_BYTES = 1 << 30  # the copied buffer: 1 GiB read + 1 GiB written per call
+ELEMENT_BYTES = 4
+BYTES_FORMULA = ("bytes = 4 * (rows*N + rows*N + 2*N): read x, write y, read gamma and beta once "
+                 "(float32; N = normalized size). The minimum traffic of any LayerNorm; a method that reads x "
+                 "twice moves more than it is credited with. Device copy: bytes = 2 * buffer bytes (read + write).")
+RECORD_SCHEMA = 1
+
+
+# --- cases, bytes, protocols ------------------------------------------------------------------------------------
+
+def shape_key(shape) -> str:
+    return "x".join(str(int(d)) for d in shape)
+
+
+def case_key(shape, affine: str) -> str:
+    return f"{shape_key(shape)}/{affine}"
+
+
+def cases_for(shapes) -> list[dict]:
+    """The L1/40 shape with default and random affine; every other shape with random affine. Each case normalizes
+    over all dims but the first."""
+    out = []
+    for shape in shapes:
+        shape = tuple(int(d) for d in shape)
+        if len(shape) < 2:
+            raise ValueError(f"a timing shape needs a row dim and normalized dims, got {shape}")
+        for affine in (("default", "random_normal") if shape == L1_40 else ("random_normal",)):
+            out.append({"key": case_key(shape, affine), "shape": list(shape), "normalized_shape": list(shape[1:]),
+                        "affine": affine})
+    return out
+
+
+def byte_count(shape, normalized_shape=None) -> int:
+    """BYTES_FORMULA: read x, write y, read gamma and beta once (float32)."""
+    numel = math.prod(int(d) for d in shape)
+    n = math.prod(int(d) for d in (normalized_shape if normalized_shape is not None else shape[1:]))
+    return ELEMENT_BYTES * (2 * numel + 2 * n)
+
+
+def gb_per_s(nbytes: int, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def protocols_for(mode: str, which=("A", "B"), rounds: int = 35, repeats: int = 5, rounds_b: int = 100) -> dict:
+    """Protocol A (the post's) and B (KernelBench's) as run in this notebook. Quick mode caps the rounds."""
+    if mode not in ("quick", "full"):
+        raise ValueError(f"mode must be 'quick' or 'full', got {mode!r}")
+    unknown = set(which) - {"A", "B"}
+    if unknown or not which:
+        raise ValueError(f"protocols must be a non-empty subset of ['A', 'B'], got {list(which)}")
+    quick = mode == "quick"
+    out = {}
+    if "A" in which:
+        out["A"] = replace(bench.PROTOCOL_A, rounds=min(rounds, QUICK_ROUNDS["A"]) if quick else rounds,
+                           repeats=repeats)
+    if "B" in which:
+        out["B"] = replace(bench.PROTOCOL_B, rounds=min(rounds_b, QUICK_ROUNDS["B"]) if quick else rounds_b)
+    return out
+
+
+def estimate_calls(n_methods: int, protocols: dict) -> dict:
+    """Calls per method per case: warmups + (A: one capture) + rounds x repeats, per protocol."""
+    return {k: p.warmups + (1 if p.graph else 0) + p.rounds * p.repeats for k, p in protocols.items()} | {
+        "methods": n_methods}
+
+
+# --- eligibility ------------------------------------------------------------------------------------------------
+
+def eligible_names(method_rows: dict) -> list[str]:
+    """Methods that ran and pass the official predicate on the timing input, in row order."""
+    return [name for name, row in method_rows.items()
+            if row.get("error") is None and row.get("check") and row["check"].get("official_pass") is True]
+
+
+def failure_text(row: dict) -> str:
+    """Why a method is not in the timing table, from its row."""
+    if row.get("error"):
+        return row["error"]
+    if row.get("status") == "eligible":
+        return "passed the official check but was not timed: see the protocol errors of this case"
+    c = row.get("check")
+    if c and not c.get("official_pass"):
+        return (f"fails {KERNELBENCH_PREDICATE}: {c['bad_finite_candidate_scale']} finite elements over the budget"
+                f" (max |diff|/limit {c['max_ratio_candidate_scale']:.3g}), {c['bad_special']} non-finite mismatches")
+    return "not checked"
+
+
+# --- timing machinery -------------------------------------------------------------------------------------------
+
+def _default_timer(protocol):
+    return bench.CudaEventTimer(protocol.flush_l2_bytes)
+
+
+def graph_preflight(fn, warmups: int) -> str | None:
+    """Warm `fn` up, capture it once in a CUDA graph and replay it; the error text if that fails, else None."""
+    import torch
+
+    try:
+        for _ in range(warmups):
+            fn()
+        torch.cuda.synchronize()
+        replay, alive = bench._graphed(fn)
+        replay()
+        torch.cuda.synchronize()
+        del replay, alive
+        return None
+    except Exception as exc:
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            pass
+        return f"{type(exc).__name__}: {str(exc).strip()[:400]}"
+
+
+def copy_ceiling(protocols: dict, nbytes: int = COPY_CEILING_BYTES, device="cuda", timer_factory=None,
+                 progress: bool = False) -> dict:
+    """Time `dst.copy_(src)` of an `nbytes` float32 buffer under each protocol; bandwidth counts read + write."""
+    import torch
+
+    timer_factory = timer_factory or _default_timer
+    src = torch.ones(nbytes // ELEMENT_BYTES, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    moved = 2 * src.numel() * ELEMENT_BYTES
+    out = {}
+    for key, protocol in protocols.items():
+        rec = bench.time_methods({"device_copy": lambda: dst.copy_(src)}, protocol, baseline=None,
+                                 timer=timer_factory(protocol), progress=progress)
+        med = rec.stats["device_copy"]["median_ms"]
+        out[key] = {"buffer_bytes": src.numel() * ELEMENT_BYTES, "bytes_moved": moved, "median_ms": med,
+                    "gbs_median": gb_per_s(moved, med), "timing": rec.to_json()}
+    del src, dst
+    if str(device).startswith("cuda"):
+        torch.cuda.empty_cache()
+    return out
+
+
+def run_case(case: dict, methods: list, protocols: dict, device="cuda", seed: int = 0, eps: float = EPS,
+             ceiling: dict | None = None, timer_factory=None, progress: bool = False) -> dict:
+    """Check and time every method on one case; returns the case's record (JSON-able)."""
+    import torch
+
+    from .inputs import make_affine, make_input
+    from .methods import build
+
+    cuda = str(device).startswith("cuda")
+    if not cuda and any(p.graph for p in protocols.values()):
+        raise ValueError("graph-replay protocols need a CUDA device")
+    timer_factory = timer_factory or _default_timer
+    t0 = time.perf_counter()
+    shape, nshape = tuple(case["shape"]), tuple(case["normalized_shape"])
+    x = make_input(DISTRIBUTION, shape, seed, device)
+    weight, bias = make_affine(case["affine"], nshape, seed, device)
+    with torch.no_grad():
+        reference = torch.nn.functional.layer_norm(x, nshape, weight, bias, eps)
+    rows, fns = {}, {}
+    for m in methods:
+        built = build(m, x, weight, bias, eps)
+        row = {"family": m.family, "reference_order": m.reference_order, "build_s": built["build_s"],
+               "notes": built["notes"], "error": built["error"], "check": None, "status": "unavailable",
+               "excluded": {}}
+        if built["error"] is None:
+            try:
+                row["check"] = compare(reference, built["output"]).to_json()
+                row["status"] = "eligible" if row["check"]["official_pass"] else "failed_check"
+            except Exception as exc:
+                row["error"] = f"check raised {type(exc).__name__}: {str(exc).strip()[:400]}"
+                row["status"] = "check_error"
+        rows[m.name] = row
+        if row["status"] == "eligible":
+            fns[m.name] = built["fn"]
+        del built
+    del reference
+    if BASELINE not in fns:
+        raise RuntimeError(f"the baseline {BASELINE!r} is not eligible on {case['key']}: {rows.get(BASELINE)}")
+    timing, timing_errors = {}, {}
+    with torch.no_grad():
+        for key, protocol in protocols.items():
+            names = list(fns)
+            if protocol.graph:
+                for name in list(names):
+                    err = graph_preflight(fns[name], 3)
+                    if err is not None:
+                        rows[name]["excluded"][key] = f"CUDA graph capture failed: {err}"
+                        names.remove(name)
+                if BASELINE not in names:
+                    timing_errors[key] = f"baseline {BASELINE!r} cannot be graph-captured; protocol {key} skipped"
+                    continue
+            try:
+                rec = bench.time_methods({n: fns[n] for n in names}, protocol, baseline=BASELINE,
+                                         timer=timer_factory(protocol), progress=progress)
+                timing[key] = rec.to_json()
+            except Exception as exc:
+                timing_errors[key] = f"{type(exc).__name__}: {str(exc).strip()[:600]}"
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+    for name, row in rows.items():
+        if any(name in t["samples_ms"] for t in timing.values()):
+            row["status"] = "timed"
+    nbytes = byte_count(shape, nshape)
+    bandwidth = {}
+    for key, t in timing.items():
+        ceil = (ceiling or {}).get(key, {}).get("gbs_median")
+        bandwidth[key] = {name: {"gbs_median": gb_per_s(nbytes, s["median_ms"]),
+                                 "fraction_of_copy_ceiling": (gb_per_s(nbytes, s["median_ms"]) / ceil) if ceil else None}
+                          for name, s in t["stats"].items()}
+    del x, weight, bias, fns
+    if cuda:
+        torch.cuda.empty_cache()
+    return {**case, "rows": math.prod(shape) // math.prod(nshape), "n": math.prod(nshape), "bytes": nbytes,
+            "seed": seed, "distribution": DISTRIBUTION, "eps": eps, "methods": rows,
+            "eligible": eligible_names(rows), "timing": timing, "timing_errors": timing_errors,
+            "bandwidth": bandwidth, "wall_s": time.perf_counter() - t0}
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    import torch
+
+    out = {"torch": torch.__version__}
+    for dist in ("triton", "liger-kernel", "numpy", "cupy-cuda13x"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def run_study(cases: list, protocols: dict, device="cuda", seed: int = 0, eps: float = EPS, methods=None,
+              discovery=None, ceiling_bytes: int = COPY_CEILING_BYTES, timer_factory=None,
+              progress: bool = False, log=print) -> dict:
+    """Measure the copy ceiling, then run every case; the `timing` record of a run."""
+    from . import methods as registry
+
+    if methods is None:
+        discovery = registry.discover() if discovery is None else discovery
+        methods = registry.registered()
+    t0 = time.perf_counter()
+    log(f"[timing] device copy ceiling ({ceiling_bytes >> 20} MiB buffer) ...")
+    ceiling = copy_ceiling(protocols, ceiling_bytes, device, timer_factory, progress)
+    done = []
+    for case in cases:
+        log(f"[timing] {case['key']} ...")
+        rec = run_case(case, methods, protocols, device, seed, eps, ceiling, timer_factory, progress)
+        log(f"[timing] {case['key']}: timed {rec['eligible']} in {rec['wall_s']:.1f}s")
+        done.append(rec)
+    return {"schema": RECORD_SCHEMA, "baseline": BASELINE, "distribution": DISTRIBUTION, "seed": seed, "eps": eps,
+            "byte_formula": BYTES_FORMULA, "protocols": {k: asdict(p) for k, p in protocols.items()},
+            "methods": [m.to_json() for m in methods], "discovery": list(discovery or []),
+            "versions": _versions(),
+            "clocks": "left alone: no clock locking, no persistence-mode or power-limit changes",
+            "copy_ceiling": ceiling, "cases": done, "wall_s": time.perf_counter() - t0}
+
+
+# --- tables from a record ---------------------------------------------------------------------------------------
+
+def _case(record: dict, key: str) -> dict:
+    for c in record["cases"]:
+        if c["key"] == key:
+            return c
+    raise KeyError(f"no case {key!r}; have {[c['key'] for c in record['cases']]}")
+
+
+def case_keys(record: dict) -> list[str]:
+    return [c["key"] for c in record["cases"]]
+
+
+def method_rows(record: dict) -> list[dict]:
+    return [{"method": m["name"], "family": m["family"], "reference order": m["reference_order"],
+             "what": m["description"]} for m in record["methods"]]
+
+
+def timing_rows(record: dict, key: str, protocol: str = "A") -> list[dict]:
+    """The timing table of one case and protocol: medians [q25, q75], paired speedup vs native, bandwidth,
+    and the bit-equal fraction, fastest first."""
+    case = _case(record, key)
+    t = case["timing"].get(protocol)
+    if not t:
+        return []
+    out = []
+    for name, s in t["stats"].items():
+        row, r = case["methods"][name], t["ratio_vs_baseline"][name]
+        bw = case["bandwidth"][protocol][name]
+        out.append({"method": name, "family": row["family"], "ref order": row["reference_order"],
+                    "median ms": s["median_ms"], "q25 ms": s["q25_ms"], "q75 ms": s["q75_ms"],
+                    "speedup vs native [q25, q75]": f"{r['median']:.3g} [{r['q25']:.3g}, {r['q75']:.3g}]",
+                    "GB/s": round(bw["gbs_median"], 1),
+                    "% copy ceiling": (round(100 * bw["fraction_of_copy_ceiling"], 1)
+                                       if bw.get("fraction_of_copy_ceiling") else None),
+                    "bit-equal fraction": row["check"]["bit_equal_fraction"],
+                    "max abs diff": row["check"]["max_abs_error"], "n": s["n"]})
+    return sorted(out, key=lambda r: r["median ms"])
+
+
+def untimed_rows(record: dict, key: str) -> list[dict]:
+    """Every method of the case that is missing from some protocol's table, with the reason."""
+    case = _case(record, key)
+    out = []
+    for name, row in case["methods"].items():
+        if row["status"] != "timed":
+            out.append({"method": name, "status": row["status"],
+                        "bit-equal fraction": (row["check"] or {}).get("bit_equal_fraction"),
+                        "why not timed": failure_text(row)})
+        for proto, why in row.get("excluded", {}).items():
+            out.append({"method": name, "status": f"not in protocol {proto}", "bit-equal fraction":
+                        (row["check"] or {}).get("bit_equal_fraction"), "why not timed": why})
+    for proto, err in case.get("timing_errors", {}).items():
+        out.append({"method": "(all)", "status": f"protocol {proto} failed", "bit-equal fraction": None,
+                    "why not timed": err})
+    return out
+
+
+def check_rows(record: dict, key: str) -> list[dict]:
+    case = _case(record, key)
+    out = []
+    for name, row in case["methods"].items():
+        c = row["check"] or {}
+        notes = row.get("notes", {})
+        out.append({"method": name, "official pass": c.get("official_pass"),
+                    "bit-equal fraction": c.get("bit_equal_fraction"), "max abs diff": c.get("max_abs_error"),
+                    "over budget": c.get("bad_finite_candidate_scale"), "build+first call s": round(row["build_s"], 2),
+                    "note": "; ".join(notes.get("deprecation", [])) or (row["error"] or "")})
+    return out
+
+
+def shape_rows(record: dict, protocol: str = "A") -> list[dict]:
+    """One row per method, one column per case: paired median speedup vs native (median ms)."""
+    out = {}
+    for case in record["cases"]:
+        t = case["timing"].get(protocol)
+        for name, row in case["methods"].items():
+            cell = out.setdefault(name, {"method": name})
+            if t and name in t["stats"]:
+                cell[case["key"]] = (f"{t['ratio_vs_baseline'][name]['median']:.3g}x "
+                                     f"({t['stats'][name]['median_ms']:.4g} ms)")
+            else:
+                cell[case["key"]] = f"— ({row['status']})"
+    return list(out.values())
+
+
+def ceiling_rows(record: dict) -> list[dict]:
+    return [{"protocol": k, "buffer MiB": v["buffer_bytes"] >> 20, "bytes moved per call": v["bytes_moved"],
+             "median ms": v["median_ms"], "GB/s (read + write)": round(v["gbs_median"], 1),
+             "rounds x repeats": f"{v['timing']['protocol']['rounds']} x {v['timing']['protocol']['repeats']}"}
+            for k, v in record.get("copy_ceiling", {}).items()]
+
+
+def protocol_rows(record: dict) -> list[dict]:
+    return [{"key": k, **p} for k, p in record["protocols"].items()]
+
+
+# --- plots ------------------------------------------------------------------------------------------------------
+
+def plot_samples(record: dict, protocol: str = "A", label: str = ""):
+    """Per-round samples per method, one panel per case (box + points, log-scale ms)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cases = [c for c in record["cases"] if c["timing"].get(protocol)]
+    if not cases:
+        return None
+    fig, axes = plt.subplots(len(cases), 1, figsize=(11, 3.2 * len(cases)), squeeze=False)
+    rng = np.random.default_rng(0)
+    for ax, case in zip(axes[:, 0], cases):
+        t = case["timing"][protocol]
+        names = sorted(t["samples_ms"], key=lambda n: t["stats"][n]["median_ms"])
+        data = [t["samples_ms"][n] for n in names]
+        ax.boxplot(data, showfliers=False, widths=0.5)
+        for i, d in enumerate(data, start=1):
+            ax.plot(i + rng.uniform(-0.15, 0.15, len(d)), d, ".", ms=3, alpha=0.5, color="tab:blue")
+        ax.set_yscale("log")
+        ax.set_xticks(range(1, len(names) + 1), names, rotation=25, ha="right", fontsize=8)
+        ax.set_ylabel("ms per call")
+        ax.set_title(f"{case['key']} — protocol {protocol}, {t['protocol']['rounds']} rounds", fontsize=10)
+        ax.grid(True, which="both", axis="y", alpha=0.3)
+    fig.suptitle(f"Per-round samples {label}".strip(), fontsize=11)
+    fig.tight_layout()
+    return fig
+
+
+def plot_speedups(record: dict, protocol: str = "A", label: str = ""):
+    """Paired speedup vs native per method and case: median with q25/q75 error bars, log scale."""
+    import matplotlib.pyplot as plt
+
+    cases = [c for c in record["cases"] if c["timing"].get(protocol)]
+    if not cases:
+        return None
+    names = list(dict.fromkeys(n for c in cases for n in c["timing"][protocol]["ratio_vs_baseline"]))
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    width = 0.8 / len(cases)
+    for j, case in enumerate(cases):
+        r = case["timing"][protocol]["ratio_vs_baseline"]
+        xs = [i + (j - (len(cases) - 1) / 2) * width for i, n in enumerate(names) if n in r]
+        med = [r[n]["median"] for n in names if n in r]
+        lo = [r[n]["median"] - r[n]["q25"] for n in names if n in r]
+        hi = [r[n]["q75"] - r[n]["median"] for n in names if n in r]
+        ax.errorbar(xs, med, yerr=[lo, hi], fmt="o", ms=4, capsize=3, label=case["key"])
+    ax.axhline(1.0, color="gray", lw=1, ls="--")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(names)), names, rotation=25, ha="right", fontsize=8)
+    ax.set_ylabel("speedup vs native (paired per round)")
+    ax.set_title(f"Speedup vs native, protocol {protocol}, median [q25, q75] {label}".strip(), fontsize=10)
+    ax.grid(True, which="both", axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+# --- verdict ----------------------------------------------------------------------------------------------------
+
+def _speed(case: dict, name: str, protocol: str):
+    t = case["timing"].get(protocol)
+    if not t or name not in t["ratio_vs_baseline"]:
+        return None
+    return t["ratio_vs_baseline"][name]
+
+
+def verdict_lines(record: dict, provenance: dict, run_id: str, protocol: str = "A") -> list[str]:
+    """What the record supports, and what it does not, in sentences whose numbers all come from the record."""
+    lines = [f"Run {run_id}: {provenance.get('gpu')} ({provenance.get('gpu_sms')} SMs), torch "
+             f"{provenance.get('torch')} (CUDA {provenance.get('torch_cuda')}), driver {provenance.get('driver')}; "
+             f"clocks {record.get('clocks', 'not recorded')}."]
+    for case in record["cases"]:
+        t = case["timing"].get(protocol)
+        if not t:
+            lines.append(f"{case['key']}: no protocol {protocol} timing ({case.get('timing_errors', {})}).")
+            continue
+        native = t["stats"][BASELINE]["median_ms"]
+        timed = [n for n in t["stats"] if n != BASELINE]
+        identical = [n for n in timed if case["methods"][n]["check"]["bit_equal_fraction"] == 1.0]
+        best = max(timed, key=lambda n: t["ratio_vs_baseline"][n]["median"]) if timed else None
+        best_id = max(identical, key=lambda n: t["ratio_vs_baseline"][n]["median"]) if identical else None
+        parts = [f"{case['key']} (protocol {protocol}): native {native:.4g} ms"]
+        if best_id:
+            r = t["ratio_vs_baseline"][best_id]
+            parts.append(f"fastest bit-identical method other than native: {best_id} {r['median']:.3g}x "
+                         f"[{r['q25']:.3g}, {r['q75']:.3g}]")
+        if best and best != best_id:
+            r = t["ratio_vs_baseline"][best]
+            parts.append(f"fastest method passing the official check: {best} {r['median']:.3g}x "
+                         f"[{r['q25']:.3g}, {r['q75']:.3g}], bit-equal fraction "
+                         f"{case['methods'][best]['check']['bit_equal_fraction']:.4g}")
+        slower = [f"{n} {t['ratio_vs_baseline'][n]['median']:.3g}x" for n in timed
+                  if t["ratio_vs_baseline"][n]["q75"] < 1.0]
+        if slower:
+            parts.append("slower than native in at least 3/4 of rounds: " + ", ".join(slower))
+        missing = [f"{n} ({row['status']})" for n, row in case["methods"].items() if row["status"] != "timed"]
+        if missing:
+            parts.append("not timed: " + ", ".join(missing))
+        lines.append("; ".join(parts) + ".")
+    l2 = provenance.get("gpu_l2_bytes")
+    lines.append("Not supported by this run: other GPUs, locked clocks, other torch builds, other input "
+                 "distributions or seeds (one uniform input per case; the bit-identity notebook covers the rest), "
+                 "and any claim about a method that was not timed. Protocol A replays CUDA graphs, so its times "
+                 "exclude launch overhead; protocol B includes it. Inputs smaller than the L2"
+                 + (f" ({l2 / 2**20:.0f} MiB)" if l2 else "") + " stay cached under protocol A, so their "
+                 "bandwidth can exceed the DRAM copy ceiling.")
+    return lines

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .contract import require_vectorized
 from .launch import launch
 from .validate import check_output, layer_norm_layout
 
@@ -31,6 +32,22 @@ def launch_affine_rows(x, mean, rstd, weight, bias, y, rows: int, n: int) -> Non
            (x, mean, rstd, weight, bias, y, np.int32(n4)), x.device)
 
 
+def _consult_contract(x, weight, bias) -> None:
+    """Refuse inputs on which torch would take RowwiseMomentsCUDAKernel instead of the vectorized kernel.
+
+    Only well-formed calls are judged here (tensors, trailing dims equal to weight's shape); anything else is left
+    to layer_norm_layout's messages. `out` is not torch's Y (torch allocates its own), so its alignment is
+    checked by check_output as a limit of this kernel, not of torch."""
+    import torch
+
+    if not all(isinstance(t, torch.Tensor) for t in (x, weight, bias)):
+        return
+    shape = tuple(weight.shape)
+    if not shape or x.dim() < len(shape) or tuple(x.shape[x.dim() - len(shape):]) != shape:
+        return
+    require_vectorized(x, weight, bias)
+
+
 def reference_order_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
     """LayerNorm over weight's shape with torch's vectorized-path arithmetic.
 
@@ -43,8 +60,11 @@ def reference_order_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, 
     Returns:
         y, or (y, mean, rstd).
     Raises:
-        ValueError naming the violated condition, before any launch.
+        ValueError naming the violated condition, before any launch. Inputs on which torch itself would not take
+        its vectorized path (labkit.contract.torch_path: misaligned x/weight/bias, N % 4 != 0, N > 2**24,
+        float64) are refused first, with a message saying so: torch's order is then a different reduction.
     """
+    _consult_contract(x, weight, bias)
     layout = layer_norm_layout(x, weight, bias, eps)
     if out is not None:
         check_output("out", out, x)

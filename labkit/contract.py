@@ -1,0 +1,465 @@
+"""The reference-order contract: what torch's vectorized CUDA LayerNorm computes, as data.
+
+Read from `aten/src/ATen/native/cuda/layer_norm_kernel.cu` (see `SOURCE` for where and at which lines), checked
+against the installed torch (`read_thread_constants`) and against the machine code of torch 2.11.0+cu130
+(`labkit.sass`, committed summary under data/sass/). Wrappers that promise torch's bits consult `torch_path`
+first: on inputs where torch itself would leave the vectorized path, its order is different and no
+reference-order kernel can claim identity.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+VECTORIZED = "vectorized"
+ROWWISE = "rowwise_moments"
+UNSUPPORTED = "unsupported"
+
+# Where the walkthrough was read. The tag v2.11.0 itself could not be fetched here (the pytorch/pytorch snapshot
+# is 4 GB, over the fetch limit, and the search index keeps an older commit), so the forward path was read at a
+# fork commit whose kernels have the template signatures compiled into the 2.11.0 wheel (the `rms_norm` bool);
+# the headers it relies on are read from the 2.11.0+cu130 wheel itself, and the arithmetic is confirmed on the
+# wheel's machine code (data/sass/).
+SOURCE = {
+    "file": "aten/src/ATen/native/cuda/layer_norm_kernel.cu",
+    "tag_described": "v2.11.0",
+    "read_at": "cyyever/pytorch@0660972b2e907c38dff07fb1dbbb4c3310791427 (fork of pytorch/pytorch)",
+    "lines": {
+        "can_vectorize": "51-55",
+        "RowwiseMomentsCUDAKernel": "58-100",
+        "LayerNormForwardCUDAKernel": "102-126",
+        "WelfordDataLN": "128-134",
+        "cuWelfordOnlineSum (push)": "136-149",
+        "cuWelfordCombine (merge)": "151-175",
+        "compute_stats": "177-237",
+        "compute_stats: per-thread float4 loop": "188-198",
+        "compute_stats: shuffle-down merge": "199-203",
+        "compute_stats: inter-warp tree": "205-227",
+        "compute_stats: sigma2/float(N)": "228-233",
+        "vectorized_layer_norm_kernel_impl": "240-317",
+        "vectorized_layer_norm_kernel_impl: rsqrt": "267",
+        "vectorized_layer_norm_kernel_impl: affine output": "275-282",
+        "vectorized_layer_norm_kernel": "333-345",
+        "launch_vectorized_layer_norm_kernel": "host code after the backward kernels (by name)",
+        "LayerNormKernelImplInternal": "host code after launch_vectorized_layer_norm_kernel (by name)",
+    },
+    "headers_from_wheel_2.11.0": {
+        "ATen/native/cuda/thread_constants.h": "num_threads() 19-21 (non-ROCm branch)",
+        "ATen/native/SharedReduceOps.h": "WelfordData 81-, WelfordOps 99-162 (reduce 104-118, combine 119-137)",
+        "ATen/native/cuda/block_reduce.cuh": "kCUDABlockReduceNumThreads 9, WarpReduce 120-127, BlockReduce 129-146",
+        "ATen/cuda/DeviceUtils.cuh": "WARP_SHFL_DOWN 71-78 (__shfl_down_sync)",
+        "c10/cuda/CUDAMathCompat.h": "rsqrt(float) 123-125 (::rsqrtf)",
+    },
+}
+
+
+@dataclass(frozen=True)
+class PathConditions:
+    """When LayerNormKernelImplInternal launches vectorized_layer_norm_kernel (all must hold)."""
+
+    dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")  # double always takes the other path
+    max_n: int = 1 << 24  # `1ULL << std::numeric_limits<float>::digits`: counts are floats
+    n_multiple: int = 4  # vec_size: every row starts aligned when the tensor does
+    alignment: str = "vec_size * sizeof(T) bytes (16 for float32, 8 for float16/bfloat16)"
+    aligned_buffers: tuple[str, ...] = ("X", "Y", "gamma", "beta")
+    may_be_null: tuple[str, ...] = ("gamma", "beta")  # an undefined gamma/beta counts as aligned
+    note: str = ("torch makes X, gamma and beta contiguous first (expect_contiguous): a non-contiguous input is "
+                 "copied to a fresh, aligned buffer, so only contiguous misaligned views reach the other path")
+
+    def alignment_bytes(self, itemsize: int) -> int:
+        return 4 * itemsize
+
+
+@dataclass(frozen=True)
+class ReferenceContract:
+    name: str
+    kernel: str
+    threads: int
+    warp_size: int
+    warps: int
+    block: tuple[int, int]
+    grid: str
+    shared_memory: str
+    vector_width: int
+    load_order: str
+    push: str
+    push_contractions: tuple[str, ...]
+    merge: str
+    merge_argument_order: str
+    merge_contractions: tuple[str, ...]
+    warp_tree: str
+    block_tree: str
+    block_tree_shape: tuple[int, ...]
+    final: str
+    output: str
+    output_contraction: str
+    conditions: PathConditions
+    other_path: dict
+    verified_on: tuple[tuple[str, str], ...]
+    source: dict = field(default_factory=lambda: SOURCE)
+
+    def rows(self) -> list[dict]:
+        """The contract as (aspect, value) rows for a table."""
+        skip = {"source", "other_path", "conditions", "verified_on"}
+        out = [{"aspect": k, "value": v} for k, v in asdict(self).items() if k not in skip]
+        out += [{"aspect": f"condition: {k}", "value": v} for k, v in asdict(self.conditions).items()]
+        out += [{"aspect": f"verified on torch {v}", "value": e} for v, e in self.verified_on]
+        return out
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+OTHER_PATH = {
+    "when": "any vectorized-path condition fails (misaligned X/Y/gamma/beta, N % 4 != 0, N > 2**24, double)",
+    "statistics_kernel": "RowwiseMomentsCUDAKernel<T, T_ACC>: grid M, block cuda_utils::kCUDABlockReduceNumThreads "
+                         "= 512 threads (1-D), static shared WelfordData[C10_WARP_SIZE]",
+    "load_order": "thread j reads elements j, j+512, j+1024, ... of its row (scalar loads, no float4)",
+    "push": "WelfordOps::reduce: n += 1 (int64), nf = float(n); delta = x - mean; mean = mean + delta / nf "
+            "(IEEE division, not a reciprocal multiply); m2 = m2 + delta * (x - mean_new)",
+    "merge": "WelfordOps::combine(a, b): empty sides pass through; delta = b.mean - a.mean; nf = a.nf + b.nf; "
+             "w = b.nf / nf; mean = a.mean + delta * w; m2 = a.m2 + b.m2 + delta * delta * a.nf * w",
+    "tree": "cuda_utils::BlockReduce: WarpReduce (shuffle-down 16..1, combine(own, received)), lane 0 of each "
+            "of the 16 warps writes shared[warp], then warp 0 reduces the 16 values with WarpReduce again",
+    "final": "project: var = m2 / nf (correction 0); rstd = rsqrt(var + eps)",
+    "output_kernel": "LayerNormForwardCUDAKernel<T, T_ACC>: grid M, block kCUDANumThreads = 256, scalar loop",
+    "output": "y = (x - mean) * rstd * gamma + beta, i.e. fma(round(round(x - mean) * rstd), gamma, beta) on "
+              "torch 2.11 sm_90 (the same rounding sequence as the vectorized path's output: products commute)",
+    "status": "no reference-order kernel here covers it; the wrappers refuse such inputs",
+}
+
+
+def _ast_eval(expr: str, names: dict[str, int]) -> int:
+    """Integer value of a small C expression (+, -, *, /, <<, parentheses, integer literals, known names)."""
+    ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
+           ast.Div: operator.floordiv, ast.LShift: operator.lshift, ast.RShift: operator.rshift}
+    tree = ast.parse(re.sub(r"(\d+)[uUlL]+\b", r"\1", expr.strip()), mode="eval")
+
+    def ev(n):
+        if isinstance(n, ast.Expression):
+            return ev(n.body)
+        if isinstance(n, ast.Constant) and isinstance(n.value, int):
+            return n.value
+        if isinstance(n, ast.Name) and n.id in names:
+            return names[n.id]
+        if isinstance(n, ast.BinOp) and type(n.op) in ops:
+            return ops[type(n.op)](ev(n.left), ev(n.right))
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub):
+            return -ev(n.operand)
+        raise ValueError(f"cannot evaluate {ast.dump(n)} in {expr!r}")
+
+    return ev(tree)
+
+
+def _non_rocm_definitions(text: str, pattern: re.Pattern) -> list[tuple[int, re.Match]]:
+    """Matches of `pattern` (one per line) outside `USE_ROCM` branches, with 1-based line numbers. A tiny
+    preprocessor: only #if/#ifdef/#ifndef/#elif/#else/#endif nesting is tracked, and only USE_ROCM decides."""
+    stack: list[str | None] = []  # per open #if: "rocm" (inside a USE_ROCM-true branch), "cuda", or None
+    found = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("//", 1)[0].strip()
+        directive = re.match(r"#\s*(ifdef|ifndef|if|elif|else|endif)\b(.*)", line)
+        if directive:
+            kind, cond = directive.group(1), directive.group(2)
+            mentions = "USE_ROCM" in cond
+            negated = kind == "ifndef" or re.search(r"!\s*defined\s*\(?\s*USE_ROCM", cond) is not None
+            if kind in ("if", "ifdef", "ifndef"):
+                stack.append(("cuda" if negated else "rocm") if mentions else None)
+            elif kind == "elif" and stack:
+                stack[-1] = ("cuda" if negated else "rocm") if mentions else (
+                    "cuda" if stack[-1] == "rocm" else stack[-1])
+            elif kind == "else" and stack:
+                stack[-1] = {"rocm": "cuda", "cuda": "rocm"}.get(stack[-1], stack[-1])
+            elif kind == "endif" and stack:
+                stack.pop()
+            continue
+        if "rocm" in stack:
+            continue
+        m = pattern.search(line)
+        if m:
+            found.append((lineno, m))
+    return found
+
+
+def torch_include_dir(torch_module=None) -> Path | None:
+    if torch_module is None:
+        try:
+            import torch as torch_module
+        except ImportError:
+            return None
+    inc = Path(os.path.dirname(torch_module.__file__)) / "include"
+    return inc if inc.is_dir() else None
+
+
+def read_thread_constants(torch_module=None) -> dict:
+    """Read the installed torch's `ATen/native/cuda/thread_constants.h` and derive `num_threads()` (the block size
+    of the vectorized LayerNorm: threads = (warp_size, num_threads()/warp_size)).
+
+    Returns a dict with `num_threads` (int) and the raw lines it came from, or `num_threads: None` and `reason`
+    when the header (or the warp size) cannot be found — e.g. a torch build without its C++ headers.
+    """
+    inc = torch_include_dir(torch_module)
+    version = getattr(torch_module, "__version__", None)
+    if version is None:
+        try:
+            import torch
+
+            version = torch.__version__
+        except ImportError:
+            version = None
+    base = {"torch": version, "num_threads": None}
+    if inc is None:
+        return {**base, "reason": "torch has no include/ directory (headers not installed)"}
+    header = inc / "ATen" / "native" / "cuda" / "thread_constants.h"
+    if not header.is_file():
+        return {**base, "header": str(header), "reason": f"{header} is absent from this torch installation"}
+    text = header.read_text()
+    lines = text.splitlines()
+    heads = _non_rocm_definitions(text, re.compile(r"\bnum_threads\(\)\s*\{"))
+    if not heads:
+        return {**base, "header": str(header), "reason": "no non-ROCm num_threads() definition found"}
+    lineno = heads[0][0]
+    tail = " ".join(lines[lineno - 1:lineno + 3])
+    m = re.search(r"num_threads\(\)\s*\{\s*return\s+([^;]+);", tail)
+    if m is None:
+        return {**base, "header": str(header), "line": lineno, "reason": "num_threads() body not understood"}
+    expr = m.group(1).strip()
+    end = next((i for i in range(lineno - 1, min(len(lines), lineno + 3)) if "}" in lines[i]), lineno)
+    raw_lines = "\n".join(lines[lineno - 1:end + 1]).strip()
+    warp, warp_src = None, None
+    for rel in ("torch/headeronly/macros/Macros.h", "c10/macros/Macros.h"):
+        path = inc / rel
+        if path.is_file():
+            hits = _non_rocm_definitions(path.read_text(), re.compile(r"#\s*define\s+C10_WARP_SIZE\s+(\S.*)$"))
+            for ln, hm in hits:
+                try:
+                    warp = _ast_eval(hm.group(1), {})
+                    warp_src = f"{rel}:{ln}: {hm.group(0).strip()}"
+                    break
+                except ValueError:
+                    continue
+        if warp is not None:
+            break
+    if warp is None:
+        return {**base, "header": str(header), "line": lineno, "raw": raw_lines, "expression": expr,
+                "reason": "C10_WARP_SIZE's CUDA definition not found in the installed headers"}
+    threads = _ast_eval(expr, {"C10_WARP_SIZE": warp})
+    return {**base, "header": str(header), "line": lineno, "raw": raw_lines, "expression": expr,
+            "warp_size": warp, "warp_size_source": warp_src, "num_threads": threads,
+            "block": (warp, threads // warp)}
+
+
+# ------------------------------------------------------------------------------------------ verified on ---
+
+def _verified_on() -> tuple[tuple[str, str], ...]:
+    out = [("2.5.1", "post: RTX 3090, 30/30 full-size cases")]
+    try:
+        from .results import committed_runs, load_run
+    except Exception:  # pragma: no cover - results imports nothing heavy; keep the contract importable anyway
+        return tuple(out)
+    for name in ("environment", "bit_identity"):
+        for run_dir in committed_runs(name):
+            try:
+                records = load_run(run_dir)["records"]
+            except (ValueError, OSError):
+                continue
+            prov = records.get("run", {}).get("provenance", {})
+            cases = records.get("bit_identity", {}).get("cases", [])
+            if not cases:
+                continue
+            ok = sum(bool(c.get("identical")) for c in cases)
+            gpu = prov.get("gpu") or "GPU"
+            rel = f"data/runs/{run_dir.name}"
+            out.append((prov.get("torch", "?"),
+                        f"{gpu.replace('NVIDIA ', '')} run {rel} ({name}): {ok}/{len(cases)} cases bit-identical"))
+    return tuple(out)
+
+
+TORCH_VECTORIZED_LN = ReferenceContract(
+    name="torch vectorized CUDA LayerNorm (FP32)",
+    kernel="vectorized_layer_norm_kernel<float, float> (compute_stats + affine loop in one kernel)",
+    threads=128,
+    warp_size=32,
+    warps=4,
+    block=(32, 4),
+    grid="M blocks, one per row (blocks(M)); rows of N elements",
+    shared_memory="dynamic, threads.y * 3/2 floats = 6 floats: means/sigma2 at buf[0..2*y), counts at buf[y..2y)",
+    vector_width=4,
+    load_order="thread t = lane + 32*warp reads float4 vectors t, t+128, t+256, ... of its row and pushes the "
+               "components x, y, z, w in that order",
+    push="cuWelfordOnlineSum: delta = x - mean; count' = count + 1; mean' = mean + delta * (1.f/count'); "
+         "sigma2' = sigma2 + delta * (x - mean')",
+    push_contractions=("mean' = fma(delta, 1/count', mean), 1/count' an IEEE division (MUFU.RCP + Newton step "
+                       "+ slow path, not an approximation)",
+                       "sigma2' = fma(delta, round(x - mean'), sigma2)"),
+    merge="cuWelfordCombine(dataB, dataA): delta = B.mean - A.mean; count = A.count + B.count; coef = 1.f/count; "
+          "nA = A.count*coef; nB = B.count*coef; mean = nA*A.mean + nB*B.mean; "
+          "sigma2 = A.sigma2 + B.sigma2 + delta*delta*A.count*nB (count 0: all zero)",
+    merge_argument_order="wd = cuWelfordCombine(wd, wdB): B = the thread's own state, A = the state received "
+                         "(shuffled from lane+offset, or read from shared memory in the block tree)",
+    merge_contractions=("mean = fma(nA, A.mean, round(nB*B.mean)) (the first product is fused)",
+                        "sigma2 = fma(nB, round(round(delta*delta)*A.count), round(A.sigma2 + B.sigma2))"),
+    warp_tree="shuffle-down with offsets 16, 8, 4, 2, 1 (__shfl_down_sync, full mask); lane 0 holds the warp",
+    block_tree="offset 2: warps 2,3 write (mean, sigma2, count) to shared, warps 0,1 merge them; offset 1: "
+               "warp 1 writes, warp 0 merges (lane 0 of each warp only)",
+    block_tree_shape=(2, 1),
+    final="var = sigma2 / float(N) (IEEE division); rstd = rsqrtf(var + eps) (MUFU.RSQ, hardware approximation); "
+          "mean and rstd stored by thread 0",
+    output="y = gamma * (rstd * (x - mean)) + beta",
+    output_contraction="fma(gamma, round(rstd * round(x - mean)), beta)",
+    conditions=PathConditions(),
+    other_path=OTHER_PATH,
+    verified_on=_verified_on(),
+)
+
+
+# ------------------------------------------------------------------------------------------- torch_path ---
+
+def _dtype_name(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def torch_path(x, weight, bias, y=None, normalized_shape=None,
+               contract: ReferenceContract = TORCH_VECTORIZED_LN) -> tuple[str, str]:
+    """Which forward path torch's CUDA LayerNorm takes for these tensors: ("vectorized" | "rowwise_moments" |
+    "unsupported", reason).
+
+    Decided as LayerNormKernelImplInternal does, from dtype, N (the product of normalized_shape, default
+    weight's or bias's shape), N % 4, and the addresses of X, Y, gamma and beta (`y` is the output buffer if
+    the caller has one; torch's own fresh output is always aligned). Tensors may live on any device: only
+    their dtype, shape and data_ptr are read, so the decision can be shown on a CPU-only machine.
+    """
+    cond = contract.conditions
+    if normalized_shape is None:
+        ref = weight if weight is not None else bias
+        if ref is None:
+            raise ValueError("pass normalized_shape when both weight and bias are None")
+        normalized_shape = tuple(ref.shape)
+    n = math.prod(int(d) for d in normalized_shape)
+    dtype = _dtype_name(x)
+    if dtype == "float64":
+        return ROWWISE, "dtype float64: torch's vectorized kernel handles float32/float16/bfloat16 only"
+    if dtype not in cond.dtypes:
+        return UNSUPPORTED, f"dtype {dtype}: torch's CUDA LayerNorm is for floating types"
+    if n > cond.max_n:
+        return ROWWISE, (f"N = {n} > 2**24 = {cond.max_n}: float counts would lose integers, torch uses "
+                         f"RowwiseMomentsCUDAKernel")
+    if n % cond.n_multiple:
+        return ROWWISE, f"N = {n} is not a multiple of {cond.n_multiple}: rows would not start float4-aligned"
+    align = cond.alignment_bytes(x.element_size())
+    buffers = {"X": x, "Y": y, "gamma": weight, "beta": bias}
+    for name in cond.aligned_buffers:
+        t = buffers[name]
+        if t is None:
+            continue  # undefined gamma/beta count as aligned; Y defaults to torch's own aligned allocation
+        if name == "X" and not t.is_contiguous():
+            continue  # torch copies a non-contiguous input to a fresh (aligned) buffer first
+        if t.numel() and t.data_ptr() % align:
+            return ROWWISE, (f"{name} is {t.data_ptr() % align} bytes off {align}-byte alignment "
+                             f"(can_vectorize fails)")
+    return VECTORIZED, (f"{dtype}, N = {n} <= 2**24, N % 4 == 0, X/Y/gamma/beta {align}-byte aligned "
+                        f"(absent gamma/beta count as aligned)")
+
+
+def require_vectorized(x, weight, bias, y=None, normalized_shape=None) -> None:
+    """Raise ValueError when torch itself would not take the vectorized path for these tensors: its order is
+    then RowwiseMomentsCUDAKernel's block reduction over WelfordOps, and torch's bits cannot be promised."""
+    path, reason = torch_path(x, weight, bias, y, normalized_shape)
+    if path != VECTORIZED:
+        raise ValueError(f"torch itself would take its other path ({path}: RowwiseMomentsCUDAKernel + "
+                         f"LayerNormForwardCUDAKernel, a different reduction order) because {reason}; "
+                         f"this reference-order kernel reproduces only the vectorized path")
+
+
+def examples(device: str = "cpu") -> list[dict]:
+    """torch_path on a few tensors: aligned, a misaligned view, N % 4 != 0, N > 2**24 (meta), float64."""
+    import torch
+
+    rows = []
+    flat = torch.rand(2 * 64 + 1, device=device)
+    w, b = torch.ones(64, device=device), torch.zeros(64, device=device)
+    cases = {
+        "aligned (2, 64) float32": (torch.rand(2, 64, device=device), w, b, None),
+        "view 4 bytes off alignment (flat[1:])": (flat[1:].view(2, 64), w, b, None),
+        "N = 6 (N % 4 != 0)": (torch.rand(2, 6, device=device), torch.ones(6, device=device),
+                               torch.zeros(6, device=device), None),
+        "N = 2**24 + 4 (meta tensors)": (torch.empty(1, (1 << 24) + 4, device="meta"),
+                                         torch.empty((1 << 24) + 4, device="meta"),
+                                         torch.empty((1 << 24) + 4, device="meta"), None),
+        "float64": (torch.rand(2, 64, device=device, dtype=torch.float64), w.double(), b.double(), None),
+        "no affine (gamma, beta None)": (torch.rand(2, 64, device=device), None, None, (64,)),
+        "non-contiguous input (torch copies it)": (torch.rand(64, 2, device=device).t(), w, b, None),
+    }
+    for label, (x, weight, bias, shape) in cases.items():
+        path, reason = torch_path(x, weight, bias, normalized_shape=shape)
+        rows.append({"case": label, "torch path": path, "reason": reason})
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------ figure ---
+
+def reduction_tree_figure(contract: ReferenceContract = TORCH_VECTORIZED_LN):
+    """Matplotlib figure of one row's reduction: the shuffle-down merges inside a warp (every lane merges, the
+    lanes that feed lane 0 are highlighted), then the shared-memory tree over the warps."""
+    import matplotlib.pyplot as plt
+
+    ws, warps = contract.warp_size, contract.warps
+    offsets = []
+    o = ws // 2
+    while o:
+        offsets.append(o)
+        o //= 2
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 5.2), gridspec_kw={"width_ratios": [3, 1.2]})
+    # which lanes' results reach lane 0: at the last level only lane 0; going up, lane i needs i and i+offset
+    needed = [{0}]
+    for off in reversed(offsets):
+        prev = needed[-1]
+        needed.append(prev | {i + off for i in prev})
+    needed = list(reversed(needed))  # needed[level] before applying offsets[level]
+    for level, off in enumerate(offsets):
+        y0, y1 = -level, -(level + 1)
+        for lane in range(ws):
+            src = lane + off
+            if src < ws:
+                hot = lane in needed[level + 1]
+                ax.annotate("", xy=(lane, y1), xytext=(src, y0),
+                            arrowprops=dict(arrowstyle="-|>", lw=1.4 if hot else 0.4,
+                                            color="C3" if hot else "0.8", shrinkA=3, shrinkB=3))
+        ax.text(-1.5, (y0 + y1) / 2, f"shfl_down {off}", ha="right", va="center", fontsize=9)
+    for level in range(len(offsets) + 1):
+        ax.scatter(range(ws), [-level] * ws, s=14,
+                   c=["C3" if lane in needed[level] else "0.6" for lane in range(ws)], zorder=3)
+    ax.set_title(f"one warp: lanes 0..{ws - 1}, merge(own = B, received = A) at each step; "
+                 f"red = what reaches lane 0", fontsize=10)
+    ax.set_xlim(-9, ws)
+    ax.set_axis_off()
+    # block tree over warps
+    level, off = 0, warps // 2
+    while off:
+        for w in range(off):
+            bx.annotate("", xy=(w, -(level + 1)), xytext=(w + off, -level),
+                        arrowprops=dict(arrowstyle="-|>", color="C0", lw=1.5, shrinkA=6, shrinkB=6))
+            bx.annotate("", xy=(w, -(level + 1)), xytext=(w, -level),
+                        arrowprops=dict(arrowstyle="-", color="0.6", lw=1, shrinkA=6, shrinkB=6))
+        bx.text(warps - 0.4, -(level + 0.5), f"offset {off}\n(shared memory)", fontsize=8, va="center")
+        level += 1
+        off //= 2
+    for lv in range(level + 1):
+        live = warps >> lv if lv else warps
+        for w in range(max(live, 1)):
+            bx.scatter([w], [-lv], s=260, color="C0" if lv == 0 else "C2", zorder=3)
+            bx.text(w, -lv, f"w{w}", ha="center", va="center", color="white", fontsize=8, zorder=4)
+    bx.text(0, -(level + 0.45), "thread (0,0): mean, sigma2/N,\nrstd = rsqrtf(var + eps)", ha="left", fontsize=8)
+    bx.set_xlim(-0.6, warps + 1.2)
+    bx.set_ylim(-(level + 0.9), 0.5)
+    bx.set_title(f"{warps} warps -> block tree {contract.block_tree_shape}", fontsize=10)
+    bx.set_axis_off()
+    fig.suptitle(f"{contract.name}: one row = one block of {contract.threads} threads "
+                 f"({contract.block[0]} x {contract.block[1]})", fontsize=11)
+    fig.tight_layout()
+    return fig

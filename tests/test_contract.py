@@ -1,0 +1,182 @@
+"""The reference-order contract on CPU: header parsing of the installed torch, torch_path's conditions, the
+wrapper's refusals, and the two notebooks (05, 06) executed in CPU mode."""
+import json
+import types
+
+import pytest
+import torch
+
+from labkit import contract
+from labkit.contract import ROWWISE, TORCH_VECTORIZED_LN as C, VECTORIZED, torch_path
+from labkit.reference_order import reference_order_layer_norm
+
+
+def test_installed_header_gives_the_contract_block():
+    tc = contract.read_thread_constants()
+    if tc["num_threads"] is None:
+        pytest.skip(f"installed torch ships no usable thread_constants.h: {tc['reason']}")
+    assert tc["num_threads"] == C.threads == C.warp_size * C.warps
+    assert tuple(tc["block"]) == C.block
+    assert "num_threads()" in tc["raw"] and tc["expression"]
+
+
+def _fake_torch(tmp_path, header: str | None, macros: str | None):
+    inc = tmp_path / "torch" / "include"
+    if header is not None:
+        (inc / "ATen/native/cuda").mkdir(parents=True)
+        (inc / "ATen/native/cuda/thread_constants.h").write_text(header)
+    if macros is not None:
+        (inc / "c10/macros").mkdir(parents=True, exist_ok=True)
+        (inc / "c10/macros/Macros.h").write_text(macros)
+    inc.mkdir(parents=True, exist_ok=True)
+    return types.SimpleNamespace(__file__=str(tmp_path / "torch" / "__init__.py"), __version__="9.9.9")
+
+
+HEADER = """#pragma once
+#if defined(USE_ROCM)
+constexpr int num_threads() {
+  return 256;
+}
+#else
+constexpr uint32_t num_threads() {
+  return C10_WARP_SIZE * 4;
+}
+#endif
+"""
+MACROS = """#ifdef USE_ROCM
+#define C10_WARP_SIZE warpSize
+#else
+// #define C10_WARP_SIZE 16  (a comment must not count)
+#define C10_WARP_SIZE 32
+#endif
+"""
+
+
+def test_header_parser_takes_the_cuda_branch(tmp_path):
+    tc = contract.read_thread_constants(_fake_torch(tmp_path, HEADER, MACROS))
+    assert tc["num_threads"] == 128 and tc["warp_size"] == 32 and tc["line"] == 7
+    assert tc["warp_size_source"].endswith("#define C10_WARP_SIZE 32")
+
+
+def test_header_parser_other_expressions(tmp_path):
+    tc = contract.read_thread_constants(_fake_torch(tmp_path, HEADER.replace("C10_WARP_SIZE * 4", "(C10_WARP_SIZE << 3)"),
+                                                    MACROS))
+    assert tc["num_threads"] == 256
+
+
+@pytest.mark.parametrize("header,macros,why", [(None, MACROS, "absent"), (HEADER, None, "C10_WARP_SIZE")])
+def test_header_parser_skips_cleanly(tmp_path, header, macros, why):
+    tc = contract.read_thread_constants(_fake_torch(tmp_path, header, macros))
+    assert tc["num_threads"] is None and why in tc["reason"]
+
+
+def test_torch_path_conditions():
+    w, b = torch.ones(64), torch.zeros(64)
+    x = torch.rand(2, 64)
+    assert torch_path(x, w, b)[0] == VECTORIZED
+    flat = torch.rand(2 * 64 + 4)
+    assert torch_path(flat[4:].view(2, 64), w, b)[0] == VECTORIZED  # 16 bytes off: still aligned
+    for off in (1, 2, 3):
+        path, why = torch_path(flat[off:off + 128].view(2, 64), w, b)
+        assert path == ROWWISE and "X is" in why and "16-byte" in why
+    g = torch.ones(65)[1:]
+    assert torch_path(x, g, b) == (ROWWISE, "gamma is 4 bytes off 16-byte alignment (can_vectorize fails)")
+    assert torch_path(x, w, torch.zeros(65)[1:])[1].startswith("beta is 4 bytes off")
+    assert torch_path(x, w, b, y=torch.empty(129)[1:].view(2, 64))[1].startswith("Y is 4 bytes off")
+    assert torch_path(x, None, None, normalized_shape=(64,))[0] == VECTORIZED  # absent gamma/beta are fine
+    assert torch_path(torch.rand(2, 6), torch.ones(6), torch.zeros(6))[0] == ROWWISE
+    big = (1 << 24) + 4
+    meta = [torch.empty(1, big, device="meta"), torch.empty(big, device="meta"), torch.empty(big, device="meta")]
+    assert torch_path(*meta)[0] == ROWWISE and "2**24" in torch_path(*meta)[1]
+    edge = [torch.empty(1, 1 << 24, device="meta"), torch.empty(1 << 24, device="meta"),
+            torch.empty(1 << 24, device="meta")]
+    assert torch_path(*edge)[0] == VECTORIZED  # N == 2**24 is still the vectorized path
+    assert torch_path(x.double(), w.double(), b.double())[0] == ROWWISE
+    h = torch.rand(2 * 64 + 4).half()
+    assert torch_path(h[4:].view(2, 64), w.half(), b.half())[0] == VECTORIZED  # 8 bytes: half needs 8
+    assert torch_path(h[2:130].view(2, 64), w.half(), b.half())[0] == ROWWISE
+    assert torch_path(torch.rand(64, 2).t(), w, b)[0] == VECTORIZED  # torch copies non-contiguous input
+    assert torch_path(torch.ones(2, 64, dtype=torch.int32), w, b)[0] == contract.UNSUPPORTED
+    with pytest.raises(ValueError, match="normalized_shape"):
+        torch_path(x, None, None)
+
+
+@pytest.mark.parametrize("label,args,reason", [
+    ("misaligned x", lambda: (torch.rand(129)[1:].view(2, 64), torch.ones(64), torch.zeros(64)), "X is 4 bytes off"),
+    ("misaligned gamma", lambda: (torch.rand(2, 64), torch.ones(65)[1:], torch.zeros(64)), "gamma is 4 bytes off"),
+    ("misaligned beta", lambda: (torch.rand(2, 64), torch.ones(64), torch.zeros(65)[1:]), "beta is 4 bytes off"),
+    ("N % 4", lambda: (torch.rand(2, 6), torch.ones(6), torch.zeros(6)), "not a multiple of 4"),
+    ("float64", lambda: (torch.rand(2, 8).double(), torch.ones(8).double(), torch.zeros(8).double()), "float64"),
+])
+def test_wrapper_refuses_where_torch_takes_its_other_path(label, args, reason):
+    with pytest.raises(ValueError, match="torch itself would take its other path") as exc:
+        reference_order_layer_norm(*args(), 1e-5)
+    assert reason in str(exc.value), label
+
+
+def test_wrapper_refuses_n_over_2_24_before_anything_else():
+    big = (1 << 24) + 4
+    with pytest.raises(ValueError, match=r"other path.*2\*\*24"):
+        reference_order_layer_norm(torch.empty(1, big, device="meta"), torch.empty(big, device="meta"),
+                                   torch.empty(big, device="meta"), 1e-5)
+
+
+def test_wrapper_keeps_its_own_messages_where_torch_is_vectorized():
+    x = torch.rand(2, 64)
+    with pytest.raises(ValueError, match="CUDA tensor"):
+        reference_order_layer_norm(x, torch.ones(64), torch.zeros(64), 1e-5)
+    with pytest.raises(ValueError, match="x must be float32"):  # torch vectorizes half; our kernel does not
+        reference_order_layer_norm(x.half(), torch.ones(64).half(), torch.zeros(64).half(), 1e-5)
+
+
+def test_contract_shape_and_evidence():
+    assert C.threads == 128 and C.block == (32, 4) and C.warps * C.warp_size == C.threads
+    assert C.block_tree_shape == (2, 1) and C.vector_width == 4
+    assert C.conditions.max_n == 1 << 24 and C.conditions.n_multiple == 4
+    assert C.conditions.aligned_buffers == ("X", "Y", "gamma", "beta")
+    assert "B = the thread's own state" in C.merge_argument_order
+    versions = dict(C.verified_on)
+    assert versions["2.5.1"].startswith("post: RTX 3090")
+    from labkit.results import committed_runs
+
+    for run in committed_runs("environment"):
+        assert any(f"data/runs/{run.name}" in ev for _, ev in C.verified_on), run.name
+    json.dumps(C.to_json())
+    assert any(r["aspect"] == "condition: max_n" for r in C.rows())
+
+
+def test_examples_cover_both_paths():
+    rows = {r["case"]: r["torch path"] for r in contract.examples()}
+    assert rows["aligned (2, 64) float32"] == VECTORIZED
+    assert rows["view 4 bytes off alignment (flat[1:])"] == ROWWISE
+    assert rows["N = 6 (N % 4 != 0)"] == ROWWISE
+
+
+def test_reduction_tree_figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = contract.reduction_tree_figure()
+    assert len(fig.axes) == 2
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("tools", ["on", "off"])
+def test_notebooks_05_06_execute_in_cpu_mode(tmp_path, monkeypatch, tools):
+    import nbformat
+
+    from labkit import book
+
+    if tools == "off":
+        monkeypatch.setenv("LABKIT_SASS_TOOLS", "off")  # the replay path of notebook 06
+    results = book.build(tmp_path, device="cpu", mode="quick", only=["05", "06"])
+    assert [r.status for r in results] == ["ok", "ok"], [r.error for r in results]
+    nb05 = json.dumps([c.get("outputs", []) for c in nbformat.read(tmp_path / "05_pytorch_source_reading.ipynb",
+                                                                    as_version=4).cells])
+    assert "torch itself would take its other path" in nb05 and "image/png" in nb05
+    nb06 = json.dumps([c.get("outputs", []) for c in nbformat.read(tmp_path / "06_kernel_definitions.ipynb",
+                                                                    as_version=4).cells])
+    assert "SAME FMA CONTRACTIONS: True" in nb06
+    assert ("REPLAYED" in nb06) == (tools == "off")

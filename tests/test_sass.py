@@ -1,0 +1,169 @@
+"""labkit.sass on CPU: cubin repair, resource usage, ptxas report, SASS parsing and the contract matcher.
+
+Disassembly needs cuobjdump or nvdisasm (pip: nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm); those tests skip
+without them. The symbolic matcher is also tested on hand-written SASS, which needs no tool."""
+import json
+
+import pytest
+
+from labkit import sass
+from labkit.compile import compile_kernel
+
+HAS_DISASM = sass.find_tool("cuobjdump") is not None or sass.find_tool("nvdisasm") is not None
+needs_disasm = pytest.mark.skipif(not HAS_DISASM, reason="no cuobjdump/nvdisasm (pip install nvidia-cuda-cuobjdump)")
+
+
+def test_complete_cubin_restores_the_byte_cupy_drops(cache_dir):
+    import ctypes
+    import os
+
+    from cupy_backends.cuda.libs import nvrtc
+
+    from labkit.compile import BASE_OPTIONS, _sources
+
+    cubin = compile_kernel("affine_rows", "sm_90").cubin
+    full, missing = sass.complete_cubin(cubin)
+    assert 0 <= missing <= 8 and len(full) == sass._elf_extent(full)
+    # Against NVRTC itself: nvrtcGetCUBINSize / nvrtcGetCUBIN through ctypes on a fresh program.
+    src, _ = _sources("affine_rows")
+    prog = nvrtc.createProgram(src, "affine_rows.cu", (), ())
+    try:
+        nvrtc.compileProgram(prog, BASE_OPTIONS + ("--gpu-architecture=sm_90",))
+        libs = [line.split()[-1] for line in open(f"/proc/{os.getpid()}/maps") if "libnvrtc.so" in line]
+        if not libs:
+            pytest.skip("libnvrtc not visible in /proc/self/maps")
+        lib = ctypes.CDLL(libs[0])
+        size = ctypes.c_size_t()
+        assert lib.nvrtcGetCUBINSize(ctypes.c_void_p(prog), ctypes.byref(size)) == 0
+        buf = ctypes.create_string_buffer(size.value)
+        assert lib.nvrtcGetCUBIN(ctypes.c_void_p(prog), buf) == 0
+        assert sass.complete_cubin(nvrtc.getCUBIN(prog))[0] == buf.raw
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def test_complete_cubin_refuses_real_truncation():
+    cubin = compile_kernel("affine_rows", "sm_90").cubin
+    with pytest.raises(ValueError, match="truncated"):
+        sass.complete_cubin(cubin[:-200])
+
+
+def test_resource_usage_from_the_elf_matches_ptxas(monkeypatch):
+    monkeypatch.setenv("LABKIT_SASS_TOOLS", "off")
+    usage = {u.function: u for u in sass.resource_usage(compile_kernel("reference_stats", "sm_90").cubin)}
+    info = sass.ptxas_info("reference_stats", "sm_90")
+    assert info["code_identical"]
+    fn = info["functions"][0]
+    assert fn["function"] == "reference_order_stats" and fn["spill_store_bytes"] == 0
+    assert usage["reference_order_stats"].registers == fn["registers"] > 0
+    assert usage["reference_order_stats"].shared_bytes >= fn["static_smem_bytes"] == 48  # 12 floats
+    assert usage["reference_order_stats"].source.startswith("ELF")
+
+
+def test_parse_ptxas_log():
+    log = ("ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+           "ptxas info    : Function properties for k\n"
+           "ptxas         .     8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+           "ptxas info    : Used 40 registers, used 1 barriers, 48 bytes smem\n")
+    assert sass.parse_ptxas_log(log) == [{"function": "k", "stack_bytes": 8, "spill_store_bytes": 4,
+                                          "spill_load_bytes": 4, "registers": 40, "barriers": 1,
+                                          "static_smem_bytes": 48}]
+
+
+# Hand-written sm_90-style SASS: one float4 of the affine output, and one Welford push with the IEEE reciprocal
+# idiom (fast path after the slow-path call, as nvcc lays it out).
+OUTPUT_SASS = """
+        Function : toy_output
+        /*0000*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0010*/                   LDG.E R3, desc[UR4][R18.64] ;
+        /*0020*/                   LDG.E R16, desc[UR4][R16.64] ;
+        /*0030*/                   LDG.E.128 R8, desc[UR4][R20.64] ;
+        /*0040*/                   LDG.E.128 R12, desc[UR4][R12.64] ;
+        /*0050*/                   FADD R23, R4, -R3.reuse ;
+        /*0060*/                   FMUL R23, R23, R16 ;
+        /*0070*/                   FFMA R8, R8, R23, R12 ;
+        /*0080*/                   STG.E.128 desc[UR4][R4.64], R8 ;
+        /*0090*/                   EXIT ;
+"""
+PUSH_SASS = """
+        Function : toy_push
+        /*0000*/                   LDG.E.128 R8, desc[UR8][R34.64] ;
+        /*0010*/                   FADD R0, R30, 1 ;
+        /*0020*/                   FADD R14, R8, -R31 ;
+        /*0030*/                   ISETP.GT.U32.AND P0, PT, R2, 0x1ffffff, PT ;
+        /*0040*/               @P0 BRA 0x80 ;
+        /*0050*/                   MOV R2, 0x70 ;
+        /*0060*/                   CALL.REL.NOINC 0x200 ;
+        /*0070*/                   BRA 0xc0 ;
+        /*0080*/                   MUFU.RCP R21, R0 ;
+        /*0090*/                   FFMA R2, R0, R21, -1 ;
+        /*00a0*/                   FADD.FTZ R2, -R2, -RZ ;
+        /*00b0*/                   FFMA R21, R21, R2, R21 ;
+        /*00c0*/                   FFMA R31, R14, R21, R31 ;
+        /*00d0*/                   FADD R15, R8, -R31 ;
+        /*00e0*/                   FFMA R15, R14, R15, R32 ;
+        /*00f0*/                   EXIT ;
+        /*0200*/                   FFMA R21, R0, 1.84467440737095516160e+19, RZ ;
+        /*0210*/                   RET.REL.NODEC R2 0x0 ;
+"""
+
+
+def test_parse_sass_and_fp_sequence_on_text():
+    funcs = sass.parse_sass(OUTPUT_SASS + PUSH_SASS)
+    assert set(funcs) == {"toy_output", "toy_push"}
+    assert sass.fp_op_sequence(funcs["toy_output"]) == ["FADD", "FMUL", "FFMA"]
+    assert sass.fp_op_sequence(funcs["toy_output"], operands=True)[0] == "FADD R23, R4, -R3"
+    push = funcs["toy_push"]
+    assert push[4].pred == "P0" and push[4].opcode == "BRA"
+
+
+def test_contract_report_on_hand_written_sass():
+    funcs = sass.parse_sass(OUTPUT_SASS + PUSH_SASS)
+    out = sass.contract_report(funcs["toy_output"])
+    assert out["output"] == {"affine": 1} and out["unexplained_count"] == 0
+    push = sass.contract_report(funcs["toy_push"])
+    assert push["push_mean"] == {"rcp(count + 1)": 1} and push["push_m2"] == 1
+    assert push["idiom_ffma"] == 2 and push["subroutine_ffma"] == 1 and push["unexplained_count"] == 0
+
+
+def test_contract_report_flags_a_different_contraction():
+    # m2 computed as fma(x - new_mean, x - new_mean, m2) is not torch's push: it must not be explained.
+    wrong = PUSH_SASS.replace("FFMA R15, R14, R15, R32", "FFMA R15, R15, R15, R32")
+    rep = sass.contract_report(sass.parse_sass(wrong)["toy_push"])
+    assert rep["push_m2"] == 0 and rep["unexplained_count"] == 1
+
+
+@needs_disasm
+def test_disassembled_affine_rows_has_the_fused_output():
+    text = sass.disassemble(compile_kernel("affine_rows", "sm_90").cubin)
+    instrs = sass.parse_sass(text)["affine_rows_interleaved"]
+    ops = sass.fp_op_sequence(instrs)
+    assert ops.count("FFMA") == 4 and ops.count("FMUL") == 4 and ops.count("FADD") == 4
+    rep = sass.contract_report(instrs)
+    assert rep["output"] == {"affine": 4} and rep["output_rstd"] == "loaded from memory"
+
+
+@needs_disasm
+def test_reference_stats_matches_torch_contract_in_committed_summary():
+    committed = sass.committed_comparisons()
+    if not committed:
+        pytest.skip("no committed summary under data/sass/")
+    rec = json.loads(committed[-1].read_text())
+    vec = rec["torch"]["functions"]["vectorized_layer_norm_kernel<float, float, false>"]
+    ours = sass.our_kernels_summary("sm_90")
+    verdict = sass.verdict(vec, list(ours.values()))
+    assert verdict["same_contractions"], verdict["checks"]
+
+
+def test_committed_summary_is_small_and_says_same_contractions():
+    committed = sass.committed_comparisons()
+    if not committed:
+        pytest.skip("no committed summary under data/sass/")
+    for path in committed:
+        assert path.stat().st_size < 200_000, f"{path} is not a small summary"
+        rec = json.loads(path.read_text())
+        assert rec["verdict"]["same_contractions"] is True
+        assert rec["torch"]["wheel_sha256"] and rec["torch"]["commands"]
+        vec = rec["torch"]["functions"]["vectorized_layer_norm_kernel<float, float, false>"]
+        # the replay path: verdict recomputed from the committed parts alone
+        assert sass.verdict(vec, list(rec["ours"].values()))["same_contractions"]

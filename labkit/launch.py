@@ -8,18 +8,20 @@ from .compile import CompileRecord, compile_kernel, device_arch
 from .views import cupy_view, torch_stream_ptr
 
 _lock = threading.Lock()
-_loaded: dict[tuple[int, str], tuple[object, CompileRecord, dict]] = {}
+_loaded: dict[tuple, tuple[object, CompileRecord, dict]] = {}
 _streams: dict[tuple[int, int], object] = {}
+_opted_in: dict[tuple, int] = {}
 
 
-def load(kernel: str, device_index: int):
-    """(cupy Module, CompileRecord, function cache) for `kernels/<kernel>.cu` on a device, compiled once."""
-    key = (device_index, kernel)
+def load(kernel: str, device_index: int, options: tuple[str, ...] = ()):
+    """(cupy Module, CompileRecord, function cache) for `kernels/<kernel>.cu` on a device, compiled once per
+    set of extra options (e.g. -D variants used by stage-breakdown experiments)."""
+    key = (device_index, kernel, tuple(options))
     with _lock:
         if key not in _loaded:
             import cupy as cp
 
-            compiled = compile_kernel(kernel, device_arch(device_index))
+            compiled = compile_kernel(kernel, device_arch(device_index), tuple(options))
             with cp.cuda.Device(device_index):
                 module = cp.cuda.function.Module()
                 module.load(compiled.cubin)
@@ -47,16 +49,24 @@ def _stream(device):
     return _streams[key]
 
 
-def launch(kernel: str, function: str, grid, block, args, device, shared_mem: int = 0) -> None:
+def launch(kernel: str, function: str, grid, block, args, device, shared_mem: int = 0,
+           options: tuple[str, ...] = ()) -> None:
     """Launch `function` from `kernels/<kernel>.cu` on torch's current stream of `device`.
 
     Tensor arguments become raw-pointer views, so this is legal inside `torch.cuda.graph` capture.
     """
     import cupy as cp
 
-    module, _, functions = load(kernel, device.index)
+    module, _, functions = load(kernel, device.index, options)
     if function not in functions:
         functions[function] = module.get_function(function)
+    fn = functions[function]
+    if shared_mem > 48 * 1024 and _opted_in.get((device.index, kernel, function, options), 0) < shared_mem:
+        from cupy_backends.cuda.api import driver
+
+        # More than the default 48 KiB of dynamic shared memory needs an explicit opt-in per function.
+        driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem)
+        _opted_in[(device.index, kernel, function, options)] = shared_mem
     converted = tuple(cupy_view(a) if hasattr(a, "data_ptr") else a for a in args)
     with cp.cuda.Device(device.index):
-        functions[function](tuple(grid), tuple(block), converted, shared_mem=shared_mem, stream=_stream(device))
+        fn(tuple(grid), tuple(block), converted, shared_mem=shared_mem, stream=_stream(device))

@@ -1,0 +1,168 @@
+"""Chain-parallel reference-order LayerNorm: torch's statistics contract with the chains spread over the GPU.
+
+Two schedules of one contract, chosen from the shape (both bit-identical to torch's vectorized path):
+- "chain" (few, long rows): kernels/chain_stats.cu runs each (row, warp) pair's 32 Welford chains in its own
+  block, fed by bulk async copies, merges in torch's tree, then kernels/affine_rows.cu writes the output.
+- "rows_fused" (many rows): kernels/rows_fused.cu is torch's own one-block-per-row schedule, keeping each
+  thread's vectors in registers so x is read once.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from .launch import launch
+from .reference_order import launch_affine_rows
+from .validate import MAX_NORMALIZED, check_output, layer_norm_layout
+
+SCHEDULES = ("auto", "chain", "rows_fused")
+STEPS_PER_STAGE = 8  # must match kernels/chain_stats.cu
+
+
+@dataclass(frozen=True)
+class ChainBlocking:
+    """How a row's four warps of chains map to blocks (must match the kernel's template arguments)."""
+
+    function: str
+    warps: int   # consumer warps per block
+    stages: int  # ring depth
+
+    @property
+    def threads(self) -> int:
+        return 32 * (self.warps + 1)
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.stages * STEPS_PER_STAGE * (self.warps * 512 + 16)
+
+
+BLOCKINGS = {"w1": ChainBlocking("chain_stats_w1", 1, 16), "w4": ChainBlocking("chain_stats_w4", 4, 12),
+             "tma": ChainBlocking("chain_stats_tma", 1, 16)}
+DEFAULT_BLOCKING = "auto"
+MAX_DYNAMIC_SMEM = 227 * 1024  # sm_90 opt-in limit per block
+
+
+TMA_STEPS, TMA_STAGES = 16, 24  # must match kernels/chain_stats_tma.cu
+
+
+def tma_smem_bytes(steps: int = TMA_STEPS, stages: int = TMA_STAGES) -> int:
+    """The ring: per stage, `steps` segments of 512 bytes and their 4 reciprocals each."""
+    return stages * steps * (512 + 16)
+
+
+def choose_blocking(n: int) -> str:
+    """The tensor-map kernel needs equal-length chains (N % 512 == 0); otherwise whole-row blocks with
+    contiguous copies, which handle ragged chains."""
+    return "tma" if n % 512 == 0 else "w4"
+MAX_PUSHES = 4 * -(-(MAX_NORMALIZED // 4) // 128)                # longest chain torch's vectorized path allows
+
+_lock = threading.Lock()
+_workspaces: dict[int, dict] = {}
+
+
+def choose_schedule(rows: int, sm_count: int) -> str:
+    """Chains when four blocks per row still fit in about two blocks per SM; otherwise torch's own schedule."""
+    return "chain" if rows * 4 <= 2 * sm_count else "rows_fused"
+
+
+def _workspace(device, rows: int) -> dict:
+    """Per-device scratch (reciprocal table, per-warp states, per-row counters), allocated outside capture.
+
+    The counters are reset by the kernel that uses them, so sequential calls (and graph replays) share them;
+    calls that overlap in time on different streams of one device must not.
+    """
+    import torch
+
+    with _lock:
+        ws = _workspaces.get(device.index)
+        if ws is None or ws["rows"] < rows:
+            if torch.cuda.is_current_stream_capturing():
+                raise ValueError("chain_layer_norm: call once outside CUDA graph capture first (it allocates its "
+                                 f"workspace for {rows} rows then)")
+            table = ws["recip"] if ws else torch.empty(MAX_PUSHES, device=device, dtype=torch.float32)
+            if ws is None:
+                launch("chain_stats", "reciprocal_table", (-(-MAX_PUSHES // 256),), (256,),
+                       (table, np.int32(MAX_PUSHES)), device)
+            ws = {"rows": rows, "recip": table,
+                  "warp_state": torch.empty(rows * 12, device=device, dtype=torch.float32),
+                  "row_done": torch.zeros(rows, device=device, dtype=torch.int32)}
+            _workspaces[device.index] = ws
+        return ws
+
+
+def launch_chain_stats(x, mean, rstd, rows: int, n: int, eps: float, blocking: str = DEFAULT_BLOCKING,
+                       options: tuple[str, ...] = ()) -> None:
+    if blocking == "auto":
+        blocking = choose_blocking(n)
+    ws = _workspace(x.device, rows)
+    if blocking == "tma":
+        from .tensormap import encode_tiled_f32
+
+        # x as [rows][steps][4 warps][128 floats]: one box is TMA_STEPS steps of one warp's 512-byte segments.
+        tmap = encode_tiled_f32(x.data_ptr(), (128, 4, n // 512, rows), (512, 2048, 4 * n),
+                                (128, 1, TMA_STEPS, 1))
+        launch("chain_stats_tma", "chain_stats_tma", (4, rows), (64,),
+               (tmap, ws["warp_state"], ws["row_done"], mean, rstd, np.int32(n), np.float32(eps)),
+               x.device, shared_mem=tma_smem_bytes(), options=options)
+        return
+    b = BLOCKINGS[blocking]
+    launch("chain_stats", b.function, (4 // b.warps, rows), (b.threads,),
+           (x, ws["recip"], ws["warp_state"], ws["row_done"], mean, rstd, np.int32(n), np.float32(eps)),
+           x.device, shared_mem=b.smem_bytes, options=options)
+
+
+def launch_rows_fused(x, weight, bias, y, mean, rstd, rows: int, n: int, eps: float) -> None:
+    launch("rows_fused", "rows_fused_reg8", (rows,), (32, 4),
+           (x, weight, bias, y, mean, rstd, np.int32(n), np.float32(eps)), x.device)
+
+
+def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, schedule: str = "auto", out=None,
+                     return_stats: bool = False, blocking: str = DEFAULT_BLOCKING):
+    """LayerNorm with torch's vectorized-path arithmetic, scheduled for the whole GPU.
+
+    Args:
+        x, weight, bias, eps, out, return_stats: as `labkit.reference_order.reference_order_layer_norm`.
+        schedule: "auto" (from the shape), "chain" or "rows_fused"; every schedule keeps the same bits.
+        blocking: for the chain schedule, "auto" or a key of BLOCKINGS ("tma": one warp of chains per block
+            fed by tensor-map copies; "w4": whole-row blocks; "w1": per-step copies, kept for comparison).
+    Returns:
+        y, or (y, mean, rstd).
+    Raises:
+        ValueError naming the violated condition, before any launch.
+    """
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if blocking != "auto" and blocking not in BLOCKINGS:
+        raise ValueError(f"blocking must be one of {sorted(BLOCKINGS)}, got {blocking!r}")
+    layout = layer_norm_layout(x, weight, bias, eps)
+    if out is not None:
+        check_output("out", out, x)
+    import torch
+
+    rows, n = layout.rows, layout.n
+    if schedule == "auto":
+        schedule = choose_schedule(rows, torch.cuda.get_device_properties(x.device).multi_processor_count)
+    if blocking == "tma" and choose_blocking(n) != "tma":
+        raise ValueError(f"the tma blocking needs N % 512 == 0 (equal-length chains), got N={n}")
+    if schedule == "chain" and rows > 65535:
+        raise ValueError(f"the chain schedule puts rows in grid.y, which holds at most 65535 (got rows={rows})")
+    y = torch.empty_like(x) if out is None else out
+    mean = torch.empty(rows, device=x.device, dtype=torch.float32)
+    rstd = torch.empty(rows, device=x.device, dtype=torch.float32)
+    if schedule == "chain":
+        launch_chain_stats(x, mean, rstd, rows, n, eps, blocking)
+        launch_affine_rows(x, mean, rstd, weight, bias, y, rows, n)
+    else:
+        launch_rows_fused(x, weight, bias, y, mean, rstd, rows, n, eps)
+    return (y, mean, rstd) if return_stats else y
+
+
+def register_methods() -> None:
+    """Make the chain schedule a timed method of the timing study (labkit.methods discovers this)."""
+    from .methods import Method, register
+
+    register(Method("chain", "chain", True,
+                    lambda x, w, b, eps: (lambda: chain_layer_norm(x, w, b, eps)),
+                    "chain-parallel reference order (schedule chosen from the shape)"), replace=True)

@@ -1,0 +1,45 @@
+"""CPU-side behaviour of the chain-parallel wrapper: schedule choice, validation before launch, compile."""
+import pytest
+import torch
+
+from labkit import chain
+from labkit.compile import compile_kernel
+
+
+def test_schedule_choice():
+    assert chain.choose_schedule(16, 132) == "chain"    # L1/40
+    assert chain.choose_schedule(66, 132) == "chain"
+    assert chain.choose_schedule(67, 132) == "rows_fused"
+    assert chain.choose_schedule(4096, 132) == "rows_fused"
+
+
+def test_blocking_choice():
+    assert chain.choose_blocking(64 * 256 * 256) == "tma"
+    assert chain.choose_blocking(64 * 17 * 19) == "w4"  # ragged chains
+    assert chain.tma_smem_bytes() <= chain.MAX_DYNAMIC_SMEM
+
+
+@pytest.mark.parametrize("kwargs,pattern", [({"schedule": "diagonal"}, "schedule"), ({"blocking": "w3"}, "blocking")])
+def test_bad_options_raise_before_launch(kwargs, pattern):
+    x, w, b = torch.rand(2, 8), torch.ones(8), torch.zeros(8)
+    with pytest.raises(ValueError, match=pattern):
+        chain.chain_layer_norm(x, w, b, **kwargs)
+
+
+def test_cpu_tensors_refused():
+    x, w, b = torch.rand(2, 8), torch.ones(8), torch.zeros(8)
+    with pytest.raises(ValueError, match="CUDA tensor"):
+        chain.chain_layer_norm(x, w, b)
+
+
+@pytest.mark.parametrize("variant", ["0", "1", "2"])
+def test_tma_kernel_and_stage_variants_compile_for_sm90(variant, cache_dir):
+    assert compile_kernel("chain_stats_tma", "sm_90", (f"-DCHAIN_VARIANT={variant}",)).cubin.startswith(b"\x7fELF")
+
+
+def test_registers_as_timing_method():
+    from labkit import methods
+
+    chain.register_methods()
+    m = methods.get("chain")
+    assert m.family == "chain" and m.reference_order

@@ -1,0 +1,61 @@
+"""Chain-parallel reference order: bit identity with torch.native_layer_norm (output, mean, rstd as int32 views)
+for every schedule and blocking, including ragged chains and many row counts. GPU only."""
+import pytest
+
+from labkit import check, identity, inputs
+from labkit.chain import chain_layer_norm
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [
+    (16, 64, 256, 256),  # L1/40: tma blocking, equal chains
+    (8, 32, 128, 256),
+    (3, 64, 17, 19),     # N = 20672: N/4 = 5168 is not a multiple of 128, chains of unequal length
+    (5, 516),            # 129 vectors: one chain of each row is one step longer
+    (7, 4),              # a single vector per row: 127 empty chains per row
+    (1, 1 << 24),        # torch's vectorized-path limit
+    (33, 2052),          # odd row count, ragged
+    (200, 4096),         # many rows: the rows_fused schedule under "auto"
+    (4096, 1024),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("schedule,blocking", [("auto", "auto"), ("chain", "w4"), ("chain", "w1"),
+                                               ("rows_fused", "auto")])
+def test_bit_identical(shape, schedule, blocking):
+    x = inputs.make_input("normal_plus_1000", shape, seed=3, device="cuda")
+    w, b = inputs.make_affine("random_normal", shape[1:], seed=3, device="cuda")
+    rec = identity.compare_to_native(
+        lambda x, w, b, e: chain_layer_norm(x, w, b, e, schedule=schedule, blocking=blocking, return_stats=True),
+        x, w, b, 1e-5)
+    assert rec["identical"], {k: rec[k]["bit_equal_fraction"] for k in ("output", "mean", "rstd")}
+
+
+def test_tma_blocking_refuses_ragged_rows():
+    x = inputs.make_input("uniform", (3, 64, 17, 19), seed=0, device="cuda")
+    w, b = inputs.make_affine("default", (64, 17, 19), seed=0, device="cuda")
+    with pytest.raises(ValueError, match="N % 512"):
+        chain_layer_norm(x, w, b, schedule="chain", blocking="tma")
+
+
+def test_graph_replay_after_mutation_identical():
+    import torch
+
+    shape = (16, 64, 256, 256)
+    x = inputs.make_input("uniform", shape, seed=4, device="cuda")
+    w, b = inputs.make_affine("random_normal", shape[1:], seed=4, device="cuda")
+    for _ in range(3):
+        chain_layer_norm(x, w, b, 1e-5)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        got = chain_layer_norm(x, w, b, 1e-5, return_stats=True)
+    x.mul_(0.8)
+    w.mul_(0.9)
+    b.add_(0.01)
+    for _ in range(2):  # twice: the per-row counters must be back at zero after each replay
+        g.replay()
+        torch.cuda.synchronize()
+        ref = identity.native_layer_norm(x, w, b, 1e-5)
+        assert all(check.bit_identical(r, q) for r, q in zip(ref, got))

@@ -288,7 +288,8 @@ TORCH_VECTORIZED_LN = ReferenceContract(
     warps=4,
     block=(32, 4),
     grid="M blocks, one per row (blocks(M)); rows of N elements",
-    shared_memory="dynamic, threads.y * 3/2 floats = 6 floats: means/sigma2 at buf[0..2*y), counts at buf[y..2y)",
+    shared_memory="dynamic, threads.y * 3/2 floats = 6 floats: (mean, sigma2) pairs of the writing warps at "
+                  "buf[0..y), their counts at buf[y..3y/2) (y = blockDim.y = 4)",
     vector_width=4,
     load_order="thread t = lane + 32*warp reads float4 vectors t, t+128, t+256, ... of its row and pushes the "
                "components x, y, z, w in that order",

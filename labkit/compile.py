@@ -165,6 +165,10 @@ def compile_kernel(kernel: str, arch: str | None = None, extra_options: tuple[st
     if cubin is None:
         cubin = _nvrtc_compile(kernel, source, headers, options)
         _write_entry(path, cubin)
+    from .sass import complete_cubin
+
+    # CuPy's getCUBIN drops the image's last (zero) byte; the driver does not mind, disassemblers and hashes do.
+    cubin, _ = complete_cubin(cubin)
     record = CompileRecord(kernel, source_sha, tuple(headers), options, version, arch,
                            hashlib.sha256(cubin).hexdigest(), hit)
     return CompiledKernel(record, cubin)

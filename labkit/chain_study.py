@@ -1,0 +1,188 @@
+"""Parallel statistics under the reference contract: the floors, the stage breakdown and the optimization log
+behind the chain-parallel kernel (labkit.chain). Records in, tables and figures out; notebook 07 shows them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .compile import REPO_ROOT
+
+DEV_LOG = REPO_ROOT / "data" / "dev" / "chain"
+FLOOR_PUSHES = 32768  # pushes per chain at L1/40: 4,194,304 / 128 threads
+L1_40 = (16, 64, 256, 256)
+
+
+def chain_floor(pushes: int = FLOOR_PUSHES, blocks: int = 64, device="cuda") -> dict:
+    """The dependent-push latency floor: kernels/chain_floor.cu on `blocks` one-warp blocks (as many chains as
+    L1/40 has), timed with events and with the SMs' own cycle counters."""
+    import torch
+
+    from .launch import launch
+
+    dev = torch.device(device)
+    out = torch.empty(blocks * 32, device=dev)
+    cycles = torch.zeros(blocks, device=dev, dtype=torch.int64)
+    args = (out, cycles, np.int32(pushes), np.float32(1.0))
+    for _ in range(3):
+        launch("chain_floor", "chain_floor", (blocks,), (32,), args, dev)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    launch("chain_floor", "chain_floor", (blocks,), (32,), args, dev)
+    end.record()
+    end.synchronize()
+    ms = start.elapsed_time(end)
+    cyc = float(cycles.double().mean().item())
+    return {"pushes": pushes, "chains": blocks * 32, "ms": ms, "cycles_per_push": cyc / pushes,
+            "sm_clock_ghz_implied": cyc / ms / 1e6}
+
+
+def stage_methods(x, w, b, eps: float) -> dict:
+    """Each stage alone, variants that drop a stage's work (loads only / chains only), stages doubled, and the
+    whole kernel: zero-argument callables on preallocated buffers."""
+    import torch
+
+    from .chain import chain_layer_norm, choose_blocking, launch_chain_stats
+    from .reference_order import launch_affine_rows
+
+    rows, n = x.numel() // w.numel(), w.numel()
+    mean = torch.empty(rows, device=x.device)
+    rstd = torch.empty(rows, device=x.device)
+    y = torch.empty_like(x)
+    main = choose_blocking(n)
+    m = {
+        "chain (whole kernel)": lambda: chain_layer_norm(x, w, b, eps),
+        f"stats ({main})": lambda: launch_chain_stats(x, mean, rstd, rows, n, eps, main),
+        "affine output pass": lambda: launch_affine_rows(x, mean, rstd, w, b, y, rows, n),
+        "affine twice": lambda: (launch_affine_rows(x, mean, rstd, w, b, y, rows, n),
+                                 launch_affine_rows(x, mean, rstd, w, b, y, rows, n)),
+        f"stats twice ({main})": lambda: (launch_chain_stats(x, mean, rstd, rows, n, eps, main),
+                                          launch_chain_stats(x, mean, rstd, rows, n, eps, main)),
+        "stats (w4: whole-row blocks)": lambda: launch_chain_stats(x, mean, rstd, rows, n, eps, "w4"),
+        "stats (w1: per-step copies)": lambda: launch_chain_stats(x, mean, rstd, rows, n, eps, "w1"),
+        "native torch LayerNorm": lambda: torch.nn.functional.layer_norm(x, tuple(w.shape), w, b, eps),
+    }
+    if main == "tma":
+        m["stats, loads only (tma)"] = lambda: launch_chain_stats(x, mean, rstd, rows, n, eps, "tma",
+                                                                  ("-DCHAIN_VARIANT=1",))
+        m["stats, chains only (tma)"] = lambda: launch_chain_stats(x, mean, rstd, rows, n, eps, "tma",
+                                                                   ("-DCHAIN_VARIANT=2",))
+    return m
+
+
+def stage_breakdown(shape=L1_40, rounds: int = 35, seed: int = 0, eps: float = 1e-5, device="cuda") -> dict:
+    """Protocol A timings of every stage variant at one shape, with the bytes each moves."""
+    from .bench import PROTOCOL_A, time_methods
+    from .inputs import make_affine, make_input
+    from dataclasses import replace
+
+    x = make_input("uniform", shape, seed, device)
+    w, b = make_affine("random_normal", shape[1:], seed, device)
+    rec = time_methods(stage_methods(x, w, b, eps), replace(PROTOCOL_A, rounds=rounds),
+                       baseline="native torch LayerNorm")
+    nbytes = x.numel() * 4
+    return {"shape": list(shape), "x_bytes": nbytes, "affine_bytes": 2 * nbytes + 2 * w.numel() * 4,
+            "timing": rec.to_json()}
+
+
+def copy_ceiling(nbytes: int = 1 << 30, rounds: int = 15, device="cuda") -> dict:
+    """A device-to-device copy of `nbytes`, counted as read + write: the bandwidth ceiling of this run."""
+    import torch
+
+    from .bench import PROTOCOL_A, time_methods
+    from dataclasses import replace
+
+    a = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    c = torch.empty_like(a)
+    rec = time_methods({"copy": lambda: c.copy_(a)}, replace(PROTOCOL_A, rounds=rounds))
+    ms = rec.stats["copy"]["median_ms"]
+    return {"bytes": nbytes, "median_ms": ms, "tb_per_s_read_plus_write": 2 * nbytes / ms / 1e9}
+
+
+def floors(breakdown: dict, floor: dict, ceiling: dict) -> list[dict]:
+    """The three floors of this contract at the breakdown's shape, next to what the kernel achieves."""
+    stats = breakdown["timing"]["stats"]
+    aff = stats["affine output pass"]["median_ms"]
+    whole = stats["chain (whole kernel)"]["median_ms"]
+    chain_floor_ms = floor["ms"] * (int(np.prod(breakdown["shape"][1:])) // 128) / floor["pushes"]
+    bw_floor_ms = (breakdown["x_bytes"] + breakdown["affine_bytes"]) / (ceiling["tb_per_s_read_plus_write"] * 1e9)
+    return [
+        {"floor": "dependent push chain (no loads)", "ms": chain_floor_ms,
+         "how": f"chain_floor.cu, {floor['cycles_per_push']:.2f} cycles/push at ~{floor['sm_clock_ghz_implied']:.2f} GHz"},
+        {"floor": "output pass alone (affine kernel)", "ms": aff,
+         "how": f"{breakdown['affine_bytes'] / aff / 1e9:.2f} TB/s on read x + write y + gamma/beta"},
+        {"floor": "all bytes at the copy ceiling (x once for stats, x + y for output)", "ms": bw_floor_ms,
+         "how": f"{ceiling['tb_per_s_read_plus_write']:.2f} TB/s device copy, measured in this run"},
+        {"floor": "chain floor + output pass (what this design can reach)", "ms": chain_floor_ms + aff, "how": "sum"},
+        {"floor": "achieved: whole chain kernel", "ms": whole, "how": "protocol A median"},
+    ]
+
+
+def breakdown_rows(breakdown: dict) -> list[dict]:
+    t = breakdown["timing"]
+    return [{"variant": k, "median_ms": v["median_ms"], "q25_ms": v["q25_ms"], "q75_ms": v["q75_ms"],
+             "speedup_vs_native": t["ratio_vs_baseline"][k]["median"]} for k, v in t["stats"].items()]
+
+
+def _dig(obj, path):
+    for key in path:
+        obj = obj[key]
+    return obj
+
+
+def optimization_log(root: Path = DEV_LOG) -> list[dict]:
+    """Predictions written before each change, next to the measurements read from the development outputs."""
+    doc = json.loads((Path(root) / "predictions.json").read_text())
+    rows = []
+    for step in doc["steps"]:
+        measured = {}
+        for what, (fname, path) in step["measured"].items():
+            measured[what] = _dig(json.loads((Path(root) / fname).read_text()), path)
+        fmt = lambda d: ", ".join(f"{k} {v:.3g}" for k, v in d.items())  # noqa: E731
+        rows.append({"step": step["step"], "change": step["change"], "prediction": step["prediction"],
+                     "predicted (ms)": fmt(step["predicted_ms"]) or "—", "measured": fmt(measured),
+                     "source": ", ".join(sorted({f for f, _ in step["measured"].values()}))})
+    return rows
+
+
+def idea_figure():
+    """Where torch runs a row's 128 chains (one block on one SM) and where the chain schedule runs them."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4))
+    for ax, title, blocks in ((axes[0], "torch: one 128-thread block per row (16 SMs busy at L1/40)", 1),
+                              (axes[1], "chain schedule: one block per warp of chains (64 SMs at L1/40)", 4)):
+        for warp in range(4):
+            block = warp if blocks == 4 else 0
+            ax.add_patch(plt.Rectangle((block * 1.2, 3 - warp), 1.0, 0.8, color=f"C{warp}", alpha=0.6))
+            ax.text(block * 1.2 + 0.5, 3.4 - warp, f"warp {warp}: 32 chains", ha="center", va="center", fontsize=8)
+        for block in range(blocks):
+            ax.text(block * 1.2 + 0.5, -0.4, f"SM {block}", ha="center", fontsize=8)
+        ax.text(2.4, 4.3, "then: shuffle-down merge per warp, torch's 4-warp tree, rsqrtf(m2/N + eps)",
+                ha="center", fontsize=8)
+        ax.set_xlim(-0.2, 5.0)
+        ax.set_ylim(-0.8, 4.6)
+        ax.set_title(title, fontsize=9)
+        ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def verdict_lines(timing_record: dict, breakdown: dict, prov: dict, source: str) -> list[str]:
+    """What the run shows about the goal (<= 0.33 ms at L1/40, bit identical, >= 20x at 8x32x128x256, never
+    slower than native on the small shapes)."""
+    lines = [f"{source}: {prov.get('gpu')} with torch {prov.get('torch')}; clocks left alone."]
+    for case in timing_record["cases"]:
+        t = case["timing"].get("A")
+        if not t or "chain" not in t["stats"]:
+            lines.append(f"{case['key']}: chain not timed ({case['methods'].get('chain', {}).get('status')})")
+            continue
+        r = t["ratio_vs_baseline"]
+        ind = t["stats"].get("inductor", {}).get("median_ms")
+        ratio_ind = (f"{ind / t['stats']['chain']['median_ms']:.2f}x Inductor's speed" if ind else "Inductor not timed")
+        bits = case["methods"]["chain"].get("check", {}).get("bit_equal_fraction")
+        lines.append(f"{case['key']}: chain {t['stats']['chain']['median_ms']:.4g} ms, {r['chain']['median']:.3g}x "
+                     f"native (paired median), {ratio_ind}, bit-equal fraction vs native {bits}")
+    return lines

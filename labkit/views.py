@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-_DTYPES = {"torch.float32": np.float32, "torch.int32": np.int32, "torch.uint8": np.uint8, "torch.float64": np.float64}
+_DTYPES = {"torch.float32": np.float32, "torch.int32": np.int32, "torch.int64": np.int64, "torch.uint8": np.uint8,
+           "torch.float64": np.float64}
 
 
 def cupy_view(t):

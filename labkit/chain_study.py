@@ -14,28 +14,27 @@ FLOOR_PUSHES = 32768  # pushes per chain at L1/40: 4,194,304 / 128 threads
 L1_40 = (16, 64, 256, 256)
 
 
-def chain_floor(pushes: int = FLOOR_PUSHES, blocks: int = 64, device="cuda") -> dict:
+def chain_floor(pushes: int = FLOOR_PUSHES, blocks: int = 64, rounds: int = 35, device="cuda") -> dict:
     """The dependent-push latency floor: kernels/chain_floor.cu on `blocks` one-warp blocks (as many chains as
-    L1/40 has), timed with events and with the SMs' own cycle counters."""
+    L1/40 has), timed under protocol A like every other stage (a single launch would catch the clocks still
+    ramping), plus the SMs' own cycle counts per push, which do not depend on the clock."""
+    from dataclasses import replace
+
     import torch
 
+    from .bench import PROTOCOL_A, time_methods
     from .launch import launch
 
     dev = torch.device(device)
     out = torch.empty(blocks * 32, device=dev)
     cycles = torch.zeros(blocks, device=dev, dtype=torch.int64)
     args = (out, cycles, np.int32(pushes), np.float32(1.0))
-    for _ in range(3):
-        launch("chain_floor", "chain_floor", (blocks,), (32,), args, dev)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    launch("chain_floor", "chain_floor", (blocks,), (32,), args, dev)
-    end.record()
-    end.synchronize()
-    ms = start.elapsed_time(end)
+    rec = time_methods({"floor": lambda: launch("chain_floor", "chain_floor", (blocks,), (32,), args, dev)},
+                       replace(PROTOCOL_A, rounds=rounds))
+    ms = rec.stats["floor"]["median_ms"]
     cyc = float(cycles.double().mean().item())
-    return {"pushes": pushes, "chains": blocks * 32, "ms": ms, "cycles_per_push": cyc / pushes,
+    return {"pushes": pushes, "chains": blocks * 32, "ms": ms, "q25_ms": rec.stats["floor"]["q25_ms"],
+            "q75_ms": rec.stats["floor"]["q75_ms"], "cycles_per_push": cyc / pushes,
             "sm_clock_ghz_implied": cyc / ms / 1e6}
 
 

@@ -195,13 +195,28 @@ def _winner(errs: dict[str, object]) -> str:
     return names[0] if len(names) == 1 else "tie(" + ",".join(names) + ")"
 
 
+def _leaders(win: str) -> list[str]:
+    return win[len("tie("):-1].split(",") if win.startswith("tie(") else [win]
+
+
 def _verdict(wins: list[str], names: list[str]) -> dict:
-    counts = {n: wins.count(n) for n in names}
-    ties = sum(w.startswith("tie") for w in wins)
-    top = max(counts.values()) if counts else 0
+    """Rows in which each candidate is closest. A row where several candidates share the smallest error counts
+    for each of them (two variants of one method that agree both beat a third); only a row where every candidate
+    is equally close counts as tied."""
+    counts = {n: 0 for n in names}
+    ties = 0
+    for win in wins:
+        if win == "n/a":
+            continue
+        lead = _leaders(win)
+        if set(names) <= set(lead):
+            ties += 1
+            continue
+        for n in lead:
+            counts[n] += 1
+    top = max(counts.values(), default=0)
     leaders = [n for n, c in counts.items() if c == top and c > 0]
-    closer = leaders[0] if len(leaders) == 1 else ("tie" if ties == len(wins) or not leaders else
-                                                   "tie(" + ",".join(leaders) + ")")
+    closer = "tie" if not leaders else (leaders[0] if len(leaders) == 1 else "tie(" + ",".join(leaders) + ")")
     return {"closer": closer, "rows_closer": counts, "rows_tied": ties, "by_row": wins}
 
 
@@ -292,10 +307,10 @@ def compare_to_truth(candidates: dict, x, weight, bias, eps: float) -> dict:
             stack = np.stack([row_errs[k] for k in out_err])
             best = stack.min(axis=0)
             is_best = stack == best
-            unique = is_best.sum(axis=0) == 1
-            elem_ties += int((~unique).sum())
+            all_best = is_best.all(axis=0)  # every candidate equally close: a tie; otherwise credit each best
+            elem_ties += int(all_best.sum())
             for j, k in enumerate(out_err):
-                elem_wins[k] += int((is_best[j] & unique).sum())
+                elem_wins[k] += int((is_best[j] & ~all_best).sum())
     outputs = {}
     for k in out_err:
         if out_err[k]:

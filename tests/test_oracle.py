@@ -108,3 +108,17 @@ def test_exact_sums_are_fast_enough_for_l1_40_rows():
     # 16 rows of 4,194,304 per case on the GPU machine's CPU: the brief allows ~10 s per row.
     seconds = oracle.oracle_rows_seconds(1 << 22)
     assert seconds < 10, seconds
+
+
+def test_verdict_credits_every_candidate_sharing_the_smallest_error():
+    # Two variants of one method that agree (a shared win) beat a third in most rows: they must be credited,
+    # not reported as ties. Regression: the first version counted shared wins as ties and crowned the third.
+    from labkit.oracle import _verdict
+
+    names = ["native", "fast a", "fast b"]
+    wins = ["native", "tie(fast a,fast b)", "tie(fast a,fast b)", "tie(native,fast a,fast b)", "native",
+            "tie(fast a,fast b)", "tie(fast a,fast b)"]
+    v = _verdict(wins, names)
+    assert v["rows_closer"] == {"native": 2, "fast a": 4, "fast b": 4}
+    assert v["rows_tied"] == 1
+    assert v["closer"] == "tie(fast a,fast b)"

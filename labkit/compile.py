@@ -12,9 +12,10 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from .atomic import atomic_write_bytes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 KERNEL_DIR = REPO_ROOT / "kernels"
@@ -119,18 +120,7 @@ def _read_entry(path: Path) -> bytes | None:
 
 
 def _write_entry(path: Path, cubin: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    blob = _MAGIC + hashlib.sha256(cubin).hexdigest().encode() + cubin
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, _MAGIC + hashlib.sha256(cubin).hexdigest().encode() + cubin)
 
 
 def _nvrtc_compile(kernel: str, source: str, headers: dict[str, str], options: tuple[str, ...]) -> bytes:

@@ -14,27 +14,12 @@ import platform
 import re
 import secrets
 import subprocess
-import tempfile
 from pathlib import Path
 
+from .atomic import atomic_write_bytes
 from .compile import REPO_ROOT, KERNEL_DIR
 
 SCHEMA = 1
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def atomic_write_json(path: Path, obj) -> None:

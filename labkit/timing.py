@@ -145,7 +145,10 @@ def graph_preflight(fn, warmups: int) -> str | None:
 
 def copy_ceiling(protocols: dict, nbytes: int = COPY_CEILING_BYTES, device="cuda", timer_factory=None,
                  progress: bool = False) -> dict:
-    """Time `dst.copy_(src)` of an `nbytes` float32 buffer under each protocol; bandwidth counts read + write."""
+    """The best of two device copies of an `nbytes` float32 buffer under each protocol, read + write counted:
+    `dst.copy_(src)`, and an elementwise kernel (`torch.mul(src, 1, out=dst)`). Both are kept because under graph
+    replay torch's copy_ becomes a memcpy node that can run on a copy engine, measured on the H200 at 2.76 TB/s
+    against 4.2 TB/s eager (run 20261129T151853Z): an SM kernel is the ceiling that LayerNorm kernels compete with."""
     import torch
 
     timer_factory = timer_factory or _default_timer
@@ -154,11 +157,14 @@ def copy_ceiling(protocols: dict, nbytes: int = COPY_CEILING_BYTES, device="cuda
     moved = 2 * src.numel() * ELEMENT_BYTES
     out = {}
     for key, protocol in protocols.items():
-        rec = bench.time_methods({"device_copy": lambda: dst.copy_(src)}, protocol, baseline=None,
+        rec = bench.time_methods({"device_copy": lambda: dst.copy_(src),
+                                  "elementwise_copy": lambda: torch.mul(src, 1.0, out=dst)}, protocol, baseline=None,
                                  timer=timer_factory(protocol), progress=progress)
-        med = rec.stats["device_copy"]["median_ms"]
+        best = min(rec.stats, key=lambda k: rec.stats[k]["median_ms"])
+        med = rec.stats[best]["median_ms"]
         out[key] = {"buffer_bytes": src.numel() * ELEMENT_BYTES, "bytes_moved": moved, "median_ms": med,
-                    "gbs_median": gb_per_s(moved, med), "timing": rec.to_json()}
+                    "gbs_median": gb_per_s(moved, med), "ceiling_method": best,
+                    "by_method_median_ms": {k: v["median_ms"] for k, v in rec.stats.items()}, "timing": rec.to_json()}
     del src, dst
     if str(device).startswith("cuda"):
         torch.cuda.empty_cache()

@@ -189,26 +189,26 @@ def _stat_err(cand: float, truth, exact: bool) -> Fraction | Decimal | float:
         return abs(Decimal(cand) - truth)
 
 
-def _winner(errs: dict[str, object]) -> str:
+def _closest(errs: dict[str, object]) -> list[str]:
     best = min(errs.values())
-    names = [n for n, e in errs.items() if e == best]
+    return [n for n, e in errs.items() if e == best]
+
+
+def _winner(errs: dict[str, object]) -> str:
+    names = _closest(errs)
     return names[0] if len(names) == 1 else "tie(" + ",".join(names) + ")"
 
 
-def _leaders(win: str) -> list[str]:
-    return win[len("tie("):-1].split(",") if win.startswith("tie(") else [win]
-
-
-def _verdict(wins: list[str], names: list[str]) -> dict:
-    """Rows in which each candidate is closest. A row where several candidates share the smallest error counts
-    for each of them (two variants of one method that agree both beat a third); only a row where every candidate
-    is equally close counts as tied."""
+def _verdict(leads: list[list[str] | None], names: list[str]) -> dict:
+    """Rows in which each candidate is closest (`leads`: per row, the candidates sharing the smallest error, None
+    where nothing was compared). A row where several candidates share the smallest error counts for each of them
+    (two variants of one method that agree both beat a third); only a row where every candidate is equally close
+    counts as tied."""
     counts = {n: 0 for n in names}
     ties = 0
-    for win in wins:
-        if win == "n/a":
+    for lead in leads:
+        if lead is None:
             continue
-        lead = _leaders(win)
         if set(names) <= set(lead):
             ties += 1
             continue
@@ -217,7 +217,9 @@ def _verdict(wins: list[str], names: list[str]) -> dict:
     top = max(counts.values(), default=0)
     leaders = [n for n, c in counts.items() if c == top and c > 0]
     closer = "tie" if not leaders else (leaders[0] if len(leaders) == 1 else "tie(" + ",".join(leaders) + ")")
-    return {"closer": closer, "rows_closer": counts, "rows_tied": ties, "by_row": wins}
+    by_row = [("n/a" if lead is None else lead[0] if len(lead) == 1 else "tie(" + ",".join(lead) + ")")
+              for lead in leads]
+    return {"closer": closer, "rows_closer": counts, "rows_tied": ties, "by_row": by_row}
 
 
 def _to_np(t):
@@ -291,7 +293,7 @@ def compare_to_truth(candidates: dict, x, weight, bias, eps: float) -> dict:
                 else:
                     per[k][f"{stat}_rel_err"].append(None if not ok else float(err))
         for stat in ("mean", "rstd"):
-            wins[stat].append(_winner(errs[stat]) if errs[stat] else "n/a")
+            wins[stat].append(_closest(errs[stat]) if errs[stat] else None)
         if out_err and isinstance(mean, Fraction):
             y_true = true_output(x2[i], w, b, mean, r_true)
             y_true32 = y_true.astype(np.float32)

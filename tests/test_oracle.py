@@ -115,10 +115,10 @@ def test_verdict_credits_every_candidate_sharing_the_smallest_error():
     # not reported as ties. Regression: the first version counted shared wins as ties and crowned the third.
     from labkit.oracle import _verdict
 
-    names = ["native", "fast a", "fast b"]
-    wins = ["native", "tie(fast a,fast b)", "tie(fast a,fast b)", "tie(native,fast a,fast b)", "native",
-            "tie(fast a,fast b)", "tie(fast a,fast b)"]
-    v = _verdict(wins, names)
-    assert v["rows_closer"] == {"native": 2, "fast a": 4, "fast b": 4}
+    names = ["native", "fast a, eager (GPU)", "fast b"]  # names may hold commas and parentheses
+    a, b = names[1], names[2]
+    leads = [["native"], [a, b], [a, b], names, ["native"], [a, b], [a, b], None]
+    v = _verdict(leads, names)
+    assert v["rows_closer"] == {"native": 2, a: 4, b: 4}
     assert v["rows_tied"] == 1
-    assert v["closer"] == "tie(fast a,fast b)"
+    assert v["closer"] == f"tie({a},{b})" and v["by_row"][0] == "native" and v["by_row"][-1] == "n/a"

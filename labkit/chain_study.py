@@ -86,22 +86,18 @@ def stage_breakdown(shape=L1_40, rounds: int = 35, seed: int = 0, eps: float = 1
             "timing": rec.to_json()}
 
 
-def copy_ceiling(nbytes: int = 1 << 30, rounds: int = 15, device="cuda") -> dict:
-    """The faster of two device copies of `nbytes` (torch's copy_, which graph replay may hand to a copy engine,
-    and an elementwise SM kernel), counted as read + write: the bandwidth ceiling of this run."""
-    import torch
-
-    from .bench import PROTOCOL_A, time_methods
+def copy_ceiling(nbytes: int = 1 << 30, rounds: int = 15, device="cuda", timer_factory=None) -> dict:
+    """The timing study's device-copy ceiling (labkit.timing.copy_ceiling: the faster of torch's copy_ and an
+    elementwise SM copy, read + write counted) under protocol A, in this notebook's units."""
     from dataclasses import replace
 
-    a = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    c = torch.empty_like(a)
-    rec = time_methods({"copy_": lambda: c.copy_(a), "elementwise": lambda: torch.mul(a, 1.0, out=c)},
-                       replace(PROTOCOL_A, rounds=rounds))
-    best = min(rec.stats, key=lambda k: rec.stats[k]["median_ms"])
-    ms = rec.stats[best]["median_ms"]
-    return {"bytes": nbytes, "median_ms": ms, "method": best, "tb_per_s_read_plus_write": 2 * nbytes / ms / 1e9,
-            "by_method_median_ms": {k: v["median_ms"] for k, v in rec.stats.items()}}
+    from .bench import PROTOCOL_A
+    from .timing import copy_ceiling as measure
+
+    c = measure({"A": replace(PROTOCOL_A, rounds=rounds)}, nbytes, device, timer_factory)["A"]
+    return {"bytes": c["buffer_bytes"], "median_ms": c["median_ms"], "method": c["ceiling_method"],
+            "tb_per_s_read_plus_write": c["bytes_moved"] / c["median_ms"] / 1e9,
+            "by_method_median_ms": c["by_method_median_ms"]}
 
 
 def floors(breakdown: dict, floor: dict, ceiling: dict) -> list[dict]:

@@ -20,21 +20,29 @@ static __device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, u
                  : "memory");
 }
 
-static __device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
-static __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+// By shared-memory address: hot loops keep barrier addresses as 32-bit offsets, because converting a generic
+// pointer costs several instructions each time.
+static __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
     asm volatile(
         "{\n"
         ".reg .pred done;\n"
         "WAIT_%=:\n"
         "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
         "@!done bra WAIT_%=;\n"
-        "}\n" ::"r"(smem_addr(bar)),
+        "}\n" ::"r"(bar),
         "r"(parity)
         : "memory");
 }
+
+static __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+    mbar_wait(smem_addr(bar), parity);
+}
+
+static __device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
+static __device__ __forceinline__ void mbar_arrive(unsigned long long* bar) { mbar_arrive(smem_addr(bar)); }
 
 static __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
     asm volatile(

@@ -105,6 +105,7 @@ __device__ __forceinline__ void chain_stats_impl(const float* __restrict__ x, co
     // Consumer warp `warp` runs the chains of torch's threads 32 * (first_warp + warp) + lane.
     const int my_first = first + kLanes * warp + lane;
     WelfordLN s{0.f, 0.f, 0.f};
+    int pushes = 0;  // chains of one block may differ in length by a step (ragged N / 4 % 128)
     for (int st = 0; st < stages; ++st) {
         const int slot = st % kStagesW;
 #if CHAIN_VARIANT != 2
@@ -131,10 +132,8 @@ __device__ __forceinline__ void chain_stats_impl(const float* __restrict__ x, co
 #if CHAIN_VARIANT == 1
                 s.mean += v[i].x + v[i].y + v[i].z + v[i].w + r[i].x;
 #else
-                s = welford_push(s, v[i].x, r[i].x);
-                s = welford_push(s, v[i].y, r[i].y);
-                s = welford_push(s, v[i].z, r[i].z);
-                s = welford_push(s, v[i].w, r[i].w);
+                welford_push4_uncounted(s, v[i], r[i]);
+                pushes += 4;
 #endif
             }
         }
@@ -144,26 +143,8 @@ __device__ __forceinline__ void chain_stats_impl(const float* __restrict__ x, co
 #endif
     }
 
-    s = welford_warp_reduce(s);
-    if (lane == 0) {
-        float* out = warp_state + ((size_t)row * 4 + first_warp + warp) * 3;
-        out[0] = s.mean;
-        out[1] = s.m2;
-        out[2] = s.count;
-        __threadfence();  // publish this warp's state before counting it
-    }
-    if (lane == 0 && atomicAdd(&row_done[row], 1u) == 3u) {
-        __threadfence();  // the other three warps' states are visible once their counts are
-        const volatile float* st = warp_state + (size_t)row * 12;
-        WelfordLN w[4];
-        for (int i = 0; i < 4; ++i) w[i] = WelfordLN{st[3 * i], st[3 * i + 1], st[3 * i + 2]};
-        // torch's tree for 4 warps: 2 -> 0 and 3 -> 1, then 1 -> 0, each as merge(own, received).
-        w[0] = welford_merge(w[0], w[2]);
-        w[1] = welford_merge(w[1], w[3]);
-        w[0] = welford_merge(w[0], w[1]);
-        welford_finish(w[0], n, eps, mean + row, rstd + row);
-        row_done[row] = 0u;  // ready for the next launch (and graph replay)
-    }
+    s.count = (float)pushes;
+    welford_row_merge_across_blocks(s, row, first_warp + warp, n, eps, warp_state, row_done, mean, rstd);
 }
 
 // Arguments of both: x [rows, n], recip (reciprocal_table, >= 4 * ceil(n / 512) entries), warp_state

@@ -7,6 +7,12 @@
 // sixteen steps. The producer warp writes each stage's reciprocals next to its data, so the push loop reads
 // only shared memory.
 //
+// Why the consumer is pipelined by step, not by stage: one warp issues both its shared-memory reads and its
+// dependent pushes, in order. Reading a whole stage before pushing it put 32 LDS.128 (about 4 issue cycles
+// each) in series with the chain, about 2 extra cycles per push on a ~8-cycle chain. Reads issued kAhead steps
+// ahead fill the chain's idle issue slots instead. The count FADD chain is left out of the loop for the same
+// reason (welford_push_uncounted): every chain here has exactly 4 * N / 512 pushes.
+//
 // Requirement (the wrapper checks it): N a multiple of 512, so every chain has the same length (no ragged step).
 #include "welford_ln.cuh"
 #include "async_copy.cuh"
@@ -17,12 +23,17 @@
 #ifndef TMA_STAGES
 #define TMA_STAGES 24  // ring depth: 192 KiB in flight per SM by default
 #endif
+#ifndef TMA_AHEAD
+#define TMA_AHEAD 4  // steps read from shared memory ahead of the one being pushed
+#endif
 
 namespace {
 constexpr int kSteps = TMA_STEPS;
 constexpr int kStages = TMA_STAGES;
 constexpr int kStageBytes = kSteps * 512;
 constexpr int kRecBytes = kSteps * 16;  // 4 reciprocals per step, beside each stage's data
+constexpr int kAhead = TMA_AHEAD;
+static_assert(kSteps % kAhead == 0, "a stage must hold a whole number of prefetch windows");
 }  // namespace
 
 #ifndef CHAIN_VARIANT
@@ -33,40 +44,64 @@ __device__ __forceinline__ void push4(WelfordLN& s, const float4& v, const float
 #if CHAIN_VARIANT == 1
     s.mean += v.x + v.y + v.z + v.w + r.x;
 #else
-    s = welford_push(s, v.x, r.x);
-    s = welford_push(s, v.y, r.y);
-    s = welford_push(s, v.z, r.z);
-    s = welford_push(s, v.w, r.w);
+    welford_push4_uncounted(s, v, r);
 #endif
 }
 
-// Stage `st` of this warp into registers; releases its ring slot to the producer once read.
-__device__ __forceinline__ void fetch_stage(float4 (&v)[kSteps], float4 (&r)[kSteps], int st,
-                                            const unsigned char* ring, const unsigned char* recs,
-                                            unsigned long long* full, unsigned long long* empty, int lane) {
-#if CHAIN_VARIANT == 2
-#pragma unroll
-    for (int i = 0; i < kSteps; ++i) {
-        v[i] = make_float4(__int_as_float(0x3f800000 + lane + i), 1.f, 2.f, 3.f);
-        r[i] = make_float4(0.5f, 0.25f, 0.125f, 0.0625f);
-    }
-#else
-    const int slot = st % kStages;
-    mbar_wait(&full[slot], (st / kStages) & 1);
-    const float4* seg = reinterpret_cast<const float4*>(ring + slot * kStageBytes) + lane;
-    const float4* rec = reinterpret_cast<const float4*>(recs + slot * kRecBytes);
-#pragma unroll
-    for (int i = 0; i < kSteps; ++i) {
-        v[i] = seg[32 * i];
+// Where the consumer reads one ring slot: this lane's float4 of each step, and the step's 4 reciprocals.
+struct Slot {
+    const float4* seg;
+    const float4* rec;
+};
+
+__device__ __forceinline__ void read_step(float4& v, float4& r, Slot at, int step) {
+#if CHAIN_VARIANT != 2
+    v = at.seg[32 * step];
 #if CHAIN_VARIANT == 0
-        r[i] = rec[i];
-#else
-        r[i] = make_float4(0.5f, 0.25f, 0.125f, 0.0625f);
+    r = at.rec[step];
 #endif
+#endif
+}
+
+// One stage of pushes. On entry qv/qr hold this stage's first kAhead steps; on exit, the next stage's
+// (`next_full` is its barrier's shared-memory address; after the last stage the producer completes that
+// barrier without data, so the wait needs no branch around it). kPartial: only the first `valid` steps are real.
+template <bool kPartial>
+__device__ __forceinline__ void consume_stage(WelfordLN& s, float4 (&qv)[kAhead], float4 (&qr)[kAhead], Slot cur,
+                                              Slot next, unsigned next_full, unsigned next_parity, int valid) {
+#pragma unroll
+    for (int j = 0; j < kSteps; ++j) {
+        const float4 v = qv[j % kAhead];
+        const float4 r = qr[j % kAhead];
+        const int ahead = j + kAhead;
+        if (ahead < kSteps) {
+            read_step(qv[j % kAhead], qr[j % kAhead], cur, ahead);
+        } else {
+#if CHAIN_VARIANT != 2
+            if (ahead == kSteps) mbar_wait(next_full, next_parity);
+#endif
+            // After the last stage this reads a slot that holds no data for us: harmless and never pushed.
+            read_step(qv[j % kAhead], qr[j % kAhead], next, ahead - kSteps);
+        }
+        if (!kPartial || j < valid) push4(s, v, r);
     }
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[slot]);
+}
+
+// consume_stage on ring slot `slot`, then release the slot and step the ring position.
+template <bool kPartial>
+__device__ __forceinline__ void consume_slot(WelfordLN& s, float4 (&qv)[kAhead], float4 (&qr)[kAhead], int& slot,
+                                             unsigned& parity, const float4* seg0, const float4* rec0,
+                                             unsigned full0, unsigned empty0, int valid) {
+    const int next = slot + 1 == kStages ? 0 : slot + 1;
+    const unsigned next_parity = next == 0 ? parity ^ 1u : parity;
+    consume_stage<kPartial>(s, qv, qr, Slot{seg0 + slot * (kStageBytes / 16), rec0 + slot * kSteps},
+                            Slot{seg0 + next * (kStageBytes / 16), rec0 + next * kSteps}, full0 + 8 * next,
+                            next_parity, valid);
+#if CHAIN_VARIANT != 2
+    mbar_arrive(empty0 + 8 * slot);  // every lane arrives once its own reads of the slot have been pushed
 #endif
+    slot = next;
+    parity = next_parity;
 }
 
 // grid: (4, rows) — blockIdx.x is torch's warp index, blockIdx.y the row; block: 64 threads (warp 0 runs the
@@ -93,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(64) chain_stats_tma(
     if (threadIdx.x == 0) {
         for (int i = 0; i < kStages; ++i) {
             mbar_init(&full[i], 1);
-            mbar_init(&empty[i], 1);
+            mbar_init(&empty[i], 32);  // the consumer warp's lanes
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -119,56 +154,43 @@ extern "C" __global__ void __launch_bounds__(64) chain_stats_tma(
             }
         }
 #endif
+#if CHAIN_VARIANT != 2
+        // Complete the barrier after the last stage without data: the consumer waits on it unconditionally.
+        if (lane == 0 && stages > 0) {
+            mbar_wait(&empty[stages % kStages], ((stages / kStages) & 1) ^ 1);
+            mbar_arrive(&full[stages % kStages]);
+        }
+#endif
         return;
     }
 
-    // With short stages, stage st+1 is read into registers (and its slot released) before stage st's pushes,
-    // so shared-memory latency overlaps the dependent chain; long stages would need too many registers for
-    // two copies, and their one exposed read per stage costs little.
+    // The ring position advances by counters rather than st % kStages (a division per stage is ~40 issue
+    // cycles of the warp that runs the chain), and barriers are addressed as 32-bit shared offsets.
+    const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty);
+    const float4* const seg0 = reinterpret_cast<const float4*>(ring) + lane;
+    const float4* const rec0 = reinterpret_cast<const float4*>(recs);
     WelfordLN s{0.f, 0.f, 0.f};
-    float4 v[kSteps], r[kSteps];
-    constexpr bool kPipelined = kSteps <= 8;
-    if (kPipelined && stages > 0) fetch_stage(v, r, 0, ring, recs, full, empty, lane);
-    for (int st = 0; st < stages; ++st) {
-        float4 cv[kSteps], cr[kSteps];
-        if (kPipelined) {
+    float4 qv[kAhead], qr[kAhead];
 #pragma unroll
-            for (int i = 0; i < kSteps; ++i) {
-                cv[i] = v[i];
-                cr[i] = r[i];
-            }
-            if (st + 1 < stages) fetch_stage(v, r, st + 1, ring, recs, full, empty, lane);
-        } else {
-            fetch_stage(cv, cr, st, ring, recs, full, empty, lane);
-        }
-        if ((st + 1) * kSteps <= steps) {
+    for (int i = 0; i < kAhead; ++i) {
+        // Chains-only and loads-only variants push register values that the compiler cannot fold.
+        qv[i] = make_float4(__int_as_float(0x3f800000 + lane + i), eps, 2.f * eps, 3.f * eps);
+        qr[i] = make_float4(0.5f * eps, 0.25f * eps, 0.125f * eps, 0.0625f * eps);
+    }
+    int slot = 0;
+    unsigned parity = 0;
+    if (stages > 0) {
+#if CHAIN_VARIANT != 2
+        mbar_wait(full0, 0u);
+#endif
 #pragma unroll
-            for (int i = 0; i < kSteps; ++i) push4(s, cv[i], cr[i]);
-        } else {
-#pragma unroll
-            for (int i = 0; i < kSteps; ++i)  // unrolled and predicated: a dynamic index would spill cv to memory
-                if (st * kSteps + i < steps) push4(s, cv[i], cr[i]);
-        }
+        for (int i = 0; i < kAhead; ++i) read_step(qv[i], qr[i], Slot{seg0, rec0}, i);
     }
-
-    s = welford_warp_reduce(s);
-    if (lane == 0) {
-        float* out = warp_state + ((size_t)row * 4 + w) * 3;
-        out[0] = s.mean;
-        out[1] = s.m2;
-        out[2] = s.count;
-        __threadfence();  // publish this warp's state before counting it
-    }
-    if (lane == 0 && atomicAdd(&row_done[row], 1u) == 3u) {
-        __threadfence();  // the other three warps' states are visible once their counts are
-        const volatile float* st = warp_state + (size_t)row * 12;
-        WelfordLN q[4];
-        for (int i = 0; i < 4; ++i) q[i] = WelfordLN{st[3 * i], st[3 * i + 1], st[3 * i + 2]};
-        // torch's tree for 4 warps: 2 -> 0 and 3 -> 1, then 1 -> 0, each as merge(own, received).
-        q[0] = welford_merge(q[0], q[2]);
-        q[1] = welford_merge(q[1], q[3]);
-        q[0] = welford_merge(q[0], q[1]);
-        welford_finish(q[0], n, eps, mean + row, rstd + row);
-        row_done[row] = 0u;  // ready for the next launch (and graph replay)
-    }
+    // Full stages in a loop whose body has no branch but the barrier wait, so the compiler can hide the ring
+    // bookkeeping in the chain's idle issue slots; a partial last stage after it.
+    for (int st = 0; st < steps / kSteps; ++st)
+        consume_slot<false>(s, qv, qr, slot, parity, seg0, rec0, full0, empty0, kSteps);
+    if (steps % kSteps != 0) consume_slot<true>(s, qv, qr, slot, parity, seg0, rec0, full0, empty0, steps % kSteps);
+    s.count = (float)(4 * steps);
+    welford_row_merge_across_blocks(s, row, w, n, eps, warp_state, row_done, mean, rstd);
 }

@@ -15,13 +15,7 @@ extern "C" __global__ void __launch_bounds__(128) reference_order_stats(
     const int tid = threadIdx.x + 32 * threadIdx.y;
     const float4* row = reinterpret_cast<const float4*>(x + (size_t)blockIdx.x * n);
     WelfordLN s{0.f, 0.f, 0.f};
-    for (int j = tid; j < n / 4; j += 128) {
-        const float4 v = row[j];
-        s = welford_push(s, v.x);
-        s = welford_push(s, v.y);
-        s = welford_push(s, v.z);
-        s = welford_push(s, v.w);
-    }
+    for (int j = tid; j < n / 4; j += 128) s = welford_push4(s, row[j]);
     s = welford_warp_reduce(s);
     s = welford_block_tree4(s, buf);
     if (tid == 0) welford_finish(s, n, eps, mean + blockIdx.x, rstd + blockIdx.x);

@@ -25,20 +25,9 @@ __device__ __forceinline__ void rows_fused(const float4* __restrict__ x, const f
     WelfordLN s{0.f, 0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i) {
-        if (tid + 128 * i < n4) {
-            s = welford_push(s, keep[i].x);
-            s = welford_push(s, keep[i].y);
-            s = welford_push(s, keep[i].z);
-            s = welford_push(s, keep[i].w);
-        }
+        if (tid + 128 * i < n4) s = welford_push4(s, keep[i]);
     }
-    for (int j = tid + 128 * kMaxVec; j < n4; j += 128) {
-        const float4 v = row[j];
-        s = welford_push(s, v.x);
-        s = welford_push(s, v.y);
-        s = welford_push(s, v.z);
-        s = welford_push(s, v.w);
-    }
+    for (int j = tid + 128 * kMaxVec; j < n4; j += 128) s = welford_push4(s, row[j]);
     s = welford_warp_reduce(s);
     s = welford_block_tree4(s, buf);
     if (tid == 0) {
@@ -59,14 +48,7 @@ __device__ __forceinline__ void rows_fused(const float4* __restrict__ x, const f
         } else {
             v = row[j];
         }
-        const float4 g = gamma[j];
-        const float4 b = beta[j];
-        float4 o;
-        o.x = g.x * (r * (v.x - m)) + b.x;
-        o.y = g.y * (r * (v.y - m)) + b.y;
-        o.z = g.z * (r * (v.z - m)) + b.z;
-        o.w = g.w * (r * (v.w - m)) + b.w;
-        out[j] = o;
+        out[j] = layer_norm_affine4(v, gamma[j], beta[j], m, r);
     }
 }
 

@@ -13,17 +13,43 @@ struct WelfordLN {
     float count;  // kept as float, as torch does
 };
 
-// One sample into a chain. `inv_count` must equal the IEEE quotient 1.f/(count+1): callers either divide
-// in place (torch's way) or read a table of correctly rounded reciprocals, which gives the same bits.
-__device__ __forceinline__ WelfordLN welford_push(WelfordLN a, float v, float inv_count) {
+// One sample into a chain's mean and m2, leaving count alone. `inv_count` must equal the IEEE quotient
+// 1.f/(count+1): callers either divide in place (torch's way) or read correctly rounded reciprocals, which
+// give the same bits. Hot loops use this form and set count once at the end: a chain's count is its number
+// of pushes, an integer far below 2^24 wherever torch takes the vectorized path, so float counting is exact
+// and the end value has the same bits as torch's running count.
+__device__ __forceinline__ void welford_push_uncounted(WelfordLN& a, float v, float inv_count) {
     float delta = v - a.mean;
     float new_mean = a.mean + delta * inv_count;
-    return {new_mean, a.m2 + delta * (v - new_mean), a.count + 1.f};
+    a.m2 = a.m2 + delta * (v - new_mean);
+    a.mean = new_mean;
+}
+
+__device__ __forceinline__ WelfordLN welford_push(WelfordLN a, float v, float inv_count) {
+    welford_push_uncounted(a, v, inv_count);
+    a.count = a.count + 1.f;
+    return a;
 }
 
 __device__ __forceinline__ WelfordLN welford_push(WelfordLN a, float v) {
     float new_count = a.count + 1.f;
     return welford_push(a, v, 1.f / new_count);
+}
+
+// A float4's components in torch's order (x, y, z, w), with in-place division.
+__device__ __forceinline__ WelfordLN welford_push4(WelfordLN a, float4 v) {
+    a = welford_push(a, v.x);
+    a = welford_push(a, v.y);
+    a = welford_push(a, v.z);
+    return welford_push(a, v.w);
+}
+
+// The same with the four reciprocals given, count left alone (see welford_push_uncounted).
+__device__ __forceinline__ void welford_push4_uncounted(WelfordLN& a, float4 v, float4 inv_count) {
+    welford_push_uncounted(a, v.x, inv_count.x);
+    welford_push_uncounted(a, v.y, inv_count.y);
+    welford_push_uncounted(a, v.z, inv_count.z);
+    welford_push_uncounted(a, v.w, inv_count.w);
 }
 
 // torch's argument order: b is the caller's own state, a the one received (shuffled or from shared memory).
@@ -79,4 +105,42 @@ __device__ __forceinline__ WelfordLN welford_block_tree4(WelfordLN s, float* buf
 __device__ __forceinline__ void welford_finish(WelfordLN s, int n, float eps, float* mean, float* rstd) {
     *mean = s.mean;
     *rstd = rsqrtf(s.m2 / (float)n + eps);
+}
+
+// The end of a row whose four warps ran in different blocks: each warp (all 32 lanes call this) reduces its
+// chains as torch's warp step does and publishes the state; the last of the row's four warps to arrive runs
+// torch's 4-warp tree and writes mean and rstd. warp_state is [rows, 4, 3] scratch; row_done[row] is zero on
+// entry and is left zero, so the next launch (and graph replay) can reuse it.
+__device__ __forceinline__ void welford_row_merge_across_blocks(WelfordLN s, int row, int warp, int n, float eps,
+                                                                float* warp_state, unsigned* row_done,
+                                                                float* mean, float* rstd) {
+    s = welford_warp_reduce(s);
+    if ((threadIdx.x & 31) != 0) return;
+    float* out = warp_state + ((size_t)row * 4 + warp) * 3;
+    out[0] = s.mean;
+    out[1] = s.m2;
+    out[2] = s.count;
+    __threadfence();  // publish this warp's state before counting it
+    if (atomicAdd(&row_done[row], 1u) != 3u) return;
+    __threadfence();  // the other three warps' states are visible once their counts are
+    const volatile float* st = warp_state + (size_t)row * 12;
+    WelfordLN q[4];
+    for (int i = 0; i < 4; ++i) q[i] = WelfordLN{st[3 * i], st[3 * i + 1], st[3 * i + 2]};
+    // torch's tree for 4 warps: 2 -> 0 and 3 -> 1, then 1 -> 0, each as merge(own, received).
+    q[0] = welford_merge(q[0], q[2]);
+    q[1] = welford_merge(q[1], q[3]);
+    q[0] = welford_merge(q[0], q[1]);
+    welford_finish(q[0], n, eps, mean + row, rstd + row);
+    row_done[row] = 0u;
+}
+
+// torch's vectorized-path output for four columns: gamma * (rstd * (x - mean)) + beta, contracted by
+// --fmad=true to fma(gamma, rstd * (x - mean), beta) as torch's is.
+__device__ __forceinline__ float4 layer_norm_affine4(float4 v, float4 g, float4 b, float m, float r) {
+    float4 o;
+    o.x = g.x * (r * (v.x - m)) + b.x;
+    o.y = g.y * (r * (v.y - m)) + b.y;
+    o.z = g.z * (r * (v.z - m)) + b.z;
+    o.w = g.w * (r * (v.w - m)) + b.w;
+    return o;
 }

@@ -1,8 +1,9 @@
 """Chain-parallel reference-order LayerNorm: torch's statistics contract with the chains spread over the GPU.
 
 Two schedules of one contract, chosen from the shape (both bit-identical to torch's vectorized path):
-- "chain" (few, long rows): kernels/chain_stats.cu runs each (row, warp) pair's 32 Welford chains in its own
-  block, fed by bulk async copies, merges in torch's tree, then kernels/affine_rows.cu writes the output.
+- "chain" (few, long rows): each (row, warp) pair's 32 Welford chains run in their own block, fed by tensor-map
+  copies (kernels/chain_stats_tma.cu; kernels/chain_stats.cu where chains are ragged), merge in torch's tree,
+  then kernels/affine_columns.cu writes the output.
 - "rows_fused" (many rows): kernels/rows_fused.cu is torch's own one-block-per-row schedule, keeping each
   thread's vectors in registers so x is read once.
 """
@@ -14,7 +15,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from .launch import launch
-from .reference_order import launch_affine_rows
 from .validate import MAX_NORMALIZED, check_output, layer_norm_layout
 
 SCHEDULES = ("auto", "chain", "rows_fused")
@@ -44,12 +44,33 @@ DEFAULT_BLOCKING = "auto"
 MAX_DYNAMIC_SMEM = 227 * 1024  # sm_90 opt-in limit per block
 
 
-TMA_STEPS, TMA_STAGES = 16, 24  # must match kernels/chain_stats_tma.cu
+@dataclass(frozen=True)
+class TmaConfig:
+    """Compile-time shape of kernels/chain_stats_tma.cu's ring (its defaults are the kernel's own)."""
+
+    steps: int = 16   # steps per stage = one tensor copy; the tensor map's box has this many steps
+    stages: int = 24  # ring depth
+    ahead: int = 4    # steps the consumer reads ahead of the one it pushes
+
+    def __post_init__(self):
+        if not (1 <= self.steps <= 256 and self.stages >= 2 and self.ahead >= 1 and self.steps % self.ahead == 0):
+            raise ValueError(f"TmaConfig needs 1 <= steps <= 256 (a TMA box dimension), stages >= 2 and ahead "
+                             f"dividing steps, got {self}")
+        if tma_smem_bytes(self) > MAX_DYNAMIC_SMEM:
+            raise ValueError(f"TmaConfig {self} needs {tma_smem_bytes(self)} bytes of shared memory, more than "
+                             f"{MAX_DYNAMIC_SMEM}")
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        if self == TmaConfig():
+            return ()
+        return (f"-DTMA_STEPS={self.steps}", f"-DTMA_STAGES={self.stages}", f"-DTMA_AHEAD={self.ahead}")
 
 
-def tma_smem_bytes(steps: int = TMA_STEPS, stages: int = TMA_STAGES) -> int:
+def tma_smem_bytes(config: "TmaConfig | None" = None) -> int:
     """The ring: per stage, `steps` segments of 512 bytes and their 4 reciprocals each."""
-    return stages * steps * (512 + 16)
+    c = config or TmaConfig()
+    return c.stages * c.steps * (512 + 16)
 
 
 def choose_blocking(n: int) -> str:
@@ -93,24 +114,37 @@ def _workspace(device, rows: int) -> dict:
 
 
 def launch_chain_stats(x, mean, rstd, rows: int, n: int, eps: float, blocking: str = DEFAULT_BLOCKING,
-                       options: tuple[str, ...] = ()) -> None:
+                       options: tuple[str, ...] = (), tma: TmaConfig | None = None) -> None:
+    """The statistics pass alone. `options` adds -D flags (stage-breakdown variants); `tma` changes the tma
+    blocking's ring (default: the kernel's own)."""
     if blocking == "auto":
         blocking = choose_blocking(n)
     ws = _workspace(x.device, rows)
     if blocking == "tma":
         from .tensormap import encode_tiled_f32
 
-        # x as [rows][steps][4 warps][128 floats]: one box is TMA_STEPS steps of one warp's 512-byte segments.
+        tma = tma or TmaConfig()
+        # x as [rows][steps][4 warps][128 floats]: one box is `tma.steps` steps of one warp's 512-byte segments.
         tmap = encode_tiled_f32(x.data_ptr(), (128, 4, n // 512, rows), (512, 2048, 4 * n),
-                                (128, 1, TMA_STEPS, 1))
+                                (128, 1, tma.steps, 1))
         launch("chain_stats_tma", "chain_stats_tma", (4, rows), (64,),
                (tmap, ws["warp_state"], ws["row_done"], mean, rstd, np.int32(n), np.float32(eps)),
-               x.device, shared_mem=tma_smem_bytes(), options=options)
+               x.device, shared_mem=tma_smem_bytes(tma), options=tma.options + tuple(options))
         return
     b = BLOCKINGS[blocking]
     launch("chain_stats", b.function, (4 // b.warps, rows), (b.threads,),
            (x, ws["recip"], ws["warp_state"], ws["row_done"], mean, rstd, np.int32(n), np.float32(eps)),
            x.device, shared_mem=b.smem_bytes, options=options)
+
+
+AFFINE_THREADS = 256  # must match kernels/affine_columns.cu's launch bounds
+
+
+def launch_affine_columns(x, mean, rstd, weight, bias, y, rows: int, n: int, options: tuple[str, ...] = ()) -> None:
+    """The chain schedule's output pass: a thread per float4 column over all rows, last columns first."""
+    n4 = n // 4
+    launch("affine_columns", "affine_columns", (-(-n4 // AFFINE_THREADS),), (AFFINE_THREADS,),
+           (x, mean, rstd, weight, bias, y, np.int32(rows), np.int32(n4)), x.device, options=options)
 
 
 def launch_rows_fused(x, weight, bias, y, mean, rstd, rows: int, n: int, eps: float) -> None:
@@ -153,7 +187,7 @@ def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, schedule: str = "aut
     rstd = torch.empty(rows, device=x.device, dtype=torch.float32)
     if schedule == "chain":
         launch_chain_stats(x, mean, rstd, rows, n, eps, blocking)
-        launch_affine_rows(x, mean, rstd, weight, bias, y, rows, n)
+        launch_affine_columns(x, mean, rstd, weight, bias, y, rows, n)
     else:
         launch_rows_fused(x, weight, bias, y, mean, rstd, rows, n, eps)
     return (y, mean, rstd) if return_stats else y

@@ -43,3 +43,33 @@ def test_registers_as_timing_method():
     chain.register_methods()
     m = methods.get("chain")
     assert m.family == "chain" and m.reference_order
+
+
+def test_tma_config_defaults_are_the_kernels():
+    """TmaConfig() must describe the kernel compiled without -D flags (its box and shared memory depend on it)."""
+    import re
+
+    from labkit.compile import REPO_ROOT
+
+    src = (REPO_ROOT / "kernels" / "chain_stats_tma.cu").read_text()
+    found = {k: int(re.search(rf"#define TMA_{k} (\d+)", src).group(1)) for k in ("STEPS", "STAGES", "AHEAD")}
+    c = chain.TmaConfig()
+    assert found == {"STEPS": c.steps, "STAGES": c.stages, "AHEAD": c.ahead}
+    assert c.options == ()
+    assert chain.TmaConfig(32, 12, 4).options == ("-DTMA_STEPS=32", "-DTMA_STAGES=12", "-DTMA_AHEAD=4")
+
+
+@pytest.mark.parametrize("args", [(16, 24, 3), (512, 2, 4), (16, 1, 4), (64, 24, 4)])
+def test_tma_config_refuses_impossible_rings(args):
+    with pytest.raises(ValueError, match="TmaConfig"):
+        chain.TmaConfig(*args)
+
+
+@pytest.mark.parametrize("options", [(), ("-DTMA_STEPS=32", "-DTMA_STAGES=12"), ("-DTMA_AHEAD=8",)])
+def test_tma_ring_shapes_compile_for_sm90(options, cache_dir):
+    assert compile_kernel("chain_stats_tma", "sm_90", options).cubin.startswith(b"\x7fELF")
+
+
+@pytest.mark.parametrize("unroll", ["4", "16"])
+def test_affine_columns_compiles_for_sm90(unroll, cache_dir):
+    assert compile_kernel("affine_columns", "sm_90", (f"-DAFFINE_UNROLL={unroll}",)).cubin.startswith(b"\x7fELF")

@@ -17,6 +17,11 @@ SHAPES = [
     (33, 2052),          # odd row count, ragged
     (200, 4096),         # many rows: the rows_fused schedule under "auto"
     (4096, 1024),
+    # tma blocking (N % 512 == 0) with a partial last stage, fewer steps than the read-ahead, and ring wrap-around
+    (2, 512),                  # one step per chain
+    (3, 512 * 17),             # one full stage of 16 steps and a partial one
+    (2, 512 * (16 * 24 + 5)),  # more stages than the ring holds, then a partial one
+    (5, 512 * 16 * 25),        # the ring wraps, no partial stage
 ]
 
 
@@ -59,3 +64,28 @@ def test_graph_replay_after_mutation_identical():
         torch.cuda.synchronize()
         ref = identity.native_layer_norm(x, w, b, 1e-5)
         assert all(check.bit_identical(r, q) for r, q in zip(ref, got))
+
+
+@pytest.mark.parametrize("config", [(16, 24, 2), (32, 12, 4), (8, 48, 8)], ids=lambda c: "x".join(map(str, c)))
+@pytest.mark.parametrize("shape", [(16, 64, 256, 256), (3, 512 * 17), (2, 512 * (32 * 12 + 3))],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_tma_ring_shapes_bit_identical(config, shape):
+    """Other ring shapes of the tma kernel keep the bits: the ring only schedules loads."""
+    import torch
+
+    from labkit.chain import TmaConfig, launch_affine_columns, launch_chain_stats
+
+    x = inputs.make_input("normal_plus_1000", shape, seed=5, device="cuda")
+    w, b = inputs.make_affine("random_normal", shape[1:], seed=5, device="cuda")
+
+    def run(x, w, b, eps):
+        rows, n = x.numel() // w.numel(), w.numel()
+        mean = torch.empty(rows, device="cuda")
+        rstd = torch.empty(rows, device="cuda")
+        y = torch.empty_like(x)
+        launch_chain_stats(x, mean, rstd, rows, n, eps, "tma", tma=TmaConfig(*config))
+        launch_affine_columns(x, mean, rstd, w, b, y, rows, n)
+        return y, mean, rstd
+
+    rec = identity.compare_to_native(run, x, w, b, 1e-5)
+    assert rec["identical"], {k: rec[k]["bit_equal_fraction"] for k in ("output", "mean", "rstd")}

@@ -16,15 +16,16 @@
 // Requirement (the wrapper checks it): N a multiple of 512, so every chain has the same length (no ragged step).
 #include "welford_ln.cuh"
 #include "async_copy.cuh"
+#include "grid_dependency.cuh"
 
 #ifndef TMA_STEPS
-#define TMA_STEPS 16  // steps per stage: one tensor copy of TMA_STEPS x 512 bytes (the map's box must match)
+#define TMA_STEPS 64  // steps per stage: one tensor copy of TMA_STEPS x 512 bytes (the map's box must match)
 #endif
 #ifndef TMA_STAGES
-#define TMA_STAGES 24  // ring depth: 192 KiB in flight per SM by default
+#define TMA_STAGES 6  // ring depth: 192 KiB in flight per SM by default
 #endif
 #ifndef TMA_AHEAD
-#define TMA_AHEAD 4  // steps read from shared memory ahead of the one being pushed
+#define TMA_AHEAD 8  // steps read from shared memory ahead of the one being pushed
 #endif
 
 namespace {
@@ -133,6 +134,9 @@ extern "C" __global__ void __launch_bounds__(64) chain_stats_tma(
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+    // The output pass, launched as a programmatic dependent, may start loading x now: it waits for this
+    // grid's completion before it reads mean and rstd.
+    grid_dependents_may_launch();
 
     if (threadIdx.x >= 32) {
         // The producer warp computes each stage's reciprocals 1.f/(count+1) with IEEE division (the same

@@ -17,11 +17,12 @@ SHAPES = [
     (33, 2052),          # odd row count, ragged
     (200, 4096),         # many rows: the rows_fused schedule under "auto"
     (4096, 1024),
-    # tma blocking (N % 512 == 0) with a partial last stage, fewer steps than the read-ahead, and ring wrap-around
-    (2, 512),                  # one step per chain
-    (3, 512 * 17),             # one full stage of 16 steps and a partial one
-    (2, 512 * (16 * 24 + 5)),  # more stages than the ring holds, then a partial one
-    (5, 512 * 16 * 25),        # the ring wraps, no partial stage
+    # tma blocking (N % 512 == 0; default ring: 6 stages of 64 steps, reads 8 steps ahead): a partial last stage,
+    # fewer steps than the read-ahead, and ring wrap-around
+    (2, 512),                    # one step per chain
+    (3, 512 * 17),               # a single partial stage
+    (2, 512 * (64 * 6 * 2 + 3)),  # the ring wraps twice, then a partial stage of 3 steps (< read-ahead)
+    (3, 512 * 64 * 7),           # the ring wraps, no partial stage
 ]
 
 

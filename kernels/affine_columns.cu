@@ -2,55 +2,35 @@
 //
 // Contract kept: layer_norm_affine4 is torch's output expression (welford_ln.cuh). What differs from
 // affine_rows.cu is only the schedule, for the chain schedule's output pass:
-// - one thread per float4 column, looping over the rows: gamma and beta are read once, not once per row;
-// - each thread reads its first kEarlyRows rows before waiting for the statistics. Launched as a programmatic
-//   dependent of the statistics kernel (labkit.pdl), the blocks that fit beside it load their x while the
-//   chains still run, so that part of x is on chip when mean and rstd land;
-// - the first `early_tiles` blocks (those that can be resident early) take the first columns; the others run
-//   from the last column back, because the statistics pass reads rows front to back and the rows' tails are
-//   what L2 still holds when it ends.
+// - one thread per float4 column, looping over the rows: gamma and beta are read once, not once per row, and
+//   each thread has four independent loads of x in flight;
+// - blocks run from the last columns to the first: the statistics pass reads every row front to back, so when
+//   it ends the rows' tails are the part of x that L2 still holds.
 #include "welford_ln.cuh"
-#include "grid_dependency.cuh"
 
-#ifndef AFFINE_EARLY_ROWS
-#define AFFINE_EARLY_ROWS 14  // with three 256-thread blocks per SM, the most that fits in registers unspilled
-#endif
-#ifndef AFFINE_MIN_BLOCKS
-#define AFFINE_MIN_BLOCKS 3
-#endif
-
-// grid: ceil(n4 / 256); block: 256. Early rows of three blocks per SM fill most of the register file.
-extern "C" __global__ void __launch_bounds__(256, AFFINE_MIN_BLOCKS) affine_columns(
+// grid: ceil(n4 / 256); block: 256.
+extern "C" __global__ void __launch_bounds__(256) affine_columns(
     const float4* __restrict__ x,      // [rows, n/4]
-    const float* __restrict__ mean,    // [rows], written by the statistics kernel
-    const float* __restrict__ rstd,    // [rows], written by the statistics kernel
+    const float* __restrict__ mean,    // [rows]
+    const float* __restrict__ rstd,    // [rows]
     const float4* __restrict__ gamma,  // [n/4]
     const float4* __restrict__ beta,   // [n/4]
     float4* __restrict__ y,            // [rows, n/4]
     int rows,
-    int n4,                            // n / 4
-    int early_tiles) {                 // 0 <= early_tiles <= gridDim.x
-    constexpr int kEarlyRows = AFFINE_EARLY_ROWS;
-    const int b = blockIdx.x;
-    const int tile = b < early_tiles ? b : gridDim.x - 1 - (b - early_tiles);
-    const int j = tile * blockDim.x + threadIdx.x;
+    int n4) {                          // n / 4
+    constexpr int kUnroll = 4;
+    const int j = (gridDim.x - 1 - blockIdx.x) * blockDim.x + threadIdx.x;
     if (j >= n4) return;
     const float4 g = gamma[j];
-    const float4 bt = beta[j];
-    float4 v[kEarlyRows];
+    const float4 b = beta[j];
+    int r = 0;
+    for (; r + kUnroll <= rows; r += kUnroll) {
+        float4 v[kUnroll];
 #pragma unroll
-    for (int r = 0; r < kEarlyRows; ++r)
-        if (r < rows) v[r] = x[(size_t)r * n4 + j];
-    grid_dependency_wait();
+        for (int u = 0; u < kUnroll; ++u) v[u] = x[(size_t)(r + u) * n4 + j];
 #pragma unroll
-    for (int r = 0; r < kEarlyRows; ++r)
-        if (r < rows) y[(size_t)r * n4 + j] = layer_norm_affine4(v[r], g, bt, mean[r], rstd[r]);
-    for (int r = kEarlyRows; r < rows; r += 4) {
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-            if (r + u < rows) v[u] = x[(size_t)(r + u) * n4 + j];
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-            if (r + u < rows) y[(size_t)(r + u) * n4 + j] = layer_norm_affine4(v[u], g, bt, mean[r + u], rstd[r + u]);
+        for (int u = 0; u < kUnroll; ++u)
+            y[(size_t)(r + u) * n4 + j] = layer_norm_affine4(v[u], g, b, mean[r + u], rstd[r + u]);
     }
+    for (; r < rows; ++r) y[(size_t)r * n4 + j] = layer_norm_affine4(x[(size_t)r * n4 + j], g, b, mean[r], rstd[r]);
 }

@@ -11,7 +11,6 @@
 // inter-warp tree and writes mean and rstd.
 #include "welford_ln.cuh"
 #include "async_copy.cuh"
-#include "grid_dependency.cuh"
 
 namespace {
 
@@ -68,9 +67,6 @@ __device__ __forceinline__ void chain_stats_impl(const float* __restrict__ x, co
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    // The output pass, launched as a programmatic dependent, may start loading x now: it waits for this
-    // grid's completion before it reads mean and rstd.
-    grid_dependents_may_launch();
 
     if (warp == kWarps) {
 #if CHAIN_VARIANT != 2

@@ -16,7 +16,6 @@
 // Requirement (the wrapper checks it): N a multiple of 512, so every chain has the same length (no ragged step).
 #include "welford_ln.cuh"
 #include "async_copy.cuh"
-#include "grid_dependency.cuh"
 
 #ifndef TMA_STEPS
 #define TMA_STEPS 64  // steps per stage: one tensor copy of TMA_STEPS x 512 bytes (the map's box must match)
@@ -134,14 +133,6 @@ extern "C" __global__ void __launch_bounds__(64) chain_stats_tma(
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-#ifndef PDL_TRIGGER_EIGHTHS
-#define PDL_TRIGGER_EIGHTHS 0  // when the output pass may launch: after this many eighths of the full stages
-#endif
-#if PDL_TRIGGER_EIGHTHS == 0
-    // The output pass, launched as a programmatic dependent, may start loading x now: it waits for this
-    // grid's completion before it reads mean and rstd.
-    grid_dependents_may_launch();
-#endif
 
     if (threadIdx.x >= 32) {
         // The producer warp computes each stage's reciprocals 1.f/(count+1) with IEEE division (the same
@@ -197,12 +188,8 @@ extern "C" __global__ void __launch_bounds__(64) chain_stats_tma(
     }
     // Full stages in a loop whose body has no branch but the barrier wait, so the compiler can hide the ring
     // bookkeeping in the chain's idle issue slots; a partial last stage after it.
-    for (int st = 0; st < steps / kSteps; ++st) {
-#if PDL_TRIGGER_EIGHTHS > 0
-        if (st == (steps / kSteps) * PDL_TRIGGER_EIGHTHS / 8) grid_dependents_may_launch();
-#endif
+    for (int st = 0; st < steps / kSteps; ++st)
         consume_slot<false>(s, qv, qr, slot, parity, seg0, rec0, full0, empty0, kSteps);
-    }
     if (steps % kSteps != 0) consume_slot<true>(s, qv, qr, slot, parity, seg0, rec0, full0, empty0, steps % kSteps);
     s.count = (float)(4 * steps);
     welford_row_merge_across_blocks(s, row, w, n, eps, warp_state, row_done, mean, rstd);

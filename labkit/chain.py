@@ -140,40 +140,11 @@ def launch_chain_stats(x, mean, rstd, rows: int, n: int, eps: float, blocking: s
 AFFINE_THREADS = 256  # must match kernels/affine_columns.cu's launch bounds
 
 
-_resident: dict[tuple, int] = {}
-
-
-def _resident_blocks(device, options: tuple[str, ...]) -> int:
-    """How many affine_columns blocks the whole GPU holds at once (occupancy x SMs), cached per device."""
-    key = (device.index, options)
-    if key not in _resident:
-        import torch
-        from cupy_backends.cuda.api import driver
-
-        from .launch import load
-
-        module, _, functions = load("affine_columns", device.index, options)
-        fn = functions.setdefault("affine_columns", module.get_function("affine_columns"))
-        per_sm = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, AFFINE_THREADS, 0)
-        _resident[key] = per_sm * torch.cuda.get_device_properties(device).multi_processor_count
-    return _resident[key]
-
-
-def launch_affine_columns(x, mean, rstd, weight, bias, y, rows: int, n: int, options: tuple[str, ...] = (),
-                          overlap_previous: bool = False) -> None:
-    """The chain schedule's output pass: a thread per float4 column over all rows.
-
-    overlap_previous: launch as a programmatic dependent of the statistics kernel just launched (labkit.pdl):
-    the blocks that fit beside it read their first rows of x while the chains run. Without it the blocks run
-    from the last column back (what L2 holds when the statistics end); with it the first wave of blocks,
-    resident early, takes the first columns and the rest run from the last column back.
-    """
+def launch_affine_columns(x, mean, rstd, weight, bias, y, rows: int, n: int, options: tuple[str, ...] = ()) -> None:
+    """The chain schedule's output pass: a thread per float4 column over all rows, last columns first."""
     n4 = n // 4
-    tiles = -(-n4 // AFFINE_THREADS)
-    early = min(tiles, _resident_blocks(x.device, tuple(options))) if overlap_previous else 0
-    launch("affine_columns", "affine_columns", (tiles,), (AFFINE_THREADS,),
-           (x, mean, rstd, weight, bias, y, np.int32(rows), np.int32(n4), np.int32(early)), x.device,
-           options=options, overlap_previous=overlap_previous)
+    launch("affine_columns", "affine_columns", (-(-n4 // AFFINE_THREADS),), (AFFINE_THREADS,),
+           (x, mean, rstd, weight, bias, y, np.int32(rows), np.int32(n4)), x.device, options=options)
 
 
 def launch_rows_fused(x, weight, bias, y, mean, rstd, rows: int, n: int, eps: float) -> None:
@@ -182,7 +153,7 @@ def launch_rows_fused(x, weight, bias, y, mean, rstd, rows: int, n: int, eps: fl
 
 
 def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, schedule: str = "auto", out=None,
-                     return_stats: bool = False, blocking: str = DEFAULT_BLOCKING, overlap_output: bool = True):
+                     return_stats: bool = False, blocking: str = DEFAULT_BLOCKING):
     """LayerNorm with torch's vectorized-path arithmetic, scheduled for the whole GPU.
 
     Args:
@@ -190,8 +161,6 @@ def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, schedule: str = "aut
         schedule: "auto" (from the shape), "chain" or "rows_fused"; every schedule keeps the same bits.
         blocking: for the chain schedule, "auto" or a key of BLOCKINGS ("tma": one warp of chains per block
             fed by tensor-map copies; "w4": whole-row blocks; "w1": per-step copies, kept for comparison).
-        overlap_output: for the chain schedule, launch the output pass as a programmatic dependent of the
-            statistics kernel, so it loads x while the chains run (the arithmetic is the same either way).
     Returns:
         y, or (y, mean, rstd).
     Raises:
@@ -218,7 +187,7 @@ def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, schedule: str = "aut
     rstd = torch.empty(rows, device=x.device, dtype=torch.float32)
     if schedule == "chain":
         launch_chain_stats(x, mean, rstd, rows, n, eps, blocking)
-        launch_affine_columns(x, mean, rstd, weight, bias, y, rows, n, overlap_previous=overlap_output)
+        launch_affine_columns(x, mean, rstd, weight, bias, y, rows, n)
     else:
         launch_rows_fused(x, weight, bias, y, mean, rstd, rows, n, eps)
     return (y, mean, rstd) if return_stats else y

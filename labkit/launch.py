@@ -50,12 +50,10 @@ def _stream(device):
 
 
 def launch(kernel: str, function: str, grid, block, args, device, shared_mem: int = 0,
-           options: tuple[str, ...] = (), overlap_previous: bool = False) -> None:
+           options: tuple[str, ...] = ()) -> None:
     """Launch `function` from `kernels/<kernel>.cu` on torch's current stream of `device`.
 
     Tensor arguments become raw-pointer views, so this is legal inside `torch.cuda.graph` capture.
-    overlap_previous: launch as a programmatic dependent of the previous kernel on the stream (labkit.pdl):
-    the kernel may start before that one ends and must call griddepcontrol.wait before reading its results.
     """
     import cupy as cp
 
@@ -69,12 +67,6 @@ def launch(kernel: str, function: str, grid, block, args, device, shared_mem: in
         # More than the default 48 KiB of dynamic shared memory needs an explicit opt-in per function.
         driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem)
         _opted_in[(device.index, kernel, function, options)] = shared_mem
-    if overlap_previous:
-        from .pdl import launch_programmatic
-
-        with cp.cuda.Device(device.index):
-            launch_programmatic(fn.ptr, grid, block, args, shared_mem, _stream(device).ptr)
-        return
     converted = tuple(cupy_view(a) if hasattr(a, "data_ptr") else a for a in args)
     with cp.cuda.Device(device.index):
         fn(tuple(grid), tuple(block), converted, shared_mem=shared_mem, stream=_stream(device))

@@ -70,6 +70,5 @@ def test_tma_ring_shapes_compile_for_sm90(options, cache_dir):
     assert compile_kernel("chain_stats_tma", "sm_90", options).cubin.startswith(b"\x7fELF")
 
 
-@pytest.mark.parametrize("unroll", ["4", "16"])
-def test_affine_columns_compiles_for_sm90(unroll, cache_dir):
-    assert compile_kernel("affine_columns", "sm_90", (f"-DAFFINE_UNROLL={unroll}",)).cubin.startswith(b"\x7fELF")
+def test_affine_columns_compiles_for_sm90(cache_dir):
+    assert compile_kernel("affine_columns", "sm_90").cubin.startswith(b"\x7fELF")

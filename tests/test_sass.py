@@ -25,8 +25,9 @@ def test_complete_cubin_restores_the_byte_cupy_drops(cache_dir):
     full, missing = sass.complete_cubin(cubin)
     assert 0 <= missing <= 8 and len(full) == sass._elf_extent(full)
     # Against NVRTC itself: nvrtcGetCUBINSize / nvrtcGetCUBIN through ctypes on a fresh program.
-    src, _ = _sources("affine_rows")
-    prog = nvrtc.createProgram(src, "affine_rows.cu", (), ())
+    src, headers = _sources("affine_rows")
+    prog = nvrtc.createProgram(src, "affine_rows.cu", tuple(h.encode() for h in headers.values()),
+                               tuple(n.encode() for n in headers))
     try:
         nvrtc.compileProgram(prog, BASE_OPTIONS + ("--gpu-architecture=sm_90",))
         libs = [line.split()[-1] for line in open(f"/proc/{os.getpid()}/maps") if "libnvrtc.so" in line]

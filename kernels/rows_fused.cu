@@ -23,9 +23,16 @@ __device__ __forceinline__ void rows_fused(const float4* __restrict__ x, const f
         if (j < n4) keep[i] = row[j];
     }
     WelfordLN s{0.f, 0.f, 0.f};
+    // Registers' vectors are pushed with constant reciprocals: a chain's pushes from keep[i] are always its
+    // (4i+1)-th to (4i+4)-th (a thread's vectors run out in order), and the compiler folds a constant IEEE
+    // quotient to the same correctly rounded value the in-loop division gives, so no division is left here.
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i) {
-        if (tid + 128 * i < n4) s = welford_push4(s, keep[i]);
+        if (tid + 128 * i < n4) {
+            welford_push4_uncounted(s, keep[i], make_float4(1.f / (4 * i + 1), 1.f / (4 * i + 2), 1.f / (4 * i + 3),
+                                                            1.f / (4 * i + 4)));
+            s.count = (float)(4 * i + 4);
+        }
     }
     for (int j = tid + 128 * kMaxVec; j < n4; j += 128) s = welford_push4(s, row[j]);
     s = welford_warp_reduce(s);

@@ -60,9 +60,14 @@ __device__ __forceinline__ void rows_fused(const float4* __restrict__ x, const f
 }
 
 // Arguments: x [rows, n/4] float4, gamma/beta [n/4] float4, y [rows, n/4] float4, mean/rstd [rows], n, eps.
-// grid: rows; block: (32, 4).
-extern "C" __global__ void __launch_bounds__(128) rows_fused_reg8(
-    const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int n,
-    float eps) {
-    rows_fused<8>(x, gamma, beta, y, mean, rstd, n, eps);
-}
+// grid: rows; block: (32, 4). One entry point per register budget: short rows need few vectors per thread,
+// and fewer registers let more blocks share an SM (labkit.chain picks the smallest that holds the row).
+#define ROWS_FUSED(K, MIN_BLOCKS)                                                                              \
+    extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_reg##K(                            \
+        const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int n,   \
+        float eps) {                                                                                            \
+        rows_fused<K>(x, gamma, beta, y, mean, rstd, n, eps);                                                   \
+    }
+ROWS_FUSED(2, 12)
+ROWS_FUSED(4, 8)
+ROWS_FUSED(8, 6)

@@ -147,8 +147,19 @@ def launch_affine_columns(x, mean, rstd, weight, bias, y, rows: int, n: int, opt
            (x, mean, rstd, weight, bias, y, np.int32(rows), np.int32(n4)), x.device, options=options)
 
 
+ROWS_FUSED_VECTORS = (2, 4, 8)  # kernels/rows_fused.cu's entry points: float4 vectors kept per thread
+
+
+def rows_fused_function(n: int) -> str:
+    """The entry point with the fewest registers that still keeps a whole row in registers (else the largest,
+    which re-reads the rest): fewer registers, more blocks per SM, which short rows need."""
+    n4 = n // 4
+    k = next((k for k in ROWS_FUSED_VECTORS if n4 <= 128 * k), ROWS_FUSED_VECTORS[-1])
+    return f"rows_fused_reg{k}"
+
+
 def launch_rows_fused(x, weight, bias, y, mean, rstd, rows: int, n: int, eps: float) -> None:
-    launch("rows_fused", "rows_fused_reg8", (rows,), (32, 4),
+    launch("rows_fused", rows_fused_function(n), (rows,), (32, 4),
            (x, weight, bias, y, mean, rstd, np.int32(n), np.float32(eps)), x.device)
 
 

@@ -72,3 +72,14 @@ def test_tma_ring_shapes_compile_for_sm90(options, cache_dir):
 
 def test_affine_columns_compiles_for_sm90(cache_dir):
     assert compile_kernel("affine_columns", "sm_90").cubin.startswith(b"\x7fELF")
+
+
+def test_rows_fused_entry_point_by_row_length(cache_dir):
+    assert chain.rows_fused_function(1024) == "rows_fused_reg2"      # 256 vectors: 2 per thread
+    assert chain.rows_fused_function(1028) == "rows_fused_reg4"
+    assert chain.rows_fused_function(4096) == "rows_fused_reg8"
+    assert chain.rows_fused_function(1 << 20) == "rows_fused_reg8"   # longer rows re-read the rest
+    from labkit import sass
+
+    sections = sass.text_sections(compile_kernel("rows_fused", "sm_90").cubin)
+    assert {f"rows_fused_reg{k}" for k in chain.ROWS_FUSED_VECTORS} <= {k.removeprefix(".text.") for k in sections}

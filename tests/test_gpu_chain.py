@@ -16,7 +16,9 @@ SHAPES = [
     (1, 1 << 24),        # torch's vectorized-path limit
     (33, 2052),          # odd row count, ragged
     (200, 4096),         # many rows: the rows_fused schedule under "auto"
-    (4096, 1024),
+    (4096, 1024),              # rows_fused, 2 vectors per thread
+    (300, 2048),               # rows_fused, 4 vectors per thread
+    (1000, 256),               # rows_fused: half of each block's threads have no vector
     # tma blocking (N % 512 == 0; default ring: 6 stages of 64 steps, reads 8 steps ahead): a partial last stage,
     # fewer steps than the read-ahead, and ring wrap-around
     (2, 512),                    # one step per chain

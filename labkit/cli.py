@@ -40,11 +40,10 @@ def _cmd_summary(args) -> int:
 
 
 def _cmd_curate(args) -> int:
-    from .results import book_notebooks_for_run, curate_run, load_run
+    from .results import book_notebooks_for_run, curate_run
 
     for run_dir in sorted(Path(args.book_dir, "runs").iterdir()):
-        name = load_run(run_dir)["records"]["run"]["name"]
-        attached = book_notebooks_for_run(Path(args.book_dir), name) + [Path(a) for a in args.attach]
+        attached = book_notebooks_for_run(Path(args.book_dir), run_dir.name) + [Path(a) for a in args.attach]
         print(curate_run(run_dir, Path(args.to), attached))
     return 0
 

@@ -47,6 +47,19 @@ def _driver_version() -> str | None:
         return None
 
 
+def _git_state() -> dict:
+    """Commit and dirtiness of the code that runs. A machine that receives a copy of the tree (the GPU machine)
+    may hold no .git or a stale one, so the launching side's LABKIT_GIT_COMMIT / LABKIT_GIT_DIRTY win when set."""
+    env_commit = os.environ.get("LABKIT_GIT_COMMIT")
+    if env_commit:
+        dirty = os.environ.get("LABKIT_GIT_DIRTY", "").strip().lower()
+        return {"git_commit": env_commit, "git_dirty": {"true": True, "false": False}.get(dirty),
+                "git_source": "LABKIT_GIT_COMMIT"}
+    head = _git("rev-parse", "HEAD")
+    return {"git_commit": head, "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")) if head else None,
+            "git_source": "git" if head else None}
+
+
 def provenance(device: str = "auto") -> dict:
     """Everything that can change a run's bits or times, as far as this process can see it."""
     import numpy
@@ -54,10 +67,7 @@ def provenance(device: str = "auto") -> dict:
 
     info = {
         "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        # The GPU machine receives the tree without .git: the launching side passes its commit in LABKIT_GIT_COMMIT.
-        "git_commit": _git("rev-parse", "HEAD") or os.environ.get("LABKIT_GIT_COMMIT"),
-        "git_dirty": (bool(_git("status", "--porcelain", "--untracked-files=no"))
-                      if _git("rev-parse", "HEAD") else os.environ.get("LABKIT_GIT_DIRTY")),
+        **_git_state(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "numpy": numpy.__version__,
@@ -201,6 +211,14 @@ def curate_run(run_dir: Path, dest_root: Path = DATA_RUNS, attachments: list[Pat
     return target
 
 
-def book_notebooks_for_run(book_dir: Path, run_name: str) -> list[Path]:
-    """The executed notebook and HTML of a book build that produced runs named `run_name` (NN_<name>.*)."""
-    return sorted(p for p in Path(book_dir).glob(f"[0-9][0-9]_{run_name}.*") if p.suffix in (".ipynb", ".html"))
+def book_notebooks_for_run(book_dir: Path, run_id: str) -> list[Path]:
+    """The executed notebook (and its HTML) of a book build that wrote run `run_id`: the notebook whose outputs
+    name the run (a live session prints where it wrote), whatever the notebook's file name."""
+    found = []
+    for nb in sorted(Path(book_dir).glob("[0-9][0-9]_*.ipynb")):
+        if run_id in nb.read_text(encoding="utf-8"):
+            found.append(nb)
+            html = nb.with_suffix(".html")
+            if html.exists():
+                found.append(html)
+    return found

@@ -51,3 +51,30 @@ def test_bad_record_name(tmp_path):
     run = results.Run.create(tmp_path, "x", device="cpu")
     with pytest.raises(ValueError, match="record names"):
         run.write("../escape", {})
+
+
+def test_book_notebooks_for_run_finds_the_notebook_that_names_the_run(tmp_path):
+    """Curating attaches the notebook whose outputs name the run, whatever its file name (07_parallel_statistics
+    writes runs named parallel_stats)."""
+    from labkit.results import book_notebooks_for_run
+
+    (tmp_path / "07_parallel_statistics.ipynb").write_text('{"outputs": "run written to runs/20261129T0Z-gpu-parallel-stats-abc123"}')
+    (tmp_path / "07_parallel_statistics.html").write_text("<html></html>")
+    (tmp_path / "03_timing.ipynb").write_text('{"outputs": "run written to runs/20261129T0Z-gpu-timing-def456"}')
+    got = book_notebooks_for_run(tmp_path, "20261129T0Z-gpu-parallel-stats-abc123")
+    assert [p.name for p in got] == ["07_parallel_statistics.ipynb", "07_parallel_statistics.html"]
+    assert [p.name for p in book_notebooks_for_run(tmp_path, "20261129T0Z-gpu-timing-def456")] == ["03_timing.ipynb"]
+    assert book_notebooks_for_run(tmp_path, "no-such-run") == []
+
+
+def test_launchers_commit_wins_over_a_stale_git(monkeypatch):
+    """The GPU machine gets a copy of the tree whose .git may be stale: the launcher's commit must be recorded."""
+    from labkit import results
+
+    monkeypatch.setenv("LABKIT_GIT_COMMIT", "0123abc")
+    monkeypatch.setenv("LABKIT_GIT_DIRTY", "false")
+    assert results._git_state() == {"git_commit": "0123abc", "git_dirty": False, "git_source": "LABKIT_GIT_COMMIT"}
+    monkeypatch.setenv("LABKIT_GIT_DIRTY", "true")
+    assert results._git_state()["git_dirty"] is True
+    monkeypatch.delenv("LABKIT_GIT_COMMIT")
+    assert results._git_state()["git_source"] in ("git", None)

@@ -16,21 +16,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from labkit import chain_study, results, timing  # noqa: E402
 from labkit.display import markdown_table  # noqa: E402
+from labkit.matrix import newest_complete_run  # noqa: E402
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", nargs="?", help="a run directory (default: newest committed 'parallel_stats' run)")
     args = ap.parse_args(argv)
-    if args.run_dir:
-        run_dir = Path(args.run_dir)
-    else:
-        runs = [p for p in results.committed_runs("parallel_stats") if results.load_run(p)["complete"]]
-        if not runs:
-            print("no complete committed 'parallel_stats' run under data/runs; pass a run directory")
-            return 1
-        run_dir = runs[-1]
-    rec = results.load_run(run_dir)["records"]
+    run = results.load_run(Path(args.run_dir)) if args.run_dir else newest_complete_run("parallel_stats")
+    if run is None:
+        print("no complete committed 'parallel_stats' run under data/runs; pass a run directory")
+        return 1
+    run_dir, rec = run["path"], run["records"]
     needed = {"run", "timing", "stage_breakdown", "chain_floor", "copy_ceiling", "bit_identity"}
     if not needed <= set(rec):
         print(f"{run_dir} lacks records {sorted(needed - set(rec))}")

@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from labkit import results, timing  # noqa: E402
 from labkit.display import markdown_table  # noqa: E402
+from labkit.matrix import newest_complete_run  # noqa: E402
 
 
 def _print_record(record: dict, prov: dict, run_id: str, protocols: list[str]) -> None:
@@ -54,15 +55,11 @@ def main(argv=None) -> int:
                                   discovery=methods.discover())
         _print_record(record, provenance("cuda"), "live (not written)", args.protocol)
         return 0
-    if args.run_dir:
-        run_dir = Path(args.run_dir)
-    else:
-        runs = [p for p in results.committed_runs("timing") if results.load_run(p)["complete"]]
-        if not runs:
-            print("no complete committed 'timing' run under data/runs; pass a run directory or --live")
-            return 1
-        run_dir = runs[-1]
-    loaded = results.load_run(run_dir)
+    loaded = results.load_run(Path(args.run_dir)) if args.run_dir else newest_complete_run("timing")
+    if loaded is None:
+        print("no complete committed 'timing' run under data/runs; pass a run directory or --live")
+        return 1
+    run_dir = loaded["path"]
     if "timing" not in loaded["records"]:
         print(f"{run_dir} has no timing record")
         return 1

@@ -5,7 +5,7 @@ import threading
 import warnings
 
 from .compile import CompileRecord, compile_kernel, device_arch
-from .views import cupy_view, torch_stream_ptr
+from .views import device_pointer, torch_stream_ptr
 
 _lock = threading.Lock()
 _loaded: dict[tuple, tuple[object, CompileRecord, dict]] = {}
@@ -53,7 +53,7 @@ def launch(kernel: str, function: str, grid, block, args, device, shared_mem: in
            options: tuple[str, ...] = ()) -> None:
     """Launch `function` from `kernels/<kernel>.cu` on torch's current stream of `device`.
 
-    Tensor arguments become raw-pointer views, so this is legal inside `torch.cuda.graph` capture.
+    Tensor arguments are passed as raw device pointers, so this is legal inside `torch.cuda.graph` capture.
     """
     import cupy as cp
 
@@ -67,6 +67,6 @@ def launch(kernel: str, function: str, grid, block, args, device, shared_mem: in
         # More than the default 48 KiB of dynamic shared memory needs an explicit opt-in per function.
         driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem)
         _opted_in[(device.index, kernel, function, options)] = shared_mem
-    converted = tuple(cupy_view(a) if hasattr(a, "data_ptr") else a for a in args)
+    converted = tuple(device_pointer(a, device.index) if hasattr(a, "data_ptr") else a for a in args)
     with cp.cuda.Device(device.index):
         fn(tuple(grid), tuple(block), converted, shared_mem=shared_mem, stream=_stream(device))

@@ -1,31 +1,26 @@
-"""Zero-copy CuPy views of torch CUDA tensors that are safe inside CUDA graph capture.
+"""Kernel arguments from torch CUDA tensors that are safe inside CUDA graph capture, and cheap.
 
 `cupy.from_dlpack(tensor)` during `torch.cuda.graph` capture fails on torch 2.11 ("operation would make the
 legacy stream depend on a capturing blocking stream"): the DLPack exchange synchronizes with the legacy
-stream. A view built from the raw pointer touches no stream at all, so it is what every launch uses.
+stream. A raw device pointer touches no stream at all, and costs no CuPy array per argument (a view per
+tensor cost tens of microseconds per launch, which eager timings of small shapes saw), so it is what every
+launch passes.
 """
 from __future__ import annotations
 
 import numpy as np
 
-_DTYPES = {"torch.float32": np.float32, "torch.int32": np.int32, "torch.int64": np.int64, "torch.uint8": np.uint8,
-           "torch.float64": np.float64}
 
-
-def cupy_view(t):
-    """A cupy.ndarray aliasing `t`'s memory (contiguous CUDA tensors only); `t` is kept alive by the view."""
-    import cupy as cp
-
-    dtype = _DTYPES.get(str(t.dtype))
-    if dtype is None:
-        raise ValueError(f"cupy_view supports {sorted(_DTYPES)}, got {t.dtype}")
+def device_pointer(t, device_index: int) -> np.uint64:
+    """`t`'s data pointer as a 64-bit kernel argument; `t` must be a contiguous CUDA tensor on the launch device.
+    The caller keeps `t` alive until the kernel has run (stream order does, for torch's caching allocator)."""
     if not t.is_cuda:
-        raise ValueError(f"cupy_view needs a CUDA tensor, got device {t.device}")
+        raise ValueError(f"kernel arguments must be CUDA tensors, got device {t.device}")
+    if t.device.index != device_index:
+        raise ValueError(f"kernel argument on {t.device}, launch on cuda:{device_index}")
     if not t.is_contiguous():
-        raise ValueError("cupy_view needs a contiguous tensor")
-    nbytes = t.numel() * t.element_size()
-    mem = cp.cuda.UnownedMemory(t.data_ptr(), nbytes, t, device_id=t.device.index)
-    return cp.ndarray(tuple(t.shape), dtype=dtype, memptr=cp.cuda.MemoryPointer(mem, 0))
+        raise ValueError("kernel arguments must be contiguous tensors")
+    return np.uint64(t.data_ptr())
 
 
 def torch_stream_ptr(device) -> int:

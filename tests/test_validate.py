@@ -73,8 +73,21 @@ def test_split_geometry_is_validated():
         split_stats_layer_norm(x, w, b, 1e-5, geometry="diagonal")
 
 
-def test_cupy_view_refuses_cpu_tensors():
-    from labkit.views import cupy_view
+def test_kernel_pointer_refuses_cpu_and_strided_tensors():
+    from labkit.views import device_pointer
 
     with pytest.raises(ValueError, match="CUDA"):
-        cupy_view(torch.zeros(4))
+        device_pointer(torch.zeros(4), 0)
+
+    class FakeCuda:  # a CUDA-looking tensor without a GPU: only the checks before data_ptr() run
+        is_cuda = True
+        device = torch.device("cuda", 1)
+
+        def is_contiguous(self):
+            return False
+
+    with pytest.raises(ValueError, match="launch on cuda:0"):
+        device_pointer(FakeCuda(), 0)
+    FakeCuda.device = torch.device("cuda", 0)
+    with pytest.raises(ValueError, match="contiguous"):
+        device_pointer(FakeCuda(), 0)

@@ -57,6 +57,10 @@ def launch(kernel: str, function: str, grid, block, args, device, shared_mem: in
     """
     import cupy as cp
 
+    if device.index is None:  # torch.device("cuda"): the current device, as torch would take it
+        import torch
+
+        device = torch.device("cuda", torch.cuda.current_device())
     module, _, functions = load(kernel, device.index, options)
     if function not in functions:
         functions[function] = module.get_function(function)

@@ -221,6 +221,32 @@ def goal_rows(timing_record: dict) -> list[dict]:
     return rows
 
 
+def repeat_rows(runs_root=None, shape: str = "16x64x256x256") -> list[dict]:
+    """The chain and Inductor medians at one shape in every committed run that timed both (notebook 03's timing
+    runs and notebook 07's), oldest first: how much a median moves from run to run on the same machine."""
+    from . import results
+
+    root = Path(runs_root) if runs_root else results.DATA_RUNS
+    rows = []
+    for path in results.committed_runs(None, root):
+        run = results.load_run(path)
+        tim = run["records"].get("timing")
+        if not run["complete"] or not tim or "cases" not in tim:
+            continue
+        prov = run["records"]["run"]["provenance"]
+        for case in tim["cases"]:
+            t = case.get("timing", {}).get("A")
+            if case["key"].split("/")[0] != shape or not t or "chain" not in t["stats"]:
+                continue
+            ind = t["stats"].get("inductor", {}).get("median_ms")
+            chain = t["stats"]["chain"]
+            rows.append({"run": path.name, "commit": (prov.get("git_commit") or "")[:10], "case": case["key"],
+                         "chain ms (median)": chain["median_ms"], "chain q25": chain["q25_ms"],
+                         "chain q75": chain["q75_ms"], "Inductor ms": ind,
+                         "Inductor / chain": ind / chain["median_ms"] if ind else None})
+    return rows
+
+
 def verdict_lines(timing_record: dict, breakdown: dict, prov: dict, source: str) -> list[str]:
     """What the run shows about the goal (<= 0.33 ms at L1/40, bit identical, >= 20x at 8x32x128x256, never
     slower than native on the small shapes)."""

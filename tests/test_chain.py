@@ -98,3 +98,16 @@ def test_chain_table_prints_the_committed_run(capsys):
     out = capsys.readouterr().out
     for heading in ("## goals", "## floors", "## stage breakdown", "## timing, protocol A", "bit identity: "):
         assert heading in out
+
+
+def test_repeat_rows_read_every_committed_run_that_timed_the_chain():
+    from labkit import chain_study, results
+
+    rows = chain_study.repeat_rows()
+    timed = {r["run"] for r in rows}
+    assert len(timed) >= 2, "expected repeat measurements of the chain kernel at L1/40 among the committed runs"
+    for r in rows:
+        assert r["case"].startswith("16x64x256x256/")
+        assert r["chain q25"] <= r["chain ms (median)"] <= r["chain q75"]
+    names = {results.load_run(results.DATA_RUNS / run)["records"]["run"]["name"] for run in timed}
+    assert names <= {"timing", "parallel_stats"}

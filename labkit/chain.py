@@ -23,7 +23,8 @@ STEPS_PER_STAGE = 8  # must match kernels/chain_stats.cu
 
 @dataclass(frozen=True)
 class ChainBlocking:
-    """How a row's four warps of chains map to blocks (must match the kernel's template arguments)."""
+    """How kernels/chain_stats.cu maps a row's four warps of chains to blocks (must match its template
+    arguments). The tma blocking (kernels/chain_stats_tma.cu) is described by TmaConfig instead."""
 
     function: str
     warps: int   # consumer warps per block
@@ -38,8 +39,8 @@ class ChainBlocking:
         return self.stages * STEPS_PER_STAGE * (self.warps * 512 + 16)
 
 
-BLOCKINGS = {"w1": ChainBlocking("chain_stats_w1", 1, 16), "w4": ChainBlocking("chain_stats_w4", 4, 12),
-             "tma": ChainBlocking("chain_stats_tma", 1, 16)}
+BLOCKINGS = {"w1": ChainBlocking("chain_stats_w1", 1, 16), "w4": ChainBlocking("chain_stats_w4", 4, 12)}
+BLOCKING_NAMES = ("tma", *BLOCKINGS)
 DEFAULT_BLOCKING = "auto"
 MAX_DYNAMIC_SMEM = 227 * 1024  # sm_90 opt-in limit per block
 
@@ -170,7 +171,7 @@ def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, schedule: str = "aut
     Args:
         x, weight, bias, eps, out, return_stats: as `labkit.reference_order.reference_order_layer_norm`.
         schedule: "auto" (from the shape), "chain" or "rows_fused"; every schedule keeps the same bits.
-        blocking: for the chain schedule, "auto" or a key of BLOCKINGS ("tma": one warp of chains per block
+        blocking: for the chain schedule, "auto" or one of BLOCKING_NAMES ("tma": one warp of chains per block
             fed by tensor-map copies; "w4": whole-row blocks; "w1": per-step copies, kept for comparison).
     Returns:
         y, or (y, mean, rstd).
@@ -179,8 +180,8 @@ def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, schedule: str = "aut
     """
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if blocking != "auto" and blocking not in BLOCKINGS:
-        raise ValueError(f"blocking must be one of {sorted(BLOCKINGS)}, got {blocking!r}")
+    if blocking != "auto" and blocking not in BLOCKING_NAMES:
+        raise ValueError(f"blocking must be one of {sorted(BLOCKING_NAMES)}, got {blocking!r}")
     layout = layer_norm_layout(x, weight, bias, eps)
     if out is not None:
         check_output("out", out, x)

@@ -14,9 +14,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from labkit import chain_study, results, timing  # noqa: E402
+from labkit.studies import parallel_stats as chain_study  # noqa: E402
+
+from labkit.records import run as results
+
+from labkit.studies import timing
 from labkit.display import markdown_table  # noqa: E402
-from labkit.matrix import newest_complete_run  # noqa: E402
+from labkit.records.session import newest_complete_run  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -14,9 +14,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from labkit import results, timing  # noqa: E402
+from labkit.records import run as results  # noqa: E402
+
+from labkit.studies import timing
 from labkit.display import markdown_table  # noqa: E402
-from labkit.matrix import newest_complete_run  # noqa: E402
+from labkit.records.session import newest_complete_run  # noqa: E402
 
 
 def _print_record(record: dict, prov: dict, run_id: str, protocols: list[str]) -> None:
@@ -47,12 +49,11 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", default="quick", choices=["quick", "full"])
     args = ap.parse_args(argv)
     if args.live:
-        from labkit import methods
-        from labkit.results import provenance
+        from labkit.studies import methods
+        from labkit.records.run import provenance
 
         record = timing.run_study(timing.cases_for(timing.MODE_SHAPES[args.mode]),
-                                  timing.protocols_for(args.mode, args.protocol), device="cuda",
-                                  discovery=methods.discover())
+                                  timing.protocols_for(args.mode, args.protocol), device="cuda")
         _print_record(record, provenance("cuda"), "live (not written)", args.protocol)
         return 0
     loaded = results.load_run(Path(args.run_dir)) if args.run_dir else newest_complete_run("timing")

@@ -8,8 +8,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .compile import REPO_ROOT
-from .results import atomic_write_bytes
+from labkit.core.compile import REPO_ROOT
+from labkit.records.run import atomic_write_bytes
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 
 def _cmd_book(args) -> int:
-    from .book import build
+    from labkit.book import build
 
     results = build(args.out, args.device, args.mode, args.seeds, args.rounds, args.only)
     failed = [r.notebook for r in results if r.status != "ok"]
@@ -17,7 +17,7 @@ def _cmd_book(args) -> int:
 
 
 def _cmd_compile(args) -> int:
-    from .compile import available_kernels, compile_kernel
+    from labkit.core.compile import available_kernels, compile_kernel
 
     for kernel in available_kernels():
         print(json.dumps(compile_kernel(kernel, args.arch).record.to_json()))
@@ -25,14 +25,14 @@ def _cmd_compile(args) -> int:
 
 
 def _cmd_env(args) -> int:
-    from .results import provenance
+    from labkit.records.run import provenance
 
     print(json.dumps(provenance(), indent=1))
     return 0
 
 
 def _cmd_summary(args) -> int:
-    from .summary import summarize_runs
+    from labkit.records.summary import summarize_runs
 
     summary = summarize_runs([Path(p) for p in args.run_dirs])
     print(json.dumps(summary, indent=None if args.json else 1))
@@ -40,7 +40,7 @@ def _cmd_summary(args) -> int:
 
 
 def _cmd_curate(args) -> int:
-    from .results import book_notebooks_for_run, curate_run
+    from labkit.records.run import book_notebooks_for_run, curate_run
 
     for run_dir in sorted(Path(args.book_dir, "runs").iterdir()):
         attached = book_notebooks_for_run(Path(args.book_dir), run_dir.name) + [Path(a) for a in args.attach]
@@ -49,10 +49,16 @@ def _cmd_curate(args) -> int:
 
 
 def _cmd_audit(args) -> int:
-    from .audit import audit_runs
+    from labkit.records.audit import audit_runs
 
     report = audit_runs(args.run_dirs)
-    print(json.dumps(report.to_json()) if args.json else report.markdown())
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        from labkit.display import markdown_table
+
+        print("\n\n".join([report.headline(), markdown_table(report.run_table()),
+                             markdown_table(report.record_table())]))
     for row in report.inconsistent:
         print(f"labkit audit: {row.run_id} {row.record}: {'; '.join(row.issues)}", file=sys.stderr)
     return 0 if report.ok else 1

@@ -5,7 +5,15 @@ import math
 import pytest
 import torch
 
-from labkit import audit, check, cli, results, summary
+from labkit.records import audit
+
+from labkit.records import check
+
+from labkit import cli
+
+from labkit.records import run as results
+
+from labkit.records import summary
 
 
 def _record(ref, cand) -> dict:

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from labkit import bench
+from labkit.studies import bench
 
 
 def test_summarize_quartiles_and_extremes():

@@ -2,8 +2,8 @@
 import pytest
 import torch
 
-from labkit import chain
-from labkit.compile import compile_kernel
+from labkit.ops import chain
+from labkit.core.compile import compile_kernel
 
 
 def test_schedule_choice():
@@ -37,19 +37,11 @@ def test_tma_kernel_and_stage_variants_compile_for_sm90(variant, cache_dir):
     assert compile_kernel("chain_stats_tma", "sm_90", (f"-DCHAIN_VARIANT={variant}",)).cubin.startswith(b"\x7fELF")
 
 
-def test_registers_as_timing_method():
-    from labkit import methods
-
-    chain.register_methods()
-    m = methods.get("chain")
-    assert m.family == "chain" and m.reference_order
-
-
 def test_tma_config_defaults_are_the_kernels():
     """TmaConfig() must describe the kernel compiled without -D flags (its box and shared memory depend on it)."""
     import re
 
-    from labkit.compile import REPO_ROOT
+    from labkit.core.compile import REPO_ROOT
 
     src = (REPO_ROOT / "kernels" / "chain_stats_tma.cu").read_text()
     found = {k: int(re.search(rf"#define TMA_{k} (\d+)", src).group(1)) for k in ("STEPS", "STAGES", "AHEAD")}
@@ -89,7 +81,7 @@ def test_chain_table_prints_the_committed_run(capsys):
     """benchmarks/chain_table.py reads the newest committed parallel_stats run and prints goals, floors, breakdown."""
     import importlib.util
 
-    from labkit.compile import REPO_ROOT
+    from labkit.core.compile import REPO_ROOT
 
     spec = importlib.util.spec_from_file_location("chain_table", REPO_ROOT / "benchmarks" / "chain_table.py")
     mod = importlib.util.module_from_spec(spec)
@@ -101,7 +93,8 @@ def test_chain_table_prints_the_committed_run(capsys):
 
 
 def test_repeat_rows_read_every_committed_run_that_timed_the_chain():
-    from labkit import chain_study, results
+    from labkit.studies import parallel_stats as chain_study
+    from labkit.records import run as results
 
     rows = chain_study.repeat_rows()
     timed = {r["run"] for r in rows}

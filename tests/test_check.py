@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from labkit import check
+from labkit.records import check
 
 
 def test_direction_witness_candidate_scale_passes_reference_scale_fails():

@@ -1,6 +1,6 @@
 import pytest
 
-from labkit import compile as kc
+from labkit.core import compile as kc
 
 
 @pytest.mark.parametrize("kernel", kc.available_kernels())

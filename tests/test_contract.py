@@ -6,9 +6,10 @@ import types
 import pytest
 import torch
 
-from labkit import contract
-from labkit.contract import ROWWISE, TORCH_VECTORIZED_LN as C, VECTORIZED, torch_path
-from labkit.reference_order import reference_order_layer_norm
+from labkit.studies import source_reading as contract
+from labkit.ops.torch_path import ROWWISE, VECTORIZED, torch_path
+from labkit.studies.source_reading import TORCH_VECTORIZED_LN as C
+from labkit.ops.reference_order import reference_order_layer_norm
 
 
 def test_installed_header_gives_the_contract_block():
@@ -137,10 +138,11 @@ def test_contract_shape_and_evidence():
     assert "B = the thread's own state" in C.merge_argument_order
     versions = dict(C.verified_on)
     assert versions["2.5.1"].startswith("post: RTX 3090")
-    from labkit.results import committed_runs
+    from labkit.records.run import committed_runs
 
+    evidence = contract.verified_on()
     for run in committed_runs("environment"):
-        assert any(f"data/runs/{run.name}" in ev for _, ev in C.verified_on), run.name
+        assert any(f"data/runs/{run.name}" in ev for _, ev in evidence), run.name
     json.dumps(C.to_json())
     assert any(r["aspect"] == "condition: max_n" for r in C.rows())
 

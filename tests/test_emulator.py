@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labkit.emulator import (
+from labkit.exact.emulator import (
     CONTRACTIONS,
     reciprocal_table,
     reference_output,
@@ -14,7 +14,7 @@ from labkit.emulator import (
     ulp_distance,
     welford_rows,
 )
-from labkit.fma import fma32, fma32_scalar
+from labkit.exact.fma import fma32, fma32_scalar
 
 F32 = np.float32
 FIXTURES = Path(__file__).resolve().parent.parent / "data" / "fixtures"

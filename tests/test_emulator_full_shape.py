@@ -8,8 +8,12 @@ signed number of float32 steps from it to torch's mean. About 10 s per input on 
 import numpy as np
 import pytest
 
-from labkit import emulator, inputs, results
-from labkit.oracle import ulp_steps
+from labkit.exact import emulator
+
+from labkit import inputs
+
+from labkit.records import run as results
+from labkit.exact.oracle import ulp_steps
 
 FULL = (16, 64, 256, 256)
 

@@ -5,7 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from labkit import counterexamples as ce, fixtures
+from labkit.studies import fast_stats as ce
+
+from labkit.records import fixtures
 
 SMALL_SPECS = (((3, 64, 17, 19), "normal_plus_1000", 0, "random_normal"),
                ((3, 64, 17, 19), "constant_1e4", 0, "random_normal"),

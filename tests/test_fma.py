@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from labkit.fma import fma32, fma32_scalar
+from labkit.exact.fma import fma32, fma32_scalar
 
 F32 = np.float32
 F32_MAX = np.finfo(np.float32).max

@@ -2,8 +2,12 @@
 for every schedule and blocking, including ragged chains and many row counts. GPU only."""
 import pytest
 
-from labkit import check, identity, inputs
-from labkit.chain import chain_layer_norm
+from labkit.records import check
+
+from labkit.studies import identity
+
+from labkit import inputs
+from labkit.ops.chain import chain_layer_norm
 
 pytestmark = pytest.mark.gpu
 
@@ -76,7 +80,7 @@ def test_tma_ring_shapes_bit_identical(config, shape):
     """Other ring shapes of the tma kernel keep the bits: the ring only schedules loads."""
     import torch
 
-    from labkit.chain import TmaConfig, launch_affine_columns, launch_chain_stats
+    from labkit.ops.chain import TmaConfig, launch_affine_columns, launch_chain_stats
 
     x = inputs.make_input("normal_plus_1000", shape, seed=5, device="cuda")
     w, b = inputs.make_affine("random_normal", shape[1:], seed=5, device="cuda")

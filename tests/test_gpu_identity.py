@@ -2,9 +2,13 @@
 Skipped without a CUDA device; run on the H200 with `python -m pytest -m gpu`."""
 import pytest
 
-from labkit import check, identity, inputs
-from labkit.reference_order import reference_order_layer_norm
-from labkit.split_stats import split_stats_layer_norm
+from labkit.records import check
+
+from labkit.studies import identity
+
+from labkit import inputs
+from labkit.ops.reference_order import reference_order_layer_norm
+from labkit.ops.split_stats import split_stats_layer_norm
 
 pytestmark = pytest.mark.gpu
 L1_40 = (16, 64, 256, 256)

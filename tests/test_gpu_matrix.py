@@ -2,7 +2,15 @@
 Skipped without a CUDA device; run on the H200 with `python -m pytest -m gpu`."""
 import pytest
 
-from labkit import counterexamples as ce, fixtures, matrix, oracle, summary
+from labkit.studies import fast_stats as ce
+
+from labkit.records import fixtures
+
+from labkit.studies import bit_identity as matrix
+
+from labkit.exact import oracle
+
+from labkit.records import summary
 
 pytestmark = pytest.mark.gpu
 SMALL = (2, 64, 32, 32)

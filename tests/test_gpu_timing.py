@@ -5,7 +5,9 @@ import json
 
 import pytest
 
-from labkit import methods, timing
+from labkit.studies import methods
+
+from labkit.studies import timing
 
 pytestmark = pytest.mark.gpu
 
@@ -15,7 +17,7 @@ def quick_record():
     protocols = timing.protocols_for("quick", ["A", "B"], rounds=3, repeats=2, rounds_b=4)
     # (2, 131072): N = 2**17 is above Liger's 65536 limit, so its row must carry the error, not crash the study.
     cases = timing.cases_for([(3, 64, 17, 19), (2, 131072)])
-    return timing.run_study(cases, protocols, device="cuda", discovery=methods.discover(), ceiling_bytes=64 << 20,
+    return timing.run_study(cases, protocols, device="cuda", ceiling_bytes=64 << 20,
                             log=lambda *a: None)
 
 

@@ -5,8 +5,19 @@ import json
 import nbformat
 import pytest
 
-from labkit import book, check, counterexamples as ce, matrix, results, summary
-from labkit.identity import native_layer_norm
+from labkit import book
+
+from labkit.records import check
+
+from labkit.studies import fast_stats as ce
+
+from labkit.studies import bit_identity as matrix
+from labkit.records import session
+
+from labkit.records import run as results
+
+from labkit.records import summary
+from labkit.studies.identity import native_layer_norm
 
 TINY = (2, 8, 16)
 
@@ -138,12 +149,12 @@ def test_run_session_replays_the_newest_complete_run(tmp_path):
     old.write("bit_identity", {"cases": []})
     old.close()
     results.Run.create(tmp_path, "bit_identity", device="cpu")  # newer but never closed: not complete
-    s = matrix.RunSession.open("bit_identity", "cpu", tmp_path / "out", runs_root=tmp_path)
+    s = session.RunSession.open("bit_identity", "cpu", tmp_path / "out", runs_root=tmp_path)
     assert not s.live and s.run_id == old.run_id and s.source == f"REPLAYED committed GPU run {old.run_id}"
     assert s.record("bit_identity", lambda: 1 / 0) == {"cases": []}  # never computes on replay
     assert s.record("graph_replay") is None
     assert "REPLAYED" in s.banner()
-    none = matrix.RunSession.open("fast_stats_counterexamples", "cpu", tmp_path / "out", runs_root=tmp_path)
+    none = session.RunSession.open("fast_stats_counterexamples", "cpu", tmp_path / "out", runs_root=tmp_path)
     assert none.replay is None and "no committed GPU run yet" in none.banner()
     assert not (tmp_path / "out").exists()
 
@@ -186,7 +197,7 @@ def _synthetic_committed_runs(root):
 def test_both_notebooks_replay_a_committed_run(tmp_path):
     import papermill
 
-    from labkit.compile import REPO_ROOT
+    from labkit.core.compile import REPO_ROOT
 
     bit_id, fast_id = _synthetic_committed_runs(tmp_path / "runs")
     for nb, run_id in (("01_bit_identity", bit_id), ("02_fast_stats_counterexamples", fast_id)):

@@ -5,7 +5,7 @@ import textwrap
 import pytest
 import torch
 
-from labkit import methods as M
+from labkit.studies import methods as M
 
 BUILTIN = ["native", "native_torchscript", "reference_order", "split_eager", "split_torchscript", "split_flat",
            "split_interleaved", "noaffine_eager_affine", "noaffine_torchscript_affine", "inductor", "liger"]
@@ -13,13 +13,13 @@ BUILTIN = ["native", "native_torchscript", "reference_order", "split_eager", "sp
 
 def test_builtin_names_families_and_flags():
     names = [m.name for m in M.registered()]
-    assert names[:len(BUILTIN)] == BUILTIN  # optional modules (e.g. labkit.chain) may add more after these
+    assert names[:len(BUILTIN)] == BUILTIN
     fam = {m.name: m.family for m in M.BUILTIN}
     assert fam["native"] == fam["native_torchscript"] == "native"
     assert fam["reference_order"] == "reference-order"
     assert {fam[n] for n in BUILTIN if n.startswith("split_")} == {"split-stats"}
     assert fam["inductor"] == "compiler" and fam["liger"] == "triton-peer"
-    assert {m.name for m in M.BUILTIN if m.reference_order} == {"native", "native_torchscript", "reference_order"}
+    assert {m.name for m in M.BUILTIN if m.reference_order} == {"native", "native_torchscript", "reference_order", "chain"}
     assert all(m.family in M.FAMILIES and m.description for m in M.BUILTIN)
     assert M.get("liger").requires == ("liger-kernel", "triton")
     assert M.get("native").to_json()["reference_order"] is True
@@ -47,29 +47,9 @@ def test_register_rules():
         M.get("tmp_method")
 
 
-def test_discover_imports_optional_modules_that_register_themselves(tmp_path, monkeypatch):
-    (tmp_path / "labkit_fake_chain_mod.py").write_text(textwrap.dedent("""
-        from labkit import methods
-        methods.register(methods.Method("fake_chain", "chain", True, lambda x, w, b, eps: (lambda: x)))
-    """))
-    (tmp_path / "labkit_broken_mod.py").write_text("import a_module_that_does_not_exist_42\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    try:
-        found = M.discover(["labkit_fake_chain_mod", "labkit_absent_mod_42", "labkit_broken_mod"])
-        assert [d["status"] for d in found] == ["found", "absent", "error"]
-        assert found[0]["added"] == ["fake_chain"] and M.get("fake_chain").family == "chain"
-        assert "not present" in found[1]["message"] and "a_module_that_does_not_exist_42" in found[2]["message"]
-        assert M.discover(["labkit_fake_chain_mod"])[0]["added"] == []  # a second discovery adds nothing
-    finally:
-        M.unregister("fake_chain")
-        for mod in ("labkit_fake_chain_mod", "labkit_broken_mod"):
-            sys.modules.pop(mod, None)
-
-
-def test_default_discovery_never_raises():
-    out = M.discover()
-    assert [d["module"] for d in out] == list(M.OPTIONAL_MODULES)
-    assert all(d["status"] in ("found", "absent", "error") for d in out)
+def test_chain_is_a_builtin_reference_order_method():
+    m = M.get("chain")
+    assert m.family == "chain" and m.reference_order
 
 
 def _xwb(shape=(3, 8, 4)):
@@ -120,7 +100,7 @@ def test_torchscript_method_works_or_says_why():
 
 def test_cuda_only_methods_fail_gracefully_on_cpu():
     x, w, b = _xwb()
-    for name in ("reference_order", "split_flat", "split_interleaved", "split_torchscript"):
+    for name in ("reference_order", "split_flat", "split_interleaved", "chain"):
         r = M.build(M.get(name), x, w, b, 1e-5)
         assert r["fn"] is None and "CUDA" in r["error"]
 

@@ -6,8 +6,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from labkit import oracle
-from labkit.fma import round_fraction_to_float32
+from labkit.exact import oracle
+from labkit.exact.fma import round_fraction_to_float32
 
 F32 = np.float32
 
@@ -113,7 +113,7 @@ def test_exact_sums_are_fast_enough_for_l1_40_rows():
 def test_verdict_credits_every_candidate_sharing_the_smallest_error():
     # Two variants of one method that agree (a shared win) beat a third in most rows: they must be credited,
     # not reported as ties. Regression: the first version counted shared wins as ties and crowned the third.
-    from labkit.oracle import _verdict
+    from labkit.exact.oracle import _verdict
 
     names = ["native", "fast a, eager (GPU)", "fast b"]  # names may hold commas and parentheses
     a, b = names[1], names[2]

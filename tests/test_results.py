@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from labkit import results
+from labkit.records import run as results
 
 
 def test_run_directory_records_provenance_and_manifest(tmp_path):
@@ -56,7 +56,7 @@ def test_bad_record_name(tmp_path):
 def test_book_notebooks_for_run_finds_the_notebook_that_names_the_run(tmp_path):
     """Curating attaches the notebook whose outputs name the run, whatever its file name (07_parallel_statistics
     writes runs named parallel_stats)."""
-    from labkit.results import book_notebooks_for_run
+    from labkit.records.run import book_notebooks_for_run
 
     (tmp_path / "07_parallel_statistics.ipynb").write_text('{"outputs": "run written to runs/20261129T0Z-gpu-parallel-stats-abc123"}')
     (tmp_path / "07_parallel_statistics.html").write_text("<html></html>")
@@ -69,7 +69,7 @@ def test_book_notebooks_for_run_finds_the_notebook_that_names_the_run(tmp_path):
 
 def test_launchers_commit_wins_over_a_stale_git(monkeypatch):
     """The GPU machine gets a copy of the tree whose .git may be stale: the launcher's commit must be recorded."""
-    from labkit import results
+    from labkit.records import run as results
 
     monkeypatch.setenv("LABKIT_GIT_COMMIT", "0123abc")
     monkeypatch.setenv("LABKIT_GIT_DIRTY", "false")

@@ -1,6 +1,8 @@
 import torch
 
-from labkit import inputs, tasks
+from labkit import inputs
+
+from labkit import tasks
 
 
 def test_l1_40_definition_and_pinned_commit():

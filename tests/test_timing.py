@@ -5,8 +5,16 @@ import json
 import matplotlib
 import pytest
 
-from labkit import bench, book, results, summary, timing
-from labkit import methods as M
+from labkit.studies import bench
+
+from labkit import book
+
+from labkit.records import run as results
+
+from labkit.records import summary
+
+from labkit.studies import timing
+from labkit.studies import methods as M
 
 matplotlib.use("Agg")
 
@@ -71,7 +79,7 @@ def cpu_record():
     methods = [M.get("native"), M.get("noaffine_eager_affine"), M.get("reference_order"),
                M.Method("raises", "compiler", False, _at_build), M.Method("wrong", "compiler", False, _wrong)]
     cases = timing.cases_for([(4, 8, 16), (2, 3, 4, 4)])
-    return timing.run_study(cases, {"A": HOST_A, "B": HOST_B}, device="cpu", methods=methods, discovery=[],
+    return timing.run_study(cases, {"A": HOST_A, "B": HOST_B}, device="cpu", methods=methods,
                             ceiling_bytes=1 << 20, timer_factory=lambda p: bench.HostTimer(), log=lambda *a: None)
 
 

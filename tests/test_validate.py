@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from labkit import validate
-from labkit.reference_order import reference_order_layer_norm
-from labkit.split_stats import split_stats_layer_norm
+from labkit.core import validate
+from labkit.ops.reference_order import reference_order_layer_norm
+from labkit.ops.split_stats import split_stats_layer_norm
 
 
 def _good(shape=(2, 8, 4)):
@@ -74,7 +74,7 @@ def test_split_geometry_is_validated():
 
 
 def test_kernel_pointer_refuses_cpu_and_strided_tensors():
-    from labkit.views import device_pointer
+    from labkit.core.views import device_pointer
 
     with pytest.raises(ValueError, match="CUDA"):
         device_pointer(torch.zeros(4), 0)

@@ -1,7 +1,10 @@
 """Ring shapes and output-pass store/load policies (H200)."""
 import json, os, time, torch
-from labkit import bench, inputs, identity, chain_study
-from labkit.chain import chain_layer_norm, launch_chain_stats, launch_affine_columns, TmaConfig
+from labkit.studies import bench
+from labkit import inputs
+from labkit.studies import identity
+from labkit.studies import parallel_stats as chain_study
+from labkit.ops.chain import chain_layer_norm, launch_chain_stats, launch_affine_columns, TmaConfig
 OUT = os.environ.get("OUT", "/tmp")
 res = {"identity": [], "timing": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 CONFIGS = {"64x6a4": TmaConfig(64, 6, 4), "64x6a8": TmaConfig(64, 6, 8), "64x6a16": TmaConfig(64, 6, 16), "96x4a8": TmaConfig(96, 4, 8), "128x3a8": TmaConfig(128, 3, 8), "128x3a4": TmaConfig(128, 3, 4), "32x12a8": TmaConfig(32, 12, 8),

@@ -1,7 +1,8 @@
 """rows_fused with constant reciprocals for the register-kept vectors vs native (H200)."""
 import json, os, time, torch
-from labkit import bench, inputs
-from labkit.chain import chain_layer_norm
+from labkit.studies import bench
+from labkit import inputs
+from labkit.ops.chain import chain_layer_norm
 OUT = os.environ.get("OUT", "/tmp")
 res = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "timing": {}}
 for shape in [(4096, 1, 1, 1024), (200, 4096), (1024, 4096), (65536, 256), (3, 64, 17, 19)]:

@@ -16,9 +16,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-VECTORIZED = "vectorized"
-ROWWISE = "rowwise_moments"
-UNSUPPORTED = "unsupported"
+from labkit.ops.torch_path import ROWWISE, UNSUPPORTED, VECTORIZED, PathConditions, torch_path
 
 # Where the walkthrough was read. The tag v2.11.0 itself could not be fetched here (the pytorch/pytorch snapshot
 # is 4 GB, over the fetch limit, and the search index keeps an older commit), so the forward path was read at a
@@ -59,23 +57,6 @@ SOURCE = {
 
 
 @dataclass(frozen=True)
-class PathConditions:
-    """When LayerNormKernelImplInternal launches vectorized_layer_norm_kernel (all must hold)."""
-
-    dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")  # double always takes the other path
-    max_n: int = 1 << 24  # `1ULL << std::numeric_limits<float>::digits`: counts are floats
-    n_multiple: int = 4  # vec_size: every row starts aligned when the tensor does
-    alignment: str = "vec_size * sizeof(T) bytes (16 for float32, 8 for float16/bfloat16)"
-    aligned_buffers: tuple[str, ...] = ("X", "Y", "gamma", "beta")
-    may_be_null: tuple[str, ...] = ("gamma", "beta")  # an undefined gamma/beta counts as aligned
-    note: str = ("torch makes X, gamma and beta contiguous first (expect_contiguous): a non-contiguous input is "
-                 "copied to a fresh, aligned buffer, so only contiguous misaligned views reach the other path")
-
-    def alignment_bytes(self, itemsize: int) -> int:
-        return 4 * itemsize
-
-
-@dataclass(frozen=True)
 class ReferenceContract:
     name: str
     kernel: str
@@ -103,12 +84,12 @@ class ReferenceContract:
     verified_on: tuple[tuple[str, str], ...]
     source: dict = field(default_factory=lambda: SOURCE)
 
-    def rows(self) -> list[dict]:
-        """The contract as (aspect, value) rows for a table."""
+    def rows(self, verified=None) -> list[dict]:
+        """The contract as (aspect, value) rows for a table; `verified` defaults to the static evidence."""
         skip = {"source", "other_path", "conditions", "verified_on"}
         out = [{"aspect": k, "value": v} for k, v in asdict(self).items() if k not in skip]
         out += [{"aspect": f"condition: {k}", "value": v} for k, v in asdict(self.conditions).items()]
-        out += [{"aspect": f"verified on torch {v}", "value": e} for v, e in self.verified_on]
+        out += [{"aspect": f"verified on torch {v}", "value": e} for v, e in (verified or self.verified_on)]
         return out
 
     def to_json(self) -> dict:
@@ -256,12 +237,11 @@ def read_thread_constants(torch_module=None) -> dict:
 
 # ------------------------------------------------------------------------------------------ verified on ---
 
-def _verified_on() -> tuple[tuple[str, str], ...]:
-    out = [("2.5.1", "post: RTX 3090, 30/30 full-size cases")]
-    try:
-        from .results import committed_runs, load_run
-    except Exception:  # pragma: no cover - results imports nothing heavy; keep the contract importable anyway
-        return tuple(out)
+def verified_on(contract=None) -> tuple[tuple[str, str], ...]:
+    """The post's evidence plus every committed bit-identity run, read when asked (never at import)."""
+    out = list((contract or TORCH_VECTORIZED_LN).verified_on)
+    from labkit.records.run import committed_runs, load_run
+
     for name in ("environment", "bit_identity"):
         for run_dir in committed_runs(name):
             try:
@@ -315,66 +295,8 @@ TORCH_VECTORIZED_LN = ReferenceContract(
     output_contraction="fma(gamma, round(rstd * round(x - mean)), beta)",
     conditions=PathConditions(),
     other_path=OTHER_PATH,
-    verified_on=_verified_on(),
+    verified_on=(("2.5.1", "post: RTX 3090, 30/30 full-size cases"),),
 )
-
-
-# ------------------------------------------------------------------------------------------- torch_path ---
-
-def _dtype_name(t) -> str:
-    return str(t.dtype).replace("torch.", "")
-
-
-def torch_path(x, weight, bias, y=None, normalized_shape=None,
-               contract: ReferenceContract = TORCH_VECTORIZED_LN) -> tuple[str, str]:
-    """Which forward path torch's CUDA LayerNorm takes for these tensors: ("vectorized" | "rowwise_moments" |
-    "unsupported", reason).
-
-    Decided as LayerNormKernelImplInternal does, from dtype, N (the product of normalized_shape, default
-    weight's or bias's shape), N % 4, and the addresses of X, Y, gamma and beta (`y` is the output buffer if
-    the caller has one; torch's own fresh output is always aligned). Tensors may live on any device: only
-    their dtype, shape and data_ptr are read, so the decision can be shown on a CPU-only machine.
-    """
-    cond = contract.conditions
-    if normalized_shape is None:
-        ref = weight if weight is not None else bias
-        if ref is None:
-            raise ValueError("pass normalized_shape when both weight and bias are None")
-        normalized_shape = tuple(ref.shape)
-    n = math.prod(int(d) for d in normalized_shape)
-    dtype = _dtype_name(x)
-    if dtype == "float64":
-        return ROWWISE, "dtype float64: torch's vectorized kernel handles float32/float16/bfloat16 only"
-    if dtype not in cond.dtypes:
-        return UNSUPPORTED, f"dtype {dtype}: torch's CUDA LayerNorm is for floating types"
-    if n > cond.max_n:
-        return ROWWISE, (f"N = {n} > 2**24 = {cond.max_n}: float counts would lose integers, torch uses "
-                         f"RowwiseMomentsCUDAKernel")
-    if n % cond.n_multiple:
-        return ROWWISE, f"N = {n} is not a multiple of {cond.n_multiple}: rows would not start float4-aligned"
-    align = cond.alignment_bytes(x.element_size())
-    buffers = {"X": x, "Y": y, "gamma": weight, "beta": bias}
-    for name in cond.aligned_buffers:
-        t = buffers[name]
-        if t is None:
-            continue  # undefined gamma/beta count as aligned; Y defaults to torch's own aligned allocation
-        if name == "X" and not t.is_contiguous():
-            continue  # torch copies a non-contiguous input to a fresh (aligned) buffer first
-        if t.numel() and t.data_ptr() % align:
-            return ROWWISE, (f"{name} is {t.data_ptr() % align} bytes off {align}-byte alignment "
-                             f"(can_vectorize fails)")
-    return VECTORIZED, (f"{dtype}, N = {n} <= 2**24, N % 4 == 0, X/Y/gamma/beta {align}-byte aligned "
-                        f"(absent gamma/beta count as aligned)")
-
-
-def require_vectorized(x, weight, bias, y=None, normalized_shape=None) -> None:
-    """Raise ValueError when torch itself would not take the vectorized path for these tensors: its order is
-    then RowwiseMomentsCUDAKernel's block reduction over WelfordOps, and torch's bits cannot be promised."""
-    path, reason = torch_path(x, weight, bias, y, normalized_shape)
-    if path != VECTORIZED:
-        raise ValueError(f"torch itself would take its other path ({path}: RowwiseMomentsCUDAKernel + "
-                         f"LayerNormForwardCUDAKernel, a different reduction order) because {reason}; "
-                         f"this reference-order kernel reproduces only the vectorized path")
 
 
 def examples(device: str = "cpu") -> list[dict]:

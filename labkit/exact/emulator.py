@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from labkit.fma import fma32
+from labkit.exact.fma import fma32
 
 __all__ = [
     "CONTRACTIONS",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .compile import REPO_ROOT
+from labkit.core.compile import REPO_ROOT
 
 DEV_LOG = REPO_ROOT / "data" / "dev" / "chain"
 FLOOR_PUSHES = 32768  # pushes per chain at L1/40: 4,194,304 / 128 threads
@@ -22,8 +22,8 @@ def chain_floor(pushes: int = FLOOR_PUSHES, blocks: int = 64, rounds: int = 35, 
 
     import torch
 
-    from .bench import PROTOCOL_A, time_methods
-    from .launch import launch
+    from labkit.studies.bench import PROTOCOL_A, time_methods
+    from labkit.core.launch import launch
 
     dev = torch.device(device)
     out = torch.empty(blocks * 32, device=dev)
@@ -48,8 +48,8 @@ def stage_methods(x, w, b, eps: float) -> dict:
     output kernels, stages doubled, and the whole kernel: zero-argument callables on preallocated buffers."""
     import torch
 
-    from .chain import TmaConfig, chain_layer_norm, choose_blocking, launch_affine_columns, launch_chain_stats
-    from .reference_order import launch_affine_rows
+    from labkit.ops.chain import TmaConfig, chain_layer_norm, choose_blocking, launch_affine_columns, launch_chain_stats
+    from labkit.ops.reference_order import launch_affine_rows
 
     rows, n = x.numel() // w.numel(), w.numel()
     mean = torch.empty(rows, device=x.device)
@@ -83,8 +83,8 @@ def stage_methods(x, w, b, eps: float) -> dict:
 
 def stage_breakdown(shape=L1_40, rounds: int = 35, seed: int = 0, eps: float = 1e-5, device="cuda") -> dict:
     """Protocol A timings of every stage variant at one shape, with the bytes each moves."""
-    from .bench import PROTOCOL_A, time_methods
-    from .inputs import make_affine, make_input
+    from labkit.studies.bench import PROTOCOL_A, time_methods
+    from labkit.inputs import make_affine, make_input
     from dataclasses import replace
 
     x = make_input("uniform", shape, seed, device)
@@ -101,8 +101,8 @@ def copy_ceiling(nbytes: int = 1 << 30, rounds: int = 15, device="cuda", timer_f
     elementwise SM copy, read + write counted) under protocol A, in this notebook's units."""
     from dataclasses import replace
 
-    from .bench import PROTOCOL_A
-    from .timing import copy_ceiling as measure
+    from labkit.studies.bench import PROTOCOL_A
+    from labkit.studies.timing import copy_ceiling as measure
 
     c = measure({"A": replace(PROTOCOL_A, rounds=rounds)}, nbytes, device, timer_factory)["A"]
     return {"bytes": c["buffer_bytes"], "median_ms": c["median_ms"], "method": c["ceiling_method"],
@@ -224,7 +224,7 @@ def goal_rows(timing_record: dict) -> list[dict]:
 def repeat_rows(runs_root=None, shape: str = "16x64x256x256") -> list[dict]:
     """The chain and Inductor medians at one shape in every committed run that timed both (notebook 03's timing
     runs and notebook 07's), oldest first: how much a median moves from run to run on the same machine."""
-    from . import results
+    from labkit.records import run as results
 
     root = Path(runs_root) if runs_root else results.DATA_RUNS
     rows = []

@@ -1,15 +1,8 @@
 """Bit identity against torch.native_layer_norm: output, mean and rstd compared as int32 views."""
 from __future__ import annotations
 
-from .check import compare
-
-
-def native_layer_norm(x, weight, bias, eps: float):
-    """torch's own (output, mean[rows], rstd[rows])."""
-    import torch
-
-    y, mean, rstd = torch.native_layer_norm(x, tuple(weight.shape), weight, bias, eps)
-    return y, mean.reshape(-1), rstd.reshape(-1)
+from labkit.ops.reference import native_layer_norm
+from labkit.records.check import compare
 
 
 def compare_to_native(candidate, x, weight, bias, eps: float, case: dict | None = None) -> dict:
@@ -29,7 +22,7 @@ def smoke_cases(candidate, mode: str, device, seed: int = 0, eps: float = 1e-5) 
     of the environment notebook, not the full matrix of the bit-identity notebook."""
     import torch
 
-    from .inputs import make_affine, make_input
+    from labkit.inputs import make_affine, make_input
 
     cases = []
     for shape in SMOKE_SHAPES[mode]:

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .compile import REPO_ROOT
-from .results import atomic_write_bytes, atomic_write_json
+from labkit.core.compile import REPO_ROOT
+from labkit.records.run import atomic_write_bytes, atomic_write_json
 
 FIXTURE_DIR = REPO_ROOT / "data" / "fixtures"
 RAGGED_N = 4 * 128 * 3 + 8  # 386 float4 vectors: threads 0 and 1 push 4 vectors, the rest 3
@@ -64,9 +64,9 @@ def fixture_arrays(shape, distribution: str, seed: int, affine: str, device: str
     """The arrays of one fixture, computed with torch on `device` ('cuda' for real fixtures)."""
     import torch
 
-    from .identity import native_layer_norm
-    from .inputs import make_affine, make_input
-    from .split_stats import eager_pointwise, row_var_mean
+    from labkit.ops.reference import native_layer_norm
+    from labkit.inputs import make_affine, make_input
+    from labkit.ops.split_stats import row_var_mean, split_pointwise
 
     shape = tuple(int(d) for d in shape)
     n = int(np.prod(shape[1:]))
@@ -82,11 +82,11 @@ def fixture_arrays(shape, distribution: str, seed: int, affine: str, device: str
         "fast_mean": fmean, "fast_var": var, "fast_rstd": frstd,
     }
     if rows * n <= FAST_Y_MAX:
-        arrays["fast_y"] = eager_pointwise(x, var, fmean, w, b, eps, rows, n).reshape(rows, n)
+        arrays["fast_y"] = split_pointwise(x.reshape(rows, n), var, fmean, w.reshape(n), b.reshape(n), eps)
     out = {k: v.detach().cpu().numpy().astype(np.float32, copy=False) for k, v in arrays.items()}
     if device == "cuda":
-        from .check import bit_identical
-        from .reference_order import reference_order_layer_norm
+        from labkit.records.check import bit_identical
+        from labkit.ops.reference_order import reference_order_layer_norm
 
         ry, rm, rr = reference_order_layer_norm(x, w, b, eps, return_stats=True)
         out["reference_order_identical"] = np.array(
@@ -113,7 +113,7 @@ def record_fixtures(out_dir=FIXTURE_DIR, device: str = "cuda", specs=FIXTURE_SPE
     """
     import torch
 
-    from .results import provenance
+    from labkit.records.run import provenance
 
     out_dir = Path(out_dir)
     if device == "cuda":
@@ -201,7 +201,7 @@ def describe(fixtures: list[dict]) -> list[dict]:
 def emulator_check(fix: dict) -> dict:
     """CPU emulator of torch's reduction order (labkit.emulator) against a fixture's torch bits: mean bits equal,
     rstd within the 2-ulp bound of rsqrtf, output bits equal given torch's mean/rstd."""
-    from . import emulator
+    from labkit.exact import emulator
 
     try:
         stats = emulator.reference_stats(fix["x"], fix["eps"])

@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import check, results
-from .inputs import AFFINES, DISTRIBUTIONS, make_affine, make_input
+from labkit.records import check
+
+from labkit.records import run as results
+from labkit.inputs import AFFINES, DISTRIBUTIONS, make_affine, make_input
 
 SHAPES = {"quick": (4, 64, 32, 32), "full": (16, 64, 256, 256)}
 UNEVEN_SHAPE = (3, 64, 17, 19)  # N = 20,672
@@ -53,13 +55,13 @@ def matrix_cases(seeds=(0, 1, 2), affines=AFFINES, distributions=DISTRIBUTIONS) 
 
 def reference_candidate(x, weight, bias, eps):
     """The kernel under test: labkit's reference-order LayerNorm, returning (y, mean, rstd)."""
-    from .reference_order import reference_order_layer_norm
+    from labkit.ops.reference_order import reference_order_layer_norm
 
     return reference_order_layer_norm(x, weight, bias, eps, return_stats=True)
 
 
 def _native_candidate(x, weight, bias, eps):
-    from .identity import native_layer_norm
+    from labkit.ops.reference import native_layer_norm
 
     return native_layer_norm(x, weight, bias, eps)
 
@@ -74,7 +76,7 @@ def run_matrix(shape, seeds=(0, 1, 2), affines=AFFINES, distributions=DISTRIBUTI
     """The `bit_identity` record: {"cases": [compare_to_native record + seed/affine/distribution/shape/name]}."""
     import torch
 
-    from .identity import compare_to_native
+    from labkit.studies.identity import compare_to_native
 
     candidate = candidate or default_candidate(device)
     shape = tuple(int(d) for d in shape)
@@ -101,7 +103,7 @@ def graph_replay(shape, seed: int = 2, distribution: str = "uniform", affine: st
     tensors in place and replay again: both replays compared with torch on the current values."""
     import torch
 
-    from .identity import native_layer_norm
+    from labkit.ops.reference import native_layer_norm
 
     shape = tuple(int(d) for d in shape)
     x = make_input(distribution, shape, seed, "cuda")
@@ -177,7 +179,7 @@ def edge_controls(device: str = "cuda", seed: int = 0, shape=EDGE_SHAPE, kinds=E
     apart under its own name."""
     import torch
 
-    from .identity import compare_to_native, native_layer_norm
+    from labkit.studies.identity import compare_to_native, native_layer_norm
 
     candidate = candidate or default_candidate(device)
     shape = tuple(int(d) for d in shape)
@@ -257,89 +259,3 @@ def verdict(record: dict | None, prov: dict | None, source: str) -> str:
     line = (f"{ok}/{len(cases)} cases bit-identical (output, mean, rstd as int32 views) at shape "
             f"{tuple(cases[0]['shape'])} — torch {prov.get('torch')} on {prov.get('gpu')} ({source}).")
     return line + (f" NOT identical: {', '.join(bad)}." if bad else "")
-
-
-# ------------------------------------------------------------------------------------ live or replay ---
-
-
-class RunSession:
-    """A notebook's source of records: live (a fresh run directory on the GPU) or REPLAYED (a committed run)."""
-
-    def __init__(self, name: str, device: str, run=None, replay: dict | None = None):
-        self.name, self.device, self.run, self.replay = name, device, run, replay
-
-    @classmethod
-    def open(cls, name: str, device: str, output_dir, params: dict | None = None,
-             runs_root=None) -> "RunSession":
-        """device is already resolved ('cuda' or 'cpu'). runs_root: where committed runs live (data/runs)."""
-        if device == "cuda":
-            return cls(name, device, run=results.Run.create(Path(output_dir) / "runs", name, params, device="cuda"))
-        return cls(name, device, replay=newest_complete_run(name, runs_root))
-
-    @property
-    def live(self) -> bool:
-        return self.run is not None
-
-    @property
-    def run_id(self) -> str | None:
-        if self.live:
-            return self.run.run_id
-        return self.replay["records"]["run"]["run_id"] if self.replay else None
-
-    @property
-    def source(self) -> str:
-        if self.live:
-            return f"LIVE run {self.run_id}"
-        if self.replay:
-            return f"REPLAYED committed GPU run {self.run_id}"
-        return f"no committed GPU run yet (no complete '{self.name}' run under data/runs)"
-
-    @property
-    def provenance(self) -> dict:
-        if self.live:
-            return self.run.meta["provenance"]
-        return self.replay["records"]["run"]["provenance"] if self.replay else {}
-
-    def banner(self) -> str:
-        from .device import mode_banner
-
-        text = mode_banner(self.device, self.run_id if self.replay else None)
-        return text if (self.live or self.replay) else text + f" — {self.source}"
-
-    def record(self, name: str, compute=None):
-        """Live: compute() and write it as `name`. Replay: the committed run's record `name` (or None)."""
-        if self.live:
-            if compute is None:
-                return None
-            rec = compute()
-            self.run.write(name, rec)
-            return rec
-        return (self.replay or {}).get("records", {}).get(name)
-
-    def add_figure(self, fig, name: str) -> str | None:
-        """Save a figure into the live run directory (listed in the manifest); nothing on replay."""
-        if not self.live or fig is None:
-            return None
-        target = self.run.path / f"{name}.png"
-        fig.savefig(target, dpi=110, bbox_inches="tight")
-        self.run.add_file(target)
-        return str(target)
-
-    def label(self, what: str) -> str:
-        return f"{what} — {self.source}"
-
-    def close(self) -> str:
-        if self.live:
-            self.run.close()
-            return f"run written to {self.run.path}"
-        return f"nothing written ({self.source})"
-
-
-def newest_complete_run(name: str, runs_root=None) -> dict | None:
-    """The newest committed run of `name` whose manifest is complete and whose hashes still match."""
-    root = Path(runs_root) if runs_root else results.DATA_RUNS
-    for path in reversed(results.committed_runs(name, root)):
-        run = results.load_run(path)
-        if run["complete"]:
-            return run
-    return None

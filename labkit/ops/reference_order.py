@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .contract import require_vectorized
-from .launch import launch
-from .validate import check_output, layer_norm_layout
+from labkit.ops.torch_path import require_vectorized
+from labkit.core.launch import launch
+from labkit.core.validate import check_output, layer_norm_layout
 
 THREADS_AFFINE = 256
 
@@ -61,7 +61,7 @@ def reference_order_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, 
         y, or (y, mean, rstd).
     Raises:
         ValueError naming the violated condition, before any launch. Inputs on which torch itself would not take
-        its vectorized path (labkit.contract.torch_path: misaligned x/weight/bias, N % 4 != 0, N > 2**24,
+        its vectorized path (labkit.ops.torch_path: misaligned x/weight/bias, N % 4 != 0, N > 2**24,
         float64) are refused first, with a message saying so: torch's order is then a different reduction.
     """
     _consult_contract(x, weight, bias)

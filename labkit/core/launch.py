@@ -4,8 +4,8 @@ from __future__ import annotations
 import threading
 import warnings
 
-from .compile import CompileRecord, compile_kernel, device_arch
-from .views import device_pointer, torch_stream_ptr
+from labkit.core.compile import CompileRecord, compile_kernel, device_arch
+from labkit.core.views import device_pointer, torch_stream_ptr
 
 _lock = threading.Lock()
 _loaded: dict[tuple, tuple[object, CompileRecord, dict]] = {}

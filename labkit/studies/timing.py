@@ -19,8 +19,8 @@ import math
 import time
 from dataclasses import asdict, replace
 
-from . import bench
-from .check import KERNELBENCH_PREDICATE, compare
+from labkit.studies import bench
+from labkit.records.check import KERNELBENCH_PREDICATE, compare
 
 L1_40 = (16, 64, 256, 256)
 EXTRA_SHAPES = ((8, 32, 128, 256), (4096, 1, 1, 1024), (3, 64, 17, 19))
@@ -176,8 +176,8 @@ def run_case(case: dict, methods: list, protocols: dict, device="cuda", seed: in
     """Check and time every method on one case; returns the case's record (JSON-able)."""
     import torch
 
-    from .inputs import make_affine, make_input
-    from .methods import build
+    from labkit.inputs import make_affine, make_input
+    from labkit.studies.methods import build
 
     cuda = str(device).startswith("cuda")
     if not cuda and any(p.graph for p in protocols.values()):
@@ -265,13 +265,12 @@ def _versions() -> dict:
 
 
 def run_study(cases: list, protocols: dict, device="cuda", seed: int = 0, eps: float = EPS, methods=None,
-              discovery=None, ceiling_bytes: int = COPY_CEILING_BYTES, timer_factory=None,
+              ceiling_bytes: int = COPY_CEILING_BYTES, timer_factory=None,
               progress: bool = False, log=print) -> dict:
     """Measure the copy ceiling, then run every case; the `timing` record of a run."""
-    from . import methods as registry
+    from labkit.studies import methods as registry
 
     if methods is None:
-        discovery = registry.discover() if discovery is None else discovery
         methods = registry.registered()
     t0 = time.perf_counter()
     log(f"[timing] device copy ceiling ({ceiling_bytes >> 20} MiB buffer) ...")
@@ -284,7 +283,7 @@ def run_study(cases: list, protocols: dict, device="cuda", seed: int = 0, eps: f
         done.append(rec)
     return {"schema": RECORD_SCHEMA, "baseline": BASELINE, "distribution": DISTRIBUTION, "seed": seed, "eps": eps,
             "byte_formula": BYTES_FORMULA, "protocols": {k: asdict(p) for k, p in protocols.items()},
-            "methods": [m.to_json() for m in methods], "discovery": list(discovery or []),
+            "methods": [m.to_json() for m in methods],
             "versions": _versions(),
             "clocks": "left alone: no clock locking, no persistence-mode or power-limit changes",
             "copy_ceiling": ceiling, "cases": done, "wall_s": time.perf_counter() - t0}

@@ -5,21 +5,19 @@ family, and whether it keeps torch's reference arithmetic order (`reference_orde
 `weight.shape` (the trailing dims of x). Building may raise (a missing package, a deprecated or failing compiler)
 and so may the first call (a kernel's size limit): the study turns either into a row with the error, never a crash.
 
-Other modules add methods without editing this file: `register(Method(...))` at import time. The study calls
-`discover()`, which tries to import each module in `OPTIONAL_MODULES` (e.g. `labkit.chain`, the chain-parallel
-kernel, when it exists) and reports, per module, whether it was found and what it registered.
+Every method is listed here (BUILTIN); `register` adds one from a test or an experiment without editing this file.
 
 No `from __future__ import annotations` here: TorchScript compiles the pointwise helpers below from their source.
 """
-import importlib
 import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
-import torch  # module-level: TorchScript resolves `torch` in the pointwise helpers below from this module's globals
+from labkit.ops.scripted import deprecations, script
+from labkit.ops.split_stats import scripted_pointwise
 
-OPTIONAL_MODULES = ("labkit.chain",)
+import torch  # module-level: TorchScript resolves `torch` in the pointwise helpers below from this module's globals
 
 FAMILIES = ("native", "reference-order", "split-stats", "library-affine", "compiler", "triton-peer", "chain")
 
@@ -70,33 +68,6 @@ def get(name: str) -> Method:
     return _REGISTRY[name]
 
 
-def discover(modules=OPTIONAL_MODULES) -> list:
-    """Import each optional module (which registers its methods on import, or via a `register_methods()`
-    function); one record per module: found / absent / error, and the method names it added."""
-    out = []
-    for mod in modules:
-        before = set(_REGISTRY)
-        try:
-            module = importlib.import_module(mod)
-            hook = getattr(module, "register_methods", None)
-            if callable(hook):
-                hook()
-            added = [n for n in _REGISTRY if n not in before]
-            out.append({"module": mod, "status": "found", "added": added,
-                        "message": f"{mod} imported; registered {added or 'nothing new'}"})
-        except ModuleNotFoundError as exc:
-            if exc.name and (mod == exc.name or mod.startswith(exc.name + ".")):
-                out.append({"module": mod, "status": "absent", "added": [],
-                            "message": f"{mod} is not present (skipped)"})
-            else:
-                out.append({"module": mod, "status": "error", "added": [],
-                            "message": f"{mod} failed to import: {type(exc).__name__}: {exc}"})
-        except Exception as exc:  # a broken optional module is reported, not fatal
-            out.append({"module": mod, "status": "error", "added": [],
-                        "message": f"{mod} failed to import: {type(exc).__name__}: {exc}"})
-    return out
-
-
 def module_versions(method: Method) -> dict:
     """Installed versions of the packages a method requires (None where missing)."""
     from importlib import metadata
@@ -131,11 +102,6 @@ def _layer_norm_module(x, weight, bias, eps):
     return module.requires_grad_(False).eval()
 
 
-def _deprecations(caught) -> list:
-    return sorted({f"{w.category.__name__}: {w.message}" for w in caught
-                   if issubclass(w.category, (DeprecationWarning, FutureWarning))})
-
-
 class BuildNotes:
     """Builders may attach notes (e.g. deprecation warnings, compile seconds) to the callable they return."""
 
@@ -158,58 +124,38 @@ def _native_torchscript(x, weight, bias, eps):
                 raise RuntimeError(f"torch.jit.script failed ({type(script_exc).__name__}: {script_exc}); "
                                    f"torch.jit.trace failed ({type(trace_exc).__name__}: {trace_exc})") from trace_exc
     fn = lambda: scripted(x)  # noqa: E731
-    return BuildNotes.attach(fn, compiled_with=how, deprecation=_deprecations(caught))
+    return BuildNotes.attach(fn, compiled_with=how, deprecation=deprecations(caught))
 
 
 def _reference_order(x, weight, bias, eps):
-    from .reference_order import reference_order_layer_norm
+    from labkit.ops.reference_order import reference_order_layer_norm
 
     return lambda: reference_order_layer_norm(x, weight, bias, eps)
 
 
+def _chain(x, weight, bias, eps):
+    from labkit.ops.chain import chain_layer_norm
+
+    return lambda: chain_layer_norm(x, weight, bias, eps)
+
+
 def _split(geometry):
     def build(x, weight, bias, eps):
-        from .split_stats import split_stats_layer_norm
+        from labkit.ops.split_stats import split_stats_layer_norm
 
         return lambda: split_stats_layer_norm(x, weight, bias, eps, geometry=geometry)
     return build
 
 
-# TorchScript pointwise bodies: the same expressions as the eager versions, compiled by the TorchScript fuser.
-def _split_pointwise(xr, var, mean, weight, bias, eps: float):
-    return ((xr - mean.unsqueeze(1)) * torch.rsqrt(var.unsqueeze(1) + eps)) * weight + bias
+def _split_torchscript(x, weight, bias, eps):
+    compiled = scripted_pointwise()
+    fn = _split("torchscript")(x, weight, bias, eps)
+    return BuildNotes.attach(fn, compiled_with="torch.jit.script", deprecation=list(compiled.warnings))
 
 
+# TorchScript body of the no-affine baseline's affine step (scripted from this file's source).
 def _affine(y, weight, bias):
     return y * weight + bias
-
-
-_SCRIPTED: dict = {}
-
-
-def _scripted(fn):
-    """torch.jit.script(fn), once per process, with the deprecation warnings it raised."""
-    if fn.__name__ not in _SCRIPTED:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            _SCRIPTED[fn.__name__] = (torch.jit.script(fn), _deprecations(caught))
-    return _SCRIPTED[fn.__name__]
-
-
-def _split_torchscript(x, weight, bias, eps):
-    from .split_stats import row_var_mean
-    from .validate import layer_norm_layout
-
-    layout = layer_norm_layout(x, weight, bias, eps)
-    rows, n = layout.rows, layout.n
-    pointwise, notes = _scripted(_split_pointwise)
-    xr, w2, b2 = x.reshape(rows, n), weight.reshape(1, n), bias.reshape(1, n)
-    shape = x.shape
-
-    def call():
-        var, mean = row_var_mean(x, rows, n)
-        return pointwise(xr, var, mean, w2, b2, float(eps)).reshape(shape)
-    return BuildNotes.attach(call, compiled_with="torch.jit.script", deprecation=notes)
 
 
 def _noaffine_eager(x, weight, bias, eps):
@@ -219,7 +165,10 @@ def _noaffine_eager(x, weight, bias, eps):
 
 def _noaffine_torchscript(x, weight, bias, eps):
     shape = tuple(weight.shape)
-    affine, notes = _scripted(_affine)
+    compiled = script(_affine)
+    if not compiled.available:
+        raise RuntimeError(f"TorchScript unavailable on torch {torch.__version__}: {compiled.error}")
+    affine, notes = compiled.fn, list(compiled.warnings)
     fn = lambda: affine(torch.nn.functional.layer_norm(x, shape, None, None, eps), weight, bias)  # noqa: E731
     return BuildNotes.attach(fn, compiled_with="torch.jit.script", deprecation=notes)
 
@@ -268,6 +217,8 @@ BUILTIN = (
     Method("liger", "triton-peer", False, _liger,
            "Liger-Kernel 0.8.5 Triton LayerNorm forward (pinned; one program per row)",
            requires=("liger-kernel", "triton")),
+    Method("chain", "chain", True, _chain,
+           "chain-parallel reference order (schedule chosen from the shape)"),
 )
 
 for _m in BUILTIN:
@@ -292,7 +243,7 @@ def build(method: Method, x, weight, bias, eps: float) -> dict:
                 torch.cuda.synchronize()
         # The method's own deprecation (TorchScript) is in notes["deprecation"]; anything else raised while
         # building (e.g. by a compiler's internals) is kept apart so it is not mistaken for the method's.
-        others = [w for w in _deprecations(caught) if w not in notes.get("deprecation", [])]
+        others = [w for w in deprecations(caught) if w not in notes.get("deprecation", [])]
         if others:
             notes["build_warnings"] = others
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x.shape):

@@ -2,6 +2,7 @@
 so a reader sees the old file or the new one, never a half-written one."""
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -20,3 +21,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=False, allow_nan=True) + "\n").encode())

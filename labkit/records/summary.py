@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .audit import audit_block
-from .results import load_run
+from labkit.records.audit import audit_block
+from labkit.records.run import load_run
 
 
 def _bit_identity(records: dict, prov: dict) -> dict | None:

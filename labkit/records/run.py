@@ -16,14 +16,10 @@ import secrets
 import subprocess
 from pathlib import Path
 
-from .atomic import atomic_write_bytes
-from .compile import REPO_ROOT, KERNEL_DIR
+from labkit.core.atomic import atomic_write_bytes, atomic_write_json
+from labkit.core.compile import REPO_ROOT, KERNEL_DIR
 
 SCHEMA = 1
-
-
-def atomic_write_json(path: Path, obj) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=1, sort_keys=False, allow_nan=True) + "\n").encode())
 
 
 def _git(*args: str) -> str | None:
@@ -79,7 +75,7 @@ def provenance(device: str = "auto") -> dict:
     try:
         import cupy
 
-        from .compile import nvrtc_version
+        from labkit.core.compile import nvrtc_version
 
         info["cupy"] = cupy.__version__
         info["nvrtc"] = list(nvrtc_version())

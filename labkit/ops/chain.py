@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .launch import launch
-from .validate import MAX_NORMALIZED, check_output, layer_norm_layout
+from labkit.core.launch import launch
+from labkit.core.validate import MAX_NORMALIZED, check_output, layer_norm_layout
 
 SCHEDULES = ("auto", "chain", "rows_fused")
 STEPS_PER_STAGE = 8  # must match kernels/chain_stats.cu
@@ -122,7 +122,7 @@ def launch_chain_stats(x, mean, rstd, rows: int, n: int, eps: float, blocking: s
         blocking = choose_blocking(n)
     ws = _workspace(x.device, rows)
     if blocking == "tma":
-        from .tensormap import encode_tiled_f32
+        from labkit.core.tensormap import encode_tiled_f32
 
         tma = tma or TmaConfig()
         # x as [rows][steps][4 warps][128 floats]: one box is `tma.steps` steps of one warp's 512-byte segments.
@@ -203,12 +203,3 @@ def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, schedule: str = "aut
     else:
         launch_rows_fused(x, weight, bias, y, mean, rstd, rows, n, eps)
     return (y, mean, rstd) if return_stats else y
-
-
-def register_methods() -> None:
-    """Make the chain schedule a timed method of the timing study (labkit.methods discovers this)."""
-    from .methods import Method, register
-
-    register(Method("chain", "chain", True,
-                    lambda x, w, b, eps: (lambda: chain_layer_norm(x, w, b, eps)),
-                    "chain-parallel reference order (schedule chosen from the shape)"), replace=True)

@@ -25,7 +25,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .compile import BASE_OPTIONS, REPO_ROOT
+from labkit.core.compile import BASE_OPTIONS, REPO_ROOT
+from labkit.core.cubin import complete_cubin
 
 SASS_DIR = REPO_ROOT / "data" / "sass"
 FP_OPCODES = ("FADD", "FMUL", "FFMA", "MUFU", "FSETP", "FCHK", "FSEL", "FMNMX", "I2FP", "SHFL")
@@ -82,41 +83,6 @@ def _run(tool: str, *args: str, timeout: int = 600) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- cubins ---
-
-def _elf_extent(blob: bytes) -> int:
-    """Bytes an ELF64 file declares: the furthest end of its header tables and section contents."""
-    if len(blob) < 64 or not blob.startswith(b"\x7fELF") or blob[4] != 2:
-        raise ValueError("not an ELF64 file")
-    e_phoff, e_shoff = struct.unpack_from("<QQ", blob, 0x20)
-    e_phentsize, e_phnum, e_shentsize, e_shnum = struct.unpack_from("<HHHH", blob, 0x36)
-    end = max(64, e_phoff + e_phentsize * e_phnum, e_shoff + e_shentsize * e_shnum)
-    for i in range(e_shnum):
-        at = e_shoff + i * e_shentsize
-        if at + 64 > len(blob):
-            break
-        sh_type, = struct.unpack_from("<I", blob, at + 4)
-        sh_offset, sh_size = struct.unpack_from("<QQ", blob, at + 0x18)
-        if sh_type != 8:  # SHT_NOBITS occupies no file bytes
-            end = max(end, sh_offset + sh_size)
-    return end
-
-
-def complete_cubin(cubin: bytes) -> tuple[bytes, int]:
-    """The cubin padded to the size its ELF headers declare, and how many bytes were missing.
-
-    CuPy 14.2's `nvrtc.getCUBIN` returns the image one byte short (it drops the final byte as if it were a C
-    string's terminator). NVRTC places the program header table last, so the missing byte is the top byte of the
-    last entry's 8-byte alignment field, which is zero: padding with zeros restores the exact image (checked in
-    tests against nvrtcGetCUBIN called through ctypes). The driver loads the short image anyway; the disassemblers
-    refuse it, hence this function.
-    """
-    missing = _elf_extent(cubin) - len(cubin)
-    if missing < 0:
-        return cubin, 0
-    if missing > 8:
-        raise ValueError(f"cubin is {missing} bytes shorter than its ELF headers declare: truncated, not padded")
-    return cubin + b"\0" * missing, missing
-
 
 def _sections(cubin: bytes) -> list[tuple[str, int, int, int, int, int]]:
     """(name, type, flags, info, offset, size) of every ELF section."""
@@ -241,7 +207,7 @@ def ptxas_info(kernel: str, arch: str = "sm_90") -> dict:
     """
     from cupy_backends.cuda.libs import nvrtc
 
-    from .compile import _sources, compile_kernel
+    from labkit.core.compile import _sources, compile_kernel
 
     source, headers = _sources(kernel)
     options = BASE_OPTIONS + (f"--gpu-architecture={arch}", "--ptxas-options=-v")
@@ -934,7 +900,7 @@ def regions(instrs: list[Instr]) -> dict[str, list[str]]:
 
 def our_kernels_summary(arch: str = "sm_90", kernels: tuple[str, ...] = ("reference_stats", "affine_rows")) -> dict:
     """Compile our reference-order kernels (through labkit.compile) and summarise their SASS."""
-    from .compile import compile_kernel
+    from labkit.core.compile import compile_kernel
 
     out = {}
     for k in kernels:
@@ -1117,7 +1083,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--workdir must be outside the repository: torch's binaries are never committed")
     record = build_comparison(Path(args.wheel), Path(args.workdir), args.arch)
     out = Path(args.out) if args.out else SASS_DIR / f"layernorm-torch-{record['torch']['torch_version']}-{args.arch}.json"
-    from .results import atomic_write_json
+    from labkit.core.atomic import atomic_write_json
 
     atomic_write_json(out, record)
     print(f"wrote {out}: same contractions = {record['verdict']['same_contractions']}")

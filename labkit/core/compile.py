@@ -15,9 +15,10 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .atomic import atomic_write_bytes
+from labkit.core.atomic import atomic_write_bytes
+from labkit.core.cubin import complete_cubin
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 KERNEL_DIR = REPO_ROOT / "kernels"
 
 # --fmad=true: torch's CUDA build lets the compiler contract a*b+c into FMA, and the bits depend on it.
@@ -155,8 +156,6 @@ def compile_kernel(kernel: str, arch: str | None = None, extra_options: tuple[st
     if cubin is None:
         cubin = _nvrtc_compile(kernel, source, headers, options)
         _write_entry(path, cubin)
-    from .sass import complete_cubin
-
     # CuPy's getCUBIN drops the image's last (zero) byte; the driver does not mind, disassemblers and hashes do.
     cubin, _ = complete_cubin(cubin)
     record = CompileRecord(kernel, source_sha, tuple(headers), options, version, arch,

@@ -23,8 +23,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import check
-from .results import DATA_RUNS, load_run
+from labkit.records import check
+from labkit.records.run import DATA_RUNS, load_run
 
 RATIO_C = "max_ratio_candidate_scale"
 RATIO_R = "max_ratio_reference_scale"
@@ -208,14 +208,11 @@ class AuditReport:
                 "runs": [{k: v for k, v in r.items() if k != "rows"} for r in self.runs],
                 "records": [r.to_json() for r in self.rows]}
 
-    def markdown(self) -> str:
-        from .display import markdown_table
-
+    def headline(self) -> str:
         s = self.summary()
-        head = (f"audit: {s['runs']} run(s), {s['records']} check record(s), {s['flips']} flip(s), "
+        return (f"audit: {s['runs']} run(s), {s['records']} check record(s), {s['flips']} flip(s), "
                 f"min margin {s['min_margin']}, {s['inconsistent']} inconsistent — "
                 f"{'OK' if self.ok else 'FAILED'}")
-        return "\n\n".join([head, markdown_table(self.run_table()), markdown_table(self.record_table())])
 
 
 def _fmt(x: float | None) -> str:
@@ -521,7 +518,7 @@ def synthetic_demo_run(root: Path, seed: int = 0) -> Path:
     (flips), and a clear failure. Returns the run directory."""
     import torch
 
-    from .results import Run
+    from labkit.records.run import Run
 
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(64, generator=gen)

@@ -1,0 +1,114 @@
+"""The one live-or-replay switch of every notebook and benchmark.
+
+On a CUDA GPU a session opens a fresh run directory and writes each record as it is computed; on a CPU it finds
+the newest complete committed run of the same name under data/runs and hands back its records, labelled REPLAYED
+with the run id (or says that there is no committed GPU run yet).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from labkit.records import run as results
+
+
+def resolve(device: str = "auto") -> str:
+    """'cuda' or 'cpu' from a user's choice of 'auto', 'cuda' or 'cpu'."""
+    import torch
+
+    if device not in ("auto", "cuda", "cpu"):
+        raise ValueError(f"device must be 'auto', 'cuda' or 'cpu', got {device!r}")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device='cuda' but torch sees no CUDA device")
+    return device
+
+
+def mode_banner(device: str, replay_run: str | None = None) -> str:
+    if device == "cuda":
+        import torch
+
+        return f"LIVE on {torch.cuda.get_device_name()} (torch {torch.__version__})"
+    suffix = f" — figures below are REPLAYED from committed GPU run {replay_run}" if replay_run else ""
+    return f"CPU mode (no GPU): kernels compiled for sm_90 with NVRTC, arithmetic checked on CPU{suffix}"
+
+
+class RunSession:
+    """A notebook's source of records: live (a fresh run directory on the GPU) or REPLAYED (a committed run)."""
+
+    def __init__(self, name: str, device: str, run=None, replay: dict | None = None):
+        self.name, self.device, self.run, self.replay = name, device, run, replay
+
+    @classmethod
+    def open(cls, name: str, device: str, output_dir, params: dict | None = None,
+             runs_root=None) -> "RunSession":
+        """device is already resolved ('cuda' or 'cpu'). runs_root: where committed runs live (data/runs)."""
+        if device == "cuda":
+            return cls(name, device, run=results.Run.create(Path(output_dir) / "runs", name, params, device="cuda"))
+        return cls(name, device, replay=newest_complete_run(name, runs_root))
+
+    @property
+    def live(self) -> bool:
+        return self.run is not None
+
+    @property
+    def run_id(self) -> str | None:
+        if self.live:
+            return self.run.run_id
+        return self.replay["records"]["run"]["run_id"] if self.replay else None
+
+    @property
+    def source(self) -> str:
+        if self.live:
+            return f"LIVE run {self.run_id}"
+        if self.replay:
+            return f"REPLAYED committed GPU run {self.run_id}"
+        return f"no committed GPU run yet (no complete '{self.name}' run under data/runs)"
+
+    @property
+    def provenance(self) -> dict:
+        if self.live:
+            return self.run.meta["provenance"]
+        return self.replay["records"]["run"]["provenance"] if self.replay else {}
+
+    def banner(self) -> str:
+        text = mode_banner(self.device, self.run_id if self.replay else None)
+        return text if (self.live or self.replay) else text + f" — {self.source}"
+
+    def record(self, name: str, compute=None):
+        """Live: compute() and write it as `name`. Replay: the committed run's record `name` (or None)."""
+        if self.live:
+            if compute is None:
+                return None
+            rec = compute()
+            self.run.write(name, rec)
+            return rec
+        return (self.replay or {}).get("records", {}).get(name)
+
+    def add_figure(self, fig, name: str) -> str | None:
+        """Save a figure into the live run directory (listed in the manifest); nothing on replay."""
+        if not self.live or fig is None:
+            return None
+        target = self.run.path / f"{name}.png"
+        fig.savefig(target, dpi=110, bbox_inches="tight")
+        self.run.add_file(target)
+        return str(target)
+
+    def label(self, what: str) -> str:
+        return f"{what} — {self.source}"
+
+    def close(self) -> str:
+        if self.live:
+            self.run.close()
+            return f"run written to {self.run.path}"
+        return f"nothing written ({self.source})"
+
+
+def newest_complete_run(name: str, runs_root=None) -> dict | None:
+    """The newest committed run of `name` whose manifest is complete and whose hashes still match."""
+    root = Path(runs_root) if runs_root else results.DATA_RUNS
+    for path in reversed(results.committed_runs(name, root)):
+        run = results.load_run(path)
+        if run["complete"]:
+            return run
+    return None

@@ -1,0 +1,53 @@
+"""The layering holds at run time too: importing the kernel path reads nothing under data/."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+PROBE = r"""
+import json, os, sys
+data = os.path.join(sys.argv[1], "data")
+opened = []
+
+def hook(event, args):
+    if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        path = os.path.abspath(os.fsdecode(args[0]))
+        if path.startswith(data + os.sep):
+            opened.append(path)
+
+sys.addaudithook(hook)
+import importlib
+for name in sys.argv[2:]:
+    importlib.import_module(name)
+print(json.dumps(opened))
+"""
+
+KERNEL_PATH = ["labkit.core.compile", "labkit.core.launch", "labkit.core.validate", "labkit.core.tensormap",
+               "labkit.ops.reference_order", "labkit.ops.chain", "labkit.ops.split_stats", "labkit.ops.torch_path",
+               "labkit.ops.reference"]
+
+
+def _opened_under_data(modules) -> list[str]:
+    out = subprocess.run([sys.executable, "-c", PROBE, str(REPO), *modules], capture_output=True, text=True,
+                         check=True, cwd=REPO)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_importing_the_kernel_path_opens_nothing_under_data():
+    assert _opened_under_data(KERNEL_PATH) == []
+
+
+def test_the_probe_sees_a_module_that_reads_data(tmp_path):
+    """The hook is live: a study that reads committed runs when asked is seen doing so."""
+    probe = PROBE.replace("print(json.dumps(opened))",
+                          "from labkit.studies import source_reading as s; s.verified_on(); print(json.dumps(opened))")
+    out = subprocess.run([sys.executable, "-c", probe, str(REPO)], capture_output=True, text=True, check=True,
+                         cwd=REPO)
+    opened = json.loads(out.stdout.strip().splitlines()[-1])
+    if not any((REPO / "data" / "runs").glob("*/run.json")):
+        pytest.skip("no committed runs to read")
+    assert any("/data/runs/" in p for p in opened)

@@ -58,6 +58,44 @@ LAYER_NORM_L1_40 = Task(1, 40, "LayerNorm", (16, 64, 256, 256), ((64, 256, 256),
 # L1/36 (RMSNorm), 38 (L1Norm) and 39 (L2Norm) join here for the layout follow-up.
 TASKS = {t.key: t for t in (LAYER_NORM_L1_40,)}
 
+# --- shapes every study, notebook, benchmark and test reads (rows first; LayerNorm over all but the first dim) ---
+L1_40 = LAYER_NORM_L1_40.input_shape                                  # 16 rows of 4,194,304
+EXTRA_SHAPES = ((8, 32, 128, 256), (4096, 1, 1, 1024), (3, 64, 17, 19))  # the post's other timing shapes
+UNEVEN_SHAPE = (3, 64, 17, 19)  # N = 20,672: N/4 = 5,168 = 40*128 + 48, so threads push unequal counts
+EDGE_SHAPE = (4, 8, 16)         # 4 rows of 128: zero/tiny/subnormal/non-finite controls
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """What a notebook runs in one mode: "quick" (minutes on a GPU, small shapes) or "full" (the L1/40 shape)."""
+
+    mode: str
+    matrix_shape: tuple[int, ...]                 # bit-identity and fast-statistics matrices (01, 02, 07)
+    smoke_shapes: tuple[tuple[int, ...], ...]     # environment notebook's pipeline check (00)
+    timing_shapes: tuple[tuple[int, ...], ...]    # timing study (03, 07)
+    breakdown_shape: tuple[int, ...]              # stage breakdown of the chain kernel (07)
+    max_rounds_a: int | None                      # protocol A rounds cap (None: as asked)
+    max_rounds_b: int | None                      # protocol B rounds cap
+
+
+CONFIGS = {
+    "quick": StudyConfig("quick", (4, 64, 32, 32), ((3, 64, 17, 19), (8, 4096)),
+                         ((4096, 1, 1, 1024), (3, 64, 17, 19)), (4, 64, 64, 64), 5, 10),
+    "full": StudyConfig("full", L1_40, ((3, 64, 17, 19), (8, 4096), L1_40), (L1_40, *EXTRA_SHAPES), L1_40,
+                        None, None),
+}
+
+
+def config(mode: str) -> StudyConfig:
+    if mode not in CONFIGS:
+        raise ValueError(f"mode must be one of {tuple(CONFIGS)}, got {mode!r}")
+    return CONFIGS[mode]
+
+
+def shape_key(shape) -> str:
+    """'16x64x256x256': how records name a shape."""
+    return "x".join(str(int(d)) for d in shape)
+
 
 def get_task(key: str) -> Task:
     if key not in TASKS:

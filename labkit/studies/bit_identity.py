@@ -8,22 +8,17 @@
 - `edge_controls`: zero, tiny, subnormal and non-finite inputs x eps in {0, 1e-5, 1e-3}, judged by bits, by the
   official predicate, and — reported apart, never as an official pass — by the named equal-NaN convention.
 
-`RunSession` is the notebooks' live-or-replay switch: on a GPU it opens a fresh run directory and writes each
-record as it is computed; on a CPU it finds the newest complete committed run of the same name under data/runs and
-hands back its records, labelled REPLAYED with the run id (or says that there is no committed GPU run yet).
+Run functions return records; the table, summary and verdict functions read a record (live or replayed alike).
 """
 from __future__ import annotations
 
-from pathlib import Path
+import math
 
-from labkit.records import check
-
-from labkit.records import run as results
+from labkit import tasks
 from labkit.inputs import AFFINES, DISTRIBUTIONS, make_affine, make_input
+from labkit.records import check
+from labkit.tasks import EDGE_SHAPE, UNEVEN_SHAPE
 
-SHAPES = {"quick": (4, 64, 32, 32), "full": (16, 64, 256, 256)}
-UNEVEN_SHAPE = (3, 64, 17, 19)  # N = 20,672
-EDGE_SHAPE = (4, 8, 16)  # 4 rows of 128
 EDGE_KINDS = ("zero", "tiny", "subnormal", "nonfinite")
 EDGE_EPS = (0.0, 1e-5, 1e-3)
 MUTATION = "x *= 0.8, gamma *= 0.9, beta += 0.01 (in place, after capture)"
@@ -33,12 +28,10 @@ CONTROLS = {"normal_plus_1000": "offset control", "constant_1e4": "constant-offs
 
 
 def shape_for(mode: str, shape=None) -> tuple:
-    """The matrix shape: an explicit override, else (4, 64, 32, 32) in quick mode, the L1/40 shape in full mode."""
+    """The matrix shape: an explicit override, else the mode's `tasks.config(mode).matrix_shape`."""
     if shape:
         return tuple(int(d) for d in shape)
-    if mode not in SHAPES:
-        raise ValueError(f"mode must be one of {tuple(SHAPES)}, got {mode!r}")
-    return SHAPES[mode]
+    return tasks.config(mode).matrix_shape
 
 
 def matrix_cases(seeds=(0, 1, 2), affines=AFFINES, distributions=DISTRIBUTIONS) -> list[dict]:
@@ -72,8 +65,9 @@ def default_candidate(device: str):
 
 
 def run_matrix(shape, seeds=(0, 1, 2), affines=AFFINES, distributions=DISTRIBUTIONS, device: str = "cuda",
-               eps: float = 1e-5, candidate=None, progress: bool = True) -> dict:
-    """The `bit_identity` record: {"cases": [compare_to_native record + seed/affine/distribution/shape/name]}."""
+               eps: float = 1e-5, candidate=None, log=None) -> dict:
+    """The `bit_identity` record: {"cases": [compare_to_native record + seed/affine/distribution/shape/name]}.
+    `log(line)`, if given, hears each case's verdict as it is computed."""
     import torch
 
     from labkit.studies.identity import compare_to_native
@@ -91,8 +85,8 @@ def run_matrix(shape, seeds=(0, 1, 2), affines=AFFINES, distributions=DISTRIBUTI
         w, b = make_affine(case["affine"], shape[1:], case["seed"], device)
         rec = compare_to_native(candidate, x, w, b, eps, {**case, "shape": list(shape), "eps": eps})
         cases.append(rec)
-        if progress:
-            print(f"{case['name']}: {'identical' if rec['identical'] else 'DIFFERENT'}", flush=True)
+        if log is not None:
+            log(f"{case['name']}: {'identical' if rec['identical'] else 'DIFFERENT'}")
     return {"cases": cases, "candidate": getattr(candidate, "__name__", str(candidate)), "shape": list(shape),
             "eps": eps}
 
@@ -139,10 +133,10 @@ def graph_replay(shape, seed: int = 2, distribution: str = "uniform", affine: st
 
 def uneven_width(seeds=(0, 1, 2), device: str = "cuda", eps: float = 1e-5, candidate=None) -> dict:
     """The `uneven_width` record: every distribution and affine at (3, 64, 17, 19), N = 20,672."""
-    rec = run_matrix(UNEVEN_SHAPE, seeds, AFFINES, DISTRIBUTIONS, device, eps, candidate, progress=False)
+    rec = run_matrix(UNEVEN_SHAPE, seeds, AFFINES, DISTRIBUTIONS, device, eps, candidate)
     for c in rec["cases"]:
         c["control"] = CONTROLS.get(c["distribution"], "")
-    rec["n"] = 64 * 17 * 19
+    rec["n"] = math.prod(UNEVEN_SHAPE[1:])
     return rec
 
 
@@ -179,7 +173,8 @@ def edge_controls(device: str = "cuda", seed: int = 0, shape=EDGE_SHAPE, kinds=E
     apart under its own name."""
     import torch
 
-    from labkit.studies.identity import compare_to_native, native_layer_norm
+    from labkit.ops.reference import native_layer_norm
+    from labkit.studies.identity import compare_to_native
 
     candidate = candidate or default_candidate(device)
     shape = tuple(int(d) for d in shape)
@@ -209,7 +204,7 @@ def matrix_table(record: dict | None) -> list[dict]:
     if not record:
         return []
     return [{"seed": c["seed"], "affine": c["affine"], "distribution": c["distribution"],
-             "shape": "x".join(str(d) for d in c["shape"]), "output bits equal": c["output"]["bit_equal_fraction"],
+             "shape": tasks.shape_key(c["shape"]), "output bits equal": c["output"]["bit_equal_fraction"],
              "mean": c["mean"]["bit_equal_fraction"], "rstd": c["rstd"]["bit_equal_fraction"],
              "max |diff| output": c["output"]["max_abs_error"] or 0.0,
              "identical": "yes" if c["identical"] else "NO"} for c in record["cases"]]
@@ -246,6 +241,20 @@ def edge_table(record: dict | None) -> list[dict]:
 
 def case_table(seeds=(0, 1, 2), affines=AFFINES, distributions=DISTRIBUTIONS) -> list[dict]:
     return [{"#": i + 1, **c} for i, c in enumerate(matrix_cases(seeds, affines, distributions))]
+
+
+def record_line(record: dict | None, source: str) -> str:
+    """What the matrix record holds (its shape, case count, seeds, affines, distributions, candidate), so the
+    table below it is read against the run that made it rather than this execution's parameters."""
+    if not record or not record.get("cases"):
+        return f"No bit-identity matrix record: {source}."
+    cases = record["cases"]
+    shapes = list(dict.fromkeys(tuple(c["shape"]) for c in cases))
+    seeds = list(dict.fromkeys(c["seed"] for c in cases))
+    affines = list(dict.fromkeys(c["affine"] for c in cases))
+    dists = list(dict.fromkeys(c["distribution"] for c in cases))
+    return (f"record: {len(cases)} cases at shape {', '.join(map(str, shapes))} (seeds {seeds}, "
+            f"{len(affines)} affines, {len(dists)} distributions; candidate {record.get('candidate')}) — {source}")
 
 
 def verdict(record: dict | None, prov: dict | None, source: str) -> str:

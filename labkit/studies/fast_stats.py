@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import torch
 
-from labkit.records import check
 from labkit.inputs import AFFINES, make_affine, make_input
 from labkit.ops.split_stats import row_var_mean, scripted_pointwise, split_stats_layer_norm
+from labkit.records import check
+from labkit.tasks import UNEVEN_SHAPE, shape_key
 
 METHODS = ("eager", "torchscript", "flat", "interleaved")
 CPU_METHODS = ("eager", "torchscript")
 ORDINARY = ("uniform", "normal", "normal_x100")
 OFFSET = ("normal_plus_1000",)
-CONTROL_SHAPE = (3, 64, 17, 19)
+CPU_ORACLE_CONTROLS = ("constant_1e4", "normal_plus_1000")  # the controls the CPU oracle recomputes at UNEVEN_SHAPE
 CATEGORIES = ("ordinary", "offset", "constant_control")
 WARMUP = 3
 
@@ -79,16 +80,17 @@ def fast_stats_cases(seeds=(0, 1, 2), affines=AFFINES, ordinary=ORDINARY, offset
     cases += [{"seed": int(s), "affine": a, "distribution": d, "category": "offset"}
               for s in seeds for d in offset for a in affines]
     cases += [{"seed": int(s), "affine": "random_normal", "distribution": "constant_1e4",
-               "category": "constant_control", "shape": list(CONTROL_SHAPE)}
+               "category": "constant_control", "shape": list(UNEVEN_SHAPE)}
               for s in (seeds if control_seeds is None else control_seeds)]
     return cases
 
 
 def run_fast_stats(shape, seeds=(0, 1, 2), methods=METHODS, device: str = "cuda", eps: float = 1e-5,
-                   affines=AFFINES, progress: bool = True) -> dict:
+                   affines=AFFINES, log=None) -> dict:
     """The `fast_stats` record: one entry per (case, method) with the official CheckRecord of the output against
     torch.native_layer_norm ("output"; None with "error" if the method could not run), plus how far the
-    prototype's mean and rstd are from torch's (ulps) — shared by all methods of a case."""
+    prototype's mean and rstd are from torch's (ulps) — shared by all methods of a case. `log(line)`, if given,
+    hears each entry's verdict as it is computed."""
     from labkit.ops.reference import native_layer_norm
     from labkit.exact.oracle import ulp_steps
 
@@ -119,12 +121,11 @@ def run_fast_stats(shape, seeds=(0, 1, 2), methods=METHODS, device: str = "cuda"
             except Exception as exc:
                 entry["output"], entry["error"] = None, f"{type(exc).__name__}: {exc}"
             out.append(entry)
-            if progress:
+            if log is not None:
                 o = entry["output"]
-                print(f"{case['category']:16s} s{case['seed']} {case['distribution']:16s} {case['affine']:13s} "
-                      f"{method:11s} " + (f"official {'pass' if o['official_pass'] else 'FAIL'}, "
-                                          f"{o['bad_finite_candidate_scale']} failing" if o else entry["error"]),
-                      flush=True)
+                log(f"{case['category']:16s} s{case['seed']} {case['distribution']:16s} {case['affine']:13s} "
+                    f"{method:11s} " + (f"official {'pass' if o['official_pass'] else 'FAIL'}, "
+                                        f"{o['bad_finite_candidate_scale']} failing" if o else entry["error"]))
         del x, ref_y
         if device == "cuda":
             torch.cuda.empty_cache()
@@ -156,6 +157,16 @@ def case_table(record: dict | None) -> list[dict]:
                      "mean ulps vs torch": c["stats"].get("mean_max_ulp_vs_native"),
                      "rstd ulps vs torch": c["stats"].get("rstd_max_ulp_vs_native")})
     return rows
+
+
+def record_line(record: dict | None, source: str) -> str:
+    """What the fast-statistics record holds: its shape, methods, and (case x method) entry counts per category."""
+    if not record or not record.get("cases"):
+        return f"No fast-statistics record: {source}."
+    counts = {cat: sum(c["category"] == cat for c in record["cases"]) for cat in CATEGORIES}
+    return (f"record: {len(record['cases'])} (case x method) entries at shape {tuple(record['shape'])} (constant "
+            f"control at {UNEVEN_SHAPE}), methods {record.get('methods')}; "
+            + ", ".join(f"{cat} {n}" for cat, n in counts.items()) + f" — {source}")
 
 
 def method_summary(record: dict | None) -> list[dict]:
@@ -235,7 +246,7 @@ def figure(record: dict | None, title: str = ""):
 # ------------------------------------------------------------------------------ CPU-side arithmetic ---
 
 
-def cpu_counterexamples(fixtures: list[dict], eps: float = 1e-5, shape=CONTROL_SHAPE, seed: int = 0) -> dict:
+def cpu_counterexamples(fixtures: list[dict], eps: float = 1e-5, shape=UNEVEN_SHAPE, seed: int = 0) -> dict:
     """What the CPU can say about the fast-statistics formula.
 
     With GPU fixtures: the split-statistics formula evaluated by torch on the CPU (var_mean + eager pointwise) from
@@ -267,7 +278,7 @@ def cpu_counterexamples(fixtures: list[dict], eps: float = 1e-5, shape=CONTROL_S
         x = make_input(dist, shape, seed, "cpu")
         w, b = make_affine("random_normal", shape[1:], seed, "cpu")
         ref = native_layer_norm(x, w, b, eps)[0]
-        rows.append({"fixture": f"{dist} {'x'.join(map(str, shape))} s{seed}",
+        rows.append({"fixture": f"{dist} {shape_key(shape)} s{seed}",
                      "reference": "torch.layer_norm on CPU (NOT the GPU reference)",
                      "candidate": "split formula, torch on CPU", **_check_row(ref, method_fn("eager")(x, w, b, eps))})
     return {"source": "no GPU fixtures yet: CPU torch only", "rows": rows}
@@ -280,7 +291,7 @@ def _check_row(ref, cand) -> dict:
             r.max_ratio_candidate_scale, "bit-equal fraction": r.bit_equal_fraction}
 
 
-def oracle_candidates_cpu(fix: dict | None, distribution: str, shape=CONTROL_SHAPE, seed: int = 0,
+def oracle_candidates_cpu(fix: dict | None, distribution: str, shape=UNEVEN_SHAPE, seed: int = 0,
                           eps: float = 1e-5) -> tuple[dict, tuple, str]:
     """(candidates, (x, weight, bias), label) for the oracle on the CPU.
 
@@ -321,14 +332,16 @@ def oracle_gpu_candidates(x, w, b, eps: float) -> dict:
 
 
 def run_oracle(shape, distributions=("constant_1e4", "normal_plus_1000", "normal"), seed: int = 0,
-               affine: str = "random_normal", device: str = "cuda", eps: float = 1e-5, fixtures=None) -> dict:
+               affine: str = "random_normal", device: str = "cuda", eps: float = 1e-5, fixtures=None,
+               log=None) -> dict:
     """The `oracle` record: compare_to_truth for each control. On CUDA from live GPU tensors (copied to the CPU);
-    on CPU from fixtures or CPU torch (see oracle_candidates_cpu). constant_1e4 always runs at (3, 64, 17, 19)."""
+    on CPU from fixtures or CPU torch (see oracle_candidates_cpu). constant_1e4 always runs at UNEVEN_SHAPE
+    (3, 64, 17, 19). `log(line)`, if given, hears how long each case took."""
     from labkit.exact.oracle import compare_to_truth
 
     cases = []
     for dist in distributions:
-        cshape = CONTROL_SHAPE if dist == "constant_1e4" else tuple(shape)
+        cshape = UNEVEN_SHAPE if dist == "constant_1e4" else tuple(shape)
         if device == "cuda":
             x = make_input(dist, cshape, seed, "cuda")
             w, b = make_affine(affine, cshape[1:], seed, "cuda")
@@ -345,8 +358,15 @@ def run_oracle(shape, distributions=("constant_1e4", "normal_plus_1000", "normal
         res = compare_to_truth(cands, *args)
         cases.append({"distribution": dist, "shape": list(cshape), "seed": seed, "affine": affine, "source": label,
                       **res})
-        print(f"oracle {label}: {res['seconds']:.1f}s", flush=True)
+        if log is not None:
+            log(f"oracle {label}: {res['seconds']:.1f}s")
     return {"cases": cases}
+
+
+def cpu_oracle(fixtures, eps: float = 1e-5, seed: int = 0) -> dict:
+    """The oracle computed now on this machine at UNEVEN_SHAPE for the constant and offset controls: GPU bits
+    where a golden fixture supplies them, CPU torch otherwise (each case's `source` says which)."""
+    return run_oracle(UNEVEN_SHAPE, CPU_ORACLE_CONTROLS, seed, device="cpu", eps=eps, fixtures=fixtures)
 
 
 def oracle_table(record: dict | None) -> list[dict]:
@@ -357,7 +377,7 @@ def oracle_table(record: dict | None) -> list[dict]:
     for c in record["cases"]:
         for name, p in c["candidates"].items():
             o = p.get("output") or {}
-            rows.append({"case": f"{c['distribution']} {'x'.join(map(str, c['shape']))}", "candidate": name,
+            rows.append({"case": f"{c['distribution']} {shape_key(c['shape'])}", "candidate": name,
                          "mean max |ulp|": p.get("max_abs_mean_ulp"), "rstd max |ulp|": p.get("max_abs_rstd_ulp"),
                          "output max abs err": o.get("max_abs_err"), "output median abs err": o.get("median_abs_err"),
                          "output median ulp": o.get("median_ulp"),
@@ -377,7 +397,7 @@ def oracle_verdicts(record: dict | None) -> list[dict]:
     out = []
     for c in record["cases"]:
         v = c["verdict"]
-        out.append({"case": f"{c['distribution']} {'x'.join(map(str, c['shape']))}", "source": c["source"],
+        out.append({"case": f"{c['distribution']} {shape_key(c['shape'])}", "source": c["source"],
                     "mean: closer": v["mean"]["closer"],
                     "mean rows closer": wins(v["mean"]["rows_closer"], v["mean"]["rows_tied"]),
                     "rstd: closer": v["rstd"]["closer"],

@@ -14,10 +14,10 @@ def compare_to_native(candidate, x, weight, bias, eps: float, case: dict | None 
             "identical": all(r.identical for r in records.values())}
 
 
-SMOKE_SHAPES = {"quick": [(3, 64, 17, 19), (8, 4096)], "full": [(3, 64, 17, 19), (8, 4096), (16, 64, 256, 256)]}
+SMOKE_DISTRIBUTIONS = ("uniform", "normal_plus_1000")  # KernelBench's input and the offset control
 
 
-def smoke_cases(candidate, mode: str, device, seed: int = 0, eps: float = 1e-5) -> list[dict]:
+def smoke_cases(candidate, shapes, device, seed: int = 0, eps: float = 1e-5) -> list[dict]:
     """A few bit-identity cases per shape (uniform and the offset control, random affine): the pipeline check
     of the environment notebook, not the full matrix of the bit-identity notebook."""
     import torch
@@ -25,13 +25,15 @@ def smoke_cases(candidate, mode: str, device, seed: int = 0, eps: float = 1e-5) 
     from labkit.inputs import make_affine, make_input
 
     cases = []
-    for shape in SMOKE_SHAPES[mode]:
+    for shape in shapes:
+        shape = tuple(int(d) for d in shape)
         weight, bias = make_affine("random_normal", shape[1:], seed, device)
-        for dist in ("uniform", "normal_plus_1000"):
+        for dist in SMOKE_DISTRIBUTIONS:
             x = make_input(dist, shape, seed, device)
             cases.append(compare_to_native(candidate, x, weight, bias, eps,
                                            {"shape": list(shape), "distribution": dist, "affine": "random_normal",
                                             "seed": seed, "eps": eps}))
             del x
-        torch.cuda.empty_cache()
+        if str(device).startswith("cuda"):
+            torch.cuda.empty_cache()  # the L1/40 smoke input is 256 MiB; free it before the next shape
     return cases

@@ -11,7 +11,8 @@ Per case (shape x affine; inputs from labkit.inputs, uniform, one fixed seed):
 4. achieved bandwidth = BYTES_FORMULA / median time, against a device-copy ceiling measured in the same run.
 
 The result is one JSON-able dict (the `timing` record of a run); tables, plots and the verdict are computed from
-a record, so live and replayed runs render the same way.
+a record, so live and replayed runs render the same way. Shapes and the quick-mode round caps come from
+labkit.tasks.
 """
 from __future__ import annotations
 
@@ -19,13 +20,11 @@ import math
 import time
 from dataclasses import asdict, replace
 
-from labkit.studies import bench
+from labkit import tasks
 from labkit.records.check import KERNELBENCH_PREDICATE, compare
+from labkit.studies import bench
+from labkit.tasks import L1_40, UNEVEN_SHAPE, shape_key
 
-L1_40 = (16, 64, 256, 256)
-EXTRA_SHAPES = ((8, 32, 128, 256), (4096, 1, 1, 1024), (3, 64, 17, 19))
-MODE_SHAPES = {"quick": ((4096, 1, 1, 1024), (3, 64, 17, 19)), "full": (L1_40, *EXTRA_SHAPES)}
-QUICK_ROUNDS = {"A": 5, "B": 10}  # quick mode caps the rounds so the notebook takes about a minute on a GPU
 BASELINE = "native"
 DISTRIBUTION = "uniform"
 EPS = 1e-5
@@ -38,10 +37,6 @@ RECORD_SCHEMA = 1
 
 
 # --- cases, bytes, protocols ------------------------------------------------------------------------------------
-
-def shape_key(shape) -> str:
-    return "x".join(str(int(d)) for d in shape)
-
 
 def case_key(shape, affine: str) -> str:
     return f"{shape_key(shape)}/{affine}"
@@ -72,20 +67,22 @@ def gb_per_s(nbytes: int, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e9
 
 
+def _capped(rounds: int, cap: int | None) -> int:
+    return rounds if cap is None else min(rounds, cap)
+
+
 def protocols_for(mode: str, which=("A", "B"), rounds: int = 35, repeats: int = 5, rounds_b: int = 100) -> dict:
-    """Protocol A (the post's) and B (KernelBench's) as run in this notebook. Quick mode caps the rounds."""
-    if mode not in ("quick", "full"):
-        raise ValueError(f"mode must be 'quick' or 'full', got {mode!r}")
+    """Protocol A (the post's) and B (KernelBench's) as run in this notebook; the mode's config
+    (tasks.config(mode).max_rounds_a / max_rounds_b) caps the rounds."""
+    cfg = tasks.config(mode)
     unknown = set(which) - {"A", "B"}
     if unknown or not which:
         raise ValueError(f"protocols must be a non-empty subset of ['A', 'B'], got {list(which)}")
-    quick = mode == "quick"
     out = {}
     if "A" in which:
-        out["A"] = replace(bench.PROTOCOL_A, rounds=min(rounds, QUICK_ROUNDS["A"]) if quick else rounds,
-                           repeats=repeats)
+        out["A"] = replace(bench.PROTOCOL_A, rounds=_capped(rounds, cfg.max_rounds_a), repeats=repeats)
     if "B" in which:
-        out["B"] = replace(bench.PROTOCOL_B, rounds=min(rounds_b, QUICK_ROUNDS["B"]) if quick else rounds_b)
+        out["B"] = replace(bench.PROTOCOL_B, rounds=_capped(rounds_b, cfg.max_rounds_b))
     return out
 
 
@@ -266,10 +263,12 @@ def _versions() -> dict:
 
 def run_study(cases: list, protocols: dict, device="cuda", seed: int = 0, eps: float = EPS, methods=None,
               ceiling_bytes: int = COPY_CEILING_BYTES, timer_factory=None,
-              progress: bool = False, log=print) -> dict:
-    """Measure the copy ceiling, then run every case; the `timing` record of a run."""
+              progress: bool = False, log=None) -> dict:
+    """Measure the copy ceiling, then run every case; the `timing` record of a run. `log(line)`, if given, hears
+    each case start and finish."""
     from labkit.studies import methods as registry
 
+    log = log or (lambda line: None)
     if methods is None:
         methods = registry.registered()
     t0 = time.perf_counter()
@@ -289,7 +288,23 @@ def run_study(cases: list, protocols: dict, device="cuda", seed: int = 0, eps: f
             "copy_ceiling": ceiling, "cases": done, "wall_s": time.perf_counter() - t0}
 
 
-# --- tables from a record ---------------------------------------------------------------------------------------
+def run(mode: str, device="cuda", shapes=None, protocols=("A", "B"), rounds: int = 35, repeats: int = 5,
+        rounds_b: int = 100, seed: int = 0, log=None) -> dict:
+    """The study as a notebook runs it: the mode's shapes (tasks.config(mode).timing_shapes) unless `shapes` is
+    given, the protocols with the mode's round caps; returns the `timing` record."""
+    shapes = [tuple(s) for s in shapes] if shapes else tasks.config(mode).timing_shapes
+    return run_study(cases_for(shapes), protocols_for(mode, protocols, rounds, repeats, rounds_b), device=device,
+                     seed=seed, log=log)
+
+
+def compile_records() -> list[dict]:
+    """The compile records of every kernel this process loaded (the run's `compile` record)."""
+    from labkit.core.launch import loaded_records
+
+    return [r.to_json() for r in loaded_records()]
+
+
+# --- tables from a record (each takes None, the record of no run, and returns no rows) -------------------------
 
 def _case(record: dict, key: str) -> dict:
     for c in record["cases"]:
@@ -298,13 +313,41 @@ def _case(record: dict, key: str) -> dict:
     raise KeyError(f"no case {key!r}; have {[c['key'] for c in record['cases']]}")
 
 
-def case_keys(record: dict) -> list[str]:
-    return [c["key"] for c in record["cases"]]
+def case_keys(record: dict | None) -> list[str]:
+    return [c["key"] for c in (record or {}).get("cases", [])]
 
 
-def method_rows(record: dict) -> list[dict]:
+def record_line(record: dict | None, provenance: dict | None, source: str) -> str:
+    """What the record holds and where it comes from: GPU, torch, cases and protocols with their rounds."""
+    if not record:
+        return (f"No timing record: {source}. Nothing below was measured; run this notebook on a GPU "
+                f"(labkit book --device cuda --mode full --only 03) and curate the run.")
+    prov = provenance or {}
+    protos = ", ".join(f"{k} ({p['rounds']} rounds x {p['repeats']})" for k, p in record["protocols"].items())
+    return (f"{source}: {prov.get('gpu')}, torch {prov.get('torch')}; {len(record['cases'])} cases "
+            f"({', '.join(case_keys(record))}); protocols {protos}")
+
+
+def method_rows(record: dict | None) -> list[dict]:
+    """The methods the run checked and timed, and whether this checkout still registers each under that name."""
+    from labkit.studies import methods as registry
+
+    here = {m.name for m in registry.registered()}
     return [{"method": m["name"], "family": m["family"], "reference order": m["reference_order"],
-             "what": m["description"]} for m in record["methods"]]
+             "what": m["description"], "registered in this checkout": m["name"] in here}
+            for m in (record or {}).get("methods", [])]
+
+
+def protocol_rows(record: dict | None) -> list[dict]:
+    """The protocols as run, with the calls each method makes per case (warmups + graph capture + samples)."""
+    return [{"key": k, **p, "calls per method per case": p["warmups"] + (1 if p["graph"] else 0)
+             + p["rounds"] * p["repeats"]} for k, p in (record or {}).get("protocols", {}).items()]
+
+
+def byte_rows(record: dict | None) -> list[dict]:
+    """Per case: rows, N and the bytes credited to every method (BYTES_FORMULA), as recorded."""
+    return [{"case": c["key"], "rows": c["rows"], "N": c["n"], "normalized shape": c["normalized_shape"],
+             "bytes": c["bytes"]} for c in (record or {}).get("cases", [])]
 
 
 def timing_rows(record: dict, key: str, protocol: str = "A") -> list[dict]:
@@ -360,10 +403,29 @@ def check_rows(record: dict, key: str) -> list[dict]:
     return out
 
 
-def shape_rows(record: dict, protocol: str = "A") -> list[dict]:
+def _every_case(rows_of, record: dict | None) -> list[dict]:
+    return [{"case": key, **row} for key in case_keys(record) for row in rows_of(key)]
+
+
+def all_check_rows(record: dict | None) -> list[dict]:
+    """check_rows of every case, one table, with a `case` column."""
+    return _every_case(lambda key: check_rows(record, key), record)
+
+
+def all_timing_rows(record: dict | None, protocol: str = "A") -> list[dict]:
+    """timing_rows of every case under one protocol, one table, with a `case` column (fastest first per case)."""
+    return _every_case(lambda key: timing_rows(record, key, protocol), record)
+
+
+def all_untimed_rows(record: dict | None) -> list[dict]:
+    """untimed_rows of every case, one table, with a `case` column."""
+    return _every_case(lambda key: untimed_rows(record, key), record)
+
+
+def shape_rows(record: dict | None, protocol: str = "A") -> list[dict]:
     """One row per method, one column per case: paired median speedup vs native (median ms)."""
     out = {}
-    for case in record["cases"]:
+    for case in (record or {}).get("cases", []):
         t = case["timing"].get(protocol)
         for name, row in case["methods"].items():
             cell = out.setdefault(name, {"method": name})
@@ -375,25 +437,26 @@ def shape_rows(record: dict, protocol: str = "A") -> list[dict]:
     return list(out.values())
 
 
-def ceiling_rows(record: dict) -> list[dict]:
+def ceiling_rows(record: dict | None) -> list[dict]:
     return [{"protocol": k, "buffer MiB": v["buffer_bytes"] >> 20, "bytes moved per call": v["bytes_moved"],
              "median ms": v["median_ms"], "GB/s (read + write)": round(v["gbs_median"], 1),
+             "faster copy": v.get("ceiling_method"),
              "rounds x repeats": f"{v['timing']['protocol']['rounds']} x {v['timing']['protocol']['repeats']}"}
-            for k, v in record.get("copy_ceiling", {}).items()]
-
-
-def protocol_rows(record: dict) -> list[dict]:
-    return [{"key": k, **p} for k, p in record["protocols"].items()]
+            for k, v in (record or {}).get("copy_ceiling", {}).items()]
 
 
 # --- plots ------------------------------------------------------------------------------------------------------
 
-def plot_samples(record: dict, protocol: str = "A", label: str = ""):
-    """Per-round samples per method, one panel per case (box + points, log-scale ms)."""
+def _timed_cases(record: dict | None, protocol: str) -> list[dict]:
+    return [c for c in (record or {}).get("cases", []) if c["timing"].get(protocol)]
+
+
+def plot_samples(record: dict | None, protocol: str = "A", label: str = ""):
+    """Per-round samples per method, one panel per case (box + points, log-scale ms); None without timings."""
     import matplotlib.pyplot as plt
     import numpy as np
 
-    cases = [c for c in record["cases"] if c["timing"].get(protocol)]
+    cases = _timed_cases(record, protocol)
     if not cases:
         return None
     fig, axes = plt.subplots(len(cases), 1, figsize=(11, 3.2 * len(cases)), squeeze=False)
@@ -415,11 +478,12 @@ def plot_samples(record: dict, protocol: str = "A", label: str = ""):
     return fig
 
 
-def plot_speedups(record: dict, protocol: str = "A", label: str = ""):
-    """Paired speedup vs native per method and case: median with q25/q75 error bars, log scale."""
+def plot_speedups(record: dict | None, protocol: str = "A", label: str = ""):
+    """Paired speedup vs native per method and case: median with q25/q75 error bars, log scale; None without
+    timings."""
     import matplotlib.pyplot as plt
 
-    cases = [c for c in record["cases"] if c["timing"].get(protocol)]
+    cases = _timed_cases(record, protocol)
     if not cases:
         return None
     names = list(dict.fromkeys(n for c in cases for n in c["timing"][protocol]["ratio_vs_baseline"]))
@@ -445,51 +509,77 @@ def plot_speedups(record: dict, protocol: str = "A", label: str = ""):
 
 # --- verdict ----------------------------------------------------------------------------------------------------
 
-def _speed(case: dict, name: str, protocol: str):
+def _slower(case: dict, protocol: str) -> list[str]:
+    """Methods slower than native in at least 3/4 of the paired rounds (q75 of the speedup < 1): the only
+    evidence on which this study calls something a regression."""
+    r = case["timing"][protocol]["ratio_vs_baseline"]
+    return [f"{n} {r[n]['median']:.3g}x" for n in r if n != BASELINE and r[n]["q75"] < 1.0]
+
+
+def _run_line(who: str, record: dict, provenance: dict) -> str:
+    return (f"{who}: {provenance.get('gpu')} ({provenance.get('gpu_sms')} SMs), torch {provenance.get('torch')} "
+            f"(CUDA {provenance.get('torch_cuda')}), driver {provenance.get('driver')}; "
+            f"clocks {record.get('clocks', 'not recorded')}.")
+
+
+def _case_line(case: dict, protocol: str) -> str:
     t = case["timing"].get(protocol)
-    if not t or name not in t["ratio_vs_baseline"]:
-        return None
-    return t["ratio_vs_baseline"][name]
+    if not t:
+        return f"{case['key']}: no protocol {protocol} timing ({case.get('timing_errors', {})})."
+    native = t["stats"][BASELINE]["median_ms"]
+    timed = [n for n in t["stats"] if n != BASELINE]
+    identical = [n for n in timed if case["methods"][n]["check"]["bit_equal_fraction"] == 1.0]
+    best = max(timed, key=lambda n: t["ratio_vs_baseline"][n]["median"]) if timed else None
+    best_id = max(identical, key=lambda n: t["ratio_vs_baseline"][n]["median"]) if identical else None
+    parts = [f"{case['key']} (protocol {protocol}): native {native:.4g} ms"]
+    if best_id:
+        r = t["ratio_vs_baseline"][best_id]
+        parts.append(f"fastest bit-identical method other than native: {best_id} {r['median']:.3g}x "
+                     f"[{r['q25']:.3g}, {r['q75']:.3g}]")
+    if best and best != best_id:
+        r = t["ratio_vs_baseline"][best]
+        parts.append(f"fastest method passing the official check: {best} {r['median']:.3g}x "
+                     f"[{r['q25']:.3g}, {r['q75']:.3g}], bit-equal fraction "
+                     f"{case['methods'][best]['check']['bit_equal_fraction']:.4g}")
+    slower = _slower(case, protocol)
+    parts.append("slower than native in at least 3/4 of rounds: " + (", ".join(slower) if slower else "none"))
+    missing = [f"{n} ({row['status']})" for n, row in case["methods"].items() if row["status"] != "timed"]
+    if missing:
+        parts.append("not timed: " + ", ".join(missing))
+    return "; ".join(parts) + "."
 
 
 def verdict_lines(record: dict, provenance: dict, run_id: str, protocol: str = "A") -> list[str]:
     """What the record supports, and what it does not, in sentences whose numbers all come from the record."""
-    lines = [f"Run {run_id}: {provenance.get('gpu')} ({provenance.get('gpu_sms')} SMs), torch "
-             f"{provenance.get('torch')} (CUDA {provenance.get('torch_cuda')}), driver {provenance.get('driver')}; "
-             f"clocks {record.get('clocks', 'not recorded')}."]
-    for case in record["cases"]:
-        t = case["timing"].get(protocol)
-        if not t:
-            lines.append(f"{case['key']}: no protocol {protocol} timing ({case.get('timing_errors', {})}).")
-            continue
-        native = t["stats"][BASELINE]["median_ms"]
-        timed = [n for n in t["stats"] if n != BASELINE]
-        identical = [n for n in timed if case["methods"][n]["check"]["bit_equal_fraction"] == 1.0]
-        best = max(timed, key=lambda n: t["ratio_vs_baseline"][n]["median"]) if timed else None
-        best_id = max(identical, key=lambda n: t["ratio_vs_baseline"][n]["median"]) if identical else None
-        parts = [f"{case['key']} (protocol {protocol}): native {native:.4g} ms"]
-        if best_id:
-            r = t["ratio_vs_baseline"][best_id]
-            parts.append(f"fastest bit-identical method other than native: {best_id} {r['median']:.3g}x "
-                         f"[{r['q25']:.3g}, {r['q75']:.3g}]")
-        if best and best != best_id:
-            r = t["ratio_vs_baseline"][best]
-            parts.append(f"fastest method passing the official check: {best} {r['median']:.3g}x "
-                         f"[{r['q25']:.3g}, {r['q75']:.3g}], bit-equal fraction "
-                         f"{case['methods'][best]['check']['bit_equal_fraction']:.4g}")
-        slower = [f"{n} {t['ratio_vs_baseline'][n]['median']:.3g}x" for n in timed
-                  if t["ratio_vs_baseline"][n]["q75"] < 1.0]
-        if slower:
-            parts.append("slower than native in at least 3/4 of rounds: " + ", ".join(slower))
-        missing = [f"{n} ({row['status']})" for n, row in case["methods"].items() if row["status"] != "timed"]
-        if missing:
-            parts.append("not timed: " + ", ".join(missing))
-        lines.append("; ".join(parts) + ".")
+    return ([_run_line(f"Run {run_id}", record, provenance)]
+            + [_case_line(case, protocol) for case in record["cases"]] + [_limits(provenance)])
+
+
+def _limits(provenance: dict) -> str:
     l2 = provenance.get("gpu_l2_bytes")
-    lines.append("Not supported by this run: other GPUs, locked clocks, other torch builds, other input "
+    return ("Not supported by this run: other GPUs, locked clocks, other torch builds, other input "
                  "distributions or seeds (one uniform input per case; the bit-identity notebook covers the rest), "
                  "and any claim about a method that was not timed. Protocol A replays CUDA graphs, so its times "
                  "exclude launch overhead; protocol B includes it. Inputs smaller than the L2"
                  + (f" ({l2 / 2**20:.0f} MiB)" if l2 else "") + " stay cached under protocol A, so their "
                  "bandwidth can exceed the DRAM copy ceiling.")
-    return lines
+
+
+def verdict(record: dict | None, provenance: dict | None, source: str) -> str:
+    """The notebook's verdict: the run, then per case under protocol A (and B where it was run) what is faster or
+    slower than native, then what the run does not support; a no-claim sentence when there is no record."""
+    if not record:
+        return f"No timing run ({source}), so this notebook supports no speed claim. Nothing here was measured."
+    prov = provenance or {}
+    lines = [_run_line(source, record, prov)]
+    for protocol, what in (("A", "graph replay"), ("B", "eager, L2 flushed")):
+        if protocol in record["protocols"]:
+            lines.append(f"Protocol {protocol} ({what}):")
+            lines += ["- " + _case_line(case, protocol) for case in record["cases"]]
+    for case in (c for c in record["cases"] if tuple(c["shape"]) == UNEVEN_SHAPE):
+        for protocol in (p for p in ("A", "B") if case["timing"].get(p)):
+            slower = _slower(case, protocol)
+            lines.append(f"At {UNEVEN_SHAPE}, where the post saw a regression, protocol {protocol} of this run shows "
+                         + (f"slower than native in at least 3/4 of rounds: {', '.join(slower)}." if slower
+                            else "no method slower than native in at least 3/4 of rounds."))
+    return "\n".join(lines + [_limits(prov)])

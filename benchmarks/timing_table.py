@@ -14,6 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from labkit import tasks  # noqa: E402
 from labkit.records import run as results  # noqa: E402
 
 from labkit.studies import timing
@@ -52,8 +53,8 @@ def main(argv=None) -> int:
         from labkit.studies import methods
         from labkit.records.run import provenance
 
-        record = timing.run_study(timing.cases_for(timing.MODE_SHAPES[args.mode]),
-                                  timing.protocols_for(args.mode, args.protocol), device="cuda")
+        record = timing.run_study(timing.cases_for(tasks.config(args.mode).timing_shapes),
+                                  timing.protocols_for(args.mode, args.protocol), device="cuda", log=print)
         _print_record(record, provenance("cuda"), "live (not written)", args.protocol)
         return 0
     loaded = results.load_run(Path(args.run_dir)) if args.run_dir else newest_complete_run("timing")

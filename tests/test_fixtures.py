@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from labkit import tasks
 from labkit.studies import fast_stats as ce
 
 from labkit.records import fixtures
@@ -80,7 +81,9 @@ def test_gpu_fixture_paths_on_a_pretend_gpu_fixture(cpu_fixtures):
     assert res["source"].startswith("GPU golden fixtures")
     assert {r["candidate"] for r in res["rows"]} == {"split formula, torch on CPU",
                                                       "split formula, torch on GPU (fixture bits)"}
-    orc = ce.run_oracle(ce.CONTROL_SHAPE, ["constant_1e4", "normal_plus_1000"], 0, device="cpu", fixtures=fix)
+    orc = ce.cpu_oracle(fix)
+    assert [(c["distribution"], tuple(c["shape"])) for c in orc["cases"]] == [
+        ("constant_1e4", tasks.UNEVEN_SHAPE), ("normal_plus_1000", tasks.UNEVEN_SHAPE)]
     for case in orc["cases"]:
         assert set(case["candidates"]) == {"native (GPU fixture)", "fast stats (GPU fixture)", "fast stats (CPU torch)"}
         assert "GPU bits from fixture" in case["source"]

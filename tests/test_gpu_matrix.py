@@ -17,7 +17,7 @@ SMALL = (2, 64, 32, 32)
 
 
 def test_matrix_small_shape_all_identical():
-    rec = matrix.run_matrix(SMALL, [0], device="cuda", progress=False)
+    rec = matrix.run_matrix(SMALL, [0], device="cuda")
     assert len(rec["cases"]) == 10
     bad = [c["name"] for c in rec["cases"] if not c["identical"]]
     assert not bad, bad
@@ -47,7 +47,7 @@ def test_edge_controls_bits_and_conventions():
 
 
 def test_fast_stats_record_and_block_on_gpu():
-    rec = ce.run_fast_stats(SMALL, [0], ce.METHODS, "cuda", progress=False)
+    rec = ce.run_fast_stats(SMALL, [0], ce.METHODS, "cuda")
     assert {c["method"] for c in rec["cases"]} == set(ce.METHODS)
     for c in rec["cases"]:
         if c["method"] != "torchscript":

@@ -5,7 +5,7 @@ import json
 import nbformat
 import pytest
 
-from labkit import book
+from labkit import book, tasks
 
 from labkit.records import check
 
@@ -17,7 +17,8 @@ from labkit.records import session
 from labkit.records import run as results
 
 from labkit.records import summary
-from labkit.studies.identity import native_layer_norm
+from labkit.ops.reference import native_layer_norm
+from labkit.ops.split_stats import scripted_pointwise
 
 TINY = (2, 8, 16)
 
@@ -36,8 +37,8 @@ def test_matrix_has_30_named_cases_in_input_order():
 
 
 def test_shape_for_modes():
-    assert matrix.shape_for("full") == (16, 64, 256, 256)
-    assert matrix.shape_for("quick") == (4, 64, 32, 32)
+    assert matrix.shape_for("full") == tasks.L1_40 == (16, 64, 256, 256)
+    assert matrix.shape_for("quick") == tasks.config("quick").matrix_shape
     assert matrix.shape_for("quick", [3, 64, 17, 19]) == (3, 64, 17, 19)
     with pytest.raises(ValueError):
         matrix.shape_for("huge")
@@ -58,8 +59,10 @@ def test_edge_inputs():
 
 
 def test_run_matrix_plumbing_on_cpu_and_a_perturbed_candidate_is_named():
-    rec = matrix.run_matrix(TINY, [0], device="cpu", progress=False)
+    lines = []
+    rec = matrix.run_matrix(TINY, [0], device="cpu", log=lines.append)
     assert len(rec["cases"]) == 10 and all(c["identical"] for c in rec["cases"])
+    assert lines[0] == "s0-uniform-default: identical" and len(lines) == 10
     c = rec["cases"][0]
     assert {"seed", "affine", "distribution", "shape", "output", "mean", "rstd", "identical"} <= set(c)
 
@@ -67,10 +70,19 @@ def test_run_matrix_plumbing_on_cpu_and_a_perturbed_candidate_is_named():
         y, m, r = native_layer_norm(x, w, b, eps)
         return y.nextafter(y + 1), m, r
 
-    bad = matrix.run_matrix(TINY, [0], distributions=["normal"], device="cpu", candidate=perturbed, progress=False)
+    bad = matrix.run_matrix(TINY, [0], distributions=["normal"], device="cpu", candidate=perturbed)
     assert not any(c["identical"] for c in bad["cases"])
     line = matrix.verdict(bad, {"torch": "T", "gpu": "G"}, "test")
     assert line.startswith("0/2 cases") and "NOT identical: s0-normal-default, s0-normal-random_normal" in line
+
+
+def test_record_line_describes_the_record_not_the_parameters():
+    # A replayed run keeps its own shape: the line must say what the record holds.
+    rec = matrix.run_matrix(TINY, [0, 1], distributions=["normal", "uniform"], device="cpu")
+    line = matrix.record_line(rec, "REPLAYED committed GPU run R")
+    assert line.startswith("record: 8 cases at shape (2, 8, 16) (seeds [0, 1], 2 affines, 2 distributions")
+    assert line.endswith("— REPLAYED committed GPU run R")
+    assert matrix.record_line(None, "no committed GPU run yet") == "No bit-identity matrix record: no committed GPU run yet."
 
 
 def test_edge_controls_keep_equal_nan_apart_from_the_official_verdict():
@@ -95,14 +107,18 @@ def test_fast_stats_case_enumeration():
 
 
 def test_run_fast_stats_on_cpu_records_every_method_including_errors():
-    rec = ce.run_fast_stats(TINY, [0], ("eager", "torchscript", "flat"), "cpu", progress=False)
+    lines = []
+    rec = ce.run_fast_stats(TINY, [0], ("eager", "torchscript", "flat"), "cpu", log=lines.append)
     n_cases = len(ce.fast_stats_cases([0]))
     assert len(rec["cases"]) == 3 * n_cases
     flat = [c for c in rec["cases"] if c["method"] == "flat"]
     assert all(c["output"] is None and "CUDA" in c["error"] for c in flat)  # the kernel needs a GPU: kept, not dropped
     eager = [c for c in rec["cases"] if c["method"] == "eager"]
     assert all(c["output"]["official_pass"] is not None for c in eager)
-    assert rec["torchscript"]["available"] in (True, False)
+    assert rec["torchscript"]["available"] is scripted_pointwise().available  # as on this machine, not a guess
+    ts = [c for c in rec["cases"] if c["method"] == "torchscript"]
+    assert all((c["output"] is not None) == scripted_pointwise().available for c in ts)
+    assert len(lines) == len(rec["cases"]) and "flat" in lines[2]
     rows = ce.method_summary(rec)
     assert any(r["method"] == "flat" and r["errors"] == r["cases"] for r in rows)
 
@@ -126,13 +142,22 @@ def test_fast_stats_block_counts_method_case_combinations():
     assert blk["constant_control_fail"] == 1 and blk["errors"] == 2
     assert blk["per_method"]["eager"]["ordinary_pass"] == 1 and blk["per_method"]["torchscript"]["errors"] == 2
     assert summary.fast_stats_block({}) is None
-    assert "method x case" in summary.fast_stats_block.__doc__
+
+
+def test_fast_stats_record_line_and_headline_read_the_record():
+    rec = {**_synthetic_fast_stats(), "shape": [2, 8, 16], "methods": ["eager", "flat", "torchscript"]}
+    line = ce.record_line(rec, "src")
+    assert line.startswith("record: 8 (case x method) entries at shape (2, 8, 16)")
+    assert "ordinary 4, offset 3, constant_control 1" in line and line.endswith("— src")
+    assert ce.headline(rec, "src").startswith("Ordinary cases passing the official check: 2/3; offset (+1000) "
+                                              "cases failing it: 1/2; constant-control failing: 1/1")
+    assert ce.record_line(None, "none") == "No fast-statistics record: none."
 
 
 def test_summary_of_a_run_with_both_blocks(tmp_path):
     run = results.Run.create(tmp_path, "fast_stats_counterexamples", device="cpu")
     run.write("fast_stats", _synthetic_fast_stats())
-    run.write("bit_identity", matrix.run_matrix(TINY, [0], device="cpu", progress=False))
+    run.write("bit_identity", matrix.run_matrix(TINY, [0], device="cpu"))
     run.close()
     s = summary.summarize_run(run.path)
     assert s["fast_stats"]["offset_fail"] == 1 and s["bit_identity"]["identical"] == 10
@@ -178,7 +203,7 @@ def test_both_notebooks_run_in_cpu_mode(tmp_path):
 def _synthetic_committed_runs(root):
     """Runs in the format the GPU writes, made on the CPU with torch as its own candidate (format only)."""
     a = results.Run.create(root, "bit_identity", device="cpu")
-    a.write("bit_identity", matrix.run_matrix(TINY, [0], device="cpu", progress=False))
+    a.write("bit_identity", matrix.run_matrix(TINY, [0], device="cpu"))
     x, w, b = matrix.edge_input("tiny"), *matrix.make_affine("random_normal", (8, 16), 0)
     same = {k: check.compare(t, t).to_json() for k, t in zip(("output", "mean", "rstd"), native_layer_norm(x, w, b, 1e-5))}
     a.write("graph_replay", {"mutation": matrix.MUTATION, "before_mutation": {**same, "identical": True},
@@ -188,7 +213,7 @@ def _synthetic_committed_runs(root):
     a.write("edge_controls", matrix.edge_controls("cpu"))
     a.close()
     f = results.Run.create(root, "fast_stats_counterexamples", device="cpu")
-    f.write("fast_stats", ce.run_fast_stats(TINY, [0], ce.CPU_METHODS, "cpu", progress=False))
+    f.write("fast_stats", ce.run_fast_stats(TINY, [0], ce.CPU_METHODS, "cpu"))
     f.write("oracle", ce.run_oracle(TINY, ["constant_1e4", "normal_plus_1000"], 0, device="cpu"))
     f.close()
     return a.run_id, f.run_id

@@ -7,7 +7,7 @@ import pytest
 
 from labkit.studies import bench
 
-from labkit import book
+from labkit import book, tasks
 
 from labkit.records import run as results
 
@@ -32,18 +32,21 @@ def test_byte_count_formula():
 
 
 def test_cases_and_protocols():
-    cases = timing.cases_for(timing.MODE_SHAPES["full"])
+    cases = timing.cases_for(tasks.config("full").timing_shapes)
     assert [c["key"] for c in cases] == ["16x64x256x256/default", "16x64x256x256/random_normal",
                                          "8x32x128x256/random_normal", "4096x1x1x1024/random_normal",
                                          "3x64x17x19/random_normal"]
     assert cases[0]["normalized_shape"] == [64, 256, 256]
-    assert all(c["shape"] != list(timing.L1_40) for c in timing.cases_for(timing.MODE_SHAPES["quick"]))
+    assert all(c["shape"] != list(tasks.L1_40) for c in timing.cases_for(tasks.config("quick").timing_shapes))
     with pytest.raises(ValueError):
         timing.cases_for([(5,)])
     full = timing.protocols_for("full")
     assert full["A"] == bench.PROTOCOL_A and full["B"] == bench.PROTOCOL_B
     quick = timing.protocols_for("quick", ["A"], rounds=35, repeats=3)
-    assert list(quick) == ["A"] and quick["A"].rounds == 5 and quick["A"].repeats == 3 and quick["A"].graph
+    assert list(quick) == ["A"] and quick["A"].repeats == 3 and quick["A"].graph
+    assert quick["A"].rounds == tasks.config("quick").max_rounds_a == 5  # quick mode caps the rounds
+    assert timing.protocols_for("quick", ["A"], rounds=2)["A"].rounds == 2  # a cap, not a floor
+    assert timing.protocols_for("quick", ["B"], rounds_b=100)["B"].rounds == tasks.config("quick").max_rounds_b
     with pytest.raises(ValueError):
         timing.protocols_for("full", ["C"])
     with pytest.raises(ValueError):
@@ -123,6 +126,63 @@ def test_tables_and_plots_from_a_record(cpu_record):
     for plot in (timing.plot_samples, timing.plot_speedups):
         assert plot(cpu_record, "A", "(test)") is not None
     assert timing.plot_samples({"cases": []}, "A") is None
+
+
+def test_tables_and_verdict_from_no_record():
+    # CPU mode without a committed run: every table is empty and the verdict claims nothing.
+    for rows in (timing.method_rows(None), timing.protocol_rows(None), timing.byte_rows(None),
+                 timing.ceiling_rows(None), timing.all_check_rows(None), timing.all_timing_rows(None, "A"),
+                 timing.all_untimed_rows(None), timing.shape_rows(None, "B")):
+        assert rows == []
+    assert timing.plot_samples(None) is None and timing.plot_speedups(None, "B") is None
+    assert "supports no speed claim" in timing.verdict(None, None, "no committed GPU run yet")
+    assert timing.record_line(None, None, "none").startswith("No timing record: none.")
+
+
+def test_record_tables_and_verdict_read_the_record(cpu_record):
+    keys = timing.case_keys(cpu_record)
+    methods = {r["method"]: r for r in timing.method_rows(cpu_record)}
+    assert methods["native"]["registered in this checkout"] and not methods["raises"]["registered in this checkout"]
+    proto = {r["key"]: r for r in timing.protocol_rows(cpu_record)}
+    assert proto["A"]["calls per method per case"] == HOST_A.warmups + HOST_A.rounds * HOST_A.repeats
+    assert [r["bytes"] for r in timing.byte_rows(cpu_record)] == [timing.byte_count(c["shape"]) for c in
+                                                                   cpu_record["cases"]]
+    rows = timing.all_timing_rows(cpu_record, "B")
+    assert [r["case"] for r in rows] == [k for k in keys for _ in range(2)]
+    assert len(timing.all_check_rows(cpu_record)) == 5 * len(keys)
+    assert {r["method"] for r in timing.all_untimed_rows(cpu_record)} == {"reference_order", "raises", "wrong"}
+    text = timing.verdict(cpu_record, {"gpu": "G", "torch": "T"}, "REPLAYED committed GPU run R")
+    assert text.startswith("REPLAYED committed GPU run R: G") and "Protocol B (eager, L2 flushed):" in text
+    assert text.count("slower than native in at least 3/4 of rounds:") == 2 * len(keys)
+    assert "where the post saw a regression" not in text  # no (3, 64, 17, 19) case in this record
+    line = timing.record_line(cpu_record, {"gpu": "G", "torch": "T"}, "LIVE run R")
+    assert line.startswith("LIVE run R: G, torch T; 2 cases") and "A (4 rounds x 2), B (6 rounds x 1)" in line
+
+
+def test_verdict_states_the_regression_at_the_uneven_shape_from_the_record(cpu_record):
+    import copy
+
+    rec = copy.deepcopy(cpu_record)
+    case = rec["cases"][0]
+    case["shape"] = list(tasks.UNEVEN_SHAPE)
+    ratios = case["timing"]["A"]["ratio_vs_baseline"]["noaffine_eager_affine"]
+    ratios.update(median=0.5, q25=0.4, q75=0.6)
+    text = timing.verdict(rec, {}, "src")
+    assert (f"At {tasks.UNEVEN_SHAPE}, where the post saw a regression, protocol A of this run shows slower than "
+            f"native in at least 3/4 of rounds: noaffine_eager_affine 0.5x.") in text
+    ratios.update(median=1.5, q25=1.2, q75=1.8)
+    assert "protocol A of this run shows no method slower than native" in timing.verdict(rec, {}, "src")
+
+
+def test_run_uses_the_mode_shapes_and_round_caps():
+    lines = []
+    rec = timing.run("quick", "cpu", shapes=[(2, 8)], protocols=["B"], rounds_b=100, log=lines.append,
+                     methods=[M.get("native")], ceiling_bytes=1 << 16, timer_factory=lambda p: bench.HostTimer())
+    assert [c["key"] for c in rec["cases"]] == ["2x8/random_normal"]
+    assert rec["protocols"]["B"]["rounds"] == tasks.config("quick").max_rounds_b
+    assert lines[-1].startswith("[timing] 2x8/random_normal: timed ['native']")
+    with pytest.raises(ValueError, match="mode"):
+        timing.run("huge", "cpu")
 
 
 def test_graph_protocols_need_cuda():

@@ -289,12 +289,13 @@ def run_study(cases: list, protocols: dict, device="cuda", seed: int = 0, eps: f
 
 
 def run(mode: str, device="cuda", shapes=None, protocols=("A", "B"), rounds: int = 35, repeats: int = 5,
-        rounds_b: int = 100, seed: int = 0, log=None) -> dict:
+        rounds_b: int = 100, seed: int = 0, log=None, **study) -> dict:
     """The study as a notebook runs it: the mode's shapes (tasks.config(mode).timing_shapes) unless `shapes` is
-    given, the protocols with the mode's round caps; returns the `timing` record."""
+    given, the protocols with the mode's round caps; returns the `timing` record. `study`: further run_study
+    arguments (methods, ceiling_bytes, timer_factory)."""
     shapes = [tuple(s) for s in shapes] if shapes else tasks.config(mode).timing_shapes
     return run_study(cases_for(shapes), protocols_for(mode, protocols, rounds, repeats, rounds_b), device=device,
-                     seed=seed, log=log)
+                     seed=seed, log=log, **study)
 
 
 def compile_records() -> list[dict]:

@@ -7,7 +7,7 @@ from labkit.records import check
 from labkit.studies import identity
 
 from labkit import inputs
-from labkit.ops.chain import chain_layer_norm
+from labkit.ops.chain import ChainSettings, chain_layer_norm
 
 pytestmark = pytest.mark.gpu
 
@@ -39,7 +39,7 @@ def test_bit_identical(shape, schedule, blocking):
     x = inputs.make_input("normal_plus_1000", shape, seed=3, device="cuda")
     w, b = inputs.make_affine("random_normal", shape[1:], seed=3, device="cuda")
     rec = identity.compare_to_native(
-        lambda x, w, b, e: chain_layer_norm(x, w, b, e, schedule=schedule, blocking=blocking, return_stats=True),
+        lambda x, w, b, e: chain_layer_norm(x, w, b, e, return_stats=True, settings=ChainSettings(schedule, blocking)),
         x, w, b, 1e-5)
     assert rec["identical"], {k: rec[k]["bit_equal_fraction"] for k in ("output", "mean", "rstd")}
 
@@ -48,7 +48,7 @@ def test_tma_blocking_refuses_ragged_rows():
     x = inputs.make_input("uniform", (3, 64, 17, 19), seed=0, device="cuda")
     w, b = inputs.make_affine("default", (64, 17, 19), seed=0, device="cuda")
     with pytest.raises(ValueError, match="N % 512"):
-        chain_layer_norm(x, w, b, schedule="chain", blocking="tma")
+        chain_layer_norm(x, w, b, settings=ChainSettings("chain", "tma"))
 
 
 def test_graph_replay_after_mutation_identical():

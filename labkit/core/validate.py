@@ -74,39 +74,3 @@ def check_output(name: str, out, like) -> None:
     check_tensor(name, out)
     if tuple(out.shape) != tuple(like.shape) or out.device != like.device:
         _fail(f"{name} must have shape {tuple(like.shape)} on {like.device}", (tuple(out.shape), out.device))
-
-
-def violation_examples(require_cuda: bool) -> list[dict]:
-    """Each unsupported case with the error it raises: what the wrappers refuse, before any launch."""
-    import torch
-
-    dev = "cuda" if require_cuda else "cpu"
-    shape = (2, 8, 4)
-    w, b = torch.ones(shape[1:], device=dev), torch.zeros(shape[1:], device=dev)
-    good = torch.rand(shape, device=dev)
-    flat = torch.rand(good.numel() + 1, device=dev)
-    cases = {
-        "float64 input": (good.double(), w, b),
-        "missing bias (no affine)": (good, w, None),
-        "non-contiguous input": (good.transpose(1, 2).contiguous().transpose(1, 2), w, b),
-        "input 4 bytes off 16-byte alignment": (flat[1:].view(shape), w, b),
-        "normalized size not a multiple of 4": (torch.rand(2, 6, device=dev), torch.ones(6, device=dev),
-                                                torch.zeros(6, device=dev)),
-        "affine shape differs from input's trailing dims": (good, torch.ones(8, 2, 2, device=dev),
-                                                            torch.zeros(8, 2, 2, device=dev)),
-        "N > 2**24 (torch leaves the vectorized path)": (torch.empty(1, (1 << 24) + 4, device="meta"),
-                                                         torch.empty((1 << 24) + 4, device="meta"),
-                                                         torch.empty((1 << 24) + 4, device="meta")),
-        "numel >= 2**31": (torch.empty(1 << 17, 1 << 14, device="meta"), torch.empty(1 << 14, device="meta"),
-                           torch.empty(1 << 14, device="meta")),
-    }
-    if require_cuda:
-        cases["CPU input to a CUDA kernel"] = (good.cpu(), w.cpu(), b.cpu())
-    out = []
-    for label, (x, weight, bias) in cases.items():
-        try:
-            layer_norm_layout(x, weight, bias, 1e-5, require_cuda=require_cuda and x.device.type != "meta")
-            out.append({"case": label, "raises": "nothing (BUG)"})
-        except ValueError as exc:
-            out.append({"case": label, "raises": f"ValueError: {exc}"})
-    return out

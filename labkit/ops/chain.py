@@ -164,24 +164,39 @@ def launch_rows_fused(x, weight, bias, y, mean, rstd, rows: int, n: int, eps: fl
            (x, weight, bias, y, mean, rstd, np.int32(n), np.float32(eps)), x.device)
 
 
-def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, schedule: str = "auto", out=None,
-                     return_stats: bool = False, blocking: str = DEFAULT_BLOCKING):
+@dataclass(frozen=True)
+class ChainSettings:
+    """Launch settings of chain_layer_norm; the defaults choose from the shape, and every choice keeps the bits.
+
+    schedule: "auto", "chain" (few long rows) or "rows_fused" (many rows).
+    blocking: for the chain schedule, "auto" or one of BLOCKING_NAMES ("tma": one warp of chains per block fed by
+        tensor-map copies, needs N % 512 == 0; "w4": whole-row blocks; "w1": per-step copies, timed for comparison).
+    """
+
+    schedule: str = "auto"
+    blocking: str = DEFAULT_BLOCKING
+
+    def __post_init__(self):
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.blocking != "auto" and self.blocking not in BLOCKING_NAMES:
+            raise ValueError(f"blocking must be one of {sorted(BLOCKING_NAMES)}, got {self.blocking!r}")
+
+
+def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False,
+                     settings: ChainSettings | None = None):
     """LayerNorm with torch's vectorized-path arithmetic, scheduled for the whole GPU.
 
     Args:
-        x, weight, bias, eps, out, return_stats: as `labkit.reference_order.reference_order_layer_norm`.
-        schedule: "auto" (from the shape), "chain" or "rows_fused"; every schedule keeps the same bits.
-        blocking: for the chain schedule, "auto" or one of BLOCKING_NAMES ("tma": one warp of chains per block
-            fed by tensor-map copies; "w4": whole-row blocks; "w1": per-step copies, kept for comparison).
+        x, weight, bias, eps, out, return_stats: as `labkit.ops.reference_order.reference_order_layer_norm`.
+        settings: a ChainSettings (default: schedule and blocking chosen from the shape).
     Returns:
         y, or (y, mean, rstd).
     Raises:
         ValueError naming the violated condition, before any launch.
     """
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if blocking != "auto" and blocking not in BLOCKING_NAMES:
-        raise ValueError(f"blocking must be one of {sorted(BLOCKING_NAMES)}, got {blocking!r}")
+    settings = settings or ChainSettings()
+    schedule, blocking = settings.schedule, settings.blocking
     layout = layer_norm_layout(x, weight, bias, eps)
     if out is not None:
         check_output("out", out, x)

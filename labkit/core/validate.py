@@ -39,6 +39,18 @@ def check_tensor(name: str, t, *, require_cuda: bool = True) -> None:
         _fail(f"{name} must be {ALIGN_BYTES}-byte aligned for float4 access", f"address % 16 = {t.data_ptr() % 16}")
 
 
+def _refuse_autograd(*tensors) -> None:
+    """These functions have no backward: an output without a grad_fn would silently drop the gradient a user
+    asked for, so grad mode plus an input that requires grad is refused."""
+    import torch
+
+    if torch.is_grad_enabled():
+        wanting = [name for name, t in zip(("x", "weight", "bias"), tensors) if t.requires_grad]
+        if wanting:
+            _fail("inputs must not require grad while grad mode is on: these kernels have no backward (call under "
+                  "torch.no_grad() or pass detached tensors)", f"requires_grad on {', '.join(wanting)}")
+
+
 def layer_norm_layout(x, weight, bias, eps: float, normalized_shape=None, *, require_cuda: bool = True) -> RowLayout:
     """Validate a LayerNorm call and return its (rows, N) view; `normalized_shape` defaults to weight's shape."""
     for name, t in (("x", x), ("weight", weight), ("bias", bias)):
@@ -50,6 +62,7 @@ def layer_norm_layout(x, weight, bias, eps: float, normalized_shape=None, *, req
         _fail(f"bias.shape must equal normalized_shape {shape}", tuple(bias.shape))
     if not shape or x.dim() < len(shape) or tuple(x.shape[x.dim() - len(shape):]) != shape:
         _fail(f"x's trailing dims must equal normalized_shape {shape}", tuple(x.shape))
+    _refuse_autograd(x, weight, bias)
     if x.device != weight.device or x.device != bias.device:
         _fail("x, weight and bias must be on one device", (x.device, weight.device, bias.device))
     n = math.prod(shape)

@@ -76,21 +76,6 @@ def test_rows_fused_entry_point_by_row_length(cache_dir):
     assert {f"rows_fused_reg{k}" for k in chain.ROWS_FUSED_VECTORS} <= {k.removeprefix(".text.") for k in sections}
 
 
-def test_chain_table_prints_the_committed_run(capsys):
-    """benchmarks/chain_table.py reads the newest committed parallel_stats run and prints goals, floors, breakdown."""
-    import importlib.util
-
-    from labkit.core.compile import REPO_ROOT
-
-    spec = importlib.util.spec_from_file_location("chain_table", REPO_ROOT / "benchmarks" / "chain_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    assert mod.main([]) == 0
-    out = capsys.readouterr().out
-    for heading in ("## goals", "## floors", "## stage breakdown", "## timing, protocol A", "bit identity: "):
-        assert heading in out
-
-
 def test_repeat_rows_read_every_committed_run_that_timed_the_chain():
     from labkit.studies import parallel_stats as chain_study
     from labkit.records import run as results

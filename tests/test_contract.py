@@ -163,25 +163,3 @@ def test_reduction_tree_figure():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
-
-
-@pytest.mark.parametrize("tools", ["on", "off"])
-def test_notebooks_05_06_execute_in_cpu_mode(tmp_path, monkeypatch, tools):
-    import nbformat
-
-    from labkit import book
-
-    if tools == "off":
-        monkeypatch.setenv("LABKIT_SASS_TOOLS", "off")  # the replay path of notebook 06
-    results = book.build(tmp_path, device="cpu", mode="quick", only=["05", "06"])
-    assert [r.status for r in results] == ["ok", "ok"], [r.error for r in results]
-    nb05 = json.dumps([c.get("outputs", []) for c in nbformat.read(tmp_path / "05_pytorch_source_reading.ipynb",
-                                                                    as_version=4).cells])
-    assert "torch itself would take its other path" in nb05 and "image/png" in nb05
-    nb06 = json.dumps([c.get("outputs", []) for c in nbformat.read(tmp_path / "06_kernel_definitions.ipynb",
-                                                                    as_version=4).cells])
-    assert "SAME FMA CONTRACTIONS: True" in nb06
-    from labkit.sass import tools
-
-    has_disasm = tools.find_tool("cuobjdump") is not None or tools.find_tool("nvdisasm") is not None
-    assert ("REPLAYED" in nb06) == (tools == "off" or not has_disasm)

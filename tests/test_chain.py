@@ -20,10 +20,9 @@ def test_blocking_choice():
 
 
 @pytest.mark.parametrize("kwargs,pattern", [({"schedule": "diagonal"}, "schedule"), ({"blocking": "w3"}, "blocking")])
-def test_bad_options_raise_before_launch(kwargs, pattern):
-    x, w, b = torch.rand(2, 8), torch.ones(8), torch.zeros(8)
+def test_bad_settings_raise_before_launch(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
-        chain.chain_layer_norm(x, w, b, **kwargs)
+        chain.ChainSettings(**kwargs)
 
 
 def test_cpu_tensors_refused():

@@ -70,9 +70,9 @@ def test_rows_fused_entry_point_by_row_length(cache_dir):
     assert chain.rows_fused_function(1028) == "rows_fused_reg4"
     assert chain.rows_fused_function(4096) == "rows_fused_reg8"
     assert chain.rows_fused_function(1 << 20) == "rows_fused_reg8"   # longer rows re-read the rest
-    from labkit import sass
+    from labkit.sass import elf
 
-    sections = sass.text_sections(compile_kernel("rows_fused", "sm_90").cubin)
+    sections = elf.text_sections(compile_kernel("rows_fused", "sm_90").cubin)
     assert {f"rows_fused_reg{k}" for k in chain.ROWS_FUSED_VECTORS} <= {k.removeprefix(".text.") for k in sections}
 
 

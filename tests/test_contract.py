@@ -181,7 +181,7 @@ def test_notebooks_05_06_execute_in_cpu_mode(tmp_path, monkeypatch, tools):
     nb06 = json.dumps([c.get("outputs", []) for c in nbformat.read(tmp_path / "06_kernel_definitions.ipynb",
                                                                     as_version=4).cells])
     assert "SAME FMA CONTRACTIONS: True" in nb06
-    from labkit import sass
+    from labkit.sass import tools
 
-    has_disasm = sass.find_tool("cuobjdump") is not None or sass.find_tool("nvdisasm") is not None
+    has_disasm = tools.find_tool("cuobjdump") is not None or tools.find_tool("nvdisasm") is not None
     assert ("REPLAYED" in nb06) == (tools == "off" or not has_disasm)

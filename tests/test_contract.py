@@ -163,3 +163,35 @@ def test_reduction_tree_figure():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_source_rows_cover_the_kernel_file_and_the_wheel_headers():
+    rows = contract.source_rows()
+    assert {r["file"] for r in rows} == {C.source["file"], *C.source["headers_from_wheel_2.11.0"]}
+    assert len(rows) == len(C.source["lines"]) + len(C.source["headers_from_wheel_2.11.0"])
+
+
+def test_header_verdict_says_match_mismatch_or_skip():
+    good = {"torch": "x", "num_threads": 128, "block": (32, 4), "expression": "C10_WARP_SIZE * 4"}
+    assert contract.header_verdict(good).endswith("matches the contract")
+    assert contract.header_verdict({**good, "num_threads": 256, "block": (32, 8)}).startswith("MISMATCH")
+    assert contract.header_verdict({"num_threads": None, "reason": "no headers"}) == "SKIPPED: no headers"
+
+
+def test_contract_rows_carry_the_evidence_read_now():
+    evidence = [r["value"] for r in contract.contract_rows() if r["aspect"].startswith("verified on torch")]
+    assert evidence == [e for _, e in contract.verified_on()]
+    assert [r["aspect"] for r in contract.other_path_rows()] == list(C.other_path)
+
+
+def test_machine_code_and_verdict_from_records(tmp_path):
+    assert contract.machine_code_record(tmp_path) is None and contract.machine_code_rows(None) == []
+    rec = contract.machine_code_record()
+    assert rec is not None and rec["file"].endswith(".json")
+    assert len(contract.machine_code_rows(rec)) == len(rec["verdict"]["checks"])
+    tc = {"num_threads": None, "reason": "no headers"}
+    refusals = [{"names_condition": True}, {"names_condition": False}]
+    lines = contract.verdict_lines(tc, refusals, rec)
+    assert "SKIPPED: no headers" in lines[1] and "1/2 raise" in lines[3]
+    assert lines[4].endswith(f"same FMA contractions: {rec['verdict']['same_contractions']}.")
+    assert "no committed SASS comparison" in contract.verdict_lines(tc, refusals, None)[4]

@@ -14,20 +14,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from labkit.studies import parallel_stats as chain_study  # noqa: E402
-
-from labkit.records import run as results
-
-from labkit.studies import timing
+# the layered package, importable without an install when run as `python benchmarks/chain_table.py`
 from labkit.display import markdown_table  # noqa: E402
+from labkit.records.run import load_run  # noqa: E402
 from labkit.records.session import newest_complete_run  # noqa: E402
+from labkit.studies import parallel_stats as chain_study  # noqa: E402
+from labkit.studies import timing  # noqa: E402
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", nargs="?", help="a run directory (default: newest committed 'parallel_stats' run)")
     args = ap.parse_args(argv)
-    run = results.load_run(Path(args.run_dir)) if args.run_dir else newest_complete_run("parallel_stats")
+    run = load_run(Path(args.run_dir)) if args.run_dir else newest_complete_run("parallel_stats")
     if run is None:
         print("no complete committed 'parallel_stats' run under data/runs; pass a run directory")
         return 1
@@ -39,6 +38,7 @@ def main(argv=None) -> int:
     meta = rec["run"]
     prov = meta["provenance"]
     print(f"# chain-parallel reference order — {meta['run_id']}: {prov.get('gpu')}, torch {prov.get('torch')}\n")
+    print(f"REPLAYED committed GPU run {meta['run_id']} ({run_dir}): nothing is measured here\n")
     bits = rec["bit_identity"]
     print(f"bit identity: {sum(c['identical'] for c in bits['cases'])}/{len(bits['cases'])} cases identical "
           f"(output, mean, rstd as int32 views) at {bits['shape']}\n")

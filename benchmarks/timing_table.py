@@ -14,12 +14,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+# the layered package, importable without an install when run as `python benchmarks/timing_table.py`
 from labkit import tasks  # noqa: E402
-from labkit.records import run as results  # noqa: E402
-
-from labkit.studies import timing
 from labkit.display import markdown_table  # noqa: E402
-from labkit.records.session import newest_complete_run  # noqa: E402
+from labkit.records.run import load_run, provenance  # noqa: E402
+from labkit.records.session import newest_complete_run, resolve  # noqa: E402
+from labkit.studies import timing  # noqa: E402
 
 
 def _print_record(record: dict, prov: dict, run_id: str, protocols: list[str]) -> None:
@@ -50,14 +50,15 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", default="quick", choices=["quick", "full"])
     args = ap.parse_args(argv)
     if args.live:
-        from labkit.studies import methods
-        from labkit.records.run import provenance
-
+        if resolve("auto") != "cuda":
+            print("--live measures on a CUDA GPU and this machine has none; without --live the newest committed "
+                  "'timing' run is replayed", file=sys.stderr)
+            return 2
         record = timing.run_study(timing.cases_for(tasks.config(args.mode).timing_shapes),
                                   timing.protocols_for(args.mode, args.protocol), device="cuda", log=print)
         _print_record(record, provenance("cuda"), "live (not written)", args.protocol)
         return 0
-    loaded = results.load_run(Path(args.run_dir)) if args.run_dir else newest_complete_run("timing")
+    loaded = load_run(Path(args.run_dir)) if args.run_dir else newest_complete_run("timing")
     if loaded is None:
         print("no complete committed 'timing' run under data/runs; pass a run directory or --live")
         return 1
@@ -66,6 +67,7 @@ def main(argv=None) -> int:
         print(f"{run_dir} has no timing record")
         return 1
     meta = loaded["records"]["run"]
+    print(f"REPLAYED committed GPU run {meta['run_id']} ({run_dir}): nothing is measured here\n")
     _print_record(loaded["records"]["timing"], meta["provenance"], meta["run_id"], args.protocol)
     return 0
 

@@ -28,12 +28,6 @@ extern "C" __global__ void reciprocal_table(float* __restrict__ table, int count
     if (i < count) table[i] = 1.f / (float)(i + 1);
 }
 
-// CHAIN_VARIANT selects stage-breakdown experiments (never used for results): 0 = the kernel; 1 = loads only
-// (the consumer touches the data but runs no chain); 2 = chains only (no copies; pushes a register value).
-#ifndef CHAIN_VARIANT
-#define CHAIN_VARIANT 0
-#endif
-
 // One block runs kWarps consecutive warps of torch's block for one row (kWarps = 4: the whole row, so each
 // stage is one contiguous bulk copy; kWarps = 1: one 512-byte copy per step). Threads: 32 * (kWarps + 1);
 // the last warp's lane 0 produces. grid: (4 / kWarps, rows).
@@ -69,7 +63,6 @@ __device__ __forceinline__ void chain_stats_impl(const float* __restrict__ x, co
     __syncthreads();
 
     if (warp == kWarps) {
-#if CHAIN_VARIANT != 2
         if (lane == 0) {
             const char* row_bytes = reinterpret_cast<const char*>(x + (size_t)row * n);
             for (int st = 0; st < stages; ++st) {
@@ -98,7 +91,6 @@ __device__ __forceinline__ void chain_stats_impl(const float* __restrict__ x, co
                 }
             }
         }
-#endif
         return;
     }
 
@@ -108,9 +100,7 @@ __device__ __forceinline__ void chain_stats_impl(const float* __restrict__ x, co
     int pushes = 0;  // chains of one block may differ in length by a step (ragged N / 4 % 128)
     for (int st = 0; st < stages; ++st) {
         const int slot = st % kStagesW;
-#if CHAIN_VARIANT != 2
         mbar_wait(&full[slot], (st / kStagesW) & 1);
-#endif
         const float4* vec = reinterpret_cast<const float4*>(data + slot * kStageBytesW) + kLanes * warp + lane;
         const float4* rc = reinterpret_cast<const float4*>(recs + slot * kRecipBytes);
         const int k0 = st * kStepsPerStage;
@@ -118,29 +108,18 @@ __device__ __forceinline__ void chain_stats_impl(const float* __restrict__ x, co
         float4 v[kStepsPerStage], r[kStepsPerStage];
 #pragma unroll
         for (int i = 0; i < kStepsPerStage; ++i) {
-#if CHAIN_VARIANT == 2
-            v[i] = make_float4(__int_as_float(my_first + i), 1.f, 2.f, 3.f);
-            r[i] = make_float4(0.5f, 0.25f, 0.125f, 0.0625f);
-#else
             v[i] = vec[i * (kBlockSeg / 16)];
             r[i] = rc[i];
-#endif
         }
 #pragma unroll
         for (int i = 0; i < kStepsPerStage; ++i) {
             if (k0 + i < steps && my_first + (k0 + i) * kThreadsPerRow < n4) {
-#if CHAIN_VARIANT == 1
-                s.mean += v[i].x + v[i].y + v[i].z + v[i].w + r[i].x;
-#else
                 welford_push4_uncounted(s, v[i], r[i]);
                 pushes += 4;
-#endif
             }
         }
         __syncwarp();
-#if CHAIN_VARIANT != 2
         if (lane == 0) mbar_arrive(&empty[slot]);
-#endif
     }
 
     s.count = (float)pushes;

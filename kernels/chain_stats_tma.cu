@@ -3,9 +3,9 @@
 // Contract kept: torch's vectorized-path statistics bit for bit (see chain_stats.cu for why spreading the
 // chains keeps the bits). Why this variant: a warp's data is a 512-byte segment every 2048 bytes, and one
 // 1-D bulk copy per segment makes the copy engine, not DRAM, the limit. A 4-D tensor map (floats in a
-// segment, warp, step, row) fetches sixteen strided segments per copy, so 64 SMs each issue one copy per
-// sixteen steps. The producer warp writes each stage's reciprocals next to its data, so the push loop reads
-// only shared memory.
+// segment, warp, step, row) fetches TMA_STEPS strided segments per copy (64 by default), so each block issues
+// one copy per TMA_STEPS steps. The producer warp writes each stage's reciprocals next to its data, so the
+// push loop reads only shared memory.
 //
 // Why the consumer is pipelined by step, not by stage: one warp issues both its shared-memory reads and its
 // dependent pushes, in order. Reading a whole stage before pushing it put 32 LDS.128 (about 4 issue cycles

@@ -1,7 +1,16 @@
-"""labkit: helpers behind the Wide LayerNorm lab book.
+"""labkit: helpers behind the Wide LayerNorm lab book, in layers that depend only downward.
 
-One path per layer: kernels/*.cu -> compile (NVRTC, cached) -> launch (raw device pointers on torch's stream)
--> public wrappers (reference_order, split_stats) that validate first; check and bench return records;
-results writes them with provenance; book runs the notebooks.
+    core     NVRTC compile + digest-checked cubin cache, cubin completion, launch on torch's stream, tensor maps,
+             input validation
+    ops      the LayerNorm functions users call (reference order, chain, split statistics), torch's path decision,
+             pure-torch references, the refused-inputs table
+    exact    bit-exact CPU arithmetic: fma, emulator of torch's kernel, exact oracle
+    sass     machine-code analysis: tools, ELF, ptxas, parser, symbolic evaluator, patterns, summaries
+    tasks, inputs   the task/config table and the input recipes
+    records  run directories with provenance, the live-or-replay session, checks, audit, summary, fixtures
+    studies  one module per notebook: run functions return records; table/figure/verdict functions read them
+    display, book, cli   the only code that knows about notebooks, pages and terminals
+
+The direction is enforced by import-linter (pyproject.toml); importing core or ops reads nothing under data/.
 """
 __version__ = "0.1.0"

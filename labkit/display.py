@@ -25,3 +25,14 @@ def show(rows: list[dict] | dict, columns: list[str] | None = None):
     if isinstance(rows, dict):
         rows = [{"key": k, "value": v} for k, v in rows.items()]
     display(Markdown(markdown_table(rows, columns)))
+
+
+def show_files(files: list[tuple[str, str]]):
+    """Display (name, text) pairs as folded blocks, one per file: open one to read it."""
+    import html
+
+    from IPython.display import HTML, display
+
+    blocks = [f"<details><summary><code>{html.escape(name)}</code> ({len(text.splitlines())} lines)</summary>"
+              f"<pre>{html.escape(text)}</pre></details>" for name, text in files]
+    display(HTML("\n".join(blocks)))

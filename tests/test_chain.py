@@ -20,10 +20,9 @@ def test_blocking_choice():
 
 
 @pytest.mark.parametrize("kwargs,pattern", [({"schedule": "diagonal"}, "schedule"), ({"blocking": "w3"}, "blocking")])
-def test_bad_options_raise_before_launch(kwargs, pattern):
-    x, w, b = torch.rand(2, 8), torch.ones(8), torch.zeros(8)
+def test_bad_settings_raise_before_launch(kwargs, pattern):
     with pytest.raises(ValueError, match=pattern):
-        chain.chain_layer_norm(x, w, b, **kwargs)
+        chain.ChainSettings(**kwargs)
 
 
 def test_cpu_tensors_refused():
@@ -71,25 +70,10 @@ def test_rows_fused_entry_point_by_row_length(cache_dir):
     assert chain.rows_fused_function(1028) == "rows_fused_reg4"
     assert chain.rows_fused_function(4096) == "rows_fused_reg8"
     assert chain.rows_fused_function(1 << 20) == "rows_fused_reg8"   # longer rows re-read the rest
-    from labkit import sass
+    from labkit.sass import elf
 
-    sections = sass.text_sections(compile_kernel("rows_fused", "sm_90").cubin)
+    sections = elf.text_sections(compile_kernel("rows_fused", "sm_90").cubin)
     assert {f"rows_fused_reg{k}" for k in chain.ROWS_FUSED_VECTORS} <= {k.removeprefix(".text.") for k in sections}
-
-
-def test_chain_table_prints_the_committed_run(capsys):
-    """benchmarks/chain_table.py reads the newest committed parallel_stats run and prints goals, floors, breakdown."""
-    import importlib.util
-
-    from labkit.core.compile import REPO_ROOT
-
-    spec = importlib.util.spec_from_file_location("chain_table", REPO_ROOT / "benchmarks" / "chain_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    assert mod.main([]) == 0
-    out = capsys.readouterr().out
-    for heading in ("## goals", "## floors", "## stage breakdown", "## timing, protocol A", "bit identity: "):
-        assert heading in out
 
 
 def test_repeat_rows_read_every_committed_run_that_timed_the_chain():
@@ -104,3 +88,38 @@ def test_repeat_rows_read_every_committed_run_that_timed_the_chain():
         assert r["chain q25"] <= r["chain ms (median)"] <= r["chain q75"]
     names = {results.load_run(results.DATA_RUNS / run)["records"]["run"]["name"] for run in timed}
     assert names <= {"timing", "parallel_stats"}
+
+
+def test_parallel_stats_tables_and_verdict_from_the_committed_run():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from labkit.records.session import newest_complete_run
+    from labkit.studies import parallel_stats as chain_study
+
+    rec = newest_complete_run("parallel_stats")["records"]
+    lines = chain_study.verdict_lines(rec["timing"], rec["stage_breakdown"], rec["run"]["provenance"], "replay",
+                                      rec["bit_identity"])
+    n = len(rec["bit_identity"]["cases"])
+    n_ok = sum(c["identical"] for c in rec["bit_identity"]["cases"])
+    assert lines[0].startswith("replay: ") and f"bit identity: {n_ok}/{n} cases identical" in "\n".join(lines)
+    assert len(chain_study.timing_rows(rec["timing"])) > 0
+    fig = chain_study.speedup_figure(rec["timing"], "x")
+    assert len(fig.axes) == 1 and fig.axes[0].get_yscale() == "log"
+    plt.close(fig)
+    # no records (CPU without a committed run): empty tables, a figure that says so, the source as the verdict
+    assert chain_study.floors(None, None, None) == chain_study.breakdown_rows(None) == []
+    assert chain_study.goal_rows(None) == chain_study.timing_rows(None) == []
+    assert chain_study.verdict_lines(None, None, {}, "no committed GPU run yet") == ["no committed GPU run yet"]
+    fig = chain_study.speedup_figure(None)
+    assert "no protocol A timing" in fig.axes[0].texts[0].get_text()
+    plt.close(fig)
+
+
+def test_floor_pushes_follow_the_task_shape():
+    from labkit import tasks
+    from labkit.studies import parallel_stats as chain_study
+
+    assert chain_study.FLOOR_PUSHES == 32768 and chain_study.L1_40 is tasks.L1_40

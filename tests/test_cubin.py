@@ -33,3 +33,9 @@ def test_complete_cubin_restores_the_byte_cupy_drops(cache_dir):
         assert complete_cubin(nvrtc.getCUBIN(prog))[0] == buf.raw
     finally:
         nvrtc.destroyProgram(prog)
+
+
+def test_complete_cubin_refuses_real_truncation():
+    cubin = compile_kernel("affine_rows", "sm_90").cubin
+    with pytest.raises(ValueError, match="truncated"):
+        complete_cubin(cubin[:-200])

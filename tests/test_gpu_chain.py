@@ -7,7 +7,8 @@ from labkit.records import check
 from labkit.studies import identity
 
 from labkit import inputs
-from labkit.ops.chain import chain_layer_norm
+from labkit.ops.chain import ChainSettings, chain_layer_norm
+from labkit.ops.reference import native_layer_norm
 
 pytestmark = pytest.mark.gpu
 
@@ -39,7 +40,7 @@ def test_bit_identical(shape, schedule, blocking):
     x = inputs.make_input("normal_plus_1000", shape, seed=3, device="cuda")
     w, b = inputs.make_affine("random_normal", shape[1:], seed=3, device="cuda")
     rec = identity.compare_to_native(
-        lambda x, w, b, e: chain_layer_norm(x, w, b, e, schedule=schedule, blocking=blocking, return_stats=True),
+        lambda x, w, b, e: chain_layer_norm(x, w, b, e, return_stats=True, settings=ChainSettings(schedule, blocking)),
         x, w, b, 1e-5)
     assert rec["identical"], {k: rec[k]["bit_equal_fraction"] for k in ("output", "mean", "rstd")}
 
@@ -48,7 +49,7 @@ def test_tma_blocking_refuses_ragged_rows():
     x = inputs.make_input("uniform", (3, 64, 17, 19), seed=0, device="cuda")
     w, b = inputs.make_affine("default", (64, 17, 19), seed=0, device="cuda")
     with pytest.raises(ValueError, match="N % 512"):
-        chain_layer_norm(x, w, b, schedule="chain", blocking="tma")
+        chain_layer_norm(x, w, b, settings=ChainSettings("chain", "tma"))
 
 
 def test_graph_replay_after_mutation_identical():
@@ -69,7 +70,7 @@ def test_graph_replay_after_mutation_identical():
     for _ in range(2):  # twice: the per-row counters must be back at zero after each replay
         g.replay()
         torch.cuda.synchronize()
-        ref = identity.native_layer_norm(x, w, b, 1e-5)
+        ref = native_layer_norm(x, w, b, 1e-5)
         assert all(check.bit_identical(r, q) for r, q in zip(ref, got))
 
 
@@ -96,3 +97,78 @@ def test_tma_ring_shapes_bit_identical(config, shape):
 
     rec = identity.compare_to_native(run, x, w, b, 1e-5)
     assert rec["identical"], {k: rec[k]["bit_equal_fraction"] for k in ("output", "mean", "rstd")}
+
+
+def _streams_case(blocking):
+    import torch
+
+    shape = (4, 64 * 64 * 64) if blocking == "tma" else (4, 64 * 17 * 19)  # tma needs N % 512 == 0
+    xs = [inputs.make_input("normal_plus_1000", shape, seed=s, device="cuda") for s in (0, 1)]
+    w, b = inputs.make_affine("random_normal", shape[1:], seed=0, device="cuda")
+    refs = [native_layer_norm(x, w, b, 1e-5) for x in xs]
+    torch.cuda.synchronize()
+    return xs, w, b, refs
+
+
+@pytest.mark.parametrize("blocking", ["tma", "w4"])
+def test_overlapping_calls_on_two_streams_keep_the_bits(blocking):
+    """Each call takes its scratch (per-row counters, warp states) from torch's allocator on its own stream: calls
+    running at the same time on two streams must not see each other's counters."""
+    import torch
+
+    xs, w, b, refs = _streams_case(blocking)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    settings = ChainSettings("chain", blocking)
+    outs = [[], []]
+    for _ in range(25):  # interleaved launches keep both streams busy at once
+        for k, s in enumerate(streams):
+            with torch.cuda.stream(s):
+                outs[k].append(chain_layer_norm(xs[k], w, b, 1e-5, return_stats=True, settings=settings))
+    torch.cuda.synchronize()
+    for k in (0, 1):
+        for got in outs[k]:
+            assert all(check.bit_identical(r, q) for r, q in zip(refs[k], got))
+
+
+def test_calls_from_two_host_threads_keep_the_bits():
+    import threading
+
+    import torch
+
+    xs, w, b, refs = _streams_case("tma")
+    failures = []
+
+    def worker(k):
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            outs = [chain_layer_norm(xs[k], w, b, 1e-5, return_stats=True) for _ in range(25)]
+        stream.synchronize()
+        failures.extend(k for got in outs if not all(check.bit_identical(r, q) for r, q in zip(refs[k], got)))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+
+
+def test_inputs_that_require_grad_are_refused_not_silently_detached():
+    import torch
+
+    x = inputs.make_input("uniform", (2, 512), seed=0, device="cuda").requires_grad_()
+    w, b = inputs.make_affine("random_normal", (512,), seed=0, device="cuda")
+    with pytest.raises(ValueError, match="require grad"):
+        chain_layer_norm(x, w, b)
+    with torch.no_grad():
+        assert chain_layer_norm(x, w, b).grad_fn is None  # no gradient asked for: served
+
+
+def test_refusal_table_on_the_gpu():
+    """Every refused case raises a ValueError naming its condition from every public function, before launch."""
+    from labkit.ops.refusals import refusal_rows
+
+    rows = refusal_rows("cuda")
+    assert {r["function"] for r in rows} >= {"reference_order_layer_norm", "chain_layer_norm", "split_stats_layer_norm"}
+    bad = [r for r in rows if not r["names_condition"]]
+    assert not bad, bad

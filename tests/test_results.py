@@ -62,7 +62,7 @@ def test_book_notebooks_for_run_finds_the_notebook_that_names_the_run(tmp_path):
     (tmp_path / "07_parallel_statistics.html").write_text("<html></html>")
     (tmp_path / "03_timing.ipynb").write_text('{"outputs": "run written to runs/20261129T0Z-gpu-timing-def456"}')
     got = book_notebooks_for_run(tmp_path, "20261129T0Z-gpu-parallel-stats-abc123")
-    assert [p.name for p in got] == ["07_parallel_statistics.ipynb", "07_parallel_statistics.html"]
+    assert [p.name for p in got] == ["07_parallel_statistics.ipynb"]  # its HTML is regenerated, not committed
     assert [p.name for p in book_notebooks_for_run(tmp_path, "20261129T0Z-gpu-timing-def456")] == ["03_timing.ipynb"]
     assert book_notebooks_for_run(tmp_path, "no-such-run") == []
 

@@ -1,4 +1,4 @@
-"""labkit.sass on CPU: cubin repair, resource usage, ptxas report, SASS parsing and the contract matcher.
+"""labkit.sass on CPU: resource usage, ptxas report, SASS parsing and the contract matcher.
 
 Disassembly needs cuobjdump or nvdisasm (pip: nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm); those tests skip
 without them. The symbolic matcher is also tested on hand-written SASS, which needs no tool."""
@@ -6,23 +6,17 @@ import json
 
 import pytest
 
-from labkit import sass
 from labkit.core.compile import compile_kernel
+from labkit.sass import elf, parser, patterns, ptxas, summary, tools
 
-HAS_DISASM = sass.find_tool("cuobjdump") is not None or sass.find_tool("nvdisasm") is not None
+HAS_DISASM = tools.find_tool("cuobjdump") is not None or tools.find_tool("nvdisasm") is not None
 needs_disasm = pytest.mark.skipif(not HAS_DISASM, reason="no cuobjdump/nvdisasm (pip install nvidia-cuda-cuobjdump)")
-
-
-def test_complete_cubin_refuses_real_truncation():
-    cubin = compile_kernel("affine_rows", "sm_90").cubin
-    with pytest.raises(ValueError, match="truncated"):
-        sass.complete_cubin(cubin[:-200])
 
 
 def test_resource_usage_from_the_elf_matches_ptxas(monkeypatch):
     monkeypatch.setenv("LABKIT_SASS_TOOLS", "off")
-    usage = {u.function: u for u in sass.resource_usage(compile_kernel("reference_stats", "sm_90").cubin)}
-    info = sass.ptxas_info("reference_stats", "sm_90")
+    usage = {u.function: u for u in elf.resource_usage(compile_kernel("reference_stats", "sm_90").cubin)}
+    info = ptxas.ptxas_info("reference_stats", "sm_90")
     assert info["code_identical"]
     fn = info["functions"][0]
     assert fn["function"] == "reference_order_stats" and fn["spill_store_bytes"] == 0
@@ -36,7 +30,7 @@ def test_parse_ptxas_log():
            "ptxas info    : Function properties for k\n"
            "ptxas         .     8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
            "ptxas info    : Used 40 registers, used 1 barriers, 48 bytes smem\n")
-    assert sass.parse_ptxas_log(log) == [{"function": "k", "stack_bytes": 8, "spill_store_bytes": 4,
+    assert ptxas.parse_ptxas_log(log) == [{"function": "k", "stack_bytes": 8, "spill_store_bytes": 4,
                                           "spill_load_bytes": 4, "registers": 40, "barriers": 1,
                                           "static_smem_bytes": 48}]
 
@@ -80,19 +74,19 @@ PUSH_SASS = """
 
 
 def test_parse_sass_and_fp_sequence_on_text():
-    funcs = sass.parse_sass(OUTPUT_SASS + PUSH_SASS)
+    funcs = parser.parse_sass(OUTPUT_SASS + PUSH_SASS)
     assert set(funcs) == {"toy_output", "toy_push"}
-    assert sass.fp_op_sequence(funcs["toy_output"]) == ["FADD", "FMUL", "FFMA"]
-    assert sass.fp_op_sequence(funcs["toy_output"], operands=True)[0] == "FADD R23, R4, -R3"
+    assert parser.fp_op_sequence(funcs["toy_output"]) == ["FADD", "FMUL", "FFMA"]
+    assert parser.fp_op_sequence(funcs["toy_output"], operands=True)[0] == "FADD R23, R4, -R3"
     push = funcs["toy_push"]
     assert push[4].pred == "P0" and push[4].opcode == "BRA"
 
 
 def test_contract_report_on_hand_written_sass():
-    funcs = sass.parse_sass(OUTPUT_SASS + PUSH_SASS)
-    out = sass.contract_report(funcs["toy_output"])
+    funcs = parser.parse_sass(OUTPUT_SASS + PUSH_SASS)
+    out = patterns.contract_report(funcs["toy_output"])
     assert out["output"] == {"affine": 1} and out["unexplained_count"] == 0
-    push = sass.contract_report(funcs["toy_push"])
+    push = patterns.contract_report(funcs["toy_push"])
     assert push["push_mean"] == {"rcp(count + 1)": 1} and push["push_m2"] == 1
     assert push["idiom_ffma"] == 2 and push["subroutine_ffma"] == 1 and push["unexplained_count"] == 0
 
@@ -100,34 +94,34 @@ def test_contract_report_on_hand_written_sass():
 def test_contract_report_flags_a_different_contraction():
     # m2 computed as fma(x - new_mean, x - new_mean, m2) is not torch's push: it must not be explained.
     wrong = PUSH_SASS.replace("FFMA R15, R14, R15, R32", "FFMA R15, R15, R15, R32")
-    rep = sass.contract_report(sass.parse_sass(wrong)["toy_push"])
+    rep = patterns.contract_report(parser.parse_sass(wrong)["toy_push"])
     assert rep["push_m2"] == 0 and rep["unexplained_count"] == 1
 
 
 @needs_disasm
 def test_disassembled_affine_rows_has_the_fused_output():
-    text = sass.disassemble(compile_kernel("affine_rows", "sm_90").cubin)
-    instrs = sass.parse_sass(text)["affine_rows_interleaved"]
-    ops = sass.fp_op_sequence(instrs)
+    text = tools.disassemble(compile_kernel("affine_rows", "sm_90").cubin)
+    instrs = parser.parse_sass(text)["affine_rows_interleaved"]
+    ops = parser.fp_op_sequence(instrs)
     assert ops.count("FFMA") == 4 and ops.count("FMUL") == 4 and ops.count("FADD") == 4
-    rep = sass.contract_report(instrs)
+    rep = patterns.contract_report(instrs)
     assert rep["output"] == {"affine": 4} and rep["output_rstd"] == "loaded from memory"
 
 
 @needs_disasm
 def test_reference_stats_matches_torch_contract_in_committed_summary():
-    committed = sass.committed_comparisons()
+    committed = summary.committed_comparisons()
     if not committed:
         pytest.skip("no committed summary under data/sass/")
     rec = json.loads(committed[-1].read_text())
     vec = rec["torch"]["functions"]["vectorized_layer_norm_kernel<float, float, false>"]
-    ours = sass.our_kernels_summary("sm_90")
-    verdict = sass.verdict(vec, list(ours.values()))
+    ours = summary.our_kernels_summary("sm_90")
+    verdict = summary.verdict(vec, list(ours.values()))
     assert verdict["same_contractions"], verdict["checks"]
 
 
 def test_committed_summary_is_small_and_says_same_contractions():
-    committed = sass.committed_comparisons()
+    committed = summary.committed_comparisons()
     if not committed:
         pytest.skip("no committed summary under data/sass/")
     for path in committed:
@@ -137,4 +131,4 @@ def test_committed_summary_is_small_and_says_same_contractions():
         assert rec["torch"]["wheel_sha256"] and rec["torch"]["commands"]
         vec = rec["torch"]["functions"]["vectorized_layer_norm_kernel<float, float, false>"]
         # the replay path: verdict recomputed from the committed parts alone
-        assert sass.verdict(vec, list(rec["ours"].values()))["same_contractions"]
+        assert summary.verdict(vec, list(rec["ours"].values()))["same_contractions"]

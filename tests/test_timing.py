@@ -203,17 +203,3 @@ def test_timing_block_on_a_synthetic_run(tmp_path, cpu_record):
     run.close()
     out = summary.summarize_run(run.path)
     assert out["timing"]["2x3x4x4/random_normal"]["noaffine_eager_affine"]["status"] == "timed"
-
-
-def test_timing_notebook_executes_on_cpu(tmp_path):
-    res = book.build(tmp_path, device="cpu", mode="quick", only=["03"])
-    assert [r.status for r in res] == ["ok"], res[0].error
-    import nbformat
-
-    nb = nbformat.read(tmp_path / "03_timing.ipynb", as_version=4)
-    text = json.dumps([c.get("outputs", []) for c in nb.cells])
-    if [p for p in results.committed_runs("timing") if results.load_run(p)["complete"]]:
-        assert "REPLAYED" in text
-    else:
-        assert "No complete committed run named 'timing'" in text and "supports no speed claim" in text
-    assert (tmp_path / "03_timing.html").is_file()

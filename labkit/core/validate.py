@@ -39,6 +39,18 @@ def check_tensor(name: str, t, *, require_cuda: bool = True) -> None:
         _fail(f"{name} must be {ALIGN_BYTES}-byte aligned for float4 access", f"address % 16 = {t.data_ptr() % 16}")
 
 
+def _refuse_autograd(*tensors) -> None:
+    """These functions have no backward: an output without a grad_fn would silently drop the gradient a user
+    asked for, so grad mode plus an input that requires grad is refused."""
+    import torch
+
+    if torch.is_grad_enabled():
+        wanting = [name for name, t in zip(("x", "weight", "bias"), tensors) if t.requires_grad]
+        if wanting:
+            _fail("inputs must not require grad while grad mode is on: these kernels have no backward (call under "
+                  "torch.no_grad() or pass detached tensors)", f"requires_grad on {', '.join(wanting)}")
+
+
 def layer_norm_layout(x, weight, bias, eps: float, normalized_shape=None, *, require_cuda: bool = True) -> RowLayout:
     """Validate a LayerNorm call and return its (rows, N) view; `normalized_shape` defaults to weight's shape."""
     for name, t in (("x", x), ("weight", weight), ("bias", bias)):
@@ -50,6 +62,7 @@ def layer_norm_layout(x, weight, bias, eps: float, normalized_shape=None, *, req
         _fail(f"bias.shape must equal normalized_shape {shape}", tuple(bias.shape))
     if not shape or x.dim() < len(shape) or tuple(x.shape[x.dim() - len(shape):]) != shape:
         _fail(f"x's trailing dims must equal normalized_shape {shape}", tuple(x.shape))
+    _refuse_autograd(x, weight, bias)
     if x.device != weight.device or x.device != bias.device:
         _fail("x, weight and bias must be on one device", (x.device, weight.device, bias.device))
     n = math.prod(shape)
@@ -74,39 +87,3 @@ def check_output(name: str, out, like) -> None:
     check_tensor(name, out)
     if tuple(out.shape) != tuple(like.shape) or out.device != like.device:
         _fail(f"{name} must have shape {tuple(like.shape)} on {like.device}", (tuple(out.shape), out.device))
-
-
-def violation_examples(require_cuda: bool) -> list[dict]:
-    """Each unsupported case with the error it raises: what the wrappers refuse, before any launch."""
-    import torch
-
-    dev = "cuda" if require_cuda else "cpu"
-    shape = (2, 8, 4)
-    w, b = torch.ones(shape[1:], device=dev), torch.zeros(shape[1:], device=dev)
-    good = torch.rand(shape, device=dev)
-    flat = torch.rand(good.numel() + 1, device=dev)
-    cases = {
-        "float64 input": (good.double(), w, b),
-        "missing bias (no affine)": (good, w, None),
-        "non-contiguous input": (good.transpose(1, 2).contiguous().transpose(1, 2), w, b),
-        "input 4 bytes off 16-byte alignment": (flat[1:].view(shape), w, b),
-        "normalized size not a multiple of 4": (torch.rand(2, 6, device=dev), torch.ones(6, device=dev),
-                                                torch.zeros(6, device=dev)),
-        "affine shape differs from input's trailing dims": (good, torch.ones(8, 2, 2, device=dev),
-                                                            torch.zeros(8, 2, 2, device=dev)),
-        "N > 2**24 (torch leaves the vectorized path)": (torch.empty(1, (1 << 24) + 4, device="meta"),
-                                                         torch.empty((1 << 24) + 4, device="meta"),
-                                                         torch.empty((1 << 24) + 4, device="meta")),
-        "numel >= 2**31": (torch.empty(1 << 17, 1 << 14, device="meta"), torch.empty(1 << 14, device="meta"),
-                           torch.empty(1 << 14, device="meta")),
-    }
-    if require_cuda:
-        cases["CPU input to a CUDA kernel"] = (good.cpu(), w.cpu(), b.cpu())
-    out = []
-    for label, (x, weight, bias) in cases.items():
-        try:
-            layer_norm_layout(x, weight, bias, 1e-5, require_cuda=require_cuda and x.device.type != "meta")
-            out.append({"case": label, "raises": "nothing (BUG)"})
-        except ValueError as exc:
-            out.append({"case": label, "raises": f"ValueError: {exc}"})
-    return out

@@ -78,10 +78,12 @@ def choose_blocking(n: int) -> str:
     """The tensor-map kernel needs equal-length chains (N % 512 == 0); otherwise whole-row blocks with
     contiguous copies, which handle ragged chains."""
     return "tma" if n % 512 == 0 else "w4"
+
+
 MAX_PUSHES = 4 * -(-(MAX_NORMALIZED // 4) // 128)                # longest chain torch's vectorized path allows
 
 _lock = threading.Lock()
-_workspaces: dict[int, dict] = {}
+_recip_tables: dict[int, object] = {}
 
 
 def choose_schedule(rows: int, sm_count: int) -> str:
@@ -89,29 +91,35 @@ def choose_schedule(rows: int, sm_count: int) -> str:
     return "chain" if rows * 4 <= 2 * sm_count else "rows_fused"
 
 
-def _workspace(device, rows: int) -> dict:
-    """Per-device scratch (reciprocal table, per-warp states, per-row counters), allocated outside capture.
+def _recip_table(device):
+    """The device's table of correctly rounded reciprocals (kernels/chain_stats.cu reads it), built once.
 
-    The counters are reset by the kernel that uses them, so sequential calls (and graph replays) share them;
-    calls that overlap in time on different streams of one device must not.
-    """
+    Read-only once built, so every stream and thread may share it; building waits for the kernel that fills it,
+    so a call on another stream never reads it half-written. Built outside graph capture only."""
     import torch
 
     with _lock:
-        ws = _workspaces.get(device.index)
-        if ws is None or ws["rows"] < rows:
+        table = _recip_tables.get(device.index)
+        if table is None:
             if torch.cuda.is_current_stream_capturing():
-                raise ValueError("chain_layer_norm: call once outside CUDA graph capture first (it allocates its "
-                                 f"workspace for {rows} rows then)")
-            table = ws["recip"] if ws else torch.empty(MAX_PUSHES, device=device, dtype=torch.float32)
-            if ws is None:
-                launch("chain_stats", "reciprocal_table", (-(-MAX_PUSHES // 256),), (256,),
-                       (table, np.int32(MAX_PUSHES)), device)
-            ws = {"rows": rows, "recip": table,
-                  "warp_state": torch.empty(rows * 12, device=device, dtype=torch.float32),
-                  "row_done": torch.zeros(rows, device=device, dtype=torch.int32)}
-            _workspaces[device.index] = ws
-        return ws
+                raise ValueError("chain_layer_norm with the w1/w4 blockings: call once outside CUDA graph capture "
+                                 "first (it builds the device's reciprocal table then)")
+            table = torch.empty(MAX_PUSHES, device=device, dtype=torch.float32)
+            launch("chain_stats", "reciprocal_table", (-(-MAX_PUSHES // 256),), (256,),
+                   (table, np.int32(MAX_PUSHES)), device)
+            torch.cuda.current_stream(device).synchronize()
+            _recip_tables[device.index] = table
+        return table
+
+
+def _scratch(device, rows: int):
+    """Per-call scratch (per-warp states, per-row arrival counters, zeroed) from torch's caching allocator on the
+    call's stream: calls overlapping on other streams or threads never share it, and under graph capture it comes
+    from the graph's private pool and lives as long as the graph."""
+    import torch
+
+    return (torch.empty(rows * 12, device=device, dtype=torch.float32),
+            torch.zeros(rows, device=device, dtype=torch.int32))
 
 
 def launch_chain_stats(x, mean, rstd, rows: int, n: int, eps: float, blocking: str = DEFAULT_BLOCKING,
@@ -120,7 +128,7 @@ def launch_chain_stats(x, mean, rstd, rows: int, n: int, eps: float, blocking: s
     blocking's ring (default: the kernel's own)."""
     if blocking == "auto":
         blocking = choose_blocking(n)
-    ws = _workspace(x.device, rows)
+    warp_state, row_done = _scratch(x.device, rows)
     if blocking == "tma":
         from labkit.core.tensormap import encode_tiled_f32
 
@@ -129,12 +137,12 @@ def launch_chain_stats(x, mean, rstd, rows: int, n: int, eps: float, blocking: s
         tmap = encode_tiled_f32(x.data_ptr(), (128, 4, n // 512, rows), (512, 2048, 4 * n),
                                 (128, 1, tma.steps, 1))
         launch("chain_stats_tma", "chain_stats_tma", (4, rows), (64,),
-               (tmap, ws["warp_state"], ws["row_done"], mean, rstd, np.int32(n), np.float32(eps)),
+               (tmap, warp_state, row_done, mean, rstd, np.int32(n), np.float32(eps)),
                x.device, shared_mem=tma_smem_bytes(tma), options=tma.options + tuple(options))
         return
     b = BLOCKINGS[blocking]
     launch("chain_stats", b.function, (4 // b.warps, rows), (b.threads,),
-           (x, ws["recip"], ws["warp_state"], ws["row_done"], mean, rstd, np.int32(n), np.float32(eps)),
+           (x, _recip_table(x.device), warp_state, row_done, mean, rstd, np.int32(n), np.float32(eps)),
            x.device, shared_mem=b.smem_bytes, options=options)
 
 
@@ -164,24 +172,39 @@ def launch_rows_fused(x, weight, bias, y, mean, rstd, rows: int, n: int, eps: fl
            (x, weight, bias, y, mean, rstd, np.int32(n), np.float32(eps)), x.device)
 
 
-def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, schedule: str = "auto", out=None,
-                     return_stats: bool = False, blocking: str = DEFAULT_BLOCKING):
+@dataclass(frozen=True)
+class ChainSettings:
+    """Launch settings of chain_layer_norm; the defaults choose from the shape, and every choice keeps the bits.
+
+    schedule: "auto", "chain" (few long rows) or "rows_fused" (many rows).
+    blocking: for the chain schedule, "auto" or one of BLOCKING_NAMES ("tma": one warp of chains per block fed by
+        tensor-map copies, needs N % 512 == 0; "w4": whole-row blocks; "w1": per-step copies, timed for comparison).
+    """
+
+    schedule: str = "auto"
+    blocking: str = DEFAULT_BLOCKING
+
+    def __post_init__(self):
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.blocking != "auto" and self.blocking not in BLOCKING_NAMES:
+            raise ValueError(f"blocking must be one of {sorted(BLOCKING_NAMES)}, got {self.blocking!r}")
+
+
+def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False,
+                     settings: ChainSettings | None = None):
     """LayerNorm with torch's vectorized-path arithmetic, scheduled for the whole GPU.
 
     Args:
-        x, weight, bias, eps, out, return_stats: as `labkit.reference_order.reference_order_layer_norm`.
-        schedule: "auto" (from the shape), "chain" or "rows_fused"; every schedule keeps the same bits.
-        blocking: for the chain schedule, "auto" or one of BLOCKING_NAMES ("tma": one warp of chains per block
-            fed by tensor-map copies; "w4": whole-row blocks; "w1": per-step copies, kept for comparison).
+        x, weight, bias, eps, out, return_stats: as `labkit.ops.reference_order.reference_order_layer_norm`.
+        settings: a ChainSettings (default: schedule and blocking chosen from the shape).
     Returns:
         y, or (y, mean, rstd).
     Raises:
         ValueError naming the violated condition, before any launch.
     """
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-    if blocking != "auto" and blocking not in BLOCKING_NAMES:
-        raise ValueError(f"blocking must be one of {sorted(BLOCKING_NAMES)}, got {blocking!r}")
+    settings = settings or ChainSettings()
+    schedule, blocking = settings.schedule, settings.blocking
     layout = layer_norm_layout(x, weight, bias, eps)
     if out is not None:
         check_output("out", out, x)

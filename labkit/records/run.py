@@ -208,13 +208,9 @@ def curate_run(run_dir: Path, dest_root: Path = DATA_RUNS, attachments: list[Pat
 
 
 def book_notebooks_for_run(book_dir: Path, run_id: str) -> list[Path]:
-    """The executed notebook (and its HTML) of a book build that wrote run `run_id`: the notebook whose outputs
-    name the run (a live session prints where it wrote), whatever the notebook's file name."""
-    found = []
-    for nb in sorted(Path(book_dir).glob("[0-9][0-9]_*.ipynb")):
-        if run_id in nb.read_text(encoding="utf-8"):
-            found.append(nb)
-            html = nb.with_suffix(".html")
-            if html.exists():
-                found.append(html)
-    return found
+    """The executed notebook of a book build that wrote run `run_id`: the notebook whose outputs name the run (a
+    live session prints where it wrote), whatever the notebook's file name.
+
+    Its HTML page is not attached: `jupyter nbconvert --to html` (or `labkit book`) regenerates it from the
+    executed notebook, and the pages were three quarters of the committed runs' bytes."""
+    return [nb for nb in sorted(Path(book_dir).glob("[0-9][0-9]_*.ipynb")) if run_id in nb.read_text(encoding="utf-8")]

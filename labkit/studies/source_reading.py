@@ -386,3 +386,72 @@ def reduction_tree_figure(contract: ReferenceContract = TORCH_VECTORIZED_LN):
                  f"({contract.block[0]} x {contract.block[1]})", fontsize=11)
     fig.tight_layout()
     return fig
+
+
+# ------------------------------------------------------------------------------------ tables and verdict ---
+
+def source_rows(contract: ReferenceContract = TORCH_VECTORIZED_LN) -> list[dict]:
+    """Where each part of the walkthrough was read: the kernel file's lines, then the headers from the wheel."""
+    src = contract.source
+    rows = [{"file": src["file"], "part": part, "lines": lines} for part, lines in src["lines"].items()]
+    rows += [{"file": header, "part": "header from the 2.11.0+cu130 wheel", "lines": lines}
+             for header, lines in src["headers_from_wheel_2.11.0"].items()]
+    return rows
+
+
+def header_verdict(tc: dict, contract: ReferenceContract = TORCH_VECTORIZED_LN) -> str:
+    """One line on `read_thread_constants`' result against the contract's block."""
+    if tc["num_threads"] is None:
+        return f"SKIPPED: {tc['reason']}"
+    if tc["num_threads"] == contract.threads and tuple(tc["block"]) == contract.block:
+        return (f"installed torch {tc['torch']}: num_threads() = {tc['expression']} = {tc['num_threads']} "
+                f"-> block {tuple(tc['block'])}: matches the contract")
+    return (f"MISMATCH: installed torch {tc['torch']} derives {tc['num_threads']} threads, block "
+            f"{tuple(tc['block'])}; the contract says {contract.threads}, {contract.block}")
+
+
+def contract_rows(contract: ReferenceContract = TORCH_VECTORIZED_LN) -> list[dict]:
+    """The contract as (aspect, value) rows, its evidence read from the committed runs now (`verified_on`)."""
+    return contract.rows(verified_on(contract))
+
+
+def other_path_rows(contract: ReferenceContract = TORCH_VECTORIZED_LN) -> list[dict]:
+    return [{"aspect": k, "value": v} for k, v in contract.other_path.items()]
+
+
+def machine_code_record(root=None) -> dict | None:
+    """The newest committed SASS comparison (torch's wheel against our kernels, notebook 06), with its file name
+    under "file"; None when data/sass holds none."""
+    import json
+
+    from labkit.sass import summary
+
+    found = summary.committed_comparisons(*([root] if root is not None else []))
+    if not found:
+        return None
+    return {**json.loads(found[-1].read_text()), "file": found[-1].name}
+
+
+def machine_code_rows(record: dict | None) -> list[dict]:
+    """The committed comparison's checks: (check, holds) rows; none without a record."""
+    return [{"check": k, "holds": v} for k, v in record["verdict"]["checks"].items()] if record else []
+
+
+def verdict_lines(tc: dict, refusals: list[dict], sass_record: dict | None,
+                  contract: ReferenceContract = TORCH_VECTORIZED_LN) -> list[str]:
+    """What the reading, the installed header, the wrappers' refusals and the machine code say, from their records."""
+    evidence = verified_on(contract)
+    runs = sum("data/runs/" in e for _, e in evidence)
+    named = sum(bool(r["names_condition"]) for r in refusals)
+    lines = [f"Contract: {contract.name}, block {contract.block}, tree {contract.block_tree_shape}; "
+             f"walkthrough of torch {contract.source['tag_described']}.",
+             f"Installed header: {header_verdict(tc, contract)}",
+             f"Evidence: {len(evidence)} entries, {runs} of them committed GPU runs read now.",
+             f"Refused inputs: {named}/{len(refusals)} raise a ValueError naming their condition."]
+    if sass_record is None:
+        lines.append("Machine code: no committed SASS comparison under data/sass (notebook 06 makes one).")
+    else:
+        t = sass_record["torch"]
+        lines.append(f"Machine code ({sass_record['file']}): torch {t['torch_version']} ({t['wheel']}) and ours, "
+                     f"same FMA contractions: {sass_record['verdict']['same_contractions']}.")
+    return lines

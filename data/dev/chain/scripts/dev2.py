@@ -1,12 +1,9 @@
 """Development measurements for the step-pipelined TMA consumer and the column output pass (H200)."""
 import json, os, sys, time, torch
-from labkit.studies import bench
-from labkit import inputs
-from labkit.studies import identity
-from labkit.studies import parallel_stats as chain_study
-from labkit.ops.chain import (chain_layer_norm, launch_chain_stats, launch_affine_columns, TmaConfig, _workspace)
-from labkit.ops.reference_order import launch_affine_rows
-from labkit.records.check import bit_identical
+from labkit import bench, inputs, identity, chain_study
+from labkit.chain import (chain_layer_norm, launch_chain_stats, launch_affine_columns, TmaConfig, _workspace)
+from labkit.reference_order import launch_affine_rows
+from labkit.check import bit_identical
 OUT = os.environ.get("OUT", "/tmp")
 res = {"identity": [], "timing": {}, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 CONFIGS = {"16x24a4": TmaConfig(), "16x24a2": TmaConfig(16, 24, 2), "16x24a8": TmaConfig(16, 24, 8),

@@ -1,11 +1,8 @@
 """Default ring (64x6, ahead 8) and the output pass launched as a programmatic dependent (H200)."""
 import json, os, time, torch
-from labkit.studies import bench
-from labkit import inputs
-from labkit.studies import identity
-from labkit.studies import parallel_stats as chain_study
-from labkit.ops.chain import chain_layer_norm, launch_chain_stats, launch_affine_columns, TmaConfig
-from labkit.ops.reference_order import launch_affine_rows
+from labkit import bench, inputs, identity, chain_study
+from labkit.chain import chain_layer_norm, launch_chain_stats, launch_affine_columns, TmaConfig
+from labkit.reference_order import launch_affine_rows
 OUT = os.environ.get("OUT", "/tmp")
 res = {"identity": [], "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 shape = (16, 64, 256, 256); rows = 16

@@ -1,7 +1,7 @@
 import os, json, torch, numpy as np, cupy as cp
 from labkit import inputs
-from labkit.core.tensormap import encode_tiled_f32
-import labkit.ops.chain as lc
+from labkit.tensormap import encode_tiled_f32
+import labkit.chain as lc
 src = open(".gpu/tma_probe.cu").read()
 res = {}
 shape = (16, 64, 256, 256); rows, n = 16, 64 * 256 * 256
@@ -15,7 +15,7 @@ for steps, stages, variant in ((16, 24, 0), (16, 24, 3), (8, 40, 0), (16, 24, 1)
     f.max_dynamic_shared_size_bytes = smem
     probe = cp.zeros(16 * rows * 4, cp.int64)
     tmap = encode_tiled_f32(x.data_ptr(), (128, 4, n // 512, rows), (512, 2048, 4 * n), (128, 1, steps, 1))
-    from labkit.core.views import cupy_view
+    from labkit.views import cupy_view
     args = (tmap, probe, cupy_view(ws["warp_state"]), cupy_view(ws["row_done"]), cupy_view(mean), cupy_view(rstd), np.int32(n), np.float32(1e-5))
     for _ in range(3): f((4, rows), (64,), args, shared_mem=smem)
     cp.cuda.Device().synchronize()

@@ -1,9 +1,8 @@
 import json, os, torch, numpy as np, cupy as cp
-from labkit.studies import bench
-from labkit import inputs
-from labkit.core.launch import launch
-from labkit.core.tensormap import encode_tiled_f32
-import labkit.ops.chain as lc
+from labkit import bench, inputs
+from labkit.launch import launch
+from labkit.tensormap import encode_tiled_f32
+import labkit.chain as lc
 OUT = os.environ.get("OUT", "/tmp"); res = {}
 # 1. chain latency floor with clock64
 src = open(".gpu/chain_floor.cu").read().replace('#include "welford_ln.cuh"', open(".gpu/welford_ln.cuh").read().replace("#pragma once", ""))

@@ -1,9 +1,7 @@
 """When should the output pass launch? PDL trigger points vs no overlap (H200)."""
 import json, os, time, torch
-from labkit.studies import bench
-from labkit import inputs
-from labkit.studies import identity
-from labkit.ops.chain import chain_layer_norm, launch_chain_stats, launch_affine_columns, TmaConfig
+from labkit import bench, inputs, identity
+from labkit.chain import chain_layer_norm, launch_chain_stats, launch_affine_columns, TmaConfig
 OUT = os.environ.get("OUT", "/tmp")
 res = {"identity": [], "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 shape = (16, 64, 256, 256); rows = 16

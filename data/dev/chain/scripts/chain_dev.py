@@ -1,14 +1,12 @@
 import json, os, sys, time, torch
-from labkit.studies import bench
-from labkit import inputs
-from labkit.studies import identity
-from labkit.ops.chain import chain_layer_norm, launch_chain_stats, _workspace
-from labkit.ops.reference_order import reference_order_layer_norm, launch_affine_rows
-from labkit.ops.split_stats import split_stats_layer_norm
+from labkit import bench, inputs, identity
+from labkit.chain import chain_layer_norm, launch_chain_stats, _workspace
+from labkit.reference_order import reference_order_layer_norm, launch_affine_rows
+from labkit.split_stats import split_stats_layer_norm
 torch.backends.cudnn.allow_tf32 = False
 OUT = os.environ.get("OUT", "/tmp")
 res = {"identity": [], "timing": {}}
-import labkit.ops.chain as lc
+import labkit.chain as lc
 def cand(schedule):
     def f(x, w, b, e):
         if schedule.startswith("chain_"):
@@ -37,7 +35,7 @@ torch.cuda.synchronize(); g = torch.cuda.CUDAGraph()
 with torch.cuda.graph(g): y, m, s = chain_layer_norm(x, w, b, 1e-5, return_stats=True)
 x.mul_(0.8); w.mul_(0.9); b.add_(0.01); g.replay(); torch.cuda.synchronize()
 ref = identity.native_layer_norm(x, w, b, 1e-5)
-from labkit.records.check import bit_identical
+from labkit.check import bit_identical
 res["graph_mutation_identical"] = all(bit_identical(r, q) for r, q in zip(ref, (y, m, s))); print("graph mutation", res["graph_mutation_identical"])
 del g, y, m, s
 P = bench.Protocol(rounds=int(os.environ.get("ROUNDS", "15")))
@@ -46,7 +44,7 @@ def timeit(shape, extra_inductor=True):
     rows = x.numel() // w.numel(); n = w.numel()
     mean = torch.empty(rows, device="cuda"); rstd = torch.empty(rows, device="cuda"); y = torch.empty_like(x)
     ln = torch.nn.LayerNorm(shape[1:]).cuda(); ln.weight.data.copy_(w); ln.bias.data.copy_(b)
-    from labkit.ops.chain import launch_chain_stats as lcs
+    from labkit.chain import launch_chain_stats as lcs
     methods = {"native": lambda: torch.nn.functional.layer_norm(x, shape[1:], w, b, 1e-5),
                "reference_order": lambda: reference_order_layer_norm(x, w, b, 1e-5),
                "chain_auto": lambda: chain_layer_norm(x, w, b, 1e-5),

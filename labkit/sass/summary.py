@@ -1,0 +1,256 @@
+"""Committable summaries: our kernels' and torch's (from a CUDA wheel) LayerNorm SASS, their side-by-side
+comparison and verdict, the records under data/sass/, and `main`, the CLI that writes them
+(`python -m labkit.sass --wheel ... --workdir ...`)."""
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from labkit.core.compile import REPO_ROOT
+from labkit.core.cubin import complete_cubin
+from labkit.sass.elf import resource_usage
+from labkit.sass.parser import Instr, branch_target, fp_op_sequence, parse_sass
+from labkit.sass.patterns import CONTRACT_KEYS, contract_report
+from labkit.sass.symbolic import Node
+from labkit.sass.tools import disassemble, find_tool, run_tool, tool_versions
+
+
+SASS_DIR = REPO_ROOT / "data" / "sass"
+
+
+def _clean(obj):
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items() if not isinstance(v, Node)}
+    if isinstance(obj, list):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def function_summary(sass_text: str, function: str, label: str) -> dict:
+    """Small, committable summary of one function's SASS: FP opcode histogram, the ordered FP op sequence of the
+    stats loop / merges / finish / output regions, and the contract report."""
+    funcs = parse_sass(sass_text)
+    if function not in funcs:
+        raise ValueError(f"{function!r} not in the disassembly; have {sorted(funcs)[:5]}…")
+    instrs = funcs[function]
+    return {"label": label, "function": function, "instructions": len(instrs),
+            "regions": regions(instrs), "contract": _clean(contract_report(instrs))}
+
+
+def regions(instrs: list[Instr]) -> dict[str, list[str]]:
+    """FP opcode sequences of a LayerNorm kernel's regions, split at anchors: `loop` (up to the first
+    SHFL.DOWN), `warp_merge` (up to the first barrier or SHFL.IDX after the last SHFL.DOWN),
+    `block_tree_and_finish` (up to just past the first MUFU.RSQ), `output` (the rest of the kernel body) and
+    `subroutines` (the division/reciprocal slow paths reached by CALL, after the body). A kernel without
+    shuffles (output only) has `output` and `subroutines`."""
+    calls = [branch_target(i) for i in instrs if i.base == "CALL"]
+    sub = min((c for c in calls if c is not None), default=None)
+    end = sub if sub is not None else instrs[-1].addr + 0x10
+    out: dict[str, list[str]] = {}
+    shfl = [i.addr for i in instrs if i.opcode.startswith("SHFL.DOWN") and i.addr < end]
+    if shfl:
+        after = [i.addr for i in instrs if shfl[-1] < i.addr < end
+                 and (i.opcode.startswith("BAR") or i.opcode.startswith("SHFL.IDX"))]
+        tree = after[0] if after else shfl[-1] + 0x10
+        rsq = [i.addr for i in instrs if i.opcode == "MUFU.RSQ" and i.addr < end]
+        finish = rsq[0] + 0x30 if rsq else end
+        out["loop"] = fp_op_sequence(instrs, None, shfl[0])
+        out["warp_merge"] = fp_op_sequence(instrs, shfl[0], tree)
+        out["block_tree_and_finish"] = fp_op_sequence(instrs, tree, finish)
+        out["output"] = fp_op_sequence(instrs, finish, end)
+    else:
+        out["output"] = fp_op_sequence(instrs, None, end)
+    out["subroutines"] = fp_op_sequence(instrs, end, None) if sub is not None else []
+    return out
+
+
+def our_kernels_summary(arch: str = "sm_90", kernels: tuple[str, ...] = ("reference_stats", "affine_rows")) -> dict:
+    """Compile our reference-order kernels (through labkit.compile) and summarise their SASS."""
+    from labkit.core.compile import compile_kernel
+
+    out = {}
+    for k in kernels:
+        compiled = compile_kernel(k, arch)
+        text = disassemble(compiled.cubin)
+        funcs = parse_sass(text)
+        for fn in funcs:
+            out[fn] = {**function_summary(text, fn, f"ours: kernels/{k}.cu"),
+                       "compile_record": compiled.record.to_json(),
+                       "cubin_padded_bytes": complete_cubin(compiled.cubin)[1]}
+    return out
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+TORCH_FUNCTIONS = {
+    "vectorized_layer_norm_kernel<float, float, false>": "vectorized_layer_norm_kernelIffLb0EE",
+    "RowwiseMomentsCUDAKernel<float, float, false>": "RowwiseMomentsCUDAKernelIffLb0EE",
+    "LayerNormForwardCUDAKernel<float, float, false>": "LayerNormForwardCUDAKernelIffLb0EE",
+}
+
+
+def torch_wheel_summary(wheel: Path, workdir: Path, arch: str = "sm_90") -> dict:
+    """Extract libtorch_cuda.so from a torch CUDA wheel, find the `arch` cubin holding the LayerNorm kernels,
+    and summarise their SASS. Everything large stays in `workdir` (never commit it); the return value is small.
+    Needs cuobjdump (the wheel is read with zipfile). About a minute and ~1.2 GB of disk for torch 2.11."""
+    import zipfile
+
+    wheel, workdir = Path(wheel), Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    lib = workdir / "libtorch_cuda.so"
+    commands = []
+    if not lib.is_file():
+        with zipfile.ZipFile(wheel) as z, z.open("torch/lib/libtorch_cuda.so") as src, open(lib, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 22)
+    commands.append(f"unzip -p {wheel.name} torch/lib/libtorch_cuda.so > libtorch_cuda.so")
+    with zipfile.ZipFile(wheel) as z:
+        version_py = z.read("torch/version.py").decode()
+    listing = run_tool("cuobjdump", "-lelf", str(lib))
+    commands.append("cuobjdump -lelf libtorch_cuda.so")
+    names = re.findall(r"ELF file\s+\d+:\s+(\S+)", listing)
+    candidates = [n for n in names if n.endswith(f".{arch}.cubin")]
+    found = None
+    cubdir = workdir / arch
+    cubdir.mkdir(exist_ok=True)
+    existing = sorted(cubdir.glob(f"*.{arch}.cubin"))
+    if len(existing) < len(candidates):
+        subprocess.run([find_tool("cuobjdump"), "-xelf", arch, str(lib)], cwd=cubdir, check=True,
+                       capture_output=True, timeout=1800)
+    commands.append(f"cuobjdump -xelf {arch} libtorch_cuda.so")
+    key = TORCH_FUNCTIONS["vectorized_layer_norm_kernel<float, float, false>"].encode()
+    for path in sorted(cubdir.glob(f"*.{arch}.cubin")):
+        if key in path.read_bytes():
+            found = path
+            break
+    if found is None:
+        raise RuntimeError(f"no {arch} cubin in {lib} holds vectorized_layer_norm_kernel<float,float,false>")
+    text = disassemble(found.read_bytes())
+    commands.append(f"cuobjdump -sass {found.name}")
+    funcs = parse_sass(text)
+    usage = {u.function: u.to_json() for u in resource_usage(found.read_bytes())}
+    summaries = {}
+    for pretty, frag in TORCH_FUNCTIONS.items():
+        mangled = [f for f in funcs if frag in f]
+        if len(mangled) != 1:
+            raise RuntimeError(f"expected one function matching {frag}, found {mangled}")
+        summaries[pretty] = {**function_summary(text, mangled[0], f"torch: {pretty}"),
+                             "resource_usage": usage.get(mangled[0])}
+    return {"wheel": wheel.name, "wheel_sha256": sha256_file(wheel),
+            "torch_version": re.search(r"__version__ = '([^']+)'", version_py).group(1),
+            "torch_git_version": re.search(r"git_version = '([^']+)'", version_py).group(1),
+            "library": "torch/lib/libtorch_cuda.so", "library_sha256": sha256_file(lib),
+            "cubin": found.name, "cubin_sha256": sha256_file(found), "arch": arch,
+            "commands": commands, "tools": tool_versions(), "functions": summaries}
+
+
+def _ours_totals(ours_fns: list[dict]) -> dict:
+    tot: dict = {}
+    for f in ours_fns:
+        for k in CONTRACT_KEYS + ("unexplained_count",):
+            v = f["contract"].get(k)
+            if isinstance(v, dict):
+                d = tot.setdefault(k, {})
+                for kind, n in v.items():
+                    d[kind] = d.get(kind, 0) + n
+            else:
+                tot[k] = tot.get(k, 0) + (v or 0)
+    return tot
+
+
+def compare(torch_fn: dict, ours_fns: list[dict]) -> list[dict]:
+    """Side-by-side rows of the contract patterns: torch's function vs ours (stats + output kernels together),
+    with one SASS instruction of each side as an example."""
+    ours = _ours_totals(ours_fns)
+    rows = []
+    for key in CONTRACT_KEYS:
+        ex_keys = [k for k in torch_fn["contract"]["examples"] if k == key or k.startswith(key + "_")
+                   or (key == "merge" and k == "merge_mean")]
+        ex_keys = [k for k in ex_keys if "folded" not in k and "beta_only" not in k] or ex_keys
+        ex = ex_keys[0] if ex_keys else None
+        ours_ex = next((f["contract"]["examples"][ex]["sass"] for f in ours_fns
+                        if ex and ex in f["contract"]["examples"]), "")
+        rows.append({"pattern": key, "torch": torch_fn["contract"].get(key), "ours": ours.get(key),
+                     "torch SASS": torch_fn["contract"]["examples"].get(ex, {}).get("sass", "") if ex else "",
+                     "ours SASS": ours_ex})
+    return rows
+
+
+def verdict(torch_fn: dict, ours_fns: list[dict]) -> dict:
+    """Do ours and torch's make the same FMA contractions? Checked pattern by pattern on the kinds present, not on
+    how many times each occurs (unrolling differs: torch's loop reads 4 float4 per trip, ours 2)."""
+    t, o = torch_fn["contract"], _ours_totals(ours_fns)
+    rcp = "rcp(count + 1)"
+    checks = {
+        "push: new_mean = fma(x - mean, 1/(count+1), mean)": rcp in t["push_mean"] and rcp in o["push_mean"],
+        "push: m2 = fma(x - mean, x - new_mean, m2), one per push": t["push_m2"] == sum(t["push_mean"].values())
+        and o["push_m2"] == sum(o["push_mean"].values()),
+        "merge: mean = fma(nA, A.mean, round(nB*B.mean)), A = the received state":
+            bool(t["merge"]) and set(t["merge"]) == set(o["merge"]) and all(k.startswith("first_product")
+                                                                            for k in t["merge"]),
+        "merge: sigma2 = fma(nB, round(round(delta*delta)*A.count), A.sigma2 + B.sigma2), one per merge":
+            t["merge_m2"] == sum(t["merge"].values()) and o["merge_m2"] == sum(o["merge"].values()),
+        "finish: m2/N by IEEE division, then rsqrtf(var + eps) (MUFU.RSQ)": t["division"] > 0 and o["division"] > 0
+        and t["rsqrt"] > 0 and o["rsqrt"] > 0,
+        "output: fma(gamma, round(rstd*round(x - mean)), beta)": t["output"].get("affine", 0) > 0
+        and o["output"].get("affine", 0) > 0,
+        "every FFMA accounted for (torch)": t["unexplained_count"] == 0,
+        "every FFMA accounted for (ours)": o["unexplained_count"] == 0,
+    }
+    notes = []
+    folded = [k for k in o["push_mean"] if k != rcp]
+    if folded:
+        notes.append("ours: the compiler peels each thread's first float4, where the counts are known, and "
+                     "folds its reciprocals (" + ", ".join(folded) + ") into constants: the correctly rounded "
+                     "values the IEEE division gives at run time, so the same bits as torch's run-time division")
+    if t["output"].get("beta_only"):
+        notes.append(f"torch: in its gamma-less path (bias only) {t['output']['beta_only']} outputs are "
+                     "fma(rstd, x - mean, beta) and " f"{t['output'].get('beta_only_unfused', 0)} are "
+                     "round(rstd*(x - mean)) + beta (FMUL then FADD, the FMUL shared with the no-affine path): "
+                     "one float4 component in four rounds twice there. Not used by affine LayerNorm")
+    return {"same_contractions": all(checks.values()), "checks": checks, "ours_totals": o, "notes": notes}
+
+
+def build_comparison(wheel: Path, workdir: Path, arch: str = "sm_90") -> dict:
+    """The committed record: torch's LayerNorm kernels from the wheel vs ours, and the verdict."""
+    import datetime as _dt
+
+    torch_part = torch_wheel_summary(wheel, workdir, arch)
+    ours = our_kernels_summary(arch)
+    stats = [v for v in ours.values()]
+    vec = torch_part["functions"]["vectorized_layer_norm_kernel<float, float, false>"]
+    return {"schema": 1, "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "produced_by": f"python -m labkit.sass --wheel {Path(wheel).name} --workdir <tmp> --arch {arch}",
+            "torch": torch_part, "ours": ours, "comparison": compare(vec, stats), "verdict": verdict(vec, stats)}
+
+
+def committed_comparisons(root: Path = SASS_DIR) -> list[Path]:
+    return sorted(Path(root).glob("*.json"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Compare torch's LayerNorm SASS (from a CUDA wheel) with ours")
+    ap.add_argument("--wheel", required=True, help="torch CUDA wheel, e.g. torch-2.11.0-cp312-...whl")
+    ap.add_argument("--workdir", required=True, help="scratch folder outside the repository (GBs)")
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--out", default=None, help="JSON to write (default data/sass/<torch version>-<arch>.json)")
+    args = ap.parse_args(argv)
+    if Path(args.workdir).resolve().is_relative_to(REPO_ROOT):
+        raise SystemExit("--workdir must be outside the repository: torch's binaries are never committed")
+    record = build_comparison(Path(args.wheel), Path(args.workdir), args.arch)
+    out = Path(args.out) if args.out else SASS_DIR / f"layernorm-torch-{record['torch']['torch_version']}-{args.arch}.json"
+    from labkit.core.atomic import atomic_write_json
+
+    atomic_write_json(out, record)
+    print(f"wrote {out}: same contractions = {record['verdict']['same_contractions']}")
+    return 0

@@ -1,0 +1,156 @@
+"""Notebook 06's study: each kernel's sources and compile options, its compile record, what ptxas made of it, and
+whether its machine code makes the same FMA contractions as torch's own vectorized LayerNorm kernel.
+
+Torch's side is the committed summary under data/sass/ (disassembled from the torch 2.11.0+cu130 wheel, too large
+to keep); ours is disassembled now when cuobjdump or nvdisasm is present, otherwise replayed from that summary.
+"""
+from __future__ import annotations
+
+import json
+
+from labkit.core import compile as kc
+from labkit.sass import elf, ptxas, summary, tools
+
+TORCH_VECTORIZED = "vectorized_layer_norm_kernel<float, float, false>"
+
+
+# ------------------------------------------------------------------------------------------- compiling ---
+
+def compile_records(arch: str) -> list[kc.CompileRecord]:
+    """Compile every kernel under kernels/ for `arch` (NVRTC: no GPU needed) and return the compile records."""
+    return [kc.compile_kernel(k, arch).record for k in kc.available_kernels()]
+
+
+def sources(records: list[kc.CompileRecord]) -> list[tuple[str, str]]:
+    """(file, text) of every kernel source and, after them, every header they include, each file once however
+    many kernels include it."""
+    kernels = [f"{r.kernel}.cu" for r in records]
+    headers = sorted({h for r in records for h in r.headers})
+    return [(name, (kc.KERNEL_DIR / name).read_text()) for name in dict.fromkeys(kernels + headers)]
+
+
+def compile_rows(records: list[kc.CompileRecord]) -> list[dict]:
+    return [{"kernel": r.kernel, "arch": r.arch, "nvrtc": r.nvrtc_version, "headers": r.headers,
+             "options": " ".join(r.options), "source_sha256": r.source_sha256[:16],
+             "cubin_sha256": r.cubin_sha256[:16], "cache_hit": r.cache_hit} for r in records]
+
+
+def resource_rows(records: list[kc.CompileRecord]) -> list[dict]:
+    """Per function: ptxas's report (the kernel recompiled with --ptxas-options=-v, whose machine code must equal
+    the cached cubin's: `code identical`) beside the cubin's own resource usage (local and shared bytes)."""
+    rows = []
+    for r in records:
+        info = ptxas.ptxas_info(r.kernel, r.arch)
+        usage = {u.function: u for u in elf.resource_usage(kc.compile_kernel(r.kernel, r.arch).cubin)}
+        for f in info["functions"]:
+            u = usage.get(f["function"])
+            rows.append({"kernel": r.kernel, "function": f["function"], "registers": f.get("registers"),
+                         "barriers": f.get("barriers"), "static smem (B)": f.get("static_smem_bytes"),
+                         "stack (B)": f.get("stack_bytes"), "spill stores (B)": f.get("spill_store_bytes"),
+                         "spill loads (B)": f.get("spill_load_bytes"),
+                         "local (B)": u.local_bytes if u else None,
+                         "cubin shared (B)": u.shared_bytes if u else None,
+                         "code identical": info["code_identical"]})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------- machine code ---
+
+def tool_rows() -> list[dict]:
+    return [{"tool": k, "found": v["path"] if v else None, "version": v["version"] if v else None}
+            for k, v in tools.tool_versions().items()]
+
+
+def can_disassemble() -> bool:
+    return tools.find_tool("cuobjdump") is not None or tools.find_tool("nvdisasm") is not None
+
+
+def contraction_evidence(arch: str, live: bool | None = None, root=None) -> dict:
+    """Torch's vectorized kernel (newest committed summary) against ours: disassembled now when `live` (default:
+    when a disassembler exists), else ours as recorded in the same summary. Keys: file, torch (the summary's
+    torch part), vec (torch's function), ours (by function), source, same_code (live only: each of our cubins
+    identical to the summary's), comparison, verdict."""
+    found = summary.committed_comparisons(*([root] if root is not None else []))
+    if not found:
+        raise RuntimeError("no committed SASS comparison under data/sass/: run python -m labkit.sass --wheel ...")
+    rec = json.loads(found[-1].read_text())
+    vec = rec["torch"]["functions"][TORCH_VECTORIZED]
+    live = can_disassemble() if live is None else live
+    if live:
+        ours = summary.our_kernels_summary(arch)
+        source = "ours disassembled now"
+        same_code = {fn: ours[fn]["compile_record"]["cubin_sha256"] == rec["ours"][fn]["compile_record"]["cubin_sha256"]
+                     for fn in ours if fn in rec["ours"]}
+    else:
+        ours = rec["ours"]
+        source = f"ours REPLAYED from {found[-1].name}"
+        same_code = None
+    fns = list(ours.values())
+    return {"file": found[-1].name, "record": {k: rec[k] for k in ("created_utc", "produced_by")},
+            "torch": rec["torch"], "vec": vec, "ours": ours, "source": source, "same_code": same_code,
+            "comparison": summary.compare(vec, fns), "verdict": summary.verdict(vec, fns)}
+
+
+def comparison_rows(evidence: dict) -> list[dict]:
+    """Pattern by pattern, torch's count beside ours, with one SASS instruction of each as an example."""
+    return evidence["comparison"]
+
+
+def check_rows(evidence: dict) -> list[dict]:
+    return [{"check": k, "holds": v} for k, v in evidence["verdict"]["checks"].items()]
+
+
+def _first_merge(fn: dict) -> list[str]:
+    """The FP opcodes of the first shuffle-down merge: up to the SHFL that starts the second one."""
+    ops = fn["regions"]["warp_merge"]
+    second = [i for i, o in enumerate(ops) if o.startswith("SHFL") and i >= 3]
+    return ops[:second[0]] if second else ops
+
+
+def first_merge_rows(evidence: dict, ours_function: str = "reference_order_stats") -> list[dict]:
+    """Torch's and our first warp merge (offset 16), FP opcode by opcode in address order."""
+    t, o = _first_merge(evidence["vec"]), _first_merge(evidence["ours"][ours_function])
+    return [{"#": i, "torch": t[i] if i < len(t) else "", "ours": o[i] if i < len(o) else ""}
+            for i in range(max(len(t), len(o)))]
+
+
+def region_rows(evidence: dict) -> list[dict]:
+    vec, fns = evidence["vec"], list(evidence["ours"].values())
+    return [{"region": r, "torch FP ops": len(vec["regions"].get(r, [])),
+             "ours FP ops": sum(len(f["regions"].get(r, [])) for f in fns)} for r in vec["regions"]]
+
+
+def provenance_rows(evidence: dict) -> list[dict]:
+    """How the torch summary was made: the wheel, library and cubin with their hashes, the commands, the tools."""
+    t = evidence["torch"]
+    facts = {"wheel": t["wheel"], "wheel sha256": t["wheel_sha256"], "torch": t["torch_version"],
+             "torch git": t["torch_git_version"], "library sha256": t["library_sha256"], "cubin": t["cubin"],
+             "cubin sha256": t["cubin_sha256"], "commands": " ; ".join(t["commands"]),
+             "made by": evidence["record"]["produced_by"],
+             "tools": ", ".join(f"{k} {v['version']}" for k, v in t["tools"].items() if v),
+             "created": evidence["record"]["created_utc"]}
+    return [{"key": k, "value": v} for k, v in facts.items()]
+
+
+def torch_function_rows(evidence: dict) -> list[dict]:
+    return [{"torch function": k, "instructions": v["instructions"],
+             "registers": (v.get("resource_usage") or {}).get("registers"),
+             "FFMA explained by the vectorized contract": v["contract"]["unexplained_count"] == 0,
+             "FP opcodes": ", ".join(f"{op} {n}" for op, n in v["contract"]["fp_opcodes"].items())}
+            for k, v in evidence["torch"]["functions"].items()]
+
+
+def verdict_lines(evidence: dict, resources: list[dict]) -> list[str]:
+    """The FMA-contraction verdict and what ptxas reported, from the records."""
+    t = evidence["torch"]
+    spills = [f"{r['kernel']}/{r['function']}" for r in resources
+              if (r["spill stores (B)"] or 0) or (r["spill loads (B)"] or 0)]
+    lines = [f"torch {t['torch_version']} ({t['wheel']}, sha256 {t['wheel_sha256'][:16]}…), {t['arch']} cubin "
+             f"{t['cubin']} vs {evidence['source']}",
+             f"SAME FMA CONTRACTIONS: {evidence['verdict']['same_contractions']}"]
+    if evidence["same_code"] is not None:
+        lines.append(f"our cubins identical to the committed summary's: {evidence['same_code']}")
+    lines += [f"- {note}" for note in evidence["verdict"]["notes"]]
+    lines.append(f"ptxas: {len(resources)} functions, machine code identical to the cached cubins: "
+                 f"{all(r['code identical'] for r in resources)}; spills: {', '.join(spills) or 'none'}")
+    return lines

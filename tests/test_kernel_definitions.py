@@ -1,0 +1,56 @@
+"""Notebook 06's study (labkit.studies.kernel_definitions) on the CPU: sources, compile and ptxas rows, and the
+FMA-contraction evidence against torch's committed SASS summary."""
+import pytest
+
+from labkit.core import compile as kc
+from labkit.studies import kernel_definitions as kd
+
+
+def test_sources_show_each_file_once_kernels_first():
+    records = [kc.compile_kernel(k, "sm_90").record for k in ("affine_rows", "reference_stats", "chain_floor")]
+    files = kd.sources(records)
+    names = [name for name, _ in files]
+    assert len(names) == len(set(names))  # welford_ln.cuh is included by two of them, shown once
+    assert names[:3] == ["affine_rows.cu", "reference_stats.cu", "chain_floor.cu"]
+    assert set(names[3:]) == {h for r in records for h in r.headers} and "welford_ln.cuh" in names
+    assert dict(files)["chain_floor.cu"] == (kc.KERNEL_DIR / "chain_floor.cu").read_text()
+
+
+def test_compile_and_resource_rows_for_one_kernel():
+    records = [kc.compile_kernel("chain_floor", "sm_90").record]
+    [row] = kd.compile_rows(records)
+    assert row["kernel"] == "chain_floor" and "--fmad=true" in row["options"] and row["arch"] == "sm_90"
+    [res] = kd.resource_rows(records)
+    assert res["function"] == "chain_floor" and res["registers"] > 0 and res["code identical"] is True
+
+
+def test_replayed_evidence_from_the_committed_summary():
+    ev = kd.contraction_evidence("sm_90", live=False)
+    assert ev["source"].startswith("ours REPLAYED from ") and ev["same_code"] is None
+    assert ev["verdict"]["same_contractions"] is True
+    assert all(r["holds"] for r in kd.check_rows(ev))
+    merge = kd.first_merge_rows(ev)
+    assert merge[0] == {"#": 0, "torch": "SHFL.DOWN", "ours": "SHFL.DOWN"}
+    assert not any(r["torch"].startswith("SHFL") for r in merge[3:])  # stops before the second merge
+    assert {r["region"] for r in kd.region_rows(ev)} == set(ev["vec"]["regions"])
+    assert kd.comparison_rows(ev) == ev["comparison"]
+    assert any(r["key"] == "wheel sha256" for r in kd.provenance_rows(ev))
+    assert kd.TORCH_VECTORIZED in {r["torch function"] for r in kd.torch_function_rows(ev)}
+    resources = [{"kernel": "k", "function": "f", "spill stores (B)": 8, "spill loads (B)": 0,
+                  "code identical": True}]
+    lines = kd.verdict_lines(ev, resources)
+    assert "SAME FMA CONTRACTIONS: True" in lines and "REPLAYED" in lines[0]
+    assert lines[-1].endswith("spills: k/f")
+
+
+def test_no_committed_summary_is_an_error(tmp_path):
+    with pytest.raises(RuntimeError, match="no committed SASS comparison"):
+        kd.contraction_evidence("sm_90", live=False, root=tmp_path)
+
+
+def test_live_evidence_when_a_disassembler_exists():
+    if not kd.can_disassemble():
+        pytest.skip("no cuobjdump/nvdisasm here")
+    ev = kd.contraction_evidence("sm_90")
+    assert ev["source"] == "ours disassembled now" and set(ev["same_code"]) <= set(ev["ours"])
+    assert ev["verdict"]["same_contractions"] is True

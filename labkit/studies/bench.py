@@ -124,7 +124,7 @@ def _graphed(fn: Callable[[], object]) -> tuple[Callable[[], object], object]:
 
 
 def time_methods(methods: dict[str, Callable[[], object]], protocol: Protocol = PROTOCOL_A,
-                 baseline: str | None = None, timer=None, progress: bool = False) -> TimingRecord:
+                 baseline: str | None = None, timer=None) -> TimingRecord:
     """Time every method under `protocol`; a method that raises is reported by the caller, not here."""
     if not methods:
         raise ValueError("time_methods needs at least one method")
@@ -144,12 +144,7 @@ def time_methods(methods: dict[str, Callable[[], object]], protocol: Protocol = 
     rng = random.Random(protocol.order_seed)
     samples = {name: [] for name in prepared}
     order = []
-    rounds = range(protocol.rounds)
-    if progress:
-        from tqdm.auto import tqdm
-
-        rounds = tqdm(rounds, desc=protocol.name, leave=False)
-    for _ in rounds:
+    for _ in range(protocol.rounds):
         names = list(prepared)
         rng.shuffle(names)
         order.append(names)

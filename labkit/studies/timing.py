@@ -140,8 +140,7 @@ def graph_preflight(fn, warmups: int) -> str | None:
         return f"{type(exc).__name__}: {str(exc).strip()[:400]}"
 
 
-def copy_ceiling(protocols: dict, nbytes: int = COPY_CEILING_BYTES, device="cuda", timer_factory=None,
-                 progress: bool = False) -> dict:
+def copy_ceiling(protocols: dict, nbytes: int = COPY_CEILING_BYTES, device="cuda", timer_factory=None) -> dict:
     """The best of two device copies of an `nbytes` float32 buffer under each protocol, read + write counted:
     `dst.copy_(src)`, and an elementwise kernel (`torch.mul(src, 1, out=dst)`). Both are kept because under graph
     replay torch's copy_ becomes a memcpy node that can run on a copy engine, measured on the H200 at 2.76 TB/s
@@ -156,7 +155,7 @@ def copy_ceiling(protocols: dict, nbytes: int = COPY_CEILING_BYTES, device="cuda
     for key, protocol in protocols.items():
         rec = bench.time_methods({"device_copy": lambda: dst.copy_(src),
                                   "elementwise_copy": lambda: torch.mul(src, 1.0, out=dst)}, protocol, baseline=None,
-                                 timer=timer_factory(protocol), progress=progress)
+                                 timer=timer_factory(protocol))
         best = min(rec.stats, key=lambda k: rec.stats[k]["median_ms"])
         med = rec.stats[best]["median_ms"]
         out[key] = {"buffer_bytes": src.numel() * ELEMENT_BYTES, "bytes_moved": moved, "median_ms": med,
@@ -169,7 +168,7 @@ def copy_ceiling(protocols: dict, nbytes: int = COPY_CEILING_BYTES, device="cuda
 
 
 def run_case(case: dict, methods: list, protocols: dict, device="cuda", seed: int = 0, eps: float = EPS,
-             ceiling: dict | None = None, timer_factory=None, progress: bool = False) -> dict:
+             ceiling: dict | None = None, timer_factory=None) -> dict:
     """Check and time every method on one case; returns the case's record (JSON-able)."""
     import torch
 
@@ -221,7 +220,7 @@ def run_case(case: dict, methods: list, protocols: dict, device="cuda", seed: in
                     continue
             try:
                 rec = bench.time_methods({n: fns[n] for n in names}, protocol, baseline=BASELINE,
-                                         timer=timer_factory(protocol), progress=progress)
+                                         timer=timer_factory(protocol))
                 timing[key] = rec.to_json()
             except Exception as exc:
                 timing_errors[key] = f"{type(exc).__name__}: {str(exc).strip()[:600]}"
@@ -263,7 +262,7 @@ def _versions() -> dict:
 
 def run_study(cases: list, protocols: dict, device="cuda", seed: int = 0, eps: float = EPS, methods=None,
               ceiling_bytes: int = COPY_CEILING_BYTES, timer_factory=None,
-              progress: bool = False, log=None) -> dict:
+              log=None) -> dict:
     """Measure the copy ceiling, then run every case; the `timing` record of a run. `log(line)`, if given, hears
     each case start and finish."""
     from labkit.studies import methods as registry
@@ -273,11 +272,11 @@ def run_study(cases: list, protocols: dict, device="cuda", seed: int = 0, eps: f
         methods = registry.registered()
     t0 = time.perf_counter()
     log(f"[timing] device copy ceiling ({ceiling_bytes >> 20} MiB buffer) ...")
-    ceiling = copy_ceiling(protocols, ceiling_bytes, device, timer_factory, progress)
+    ceiling = copy_ceiling(protocols, ceiling_bytes, device, timer_factory)
     done = []
     for case in cases:
         log(f"[timing] {case['key']} ...")
-        rec = run_case(case, methods, protocols, device, seed, eps, ceiling, timer_factory, progress)
+        rec = run_case(case, methods, protocols, device, seed, eps, ceiling, timer_factory)
         log(f"[timing] {case['key']}: timed {rec['eligible']} in {rec['wall_s']:.1f}s")
         done.append(rec)
     return {"schema": RECORD_SCHEMA, "baseline": BASELINE, "distribution": DISTRIBUTION, "seed": seed, "eps": eps,

@@ -119,7 +119,6 @@ def timing_study(shapes, mode: str, rounds: int, device="cuda", log=None) -> dic
     record. `log` receives progress lines (default: none)."""
     from labkit.studies import methods, timing
 
-    methods.discover()
     chosen = [methods.get(n) for n in TIMED_METHODS]
     return timing.run_study(timing.cases_for(shapes), timing.protocols_for(mode, ("A",), rounds), device=device,
                             methods=chosen, log=log or (lambda _line: None))

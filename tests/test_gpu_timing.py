@@ -36,7 +36,7 @@ def test_quick_study_rows_and_protocols(quick_record):
             assert row["status"] in ("timed", "unavailable", "failed_check", "check_error")
             if row["status"] != "timed":
                 assert timing.failure_text(row)
-    assert quick_record["copy_ceiling"]["A"]["gbs_median"] > 100
+    assert quick_record["copy_ceiling"]["A"]["median_gbps"] > 100
 
 
 def test_liger_runs_or_carries_its_error(quick_record):

@@ -28,7 +28,7 @@ def test_byte_count_formula():
     assert timing.byte_count((4096, 1, 1, 1024), (1, 1, 1024)) == 4 * (2 * 4096 * 1024 + 2 * 1024)
     assert timing.byte_count((3, 64, 17, 19)) == 4 * (2 * 3 * 20672 + 2 * 20672)
     assert "read x, write y, read gamma and beta" in timing.BYTES_FORMULA
-    assert timing.gb_per_s(2_000_000_000, 1000.0) == pytest.approx(2.0)
+    assert timing.gbps(2_000_000_000, 1000.0) == pytest.approx(2.0)
 
 
 def test_cases_and_protocols():

@@ -63,7 +63,7 @@ def byte_count(shape, normalized_shape=None) -> int:
     return ELEMENT_BYTES * (2 * numel + 2 * n)
 
 
-def gb_per_s(nbytes: int, ms: float) -> float:
+def gbps(nbytes: int, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e9
 
 
@@ -143,8 +143,8 @@ def graph_preflight(fn, warmups: int) -> str | None:
 def copy_ceiling(protocols: dict, nbytes: int = COPY_CEILING_BYTES, device="cuda", timer_factory=None) -> dict:
     """The best of two device copies of an `nbytes` float32 buffer under each protocol, read + write counted:
     `dst.copy_(src)`, and an elementwise kernel (`torch.mul(src, 1, out=dst)`). Both are kept because under graph
-    replay torch's copy_ becomes a memcpy node that can run on a copy engine, measured on the H200 at 2.76 TB/s
-    against 4.2 TB/s eager (run 20261129T151853Z): an SM kernel is the ceiling that LayerNorm kernels compete with."""
+    replay torch's copy_ becomes a memcpy node that can run on a copy engine, measured on the H200 at 2,760 GB/s
+    against 4,200 GB/s eager (run 20261129T151853Z): an SM kernel is the ceiling that LayerNorm kernels compete with."""
     import torch
 
     timer_factory = timer_factory or _default_timer
@@ -159,7 +159,7 @@ def copy_ceiling(protocols: dict, nbytes: int = COPY_CEILING_BYTES, device="cuda
         best = min(rec.stats, key=lambda k: rec.stats[k]["median_ms"])
         med = rec.stats[best]["median_ms"]
         out[key] = {"buffer_bytes": src.numel() * ELEMENT_BYTES, "bytes_moved": moved, "median_ms": med,
-                    "gbs_median": gb_per_s(moved, med), "ceiling_method": best,
+                    "median_gbps": gbps(moved, med), "ceiling_method": best,
                     "by_method_median_ms": {k: v["median_ms"] for k, v in rec.stats.items()}, "timing": rec.to_json()}
     del src, dst
     if str(device).startswith("cuda"):
@@ -233,9 +233,9 @@ def run_case(case: dict, methods: list, protocols: dict, device="cuda", seed: in
     nbytes = byte_count(shape, nshape)
     bandwidth = {}
     for key, t in timing.items():
-        ceil = (ceiling or {}).get(key, {}).get("gbs_median")
-        bandwidth[key] = {name: {"gbs_median": gb_per_s(nbytes, s["median_ms"]),
-                                 "fraction_of_copy_ceiling": (gb_per_s(nbytes, s["median_ms"]) / ceil) if ceil else None}
+        ceil = (ceiling or {}).get(key, {}).get("median_gbps")
+        bandwidth[key] = {name: {"median_gbps": gbps(nbytes, s["median_ms"]),
+                                 "fraction_of_copy_ceiling": (gbps(nbytes, s["median_ms"]) / ceil) if ceil else None}
                           for name, s in t["stats"].items()}
     del x, weight, bias, fns
     if cuda:
@@ -364,7 +364,7 @@ def timing_rows(record: dict, key: str, protocol: str = "A") -> list[dict]:
         out.append({"method": name, "family": row["family"], "ref order": row["reference_order"],
                     "median ms": s["median_ms"], "q25 ms": s["q25_ms"], "q75 ms": s["q75_ms"],
                     "speedup vs native [q25, q75]": f"{r['median']:.3g} [{r['q25']:.3g}, {r['q75']:.3g}]",
-                    "GB/s": round(bw["gbs_median"], 1),
+                    "GB/s": round(bw["median_gbps"], 1),
                     "% copy ceiling": (round(100 * bw["fraction_of_copy_ceiling"], 1)
                                        if bw.get("fraction_of_copy_ceiling") else None),
                     "bit-equal fraction": row["check"]["bit_equal_fraction"],
@@ -439,7 +439,7 @@ def shape_rows(record: dict | None, protocol: str = "A") -> list[dict]:
 
 def ceiling_rows(record: dict | None) -> list[dict]:
     return [{"protocol": k, "buffer MiB": v["buffer_bytes"] >> 20, "bytes moved per call": v["bytes_moved"],
-             "median ms": v["median_ms"], "GB/s (read + write)": round(v["gbs_median"], 1),
+             "median ms": v["median_ms"], "GB/s (read + write)": round(v["median_gbps"], 1),
              "faster copy": v.get("ceiling_method"),
              "rounds x repeats": f"{v['timing']['protocol']['rounds']} x {v['timing']['protocol']['repeats']}"}
             for k, v in (record or {}).get("copy_ceiling", {}).items()]

@@ -5,6 +5,11 @@
 # Back on the CPU machine: tar xzf book.tgz -C build/book-gpu && labkit curate build/book-gpu --attach gpu_tests.log
 # Wheels for papermill/nbconvert/ipykernel (not on the GPU image) may be carried in .whl/ (README: "On a GPU").
 set -uo pipefail
+# The GPU machine gets a copy of the tree whose .git may be stale: the commit that runs must come from the caller.
+if [ -z "${LABKIT_GIT_COMMIT:-}" ] || [ -z "${LABKIT_GIT_DIRTY:-}" ]; then
+    echo "set LABKIT_GIT_COMMIT (git rev-parse HEAD where you launch) and LABKIT_GIT_DIRTY (true/false)" >&2
+    exit 2
+fi
 OUT=${OUT:-build/gpu-pass}
 mkdir -p "$OUT" build
 if compgen -G ".whl/*.whl" > /dev/null; then

@@ -2,7 +2,8 @@
 //
 // Contract kept: thread t = lane + 32*warp reads float4 vectors t, t+128, ... of its row and pushes their four
 // components in order; shuffle-down merge; the 4-warp tree; m2/N; rsqrtf(var + eps). Bit-identical to
-// torch.native_layer_norm's mean and rstd wherever torch takes the vectorized path (see labkit.validate).
+// torch.native_layer_norm's mean and rstd wherever torch takes the vectorized path (labkit.ops.torch_path says
+// where; labkit.core.validate checks the rest).
 #include "welford_ln.cuh"
 
 extern "C" __global__ void __launch_bounds__(128) reference_order_stats(

@@ -61,7 +61,7 @@ __device__ __forceinline__ void rows_fused(const float4* __restrict__ x, const f
 
 // Arguments: x [rows, n/4] float4, gamma/beta [n/4] float4, y [rows, n/4] float4, mean/rstd [rows], n, eps.
 // grid: rows; block: (32, 4). One entry point per register budget: short rows need few vectors per thread,
-// and fewer registers let more blocks share an SM (labkit.chain picks the smallest that holds the row).
+// and fewer registers let more blocks share an SM (labkit.ops.chain picks the smallest that holds the row).
 #define ROWS_FUSED(K, MIN_BLOCKS)                                                                              \
     extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_reg##K(                            \
         const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int n,   \

@@ -8,8 +8,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from labkit import tasks
 from labkit.core.compile import REPO_ROOT
-from labkit.records.run import atomic_write_bytes
+from labkit.core.atomic import atomic_write_bytes
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 
@@ -37,8 +38,7 @@ def notebooks(only: list[str] | None = None, notebook_dir: Path = NOTEBOOK_DIR) 
 
 def book_parameters(device: str, mode: str, output_dir: Path, seeds=None, rounds=None) -> dict:
     """The book-wide parameters; each notebook receives only those it declares (`notebook_parameters`)."""
-    if mode not in ("quick", "full"):
-        raise ValueError(f"mode must be 'quick' or 'full', got {mode!r}")
+    tasks.config(mode)  # raises ValueError naming the modes
     params = {"device": device, "mode": mode, "output_dir": str(output_dir)}
     if seeds is not None:
         params["seeds"] = [int(s) for s in seeds]

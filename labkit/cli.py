@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+from labkit.tasks import MODES
+
 
 def _cmd_book(args) -> int:
     from labkit.book import build
@@ -71,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     book = sub.add_parser("book", help="execute every notebook with papermill and export HTML")
     book.add_argument("--out", default="build/book", help="output directory (executed notebooks, HTML, index)")
     book.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
-    book.add_argument("--mode", default="quick", choices=["quick", "full"], help="quick: small sizes; full: L1/40")
+    book.add_argument("--mode", default="quick", choices=list(MODES), help="quick: small sizes; full: L1/40")
     book.add_argument("--seeds", type=int, nargs="+", default=None, help="input seeds (notebook default if omitted)")
     book.add_argument("--rounds", type=int, default=None, help="timing rounds (notebook default if omitted)")
     book.add_argument("--only", nargs="+", default=None, help="notebook name prefixes, e.g. 00 01")
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     summ.add_argument("--json", action="store_true", help="one line of JSON")
     summ.set_defaults(fn=_cmd_summary)
 
-    cur = sub.add_parser("curate", help="copy a book build's runs (with notebooks, HTML, logs) into data/runs")
+    cur = sub.add_parser("curate", help="copy a book build's runs (with their executed notebooks and logs) into data/runs")
     cur.add_argument("book_dir", help="a `labkit book --out` directory")
     cur.add_argument("--to", default="data/runs")
     cur.add_argument("--attach", nargs="*", default=[], help="extra files (logs) to add to every curated run")

@@ -76,14 +76,18 @@ class StudyConfig:
     breakdown_shape: tuple[int, ...]              # stage breakdown of the chain kernel (07)
     max_rounds_a: int | None                      # protocol A rounds cap (None: as asked)
     max_rounds_b: int | None                      # protocol B rounds cap
+    allclose_trials: int                          # random allclose-vs-predicate trials per seed and device (04)
 
 
-CONFIGS = {
+CONFIGS = {  # mode -> what each notebook runs
     "quick": StudyConfig("quick", (4, 64, 32, 32), ((3, 64, 17, 19), (8, 4096)),
-                         ((4096, 1, 1, 1024), (3, 64, 17, 19)), (4, 64, 64, 64), 5, 10),
+                         ((4096, 1, 1, 1024), (3, 64, 17, 19)), (4, 64, 64, 64), 5, 10, 600),
     "full": StudyConfig("full", L1_40, ((3, 64, 17, 19), (8, 4096), L1_40), (L1_40, *EXTRA_SHAPES), L1_40,
-                        None, None),
+                        None, None, 5000),
 }
+
+
+MODES = ("quick", "full")
 
 
 def config(mode: str) -> StudyConfig:

@@ -98,7 +98,9 @@ def test_verdict_is_computed_from_the_records(tmp_path):
 def test_agreement_runs_per_seed_and_mode():
     with pytest.raises(ValueError, match="mode must be one of"):
         pc.agreement_runs("fast", [0])
-    assert pc.TRIALS["quick"] < pc.TRIALS["full"]
+    from labkit import tasks
+
+    assert tasks.config("quick").allclose_trials < tasks.config("full").allclose_trials
     assert pc.devices_for("cpu") == ("cpu",) and pc.devices_for("cuda") == ("cpu", "cuda")
     with pytest.raises(ValueError, match="'auto'"):
         pc.devices_for("auto")

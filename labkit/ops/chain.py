@@ -124,8 +124,8 @@ def _scratch(device, rows: int):
 
 def launch_chain_stats(x, mean, rstd, rows: int, n: int, eps: float, blocking: str = DEFAULT_BLOCKING,
                        options: tuple[str, ...] = (), tma: TmaConfig | None = None) -> None:
-    """The statistics pass alone. `options` adds -D flags (stage-breakdown variants); `tma` changes the tma
-    blocking's ring (default: the kernel's own)."""
+    """The statistics pass alone. `options` adds -D flags (the tma kernel's stage-breakdown variants,
+    CHAIN_VARIANT); `tma` changes the tma blocking's ring (default: the kernel's own)."""
     if blocking == "auto":
         blocking = choose_blocking(n)
     warp_state, row_done = _scratch(x.device, rows)

@@ -41,6 +41,8 @@ def _meta(rows, n):
 def _cases() -> tuple[Refusal, ...]:
     import torch
 
+    from labkit.core.validate import MAX_NORMALIZED
+
     def with_x(f):
         return lambda d: (f(d), *_xwb(d)[1:], 1e-5)
 
@@ -52,11 +54,15 @@ def _cases() -> tuple[Refusal, ...]:
         Refusal("non-contiguous input", r"x must be contiguous",
                 with_x(lambda d: torch.rand(2, 4, 8, device=d).transpose(1, 2))),
         Refusal("input 4 bytes off 16-byte alignment", r"(16-byte aligned|alignment)", with_x(_misaligned)),
+        Refusal("weight 4 bytes off 16-byte alignment", r"(weight must be 16-byte aligned|gamma is 4 bytes off)",
+                lambda d: (_xwb(d)[0], torch.ones(33, device=d)[1:].view(8, 4), _xwb(d)[2], 1e-5)),
+        Refusal("bias 4 bytes off 16-byte alignment", r"(bias must be 16-byte aligned|beta is 4 bytes off)",
+                lambda d: (*_xwb(d)[:2], torch.zeros(33, device=d)[1:].view(8, 4), 1e-5)),
         Refusal("normalized size not a multiple of 4", r"(multiple of 4|% 4)",
                 lambda d: (torch.rand(2, 6, device=d), torch.ones(6, device=d), torch.zeros(6, device=d), 1e-5)),
         Refusal("affine shape differs from input's trailing dims", r"trailing dims",
                 lambda d: (_xwb(d)[0], torch.ones(8, 2, 2, device=d), torch.zeros(8, 2, 2, device=d), 1e-5)),
-        Refusal("N > 2**24 (torch leaves the vectorized path)", r"2\*\*24", lambda d: (*_meta(1, (1 << 24) + 4), 1e-5)),
+        Refusal("N > 2**24 (torch leaves the vectorized path)", r"2\*\*24", lambda d: (*_meta(1, MAX_NORMALIZED + 4), 1e-5)),
         Refusal("numel >= 2**31", r"2\*\*31", lambda d: (*_meta(1 << 17, 1 << 14), 1e-5)),
         Refusal("empty batch (no rows)", r"at least one row", with_x(lambda d: _xwb(d)[0][:0])),
         Refusal("x requires grad (grad mode on)", r"require grad",

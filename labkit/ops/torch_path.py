@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from labkit.core.validate import MAX_NORMALIZED
+
 VECTORIZED = "vectorized"
 ROWWISE = "rowwise_moments"
 UNSUPPORTED = "unsupported"
@@ -20,7 +22,7 @@ class PathConditions:
     """When LayerNormKernelImplInternal launches vectorized_layer_norm_kernel (all must hold)."""
 
     dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")  # double always takes the other path
-    max_n: int = 1 << 24  # `1ULL << std::numeric_limits<float>::digits`: counts are floats
+    max_n: int = MAX_NORMALIZED  # `1ULL << std::numeric_limits<float>::digits`: counts are floats
     n_multiple: int = 4  # vec_size: every row starts aligned when the tensor does
     alignment: str = "vec_size * sizeof(T) bytes (16 for float32, 8 for float16/bfloat16)"
     aligned_buffers: tuple[str, ...] = ("X", "Y", "gamma", "beta")

@@ -186,7 +186,7 @@ def committed_runs(name: str | None = None, root: Path = DATA_RUNS) -> list[Path
 
 
 def curate_run(run_dir: Path, dest_root: Path = DATA_RUNS, attachments: list[Path] = ()) -> Path:
-    """Copy a complete run into `dest_root` (default data/runs) with its executed notebook, HTML and any other
+    """Copy a complete run into `dest_root` (default data/runs) with its executed notebook and any other
     attached files (logs), and extend its manifest to cover them. The source run must be complete."""
     import shutil
 

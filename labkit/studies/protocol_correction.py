@@ -16,11 +16,11 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from labkit import tasks
 from labkit.records import check
 from labkit.records.audit import AuditReport, official_from_figures
 
 # allclose trials per seed and device
-TRIALS = {"quick": 600, "full": 5000}
 
 
 def _pf(v) -> str:
@@ -352,10 +352,10 @@ def devices_for(device: str) -> tuple[str, ...]:
 
 
 def agreement_runs(mode: str, seeds, device: str = "cpu") -> list[dict]:
-    """allclose_agreement for every seed on every device of `devices_for(device)`, TRIALS[mode] trials each."""
-    if mode not in TRIALS:
-        raise ValueError(f"mode must be one of {list(TRIALS)}, got {mode!r}")
-    return [allclose_agreement(TRIALS[mode], seed=int(s), device=d) for s in seeds for d in devices_for(device)]
+    """allclose_agreement for every seed on every device of `devices_for(device)`, tasks.config(mode).allclose_trials
+    trials each."""
+    trials = tasks.config(mode).allclose_trials
+    return [allclose_agreement(trials, seed=int(s), device=d) for s in seeds for d in devices_for(device)]
 
 
 def agreement_rows(agreement: list[dict]) -> list[dict]:

@@ -66,7 +66,7 @@ def fixture_arrays(shape, distribution: str, seed: int, affine: str, device: str
 
     from labkit.ops.reference import native_layer_norm
     from labkit.inputs import make_affine, make_input
-    from labkit.ops.split_stats import row_var_mean, split_pointwise
+    from labkit.ops.split_stats import split_pointwise, split_statistics
 
     shape = tuple(int(d) for d in shape)
     n = int(np.prod(shape[1:]))
@@ -74,8 +74,7 @@ def fixture_arrays(shape, distribution: str, seed: int, affine: str, device: str
     x = make_input(distribution, shape, seed, device)
     w, b = make_affine(affine, shape[1:], seed, device)
     y, mean, rstd = native_layer_norm(x, w, b, eps)
-    var, fmean = row_var_mean(x, rows, n)
-    frstd = torch.rsqrt(var + eps)
+    var, fmean, frstd = split_statistics(x, rows, n, eps)
     arrays = {
         "x": x.reshape(rows, n), "y": y.reshape(rows, n), "mean": mean, "rstd": rstd,
         "gamma": w.reshape(n), "beta": b.reshape(n),

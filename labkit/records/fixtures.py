@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from labkit.core.compile import REPO_ROOT
-from labkit.records.run import atomic_write_bytes, atomic_write_json
+from labkit.core.atomic import atomic_write_bytes, atomic_write_json
+from labkit.tasks import UNEVEN_SHAPE
 
 FIXTURE_DIR = REPO_ROOT / "data" / "fixtures"
 RAGGED_N = 4 * 128 * 3 + 8  # 386 float4 vectors: threads 0 and 1 push 4 vectors, the rest 3
@@ -40,9 +41,9 @@ CPU_FORMAT_TEST = "NONE: CPU format test, not GPU bits"
 # (shape, distribution, seed, affine); total on disk ~10 MiB (the 2**20 row dominates; its affine is the default
 # so gamma/beta compress to nothing).
 FIXTURE_SPECS = (
-    ((3, 64, 17, 19), "uniform", 0, "random_normal"),
-    ((3, 64, 17, 19), "normal_plus_1000", 0, "random_normal"),
-    ((3, 64, 17, 19), "constant_1e4", 0, "random_normal"),
+    (UNEVEN_SHAPE, "uniform", 0, "random_normal"),
+    (UNEVEN_SHAPE, "normal_plus_1000", 0, "random_normal"),
+    (UNEVEN_SHAPE, "constant_1e4", 0, "random_normal"),
     ((4, 4096), "normal", 0, "random_normal"),
     ((2, RAGGED_N), "normal_plus_1000", 0, "random_normal"),
     ((1, 1 << 20), "uniform", 0, "default"),

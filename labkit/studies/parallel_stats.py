@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from labkit.core.compile import REPO_ROOT
+from labkit.records.check import identical_count
 from labkit.tasks import EXTRA_SHAPES, L1_40, shape_key
 
 DEV_LOG = REPO_ROOT / "data" / "dev" / "chain"
@@ -328,8 +329,8 @@ def verdict_lines(timing_record: dict | None, breakdown: dict | None, prov: dict
         lines.append(f"{case['key']}: chain {t['stats']['chain']['median_ms']:.4g} ms, {r['chain']['median']:.3g}x "
                      f"native (paired median), {ratio_ind}, bit-equal fraction vs native {bits}")
     if bits_record:
-        n_ok = sum(bool(c["identical"]) for c in bits_record["cases"])
-        lines.append(f"bit identity: {n_ok}/{len(bits_record['cases'])} cases identical (output, mean, rstd) at "
+        n_ok, n = identical_count(bits_record["cases"])
+        lines.append(f"bit identity: {n_ok}/{n} cases identical (output, mean, rstd) at "
                      f"{bits_record['shape']}")
     lines.append("Not shown here: other GPUs, other torch versions, non-float32 dtypes.")
     return lines

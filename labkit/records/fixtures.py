@@ -2,7 +2,7 @@
 
 Record on a GPU (once per torch/GPU; commit the files):
 
-    python -c "from labkit.fixtures import record_fixtures; record_fixtures('data/fixtures')"
+    python -c "from labkit.records.fixtures import record_fixtures; record_fixtures('data/fixtures')"
 
 Each fixture is one compressed npz (format read by tests/test_emulator.py):
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 from pathlib import Path
 
 import numpy as np
@@ -135,21 +134,12 @@ def record_fixtures(out_dir=FIXTURE_DIR, device: str = "cuda", specs=FIXTURE_SPE
         if device == "cuda":
             torch.cuda.empty_cache()
     atomic_write_json(out_dir / "manifest.json", {
-        "what": "golden LayerNorm fixtures (see labkit/fixtures.py for the format)",
+        "what": "golden LayerNorm fixtures (see labkit/records/fixtures.py for the format)",
         "device": device, "format_test": device != "cuda",
         "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths},
         "total_bytes": sum(p.stat().st_size for p in paths),
         "provenance": provenance(device),
     })
-    return paths
-
-
-def record_all(out_root=FIXTURE_DIR) -> list[Path]:
-    """CLI-friendly: record every fixture on the GPU into out_root (default data/fixtures) and print a summary."""
-    paths = record_fixtures(out_root, device="cuda")
-    for p in paths:
-        print(f"{p}  {p.stat().st_size / 2**20:.2f} MiB")
-    print(f"total {sum(p.stat().st_size for p in paths) / 2**20:.2f} MiB")
     return paths
 
 

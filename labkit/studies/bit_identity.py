@@ -240,10 +240,6 @@ def edge_table(record: dict | None) -> list[dict]:
             for c in record["cases"]]
 
 
-def case_table(seeds=(0, 1, 2), affines=AFFINES, distributions=DISTRIBUTIONS) -> list[dict]:
-    return [{"#": i + 1, **c} for i, c in enumerate(matrix_cases(seeds, affines, distributions))]
-
-
 def record_line(record: dict | None, source: str) -> str:
     """What the matrix record holds (its shape, case count, seeds, affines, distributions, candidate), so the
     table below it is read against the run that made it rather than this execution's parameters."""

@@ -9,7 +9,6 @@ reference-order kernel can claim identity.
 from __future__ import annotations
 
 import ast
-import math
 import operator
 import os
 import re

@@ -78,19 +78,3 @@ def test_launchers_commit_wins_over_a_stale_git(monkeypatch):
     assert results._git_state()["git_dirty"] is True
     monkeypatch.delenv("LABKIT_GIT_COMMIT")
     assert results._git_state()["git_source"] in ("git", None)
-
-
-def test_replaying_session_reads_a_given_run_directory_or_says_there_is_none(tmp_path):
-    from labkit.records.session import RunSession
-
-    run = results.Run.create(tmp_path, "replayed", device="cpu")
-    run.write("numbers", {"x": [1]})
-    run.close()
-    session = RunSession.replaying("replayed", run.path)
-    assert not session.live and session.replay_path == str(run.path)
-    assert session.source == f"REPLAYED committed GPU run {run.run_id}"
-    assert session.record("numbers") == {"x": [1]} and session.record("absent") is None
-    newest = RunSession.replaying("replayed", runs_root=tmp_path)  # committed_runs reads tmp_path as data/runs
-    assert newest.run_id == run.run_id
-    nothing = RunSession.replaying("never written", runs_root=tmp_path)
-    assert nothing.replay is None and nothing.replay_path is None and "no committed GPU run yet" in nothing.source

@@ -189,7 +189,7 @@ def describe(fixtures: list[dict]) -> list[dict]:
 
 
 def emulator_check(fix: dict) -> dict:
-    """CPU emulator of torch's reduction order (labkit.emulator) against a fixture's torch bits: mean bits equal,
+    """CPU emulator of torch's reduction order (labkit.exact.emulator) against a fixture's torch bits: mean bits equal,
     rstd within the 2-ulp bound of rsqrtf, output bits equal given torch's mean/rstd."""
     from labkit.exact import emulator
 

@@ -2,7 +2,7 @@
 official predicate against torch.native_layer_norm, and by the exact oracle against the truth.
 
 Methods (all share one `torch.var_mean(x.reshape(rows, N), dim=1, unbiased=False)`):
-  eager        ((x - mean) * rsqrt(var + eps)) * gamma + beta in eager torch (labkit.split_stats, geometry="eager")
+  eager        ((x - mean) * rsqrt(var + eps)) * gamma + beta in eager torch (labkit.ops.split_stats, geometry="eager")
   torchscript  the same expression, torch.jit.script'ed (warmed up so the profiling executor may fuse it); if
                TorchScript is missing or raises on the installed torch, every case records the error string
   flat         kernels/split_affine.cu, tiles of one row together (geometry="flat")

@@ -43,7 +43,7 @@ def register(method: Method, replace: bool = False) -> Method:
     """Add `method` to the registry (order of registration is the table order). Registering the same
     metadata and builder again is a no-op; another method under a taken name needs replace=True."""
     if not isinstance(method, Method):
-        raise TypeError(f"register needs a labkit.methods.Method, got {type(method).__name__}")
+        raise TypeError(f"register needs a labkit.studies.methods.Method, got {type(method).__name__}")
     if method.family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {method.family!r}")
     old = _REGISTRY.get(method.name)

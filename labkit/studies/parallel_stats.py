@@ -1,5 +1,5 @@
 """Parallel statistics under the reference contract: the floors, the stage breakdown and the optimization log
-behind the chain-parallel kernel (labkit.chain). Records in, tables and figures out; notebook 07 shows them."""
+behind the chain-parallel kernel (labkit.ops.chain). Records in, tables and figures out; notebook 07 shows them."""
 from __future__ import annotations
 
 import json
@@ -126,7 +126,7 @@ def timing_study(shapes, mode: str, rounds: int, device="cuda", log=None) -> dic
 
 
 def copy_ceiling(nbytes: int = 1 << 30, rounds: int = 15, device="cuda", timer_factory=None) -> dict:
-    """The timing study's device-copy ceiling (labkit.timing.copy_ceiling: the faster of torch's copy_ and an
+    """The timing study's device-copy ceiling (labkit.studies.timing.copy_ceiling: the faster of torch's copy_ and an
     elementwise SM copy, read + write counted) under protocol A, in this notebook's units."""
     from dataclasses import replace
 

@@ -3,7 +3,7 @@
 Per case (shape x affine; inputs from labkit.inputs, uniform, one fixed seed):
 1. build and call every method once (compilers compile here, outside any timed region); a method that cannot be
    built or raises becomes a row with its error;
-2. compare its output with native `torch.nn.functional.layer_norm` (labkit.check.compare: the official predicate
+2. compare its output with native `torch.nn.functional.layer_norm` (labkit.records.check.compare: the official predicate
    and the bit-equal fraction); only methods passing the official predicate are timed, the others are listed
    with their failure;
 3. protocol A (graph replay; a method whose graph capture fails is listed, not dropped) and protocol B (eager,

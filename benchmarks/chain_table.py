@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # the layered package, importable without an install when run as `python benchmarks/chain_table.py`
 from labkit.display import markdown_table  # noqa: E402
-from labkit.records.run import load_run  # noqa: E402
-from labkit.records.session import newest_complete_run  # noqa: E402
+from labkit.records.check import identical_count  # noqa: E402
+from labkit.records.session import RunSession  # noqa: E402
 from labkit.studies import parallel_stats as chain_study  # noqa: E402
 from labkit.studies import timing  # noqa: E402
 
@@ -26,11 +26,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", nargs="?", help="a run directory (default: newest committed 'parallel_stats' run)")
     args = ap.parse_args(argv)
-    run = load_run(Path(args.run_dir)) if args.run_dir else newest_complete_run("parallel_stats")
-    if run is None:
-        print("no complete committed 'parallel_stats' run under data/runs; pass a run directory")
+    session = RunSession.replaying("parallel_stats", args.run_dir)
+    if session.replay is None:
+        print(f"{session.source}; pass a run directory")
         return 1
-    run_dir, rec = run["path"], run["records"]
+    run_dir, rec = session.replay_path, session.replay["records"]
     needed = {"run", "timing", "stage_breakdown", "chain_floor", "copy_ceiling", "bit_identity"}
     if not needed <= set(rec):
         print(f"{run_dir} lacks records {sorted(needed - set(rec))}")
@@ -38,9 +38,10 @@ def main(argv=None) -> int:
     meta = rec["run"]
     prov = meta["provenance"]
     print(f"# chain-parallel reference order — {meta['run_id']}: {prov.get('gpu')}, torch {prov.get('torch')}\n")
-    print(f"REPLAYED committed GPU run {meta['run_id']} ({run_dir}): nothing is measured here\n")
+    print(f"{session.source} ({run_dir}): nothing is measured here\n")
     bits = rec["bit_identity"]
-    print(f"bit identity: {sum(c['identical'] for c in bits['cases'])}/{len(bits['cases'])} cases identical "
+    identical, n = identical_count(bits["cases"])
+    print(f"bit identity: {identical}/{n} cases identical "
           f"(output, mean, rstd as int32 views) at {bits['shape']}\n")
     print("## goals\n")
     print(markdown_table(chain_study.goal_rows(rec["timing"])), "\n")

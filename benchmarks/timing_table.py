@@ -15,10 +15,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # the layered package, importable without an install when run as `python benchmarks/timing_table.py`
-from labkit import tasks  # noqa: E402
 from labkit.display import markdown_table  # noqa: E402
-from labkit.records.run import load_run, provenance  # noqa: E402
-from labkit.records.session import newest_complete_run, resolve  # noqa: E402
+from labkit.records.run import provenance  # noqa: E402
+from labkit.records.session import RunSession, resolve  # noqa: E402
 from labkit.studies import timing  # noqa: E402
 
 
@@ -54,21 +53,19 @@ def main(argv=None) -> int:
             print("--live measures on a CUDA GPU and this machine has none; without --live the newest committed "
                   "'timing' run is replayed", file=sys.stderr)
             return 2
-        record = timing.run_study(timing.cases_for(tasks.config(args.mode).timing_shapes),
-                                  timing.protocols_for(args.mode, args.protocol), device="cuda", log=print)
+        record = timing.run(mode=args.mode, device="cuda", protocols=args.protocol, log=print)
         _print_record(record, provenance("cuda"), "live (not written)", args.protocol)
         return 0
-    loaded = load_run(Path(args.run_dir)) if args.run_dir else newest_complete_run("timing")
-    if loaded is None:
-        print("no complete committed 'timing' run under data/runs; pass a run directory or --live")
+    session = RunSession.replaying("timing", args.run_dir)
+    if session.replay is None:
+        print(f"{session.source}; pass a run directory or --live")
         return 1
-    run_dir = loaded["path"]
-    if "timing" not in loaded["records"]:
+    run_dir, record = session.replay_path, session.record("timing")
+    if record is None:
         print(f"{run_dir} has no timing record")
         return 1
-    meta = loaded["records"]["run"]
-    print(f"REPLAYED committed GPU run {meta['run_id']} ({run_dir}): nothing is measured here\n")
-    _print_record(loaded["records"]["timing"], meta["provenance"], meta["run_id"], args.protocol)
+    print(f"{session.source} ({run_dir}): nothing is measured here\n")
+    _print_record(record, session.provenance, session.run_id, args.protocol)
     return 0
 
 

@@ -1,4 +1,3 @@
-import numpy as np
 import pytest
 
 from labkit.studies import bench

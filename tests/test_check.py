@@ -72,3 +72,10 @@ def test_record_max_error_and_json_roundtrip():
     assert math.isclose(rec.max_abs_error, 0.5)
     assert rec.bad_finite_candidate_scale == 1 and rec.bit_equal == 2
     assert rec.to_json()["shape"] == [3]
+
+
+def test_identical_count_counts_identical_cases_of_all():
+    assert check.identical_count([{"identical": True}, {"identical": False}, {"identical": True}]) == (2, 3)
+    assert check.identical_count(iter([])) == (0, 0)
+    with pytest.raises(KeyError):
+        check.identical_count([{"name": "a case without a verdict"}])

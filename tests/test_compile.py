@@ -49,7 +49,7 @@ def test_corrupt_cache_entry_is_detected_and_rebuilt(cache_dir, damage):
 def test_header_change_changes_source_hash(cache_dir):
     rec = kc.compile_kernel("reference_stats", "sm_90").record
     assert rec.headers == ("welford_ln.cuh",)
-    source, headers = kc._sources("reference_stats")
+    source, headers = kc.kernel_sources("reference_stats")
     assert rec.source_sha256 == kc._digest(source, *headers.values())
     assert rec.source_sha256 != kc._digest(source)  # the header is part of the key
 

@@ -11,13 +11,13 @@ def test_complete_cubin_restores_the_byte_cupy_drops(cache_dir):
 
     from cupy_backends.cuda.libs import nvrtc
 
-    from labkit.core.compile import BASE_OPTIONS, _sources
+    from labkit.core.compile import BASE_OPTIONS, kernel_sources
 
     cubin = compile_kernel("affine_rows", "sm_90").cubin
     full, missing = complete_cubin(cubin)
     assert 0 <= missing <= 8 and len(full) == _elf_extent(full)
     # Against NVRTC itself: nvrtcGetCUBINSize / nvrtcGetCUBIN through ctypes on a fresh program.
-    src, headers = _sources("affine_rows")
+    src, headers = kernel_sources("affine_rows")
     prog = nvrtc.createProgram(src, "affine_rows.cu", tuple(h.encode() for h in headers.values()),
                                tuple(n.encode() for n in headers))
     try:

@@ -11,11 +11,11 @@ import pytest
 from labkit.exact import emulator
 
 from labkit import inputs
+from labkit.tasks import L1_40
 
 from labkit.records import run as results
 from labkit.exact.oracle import ulp_steps
 
-FULL = (16, 64, 256, 256)
 
 
 def _oracle_cases():
@@ -23,14 +23,14 @@ def _oracle_cases():
     if not runs:
         return []
     rec = results.load_run(runs[-1])["records"].get("oracle", {})
-    return [c for c in rec.get("cases", []) if tuple(c["shape"]) == FULL and "native (GPU)" in c["candidates"]]
+    return [c for c in rec.get("cases", []) if tuple(c["shape"]) == L1_40 and "native (GPU)" in c["candidates"]]
 
 
 @pytest.mark.parametrize("case", _oracle_cases() or [None], ids=lambda c: c["distribution"] if c else "none")
 def test_emulator_mean_bits_equal_torch_on_h200_at_full_shape(case):
     if case is None:
         pytest.skip("no committed fast-statistics run with full-shape oracle cases")
-    x = inputs.make_input(case["distribution"], FULL, case["seed"], "cpu").numpy().reshape(16, -1)
+    x = inputs.make_input(case["distribution"], L1_40, case["seed"], "cpu").numpy().reshape(L1_40[0], -1)
     mean, _ = emulator.welford_rows(x)
     truth32 = np.asarray(case["truth"]["mean_f32"], np.float32)
     torch_steps = np.asarray(case["candidates"]["native (GPU)"]["mean_ulp"])

@@ -1,7 +1,7 @@
 """fma32 against an exact rational reference, plus constructed hard cases.
 
 The reference here deliberately rounds differently from
-``labkit.fma.round_fraction_to_float32``: it takes a float32 guess and picks
+``labkit.exact.fma.round_fraction_to_float32``: it takes a float32 guess and picks
 the nearest of the guess and its two float32 neighbours by exact rational
 distance, so a bug in one rounding is unlikely to be mirrored in the other.
 """

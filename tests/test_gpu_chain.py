@@ -6,7 +6,7 @@ from labkit.records import check
 
 from labkit.studies import identity
 
-from labkit import inputs
+from labkit import inputs, tasks
 from labkit.ops.chain import ChainSettings, chain_layer_norm
 from labkit.ops.reference import native_layer_norm
 
@@ -46,8 +46,8 @@ def test_bit_identical(shape, schedule, blocking):
 
 
 def test_tma_blocking_refuses_ragged_rows():
-    x = inputs.make_input("uniform", (3, 64, 17, 19), seed=0, device="cuda")
-    w, b = inputs.make_affine("default", (64, 17, 19), seed=0, device="cuda")
+    x = inputs.make_input("uniform", tasks.UNEVEN_SHAPE, seed=0, device="cuda")
+    w, b = inputs.make_affine("default", tasks.UNEVEN_SHAPE[1:], seed=0, device="cuda")
     with pytest.raises(ValueError, match="N % 512"):
         chain_layer_norm(x, w, b, settings=ChainSettings("chain", "tma"))
 
@@ -55,7 +55,7 @@ def test_tma_blocking_refuses_ragged_rows():
 def test_graph_replay_after_mutation_identical():
     import torch
 
-    shape = (16, 64, 256, 256)
+    shape = tasks.L1_40
     x = inputs.make_input("uniform", shape, seed=4, device="cuda")
     w, b = inputs.make_affine("random_normal", shape[1:], seed=4, device="cuda")
     for _ in range(3):
@@ -75,7 +75,7 @@ def test_graph_replay_after_mutation_identical():
 
 
 @pytest.mark.parametrize("config", [(16, 24, 2), (32, 12, 4), (8, 48, 8)], ids=lambda c: "x".join(map(str, c)))
-@pytest.mark.parametrize("shape", [(16, 64, 256, 256), (3, 512 * 17), (2, 512 * (32 * 12 + 3))],
+@pytest.mark.parametrize("shape", [tasks.L1_40, (3, 512 * 17), (2, 512 * (32 * 12 + 3))],
                          ids=lambda s: "x".join(map(str, s)))
 def test_tma_ring_shapes_bit_identical(config, shape):
     """Other ring shapes of the tma kernel keep the bits: the ring only schedules loads."""

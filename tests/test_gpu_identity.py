@@ -7,11 +7,11 @@ from labkit.records import check
 from labkit.studies import identity
 
 from labkit import inputs
+from labkit.tasks import L1_40, UNEVEN_SHAPE
 from labkit.ops.reference_order import reference_order_layer_norm
 from labkit.ops.split_stats import split_stats_layer_norm
 
 pytestmark = pytest.mark.gpu
-L1_40 = (16, 64, 256, 256)
 
 
 def _ref_order(x, w, b, eps):
@@ -30,7 +30,7 @@ def test_full_l1_40_bit_identical(dist, affine):
     torch.cuda.empty_cache()
 
 
-@pytest.mark.parametrize("shape", [(3, 64, 17, 19), (7, 4), (5, 516), (1, 1 << 24)])
+@pytest.mark.parametrize("shape", [UNEVEN_SHAPE, (7, 4), (5, 516), (1, 1 << 24)])
 def test_small_and_ragged_shapes_bit_identical(shape):
     # (7,4): one vector per row; (5,516): 129 vectors, so one thread of 128 pushes twice; (1, 2**24): the limit.
     x = inputs.make_input("normal_plus_1000", shape, seed=1, device="cuda")

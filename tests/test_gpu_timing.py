@@ -5,8 +5,6 @@ import json
 
 import pytest
 
-from labkit.studies import methods
-
 from labkit.studies import timing
 
 pytestmark = pytest.mark.gpu

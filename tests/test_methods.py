@@ -1,7 +1,4 @@
 """The method registry: names, families, reference-order flags, the registration hook, graceful failure."""
-import sys
-import textwrap
-
 import pytest
 import torch
 

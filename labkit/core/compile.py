@@ -72,7 +72,8 @@ def device_arch(device_index: int | None = None) -> str:
     return f"sm_{major}{minor}"
 
 
-def _sources(kernel: str) -> tuple[str, dict[str, str]]:
+def kernel_sources(kernel: str) -> tuple[str, dict[str, str]]:
+    """(text of kernels/<kernel>.cu, {header name: text}) of every local header it includes, in include order."""
     path = KERNEL_DIR / f"{kernel}.cu"
     if not path.is_file():
         raise ValueError(f"unknown kernel {kernel!r}: no {path}; available: {available_kernels()}")
@@ -124,9 +125,13 @@ def _write_entry(path: Path, cubin: bytes) -> None:
     atomic_write_bytes(path, _MAGIC + hashlib.sha256(cubin).hexdigest().encode() + cubin)
 
 
-def _nvrtc_compile(kernel: str, source: str, headers: dict[str, str], options: tuple[str, ...]) -> bytes:
+def nvrtc_compile(kernel: str, options: tuple[str, ...], sources=None) -> tuple[bytes, str]:
+    """(cubin as NVRTC hands it over, program log) of kernels/<kernel>.cu compiled with exactly `options`, past the
+    cache. `sources`: (text, headers) as kernel_sources returns them, when the caller has read them already.
+    Raises RuntimeError with NVRTC's log when compilation fails."""
     from cupy_backends.cuda.libs import nvrtc
 
+    source, headers = sources if sources is not None else kernel_sources(kernel)
     names = tuple(headers)
     prog = nvrtc.createProgram(source, f"{kernel}.cu", tuple(headers[n].encode() for n in names),
                                tuple(n.encode() for n in names))
@@ -135,7 +140,7 @@ def _nvrtc_compile(kernel: str, source: str, headers: dict[str, str], options: t
             nvrtc.compileProgram(prog, options)
         except nvrtc.NVRTCError as exc:
             raise RuntimeError(f"NVRTC failed on {kernel}.cu:\n{nvrtc.getProgramLog(prog)}") from exc
-        return nvrtc.getCUBIN(prog)
+        return nvrtc.getCUBIN(prog), nvrtc.getProgramLog(prog)
     finally:
         nvrtc.destroyProgram(prog)
 
@@ -146,7 +151,7 @@ def compile_kernel(kernel: str, arch: str | None = None, extra_options: tuple[st
     if not re.fullmatch(r"sm_\d{2,3}a?", arch):
         raise ValueError(f"arch must look like 'sm_90', got {arch!r}")
     options = BASE_OPTIONS + (f"--gpu-architecture={arch}",) + tuple(extra_options)
-    source, headers = _sources(kernel)
+    source, headers = kernel_sources(kernel)
     version = nvrtc_version()
     source_sha = _digest(source, *(headers[n] for n in headers))
     key = _digest(source_sha, repr(options), repr(version), arch)
@@ -154,7 +159,7 @@ def compile_kernel(kernel: str, arch: str | None = None, extra_options: tuple[st
     cubin = _read_entry(path)
     hit = cubin is not None
     if cubin is None:
-        cubin = _nvrtc_compile(kernel, source, headers, options)
+        cubin, _ = nvrtc_compile(kernel, options, (source, headers))
         _write_entry(path, cubin)
     # CuPy's getCUBIN drops the image's last (zero) byte; the driver does not mind, disassemblers and hashes do.
     cubin, _ = complete_cubin(cubin)

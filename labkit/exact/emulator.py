@@ -7,7 +7,7 @@ pushes their components x, y, z, w into a float32 Welford state; then a
 shuffle-down tree inside each warp and a shared-memory tree over the four
 warps, all with ``cuWelfordCombine``.  Every rounding is reproduced:
 float32 numpy arithmetic for plain operations (IEEE round to nearest), the
-exact :func:`labkit.fma.fma32` wherever nvcc's ``--fmad=true`` contracts a
+exact :func:`labkit.exact.fma.fma32` wherever nvcc's ``--fmad=true`` contracts a
 multiply-add, and correctly rounded ``1.0f/n`` (IEEE division; nvcc does not
 use the approximate reciprocal without ``--use_fast_math``).
 

@@ -27,7 +27,7 @@ from fractions import Fraction
 import numpy as np
 
 __all__ = ["exact_row_stats", "exact_stats", "nearest_float32", "rstd_truth", "true_output", "compare_to_truth",
-           "ulp_steps", "oracle_rows_seconds"]
+           "ulp_steps"]
 
 _F32 = np.float32
 _PREC = 50  # decimal digits for rstd
@@ -148,11 +148,6 @@ def _ordered(v: np.ndarray) -> np.ndarray:
 def ulp_steps(candidate, truth) -> np.ndarray:
     """Signed number of float32 steps from `truth` to `candidate` (0: equal, +: candidate above). NaN-free only."""
     return _ordered(np.asarray(candidate, np.float32)) - _ordered(np.asarray(truth, np.float32))
-
-
-def _ulp_of(v: np.float32) -> float:
-    v = abs(_F32(v))
-    return float(_next(v, np.inf) - v) if np.isfinite(v) else math.nan
 
 
 # ------------------------------------------------------------ true output ---
@@ -339,11 +334,3 @@ def compare_to_truth(candidates: dict, x, weight, bias, eps: float) -> dict:
             "truth": truth, "candidates": per, "verdict": verdict,
             "seconds": time.perf_counter() - t0, "exact_sum_seconds_per_row": t_exact / max(rows, 1)}
 
-
-def oracle_rows_seconds(n: int = 1 << 22, rows: int = 1, seed: int = 0) -> float:
-    """Seconds per row of the exact sums at row length n (4,194,304 = the L1/40 row): the cost of the oracle."""
-    x = (np.random.default_rng(seed).standard_normal((rows, n)) + 1000).astype(np.float32)
-    t0 = time.perf_counter()
-    for r in x:
-        exact_row_stats(r)
-    return (time.perf_counter() - t0) / rows

@@ -27,6 +27,12 @@ def row_var_mean(x, rows: int, n: int):
     return var, mean
 
 
+def split_statistics(x, rows: int, n: int, eps: float):
+    """(var, mean, rstd) of each row: `row_var_mean` and rsqrt(var + eps), the prototype's statistics."""
+    var, mean = row_var_mean(x, rows, n)
+    return var, mean, torch.rsqrt(var + eps)
+
+
 def split_pointwise(xr: torch.Tensor, var: torch.Tensor, mean: torch.Tensor, weight: torch.Tensor,
                     bias: torch.Tensor, eps: float) -> torch.Tensor:
     """The prototype's output on the (rows, N) view; weight and bias of shape (N,) broadcast over rows."""

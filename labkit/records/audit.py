@@ -1,6 +1,6 @@
 """The protocol-correction audit: every saved check record, reclassified under both scalings from its figures.
 
-A check record is `labkit.check.CheckRecord.to_json()`, found anywhere inside a run's JSON files (for example
+A check record is `labkit.records.check.CheckRecord.to_json()`, found anywhere inside a run's JSON files (for example
 `bit_identity.cases[3].output`). Each keeps both maximum finite-error ratios (max |diff| / budget; <= 1 passes):
 
 - official, candidate scale (the pinned evaluator, `torch.allclose(reference, candidate, atol=1e-4, rtol=1e-4)`):

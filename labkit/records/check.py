@@ -71,6 +71,12 @@ class CheckRecord:
         return self.bit_equal == self.elements
 
 
+def identical_count(cases) -> tuple[int, int]:
+    """(k, n): how many of n case records say they are bit-identical (their "identical" field)."""
+    cases = list(cases)
+    return sum(bool(c["identical"]) for c in cases), len(cases)
+
+
 def _max_or_none(t):
     return float(t.max().item()) if t.numel() else None
 

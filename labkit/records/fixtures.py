@@ -2,7 +2,7 @@
 
 Record on a GPU (once per torch/GPU; commit the files):
 
-    python -c "from labkit.fixtures import record_fixtures; record_fixtures('data/fixtures')"
+    python -c "from labkit.records.fixtures import record_fixtures; record_fixtures('data/fixtures')"
 
 Each fixture is one compressed npz (format read by tests/test_emulator.py):
 
@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 from pathlib import Path
 
 import numpy as np
 
 from labkit.core.compile import REPO_ROOT
-from labkit.records.run import atomic_write_bytes, atomic_write_json
+from labkit.core.atomic import atomic_write_bytes, atomic_write_json
+from labkit.tasks import UNEVEN_SHAPE
 
 FIXTURE_DIR = REPO_ROOT / "data" / "fixtures"
 RAGGED_N = 4 * 128 * 3 + 8  # 386 float4 vectors: threads 0 and 1 push 4 vectors, the rest 3
@@ -40,9 +40,9 @@ CPU_FORMAT_TEST = "NONE: CPU format test, not GPU bits"
 # (shape, distribution, seed, affine); total on disk ~10 MiB (the 2**20 row dominates; its affine is the default
 # so gamma/beta compress to nothing).
 FIXTURE_SPECS = (
-    ((3, 64, 17, 19), "uniform", 0, "random_normal"),
-    ((3, 64, 17, 19), "normal_plus_1000", 0, "random_normal"),
-    ((3, 64, 17, 19), "constant_1e4", 0, "random_normal"),
+    (UNEVEN_SHAPE, "uniform", 0, "random_normal"),
+    (UNEVEN_SHAPE, "normal_plus_1000", 0, "random_normal"),
+    (UNEVEN_SHAPE, "constant_1e4", 0, "random_normal"),
     ((4, 4096), "normal", 0, "random_normal"),
     ((2, RAGGED_N), "normal_plus_1000", 0, "random_normal"),
     ((1, 1 << 20), "uniform", 0, "default"),
@@ -66,7 +66,7 @@ def fixture_arrays(shape, distribution: str, seed: int, affine: str, device: str
 
     from labkit.ops.reference import native_layer_norm
     from labkit.inputs import make_affine, make_input
-    from labkit.ops.split_stats import row_var_mean, split_pointwise
+    from labkit.ops.split_stats import split_pointwise, split_statistics
 
     shape = tuple(int(d) for d in shape)
     n = int(np.prod(shape[1:]))
@@ -74,8 +74,7 @@ def fixture_arrays(shape, distribution: str, seed: int, affine: str, device: str
     x = make_input(distribution, shape, seed, device)
     w, b = make_affine(affine, shape[1:], seed, device)
     y, mean, rstd = native_layer_norm(x, w, b, eps)
-    var, fmean = row_var_mean(x, rows, n)
-    frstd = torch.rsqrt(var + eps)
+    var, fmean, frstd = split_statistics(x, rows, n, eps)
     arrays = {
         "x": x.reshape(rows, n), "y": y.reshape(rows, n), "mean": mean, "rstd": rstd,
         "gamma": w.reshape(n), "beta": b.reshape(n),
@@ -135,21 +134,12 @@ def record_fixtures(out_dir=FIXTURE_DIR, device: str = "cuda", specs=FIXTURE_SPE
         if device == "cuda":
             torch.cuda.empty_cache()
     atomic_write_json(out_dir / "manifest.json", {
-        "what": "golden LayerNorm fixtures (see labkit/fixtures.py for the format)",
+        "what": "golden LayerNorm fixtures (see labkit/records/fixtures.py for the format)",
         "device": device, "format_test": device != "cuda",
         "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths},
         "total_bytes": sum(p.stat().st_size for p in paths),
         "provenance": provenance(device),
     })
-    return paths
-
-
-def record_all(out_root=FIXTURE_DIR) -> list[Path]:
-    """CLI-friendly: record every fixture on the GPU into out_root (default data/fixtures) and print a summary."""
-    paths = record_fixtures(out_root, device="cuda")
-    for p in paths:
-        print(f"{p}  {p.stat().st_size / 2**20:.2f} MiB")
-    print(f"total {sum(p.stat().st_size for p in paths) / 2**20:.2f} MiB")
     return paths
 
 
@@ -199,7 +189,7 @@ def describe(fixtures: list[dict]) -> list[dict]:
 
 
 def emulator_check(fix: dict) -> dict:
-    """CPU emulator of torch's reduction order (labkit.emulator) against a fixture's torch bits: mean bits equal,
+    """CPU emulator of torch's reduction order (labkit.exact.emulator) against a fixture's torch bits: mean bits equal,
     rstd within the 2-ulp bound of rsqrtf, output bits equal given torch's mean/rstd."""
     from labkit.exact import emulator
 

@@ -47,6 +47,19 @@ class RunSession:
             return cls(name, device, run=results.Run.create(Path(output_dir) / "runs", name, params, device="cuda"))
         return cls(name, device, replay=newest_complete_run(name, runs_root))
 
+    @classmethod
+    def replaying(cls, name: str, run_dir=None, runs_root=None) -> "RunSession":
+        """A session that replays `run_dir` (any run directory, complete or not), or without one the newest
+        complete committed run of `name`, whatever this machine has: for readers of records, which measure
+        nothing. `replay` is None when there is no such committed run."""
+        replay = results.load_run(Path(run_dir)) if run_dir else newest_complete_run(name, runs_root)
+        return cls(name, "cpu", replay=replay)
+
+    @property
+    def replay_path(self) -> str | None:
+        """The replayed run's directory (None when live or when there is nothing to replay)."""
+        return self.replay["path"] if self.replay else None
+
     @property
     def live(self) -> bool:
         return self.run is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from labkit.records.audit import audit_block
+from labkit.records.check import identical_count
 from labkit.records.run import load_run
 
 
@@ -11,7 +12,8 @@ def _bit_identity(records: dict, prov: dict) -> dict | None:
     cases = records.get("bit_identity", {}).get("cases")
     if not cases:
         return None
-    return {"cases": len(cases), "identical": sum(bool(c["identical"]) for c in cases),
+    identical, n = identical_count(cases)
+    return {"cases": n, "identical": identical,
             "torch": prov.get("torch"), "gpu": prov.get("gpu")}
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from labkit.core.compile import BASE_OPTIONS
+from labkit.core.compile import BASE_OPTIONS, compile_kernel, nvrtc_compile
 from labkit.sass.elf import text_sections
 
 
@@ -42,21 +42,8 @@ def ptxas_info(kernel: str, arch: str = "sm_90") -> dict:
     `-v` only adds a report: `code_identical` says whether every function's machine code equals the cached cubin's
     (the ELF differs only in the embedded option string).
     """
-    from cupy_backends.cuda.libs import nvrtc
-
-    from labkit.core.compile import _sources, compile_kernel
-
-    source, headers = _sources(kernel)
     options = BASE_OPTIONS + (f"--gpu-architecture={arch}", "--ptxas-options=-v")
-    names = tuple(headers)
-    prog = nvrtc.createProgram(source, f"{kernel}.cu", tuple(headers[n].encode() for n in names),
-                               tuple(n.encode() for n in names))
-    try:
-        nvrtc.compileProgram(prog, options)
-        log = nvrtc.getProgramLog(prog)
-        verbose_cubin = nvrtc.getCUBIN(prog)
-    finally:
-        nvrtc.destroyProgram(prog)
+    verbose_cubin, log = nvrtc_compile(kernel, options)
     cached = compile_kernel(kernel, arch)
     return {"kernel": kernel, "arch": arch, "options": list(options),
             "functions": parse_ptxas_log(log.rstrip("\0")),

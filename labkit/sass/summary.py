@@ -68,7 +68,7 @@ def regions(instrs: list[Instr]) -> dict[str, list[str]]:
 
 
 def our_kernels_summary(arch: str = "sm_90", kernels: tuple[str, ...] = ("reference_stats", "affine_rows")) -> dict:
-    """Compile our reference-order kernels (through labkit.compile) and summarise their SASS."""
+    """Compile our reference-order kernels (through labkit.core.compile) and summarise their SASS."""
     from labkit.core.compile import compile_kernel
 
     out = {}

@@ -17,6 +17,7 @@ import math
 from labkit import tasks
 from labkit.inputs import AFFINES, DISTRIBUTIONS, make_affine, make_input
 from labkit.records import check
+from labkit.records.check import identical_count
 from labkit.tasks import EDGE_SHAPE, UNEVEN_SHAPE
 
 EDGE_KINDS = ("zero", "tiny", "subnormal", "nonfinite")
@@ -239,10 +240,6 @@ def edge_table(record: dict | None) -> list[dict]:
             for c in record["cases"]]
 
 
-def case_table(seeds=(0, 1, 2), affines=AFFINES, distributions=DISTRIBUTIONS) -> list[dict]:
-    return [{"#": i + 1, **c} for i, c in enumerate(matrix_cases(seeds, affines, distributions))]
-
-
 def record_line(record: dict | None, source: str) -> str:
     """What the matrix record holds (its shape, case count, seeds, affines, distributions, candidate), so the
     table below it is read against the run that made it rather than this execution's parameters."""
@@ -262,9 +259,9 @@ def verdict(record: dict | None, prov: dict | None, source: str) -> str:
     if not record or not record.get("cases"):
         return f"No bit-identity verdict: {source}."
     cases = record["cases"]
-    ok = sum(bool(c["identical"]) for c in cases)
+    ok, n = identical_count(cases)
     bad = [c.get("name") or f"s{c['seed']}-{c['distribution']}-{c['affine']}" for c in cases if not c["identical"]]
     prov = prov or {}
-    line = (f"{ok}/{len(cases)} cases bit-identical (output, mean, rstd as int32 views) at shape "
+    line = (f"{ok}/{n} cases bit-identical (output, mean, rstd as int32 views) at shape "
             f"{tuple(cases[0]['shape'])} — torch {prov.get('torch')} on {prov.get('gpu')} ({source}).")
     return line + (f" NOT identical: {', '.join(bad)}." if bad else "")

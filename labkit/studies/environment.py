@@ -7,6 +7,7 @@ run's provenance and records into rows or the verdict line.
 from __future__ import annotations
 
 from labkit import tasks
+from labkit.records.check import identical_count
 from labkit.studies import bit_identity, identity
 
 # What each provenance field is, for the reader of the table (fields not listed are shown without a note).
@@ -153,11 +154,11 @@ def verdict(record: dict | None, provenance: dict | None, source: str) -> str:
     if not record or not record.get("cases"):
         return f"No smoke-test verdict: {source}."
     cases = record["cases"]
-    ok = sum(bool(c["identical"]) for c in cases)
+    ok, n = identical_count(cases)
     bad = [f"{tasks.shape_key(c['shape'])} {c['distribution']}" for c in cases if not c["identical"]]
     shapes = ", ".join(dict.fromkeys(tasks.shape_key(c["shape"]) for c in cases))
     prov = provenance or {}
-    return (f"{ok}/{len(cases)} smoke cases bit-identical (output, mean, rstd as int32 views) for "
+    return (f"{ok}/{n} smoke cases bit-identical (output, mean, rstd as int32 views) for "
             f"{record.get('candidate')} at {shapes}, on {prov.get('gpu')} with torch {prov.get('torch')} — {source}."
             + (f" NOT identical: {'; '.join(bad)}." if bad else "")
             + " A pipeline check of a few shapes and two distributions, not the bit-identity matrix (notebook 01).")

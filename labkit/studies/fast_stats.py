@@ -2,7 +2,7 @@
 official predicate against torch.native_layer_norm, and by the exact oracle against the truth.
 
 Methods (all share one `torch.var_mean(x.reshape(rows, N), dim=1, unbiased=False)`):
-  eager        ((x - mean) * rsqrt(var + eps)) * gamma + beta in eager torch (labkit.split_stats, geometry="eager")
+  eager        ((x - mean) * rsqrt(var + eps)) * gamma + beta in eager torch (labkit.ops.split_stats, geometry="eager")
   torchscript  the same expression, torch.jit.script'ed (warmed up so the profiling executor may fuse it); if
                TorchScript is missing or raises on the installed torch, every case records the error string
   flat         kernels/split_affine.cu, tiles of one row together (geometry="flat")
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from labkit.inputs import AFFINES, make_affine, make_input
-from labkit.ops.split_stats import row_var_mean, scripted_pointwise, split_stats_layer_norm
+from labkit.ops.split_stats import scripted_pointwise, split_statistics, split_stats_layer_norm
 from labkit.records import check
 from labkit.tasks import UNEVEN_SHAPE, shape_key
 
@@ -35,16 +35,11 @@ def torchscript_status() -> dict:
     return {"torch": torch.__version__, "available": s.available, "error": s.error, "warnings": list(s.warnings)}
 
 
-def _rows_n(x, weight):
+def _fast_mean_rstd(x, weight, eps: float):
+    """(mean, rstd) of the prototype (labkit.ops.split_stats.split_statistics) for x normalized over weight's shape."""
     n = weight.numel()
-    return x.numel() // n, n
-
-
-def split_statistics(x, weight, eps: float):
-    """(mean, var, rstd) of the prototype: torch.var_mean per row and rsqrt(var + eps)."""
-    rows, n = _rows_n(x, weight)
-    var, mean = row_var_mean(x, rows, n)
-    return mean, var, torch.rsqrt(var + eps)
+    _, mean, rstd = split_statistics(x, x.numel() // n, n, eps)
+    return mean, rstd
 
 
 def fused_graph_kinds() -> list[str]:
@@ -101,7 +96,7 @@ def run_fast_stats(shape, seeds=(0, 1, 2), methods=METHODS, device: str = "cuda"
         x = make_input(case["distribution"], cshape, case["seed"], device)
         w, b = make_affine(case["affine"], cshape[1:], case["seed"], device)
         ref_y, ref_mean, ref_rstd = native_layer_norm(x, w, b, eps)
-        fmean, _, frstd = split_statistics(x, w, eps)
+        fmean, frstd = _fast_mean_rstd(x, w, eps)
         stats = {}
         for stat, a, r in (("mean", fmean, ref_mean), ("rstd", frstd, ref_rstd)):
             a, r = a.cpu().numpy(), r.cpu().numpy()
@@ -308,13 +303,13 @@ def oracle_candidates_cpu(fix: dict | None, distribution: str, shape=UNEVEN_SHAP
         cands = {"native (GPU fixture)": (fix["y"], fix["mean"], fix["rstd"])}
         if "fast_mean" in fix:
             cands["fast stats (GPU fixture)"] = (fix.get("fast_y"), fix["fast_mean"], fix["fast_rstd"])
-        fm, _, fr = split_statistics(x, w, eps)
+        fm, fr = _fast_mean_rstd(x, w, eps)
         cands["fast stats (CPU torch)"] = (method_fn("eager")(x, w, b, eps), fm, fr)
         return cands, (x, w, b, eps), f"{fix['name']}: GPU bits from fixture ({fix.get('gpu')}), plus CPU torch"
     x = make_input(distribution, shape, seed, "cpu")
     w, b = make_affine("random_normal", shape[1:], seed, "cpu")
     y, m, r = native_layer_norm(x, w, b, eps)
-    fm, _, fr = split_statistics(x, w, eps)
+    fm, fr = _fast_mean_rstd(x, w, eps)
     cands = {"torch.layer_norm (CPU, NOT the GPU reference)": (y, m, r),
              "fast stats (CPU torch)": (method_fn("eager")(x, w, b, eps), fm, fr)}
     return cands, (x, w, b, eps), f"{distribution} {shape} seed {seed}: CPU torch only (no GPU fixture yet)"
@@ -326,7 +321,7 @@ def oracle_gpu_candidates(x, w, b, eps: float) -> dict:
     from labkit.ops.reference import native_layer_norm
 
     y, m, r = native_layer_norm(x, w, b, eps)
-    fm, _, fr = split_statistics(x, w, eps)
+    fm, fr = _fast_mean_rstd(x, w, eps)
     return {"native (GPU)": (y, m, r), "fast stats eager (GPU)": (method_fn("eager")(x, w, b, eps), fm, fr),
             "fast stats interleaved kernel (GPU)": (method_fn("interleaved")(x, w, b, eps), fm, fr)}
 

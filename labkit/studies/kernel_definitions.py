@@ -18,7 +18,7 @@ TORCH_VECTORIZED = "vectorized_layer_norm_kernel<float, float, false>"
 
 def compile_records(arch: str) -> list[kc.CompileRecord]:
     """Compile every kernel under kernels/ for `arch` (NVRTC: no GPU needed) and return the compile records."""
-    return [kc.compile_kernel(k, arch).record for k in kc.available_kernels()]
+    return kc.compile_all(arch)
 
 
 def sources(records: list[kc.CompileRecord]) -> list[tuple[str, str]]:

@@ -43,7 +43,7 @@ def register(method: Method, replace: bool = False) -> Method:
     """Add `method` to the registry (order of registration is the table order). Registering the same
     metadata and builder again is a no-op; another method under a taken name needs replace=True."""
     if not isinstance(method, Method):
-        raise TypeError(f"register needs a labkit.methods.Method, got {type(method).__name__}")
+        raise TypeError(f"register needs a labkit.studies.methods.Method, got {type(method).__name__}")
     if method.family not in FAMILIES:
         raise ValueError(f"family must be one of {FAMILIES}, got {method.family!r}")
     old = _REGISTRY.get(method.name)
@@ -68,12 +68,12 @@ def get(name: str) -> Method:
     return _REGISTRY[name]
 
 
-def module_versions(method: Method) -> dict:
-    """Installed versions of the packages a method requires (None where missing)."""
+def package_versions(dists) -> dict:
+    """Installed versions of the distributions `dists` (None where missing)."""
     from importlib import metadata
 
     out = {}
-    for dist in method.requires:
+    for dist in dists:
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
@@ -253,5 +253,5 @@ def build(method: Method, x, weight, bias, eps: float) -> dict:
     except Exception as exc:
         fn = out = None
         error = f"{type(exc).__name__}: {str(exc).strip()[:600]}"
-    notes["versions"] = module_versions(method)
+    notes["versions"] = package_versions(method.requires)
     return {"fn": fn, "output": out, "error": error, "build_s": time.perf_counter() - t0, "notes": notes}

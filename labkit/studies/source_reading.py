@@ -9,14 +9,14 @@ reference-order kernel can claim identity.
 from __future__ import annotations
 
 import ast
-import math
 import operator
 import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from labkit.ops.torch_path import ROWWISE, UNSUPPORTED, VECTORIZED, PathConditions, torch_path
+from labkit.ops.torch_path import PathConditions, torch_path
+from labkit.records.check import identical_count
 
 # Where the walkthrough was read. The tag v2.11.0 itself could not be fetched here (the pytorch/pytorch snapshot
 # is 4 GB, over the fetch limit, and the search index keeps an older commit), so the forward path was read at a
@@ -252,11 +252,11 @@ def verified_on(contract=None) -> tuple[tuple[str, str], ...]:
             cases = records.get("bit_identity", {}).get("cases", [])
             if not cases:
                 continue
-            ok = sum(bool(c.get("identical")) for c in cases)
+            ok, n = identical_count(cases)
             gpu = prov.get("gpu") or "GPU"
             rel = f"data/runs/{run_dir.name}"
             out.append((prov.get("torch", "?"),
-                        f"{gpu.replace('NVIDIA ', '')} run {rel} ({name}): {ok}/{len(cases)} cases bit-identical"))
+                        f"{gpu.replace('NVIDIA ', '')} run {rel} ({name}): {ok}/{n} cases bit-identical"))
     return tuple(out)
 
 

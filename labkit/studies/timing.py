@@ -3,7 +3,7 @@
 Per case (shape x affine; inputs from labkit.inputs, uniform, one fixed seed):
 1. build and call every method once (compilers compile here, outside any timed region); a method that cannot be
    built or raises becomes a row with its error;
-2. compare its output with native `torch.nn.functional.layer_norm` (labkit.check.compare: the official predicate
+2. compare its output with native `torch.nn.functional.layer_norm` (labkit.records.check.compare: the official predicate
    and the bit-equal fraction); only methods passing the official predicate are timed, the others are listed
    with their failure;
 3. protocol A (graph replay; a method whose graph capture fails is listed, not dropped) and protocol B (eager,
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, is_dataclass, replace
 
 from labkit import tasks
 from labkit.records.check import KERNELBENCH_PREDICATE, compare
@@ -87,8 +87,10 @@ def protocols_for(mode: str, which=("A", "B"), rounds: int = 35, repeats: int = 
 
 
 def estimate_calls(n_methods: int, protocols: dict) -> dict:
-    """Calls per method per case: warmups + (A: one capture) + rounds x repeats, per protocol."""
-    return {k: p.warmups + (1 if p.graph else 0) + p.rounds * p.repeats for k, p in protocols.items()} | {
+    """Calls per method per case: warmups + (A: one capture) + rounds x repeats, per protocol; `protocols` holds
+    bench.Protocol objects or their recorded dicts."""
+    recorded = {k: asdict(p) if is_dataclass(p) else p for k, p in protocols.items()}
+    return {k: p["warmups"] + (1 if p["graph"] else 0) + p["rounds"] * p["repeats"] for k, p in recorded.items()} | {
         "methods": n_methods}
 
 
@@ -246,18 +248,15 @@ def run_case(case: dict, methods: list, protocols: dict, device="cuda", seed: in
             "bandwidth": bandwidth, "wall_s": time.perf_counter() - t0}
 
 
-def _versions() -> dict:
-    from importlib import metadata
+VERSIONED_PACKAGES = ("triton", "liger-kernel", "numpy", "cupy-cuda13x")  # besides torch, in the record
 
+
+def _versions() -> dict:
     import torch
 
-    out = {"torch": torch.__version__}
-    for dist in ("triton", "liger-kernel", "numpy", "cupy-cuda13x"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = None
-    return out
+    from labkit.studies.methods import package_versions
+
+    return {"torch": torch.__version__, **package_versions(VERSIONED_PACKAGES)}
 
 
 def run_study(cases: list, protocols: dict, device="cuda", seed: int = 0, eps: float = EPS, methods=None,
@@ -340,8 +339,9 @@ def method_rows(record: dict | None) -> list[dict]:
 
 def protocol_rows(record: dict | None) -> list[dict]:
     """The protocols as run, with the calls each method makes per case (warmups + graph capture + samples)."""
-    return [{"key": k, **p, "calls per method per case": p["warmups"] + (1 if p["graph"] else 0)
-             + p["rounds"] * p["repeats"]} for k, p in (record or {}).get("protocols", {}).items()]
+    protocols = (record or {}).get("protocols", {})
+    calls = estimate_calls(len((record or {}).get("methods", [])), protocols)
+    return [{"key": k, **p, "calls per method per case": calls[k]} for k, p in protocols.items()]
 
 
 def byte_rows(record: dict | None) -> list[dict]:

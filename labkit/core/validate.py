@@ -73,7 +73,7 @@ def layer_norm_layout(x, weight, bias, eps: float, normalized_shape=None, *, req
     if n > MAX_NORMALIZED:
         _fail(f"normalized size N must be <= 2**24 = {MAX_NORMALIZED} (torch's vectorized-path limit)", n)
     if x.numel() > MAX_NUMEL:
-        _fail(f"x.numel() must be < 2**31", x.numel())
+        _fail("x.numel() must be < 2**31", x.numel())
     rows = x.numel() // n
     if rows <= 0:
         _fail("x must hold at least one row", tuple(x.shape))

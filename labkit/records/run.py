@@ -16,7 +16,7 @@ import secrets
 import subprocess
 from pathlib import Path
 
-from labkit.core.atomic import atomic_write_bytes, atomic_write_json
+from labkit.core.atomic import atomic_write_json
 from labkit.core.compile import REPO_ROOT, KERNEL_DIR
 
 SCHEMA = 1

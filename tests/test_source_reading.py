@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from labkit.studies import source_reading as contract
-from labkit.ops.torch_path import ROWWISE, VECTORIZED, torch_path
+from labkit.ops.torch_path import ROWWISE, UNSUPPORTED, VECTORIZED, torch_path
 from labkit.studies.source_reading import TORCH_VECTORIZED_LN as C
 from labkit.ops.reference_order import reference_order_layer_norm
 
@@ -97,7 +97,7 @@ def test_torch_path_conditions():
     assert torch_path(h[4:].view(2, 64), w.half(), b.half())[0] == VECTORIZED  # 8 bytes: half needs 8
     assert torch_path(h[2:130].view(2, 64), w.half(), b.half())[0] == ROWWISE
     assert torch_path(torch.rand(64, 2).t(), w, b)[0] == VECTORIZED  # torch copies non-contiguous input
-    assert torch_path(torch.ones(2, 64, dtype=torch.int32), w, b)[0] == contract.UNSUPPORTED
+    assert torch_path(torch.ones(2, 64, dtype=torch.int32), w, b)[0] == UNSUPPORTED
     with pytest.raises(ValueError, match="normalized_shape"):
         torch_path(x, None, None)
 

@@ -311,7 +311,7 @@ table.labkit-table { border-collapse: collapse; font-size: 12px; margin: 4px 0; 
 .jp-RenderedHTMLCommon table.labkit-table th, .jp-RenderedHTMLCommon table.labkit-table td,
 table.labkit-table th, table.labkit-table td { border: 1px solid #ddd; padding: 3px 6px; text-align: left;
                                                vertical-align: top; max-width: 40em; overflow-wrap: break-word; }
-table.labkit-table th { background: #f2f2f2; white-space: nowrap; }
+table.labkit-table th { background: #f2f2f2; }
 table.labkit-table tr:nth-child(even) td { background: #fafafa; }
 .labkit-nav a, .labkit-banner a { color: #1565c0; text-decoration: underline; }
 math { font-size: 1.1em; }

@@ -40,6 +40,6 @@ def book_build(tmp_path_factory):
     LABKIT_TEST_BOOK_DIR keeps the build (and the browser test's screenshots) in a directory of your choice."""
     from labkit import book
 
-    out = Path(os.environ["LABKIT_TEST_BOOK_DIR"]) if os.environ.get("LABKIT_TEST_BOOK_DIR") \
+    out = Path(os.environ["LABKIT_TEST_BOOK_DIR"]).resolve() if os.environ.get("LABKIT_TEST_BOOK_DIR") \
         else tmp_path_factory.mktemp("book")
     return out, {r.notebook: r for r in book.build(out, device="cpu", mode="quick")}

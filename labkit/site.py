@@ -24,7 +24,7 @@ import datetime as _dt
 import html
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from labkit import tasks
@@ -169,7 +169,6 @@ class PageInfo:
     verdict_anchor: str | None
     executed_utc: str | None
     missing_run: str | None = None  # the run name a session looked for and did not find
-    notes: list = field(default_factory=list)
 
 
 def _text_outputs(cell) -> str:

@@ -9,7 +9,7 @@
     tasks, inputs   the task/config table and the input recipes
     records  run directories with provenance, the live-or-replay session, checks, audit, summary, fixtures
     studies  one module per notebook: run functions return records; table/figure/verdict functions read them
-    display, book, cli   the only code that knows about notebooks, pages and terminals
+    display, site, book, cli   the only code that knows about notebooks, pages and terminals
 
 The direction is enforced by import-linter (pyproject.toml); importing core or ops reads nothing under data/.
 """

@@ -2,15 +2,12 @@
 page links them. The only module that knows about notebooks."""
 from __future__ import annotations
 
-import html
-import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from labkit import tasks
 from labkit.core.compile import REPO_ROOT
-from labkit.core.atomic import atomic_write_bytes
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 
@@ -62,14 +59,11 @@ def notebook_parameters(path: Path, params: dict) -> dict:
 
 
 def export_html(executed: Path) -> Path:
-    import nbformat
-    from nbconvert import HTMLExporter
+    """The page of an executed notebook (labkit.site: offline HTML with a banner saying where its results come
+    from)."""
+    from labkit import site
 
-    nb = nbformat.read(executed, as_version=4)
-    body, _ = HTMLExporter().from_notebook_node(nb)
-    target = executed.with_suffix(".html")
-    atomic_write_bytes(target, body.encode())
-    return target
+    return site.export_page(executed)
 
 
 def run_notebook(path: Path, out_dir: Path, params: dict, kernel_name: str = "python3") -> NotebookResult:
@@ -91,19 +85,10 @@ def run_notebook(path: Path, out_dir: Path, params: dict, kernel_name: str = "py
 
 
 def write_index(out_dir: Path, results: list[NotebookResult], params: dict) -> Path:
-    rows = "\n".join(
-        f"<tr><td><a href='{html.escape(Path(r.html).name) if r.html else '#'}'>{html.escape(r.notebook)}</a></td>"
-        f"<td>{r.status}</td><td>{r.seconds:.1f}</td><td>{html.escape(r.error or '')}</td></tr>"
-        for r in results)
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>Wide LayerNorm lab book</title></head>"
-            f"<body><h1>Wide LayerNorm lab book</h1><p>parameters: {html.escape(json.dumps(params))}</p>"
-            f"<table border='1' cellpadding='4'><tr><th>notebook</th><th>status</th><th>seconds</th>"
-            f"<th>error</th></tr>{rows}</table></body></html>")
-    target = out_dir / "index.html"
-    atomic_write_bytes(target, page.encode())
-    atomic_write_bytes(out_dir / "book.json",
-                       json.dumps({"params": params, "notebooks": [asdict(r) for r in results]}, indent=1).encode())
-    return target
+    """The front page and book.json (labkit.site)."""
+    from labkit import site
+
+    return site.write_index(out_dir, results, params)
 
 
 def build(out_dir: Path = REPO_ROOT / "build" / "book", device: str = "auto", mode: str = "quick", seeds=None,

@@ -1,36 +1,122 @@
-"""Tables for notebooks: records in, Markdown out (rendered by Jupyter and kept in the HTML export)."""
+"""Tables for notebooks and terminals: records (lists of dicts) in; HTML built by pandas for pages, plain text for
+terminals and benchmark scripts.
+
+Page tables are `DataFrame.to_html(escape=True)`: a value or a column name holding `|`, `*` or `<` is text in a
+cell, never table syntax. Every value goes through `cell_text` first, so floats read the same in every table.
+"""
 from __future__ import annotations
 
+import html
+import json
+from pathlib import Path
 
-def _cell(v) -> str:
+
+def cell_text(v) -> str:
+    """One value as table text: floats with 6 significant digits (thousands separated from a million on), lists
+    joined by commas, None as an em dash."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return str(v)
     if isinstance(v, float):
+        if v == v and abs(v) >= 1e6 and abs(v) < 1e15:
+            return f"{v:,.0f}"
         return f"{v:.6g}"
     if isinstance(v, (list, tuple)):
-        return ", ".join(_cell(x) for x in v)
-    return str(v).replace("|", "\\|").replace("\n", " ")
+        return ", ".join(cell_text(x) for x in v)
+    return str(v).replace("\n", " ")
+
+
+def _columns(rows: list[dict], columns: list[str] | None) -> list[str]:
+    return columns or list(dict.fromkeys(k for r in rows for k in r))
+
+
+def _rows(rows: list[dict] | dict) -> list[dict]:
+    if isinstance(rows, dict):  # one record: its fields as key/value rows
+        return [{"key": k, "value": v} for k, v in rows.items()]
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"rows must be a dict or a list of dicts, got {type(rows).__name__}")
+    return rows
+
+
+def frame(rows: list[dict] | dict, columns: list[str] | None = None):
+    """The rows as a pandas DataFrame of display strings (`cell_text`), columns in first-seen order."""
+    import pandas as pd
+
+    rows = _rows(rows)
+    columns = _columns(rows, columns)
+    return pd.DataFrame([[cell_text(r.get(c)) for c in columns] for r in rows], columns=[str(c) for c in columns])
+
+
+def table_html(rows: list[dict] | dict, columns: list[str] | None = None) -> str:
+    """An HTML table (escaped) of the rows; `<p><em>(no rows)</em></p>` when there are none."""
+    rows = _rows(rows)
+    if not rows:
+        return "<p><em>(no rows)</em></p>"
+    return frame(rows, columns).to_html(escape=True, index=False, border=0, classes="labkit-table")
+
+
+def table_text(rows: list[dict] | dict, columns: list[str] | None = None) -> str:
+    """A plain-text table of the rows (the text/plain twin of `table_html`)."""
+    rows = _rows(rows)
+    if not rows:
+        return "(no rows)"
+    return frame(rows, columns).to_string(index=False)
 
 
 def markdown_table(rows: list[dict], columns: list[str] | None = None) -> str:
+    """A Markdown table for terminals and benchmark scripts (pages use `table_html`)."""
     if not rows:
         return "_(no rows)_"
-    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
-    head = "| " + " | ".join(columns) + " |\n|" + "---|" * len(columns) + "\n"
-    return head + "\n".join("| " + " | ".join(_cell(r.get(c, "")) for c in columns) + " |" for r in rows)
+    columns = _columns(rows, columns)
+
+    def md(v) -> str:
+        return cell_text(v).replace("|", "\\|")
+
+    head = "| " + " | ".join(md(c) for c in columns) + " |\n|" + "---|" * len(columns) + "\n"
+    return head + "\n".join("| " + " | ".join(md(r.get(c)) for c in columns) + " |" for r in rows)
+
+
+def _display(html_text: str, plain: str) -> None:
+    from IPython.display import display
+
+    display({"text/html": html_text, "text/plain": plain}, raw=True)
 
 
 def show(rows: list[dict] | dict, columns: list[str] | None = None):
-    """Display records (a list of dicts, or one dict as key/value rows) as a Markdown table."""
-    from IPython.display import Markdown, display
+    """Display records (a list of dicts, or one dict as key/value rows) as a table."""
+    _display(table_html(rows, columns), table_text(rows, columns))
 
-    if isinstance(rows, dict):
-        rows = [{"key": k, "value": v} for k, v in rows.items()]
-    display(Markdown(markdown_table(rows, columns)))
+
+def write_rows(rows: list[dict], name: str, out_dir) -> tuple[Path, Path]:
+    """Write every row to `<out_dir>/<name>.csv` (display strings) and `<name>.json` (values as recorded)."""
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"name must be a plain file stem, got {name!r}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    csv_path, json_path = out / f"{name}.csv", out / f"{name}.json"
+    frame(rows).to_csv(csv_path, index=False)
+    json_path.write_text(json.dumps(rows, indent=1, default=str))
+    return csv_path, json_path
+
+
+def show_long(rows: list[dict], name: str, out_dir, head: int = 10, columns: list[str] | None = None):
+    """Show the first `head` rows and link the full list, written next to the page as `<name>.csv` and
+    `<name>.json` in `out_dir` (the book's output directory, where the page is)."""
+    if head < 1:
+        raise ValueError(f"head must be at least 1, got {head}")
+    rows = _rows(rows)
+    csv_path, json_path = write_rows(rows, name, out_dir)
+    shown = min(head, len(rows))
+    note = (f"<p>{len(rows)} rows; the first {shown} are below. All of them: "
+            f"<a href=\"{html.escape(csv_path.name)}\">{html.escape(csv_path.name)}</a> (CSV), "
+            f"<a href=\"{html.escape(json_path.name)}\">{html.escape(json_path.name)}</a> (JSON).</p>")
+    plain = f"{len(rows)} rows; the first {shown} below; all of them: {csv_path} and {json_path}\n"
+    _display(note + table_html(rows[:head], columns), plain + table_text(rows[:head], columns))
 
 
 def show_files(files: list[tuple[str, str]]):
     """Display (name, text) pairs as folded blocks, one per file: open one to read it."""
-    import html
-
     from IPython.display import HTML, display
 
     blocks = [f"<details><summary><code>{html.escape(name)}</code> ({len(text.splitlines())} lines)</summary>"

@@ -1,4 +1,5 @@
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -30,3 +31,14 @@ def cache_dir(monkeypatch):
     with tempfile.TemporaryDirectory() as d:
         monkeypatch.setenv("LABKIT_CACHE_DIR", d)
         yield d
+
+
+@pytest.fixture(scope="session")
+def book_build(tmp_path_factory):
+    """The whole book built once in CPU mode, shared by the notebook and site tests: (out_dir, {notebook: result}).
+    LABKIT_TEST_BOOK_DIR keeps the build (and the browser test's screenshots) in a directory of your choice."""
+    from labkit import book
+
+    out = Path(os.environ["LABKIT_TEST_BOOK_DIR"]).resolve() if os.environ.get("LABKIT_TEST_BOOK_DIR") \
+        else tmp_path_factory.mktemp("book")
+    return out, {r.notebook: r for r in book.build(out, device="cpu", mode="quick")}

@@ -18,9 +18,8 @@ RUN_NAMES = {"00": "environment", "01": "bit_identity", "02": "fast_stats_counte
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("book")
-    return out, {r.notebook: r for r in book.build(out, device="cpu", mode="quick")}
+def built(book_build):
+    return book_build  # built once per session (conftest), shared with tests/test_site.py
 
 
 def _outputs(executed) -> list[dict]:

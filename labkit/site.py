@@ -1,0 +1,463 @@
+"""The book as a static site: one HTML page per executed notebook and a front page, readable from a folder or a
+plain web server with no network.
+
+Choices, and why:
+- Pages: nbconvert's HTMLExporter with its "lab" template (nbconvert is already the book's exporter and is
+  packaged; a book builder such as Jupyter Book would add a second toolchain whose themes expect web assets). The
+  template is extended by a small Jinja template held here (`PAGE_TEMPLATE`, given as `raw_template`): it empties
+  the blocks that load require.js, MathJax, mermaid.js and the widget manager from CDNs, and puts a banner at the top
+  of each page (live or replayed run, the parameters papermill injected, the headline result). Prompts are hidden.
+- Formulas: converted to MathML when the page is built, with latex2mathml (pure Python, on PyPI). nbconvert's own
+  markdown parser finds the math (`$...$`, `$$...$$`), so `*` and `_` inside a formula never reach Markdown; our
+  renderer emits `<math>` instead of handing the TeX to MathJax. Browsers render MathML Core natively (Chromium
+  since 109, Firefox, Safari), so no script, font or network is needed. The alternative, vendoring MathJax (~2 MB
+  of JavaScript per copy of the book), would work offline too but is a bundled third-party script to maintain. A
+  formula latex2mathml cannot convert is kept as TeX in `<code class="tex-fallback">` (the site test fails on it).
+- Figures: nbconvert embeds image outputs as base64 data URIs (no image files to lose).
+- Tables: pandas (`labkit.display`), escaped, so no value breaks a table.
+- Headlines on the front page are read from the run each notebook replayed or wrote (`HEADLINES`: one function per
+  run name, record in, one line out); a notebook without a run shows the first line of its verdict cell's output.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from labkit import tasks
+from labkit.core.atomic import atomic_write_bytes
+from labkit.records.run import DATA_RUNS, load_run
+from labkit.records.summary import summarize_run
+
+BOOK_TITLE = "Wide LayerNorm lab book"
+
+BOOK_INTRO = (
+    "A lab book about bit-identical FP32 LayerNorm on NVIDIA GPUs, at KernelBench's level-1 task 40 shape "
+    "(16, 64, 256, 256) normalized over its last three dimensions: 16 rows of 4,194,304 values. It checks that "
+    "custom CUDA kernels which keep PyTorch's order of arithmetic return exactly the bits of "
+    "<code>torch.native_layer_norm</code> (output, mean and rstd, compared as integers), measures how much faster "
+    "they are, and shows that a faster statistics pass changes the answer. Every number comes from a recorded run: "
+    "on a GPU the notebooks run live; on a machine without one they replay the committed GPU runs, and each page "
+    "says which.")
+
+# Phrases RunSession prints with its run id (labkit.records.session): which run a notebook used.
+_RUN_ID = re.compile(r"(REPLAYED(?: from)? committed GPU run|LIVE run|run written to \S*?/runs/)"
+                     r"\s?(\d{8}T\d{6}Z-[A-Za-z0-9_-]+)")
+_NO_RUN = re.compile(r"no committed GPU run yet \(no complete '([\w-]+)' run")
+
+
+# --- headlines: one line per run name, numbers read from the records ---------------------------------------------
+
+def _x(ratio: float) -> str:
+    return f"{ratio:.1f}x" if ratio >= 10 else f"{ratio:.2f}x"
+
+
+def _on(summary: dict) -> str:
+    return f"on {summary.get('gpu')}, torch {summary.get('torch')}"
+
+
+def _l1_40_case(timing_record: dict) -> dict | None:
+    """The L1/40 case of a timing record (default affine first), else its first case."""
+    cases = timing_record.get("cases") or []
+    key = tasks.shape_key(tasks.L1_40)
+    at_shape = [c for c in cases if c["key"].split("/")[0] == key]
+    at_shape.sort(key=lambda c: not c["key"].endswith("/default"))
+    return (at_shape or cases or [None])[0]
+
+
+def _case_name(case: dict) -> str:
+    return "L1/40" if case["key"].split("/")[0] == tasks.shape_key(tasks.L1_40) else case["key"].split("/")[0]
+
+
+def _headline_environment(records: dict, summary: dict) -> str:
+    b = summary["bit_identity"]
+    return f"{b['identical']}/{b['cases']} smoke cases bit-identical {_on(summary)}"
+
+
+def _headline_bit_identity(records: dict, summary: dict) -> str:
+    b = summary["bit_identity"]
+    shape = records["bit_identity"].get("shape")
+    at = f" at {tuple(shape)}" if shape else ""
+    return f"{b['identical']}/{b['cases']} bit-identical{at} {_on(summary)}"
+
+
+def _headline_fast_stats(records: dict, summary: dict) -> str:
+    f = summary["fast_stats"]
+    return (f"fast statistics pass the official check in {f['ordinary_pass']}/{f['ordinary_cases']} ordinary "
+            f"combinations and fail it in {f['offset_fail']}/{f['offset_cases']} offset (+1000) ones {_on(summary)}")
+
+
+def _headline_timing(records: dict, summary: dict) -> str:
+    case = _l1_40_case(records["timing"])
+    t = case["timing"].get("A") if case else None
+    if not t:
+        return f"no protocol A timing in the record {_on(summary)}"
+    native = t["stats"]["native"]["median_ms"]
+    ratios = t["ratio_vs_baseline"]
+    timed = [m for m in t["stats"] if m != "native"]
+    identical = [m for m in timed if (case["methods"][m].get("check") or {}).get("bit_equal_fraction") == 1.0]
+    parts = [f"at {_case_name(case)} native {native:.3g} ms"]
+    if identical:
+        best = max(identical, key=lambda m: ratios[m]["median"])
+        parts.append(f"fastest bit-identical: {best} {_x(ratios[best]['median'])}")
+    if timed:
+        best = max(timed, key=lambda m: ratios[m]["median"])
+        if best not in identical:
+            parts.append(f"fastest passing the official check: {best} {_x(ratios[best]['median'])} "
+                         "(not bit-identical)")
+    return "; ".join(parts) + f" {_on(summary)}"
+
+
+def _headline_parallel_stats(records: dict, summary: dict) -> str:
+    case = _l1_40_case(records["timing"])
+    t = case["timing"].get("A") if case else None
+    if not t or "chain" not in t["stats"]:
+        return f"chain not timed in the record {_on(summary)}"
+    chain = t["stats"]["chain"]["median_ms"]
+    parts = [f"chain {chain:.3g} ms at {_case_name(case)}", f"{_x(t['ratio_vs_baseline']['chain']['median'])} native"]
+    inductor = t["stats"].get("inductor", {}).get("median_ms")
+    if inductor:
+        parts.append(f"{_x(inductor / chain)} Inductor")
+    b = summary.get("bit_identity")
+    if b:
+        parts.append(f"{b['identical']}/{b['cases']} bit-identical")
+    return ", ".join(parts) + f" {_on(summary)}"
+
+
+HEADLINES = {"environment": _headline_environment, "bit_identity": _headline_bit_identity,
+             "fast_stats_counterexamples": _headline_fast_stats, "timing": _headline_timing,
+             "parallel_stats": _headline_parallel_stats}
+
+
+def run_headline(run_dir: Path) -> str:
+    """One line of what run `run_dir` shows, from its records; a run name without a headline function gets its
+    name and GPU."""
+    run = load_run(run_dir)
+    summary = summarize_run(run_dir)
+    fn = HEADLINES.get(summary["name"])
+    if fn is None:
+        return f"run '{summary['name']}' {_on(summary)}"
+    return fn(run["records"], summary)
+
+
+# --- what a page is about: read from the executed notebook ------------------------------------------------------
+
+@dataclass
+class RunRef:
+    run_id: str
+    name: str
+    live: bool  # written by this build (under <out>/runs), not a committed run it replayed
+    gpu: str | None
+    torch: str | None
+    date_utc: str | None
+    path: str
+
+
+@dataclass
+class PageInfo:
+    stem: str
+    title: str
+    question: str
+    parameters: dict
+    run: RunRef | None
+    headline: str
+    headline_source: str  # "run record" or "verdict output"
+    verdict: str
+    verdict_anchor: str | None
+    executed_utc: str | None
+    missing_run: str | None = None  # the run name a session looked for and did not find
+
+
+def _text_outputs(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream"
+                   and o.get("name") == "stdout")
+
+
+def _all_output_text(nb) -> str:
+    parts = []
+    for cell in nb.cells:
+        for o in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            parts.append(o.get("text", ""))
+            for v in (o.get("data") or {}).values():
+                parts.append(v if isinstance(v, str) else "")
+    return "\n".join(parts)
+
+
+def _title(nb, fallback: str) -> str:
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("#").strip()
+    return fallback
+
+
+def _verdict_anchor(nb) -> str | None:
+    """The id nbconvert gives the heading "Verdict" (the text with spaces as hyphens), if the notebook has one."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("#") and line.lstrip("#").strip() == "Verdict":
+                    return "Verdict"
+    return None
+
+
+def _find_run(run_id: str, out_dir: Path, extra_roots=()) -> RunRef | None:
+    for root, live in ((out_dir / "runs", True), *((Path(r), False) for r in extra_roots), (DATA_RUNS, False)):
+        path = root / run_id
+        if (path / "run.json").is_file():
+            meta = json.loads((path / "run.json").read_text())
+            prov = meta.get("provenance", {})
+            return RunRef(run_id, meta.get("name", ""), live, prov.get("gpu"), prov.get("torch"),
+                          prov.get("date_utc"), str(path))
+    return None
+
+
+def page_info(executed: Path, out_dir: Path | None = None) -> PageInfo:
+    """What the page of executed notebook `executed` says at its top and on the front page."""
+    import nbformat
+
+    executed = Path(executed)
+    out_dir = Path(out_dir) if out_dir else executed.parent
+    nb = nbformat.read(executed, as_version=4)
+    pm = nb.metadata.get("papermill", {})
+    params = dict(pm.get("parameters") or {})
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    verdict = _text_outputs(code[-1]).strip() if code else ""
+    text = _all_output_text(nb)
+    run = None
+    found = _RUN_ID.search(text)
+    if found:
+        roots = [params["runs_root"]] if params.get("runs_root") else []
+        run = _find_run(found.group(2), out_dir, roots)
+    missing = _NO_RUN.search(text)
+    if run:
+        headline, source = run_headline(Path(run.path)), "run record"
+    else:
+        headline, source = (verdict.splitlines()[0] if verdict else "(no verdict output)"), "verdict output"
+    labkit_meta = nb.metadata.get("labkit", {})
+    title = _title(nb, executed.stem)
+    return PageInfo(stem=executed.stem, title=title, question=labkit_meta.get("question", title), parameters=params,
+                    run=run, headline=headline, headline_source=source, verdict=verdict,
+                    verdict_anchor=_verdict_anchor(nb), executed_utc=pm.get("end_time"),
+                    missing_run=missing.group(1) if missing and not run else None)
+
+
+# --- rendering ----------------------------------------------------------------------------------------------------
+
+def _when(iso: str | None) -> str:
+    if not iso:
+        return "date not recorded"
+    try:
+        t = _dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).astimezone(_dt.timezone.utc)
+    except ValueError:
+        return iso
+    return t.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def source_html(info: PageInfo) -> str:
+    """Live, replayed or computed here: one sentence with the run id, GPU, torch and date."""
+    e = html.escape
+    if info.run and info.run.live:
+        return (f"<strong>Ran live</strong> in this build: run <code>{e(info.run.run_id)}</code> on "
+                f"{e(str(info.run.gpu))}, torch {e(str(info.run.torch))}, {e(_when(info.run.date_utc))}.")
+    if info.run:
+        return (f"<strong>Replays</strong> committed GPU run <code>{e(info.run.run_id)}</code>: "
+                f"{e(str(info.run.gpu))}, torch {e(str(info.run.torch))}, recorded {e(_when(info.run.date_utc))}; "
+                f"executed here {e(_when(info.executed_utc))}.")
+    if info.missing_run:
+        return (f"<strong>No GPU run</strong>: no committed '{e(info.missing_run)}' run to replay, so this page "
+                f"shows no GPU result; executed {e(_when(info.executed_utc))}.")
+    return (f"<strong>Computed when the book was built</strong> ({e(_when(info.executed_utc))}), on this machine; "
+            "this notebook replays no GPU run.")
+
+
+def parameters_html(params: dict) -> str:
+    if not params:
+        return "none (the notebook's defaults)"
+    return ", ".join(f"<code>{html.escape(k)} = {html.escape(json.dumps(v))}</code>" for k, v in params.items())
+
+
+def headline_html(info: PageInfo) -> str:
+    where = ("from the run's records" if info.headline_source == "run record"
+             else "first line of the verdict cell's output (no run)")
+    return f"{html.escape(info.headline)} <span class='labkit-where'>({where})</span>"
+
+
+def banner_html(info: PageInfo) -> str:
+    verdict = (f" <a href='#{html.escape(info.verdict_anchor)}'>Verdict ↓</a>" if info.verdict_anchor else "")
+    return (f"<nav class='labkit-nav'><a href='index.html'>{html.escape(BOOK_TITLE)}</a> › "
+            f"{html.escape(info.title)}</nav>"
+            f"<section class='labkit-banner' id='labkit-banner'>"
+            f"<p><strong>Question:</strong> {html.escape(info.question)}</p>"
+            f"<p><strong>Result:</strong> {headline_html(info)}{verdict}</p>"
+            f"<p>{source_html(info)}</p>"
+            f"<p><strong>Parameters</strong> injected by papermill: {parameters_html(info.parameters)}; "
+            f"every other parameter at the notebook's default.</p></section>")
+
+
+SITE_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
+.labkit-nav { padding: 8px 16px; font-size: 14px; }
+.labkit-banner { margin: 0 16px 16px; padding: 10px 16px; border-left: 4px solid #1e88e5; background: #f3f8fd;
+                 font-size: 14px; line-height: 1.5; }
+.labkit-banner p { margin: 4px 0; }
+.labkit-where { color: #666; font-size: 12px; }
+table.labkit-table { border-collapse: collapse; font-size: 12px; margin: 4px 0; }
+.jp-RenderedHTMLCommon table.labkit-table th, .jp-RenderedHTMLCommon table.labkit-table td,
+table.labkit-table th, table.labkit-table td { border: 1px solid #ddd; padding: 3px 6px; text-align: left;
+                                               vertical-align: top; max-width: 40em; overflow-wrap: break-word; }
+table.labkit-table th { background: #f2f2f2; }
+table.labkit-table tr:nth-child(even) td { background: #fafafa; }
+.labkit-nav a, .labkit-banner a { color: #1565c0; text-decoration: underline; }
+math { font-size: 1.1em; }
+math[display="block"] { margin: 8px 0; }
+code.tex-fallback { color: #b00; }
+"""
+
+PAGE_TEMPLATE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block extra_css -%}
+<link rel="icon" href="data:,">
+<style type="text/css">{{ resources.labkit_css }}</style>
+{%- endblock extra_css -%}
+{%- block body_header -%}
+{{ super() }}
+{{ resources.labkit_banner }}
+{%- endblock body_header -%}
+"""
+
+
+def tex_to_mathml(tex: str, display: str = "inline") -> str:
+    """MathML for a TeX formula, without the xmlns attribute (HTML needs none); a formula that does not convert
+    cleanly stays TeX in <code class="tex-fallback">."""
+    from latex2mathml.converter import convert
+
+    try:
+        out = convert(tex.strip(), display=display)
+    except Exception:  # noqa: BLE001 - any parser failure means: show the TeX
+        out = ""
+    if not out or re.search(r">[^<]*\\[A-Za-z]", out):  # a command left unconverted, e.g. "\lvert" as text
+        return f"<code class='tex-fallback'>{html.escape(tex)}</code>"
+    return out.replace(' xmlns="http://www.w3.org/1998/Math/MathML"', "")
+
+
+def _exporter():
+    from jinja2 import pass_context
+    from nbconvert import HTMLExporter
+    from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
+
+    class MathMLRenderer(IPythonRenderer):
+        def block_math(self, body: str) -> str:
+            return tex_to_mathml(body, "block")
+
+        def inline_math(self, body: str) -> str:
+            return tex_to_mathml(body, "inline")
+
+        def latex_environment(self, name: str, body: str) -> str:
+            return tex_to_mathml(f"\\begin{{{name}}}{body}\\end{{{name}}}", "block")
+
+    class PageExporter(HTMLExporter):
+        @pass_context
+        def markdown2html(self, context, source):
+            cell = context.get("cell", {})
+            renderer = MathMLRenderer(
+                escape=False, attachments=cell.get("attachments", {}), embed_images=self.embed_images,
+                path=context.get("resources", {}).get("metadata", {}).get("path", ""),
+                anchor_link_text=self.anchor_link_text, exclude_anchor_links=self.exclude_anchor_links,
+                **self.lexer_options)
+            return MarkdownWithMath(renderer=renderer).render(source)
+
+    exporter = PageExporter(template_name="lab", exclude_input_prompt=True, exclude_output_prompt=True)
+    exporter.raw_template = PAGE_TEMPLATE
+    # no CDN URL may end up in a page even where a block would use it
+    exporter.mathjax_url = exporter.require_js_url = exporter.widget_renderer_url = ""
+    exporter.mermaid_js_url = exporter.mermaid_layout_elk_js_url = exporter.jupyter_widgets_base_url = ""
+    return exporter
+
+
+def export_page(executed: Path, out_dir: Path | None = None) -> Path:
+    """Export executed notebook `executed` to `<same name>.html` with the banner at its top."""
+    import nbformat
+
+    executed = Path(executed)
+    info = page_info(executed, out_dir)
+    nb = nbformat.read(executed, as_version=4)
+    nb.metadata["title"] = info.title
+    body, _ = _exporter().from_notebook_node(
+        nb, resources={"labkit_banner": banner_html(info), "labkit_css": SITE_CSS})
+    target = executed.with_suffix(".html")
+    atomic_write_bytes(target, body.encode())
+    return target
+
+
+# --- the front page -----------------------------------------------------------------------------------------------
+
+def _entry_html(result, info: PageInfo | None) -> str:
+    e = html.escape
+    page = Path(result.html).name if result.html else None
+    title = info.title if info else Path(result.notebook).stem
+    link = f"<a href='{e(page)}'>{e(title)}</a>" if page else e(title)
+    parts = [f"<li class='labkit-entry'><h2>{link}</h2>"]
+    if info:
+        parts.append(f"<p><strong>Question:</strong> {e(info.question)}</p>")
+        parts.append(f"<p><strong>Result:</strong> {headline_html(info)}</p>")
+        parts.append(f"<p>{source_html(info)}</p>")
+    if result.status != "ok":
+        parts.append(f"<p class='labkit-failed'><strong>This notebook failed</strong> after {result.seconds:.0f} s: "
+                     f"<code>{e((result.error or '').splitlines()[0] if result.error else 'unknown error')}</code>"
+                     + (" — its page shows the cell that failed." if page else "") + "</p>")
+    files = [f"<a href='{e(Path(result.executed).name)}'>executed notebook</a>"] if Path(result.executed).exists() \
+        else []
+    if info and info.verdict:
+        parts.append(f"<details><summary>Verdict, as printed</summary><pre>{e(info.verdict)}</pre></details>")
+    parts.append(f"<p class='labkit-files'>{result.seconds:.0f} s to execute"
+                 + (f"; {' · '.join(files)}" if files else "") + "</p></li>")
+    return "".join(parts)
+
+
+INDEX_CSS = SITE_CSS + """
+body { max-width: 60em; margin: 2em auto; padding: 0 1em; line-height: 1.5; color: #222; }
+h1 { margin-bottom: 0.2em; }
+ol.labkit-book { padding-left: 0; list-style: none; }
+li.labkit-entry { border-top: 1px solid #ddd; padding: 0.6em 0; }
+li.labkit-entry h2 { font-size: 1.15em; margin: 0.2em 0; }
+li.labkit-entry p { margin: 0.2em 0; }
+.labkit-files, .labkit-build { color: #555; font-size: 0.9em; }
+.labkit-failed { color: #b00; }
+details pre { white-space: pre-wrap; font-size: 12px; background: #f7f7f7; padding: 6px; }
+"""
+
+
+def write_index(out_dir: Path, results: list, params: dict) -> Path:
+    """The front page (index.html): what the book shows, then per notebook in reading order its title (linking its
+    page), question, headline result and where the result comes from; and book.json for machines."""
+    out_dir = Path(out_dir)
+    infos = []
+    for r in results:
+        executed = Path(r.executed)
+        infos.append(page_info(executed, out_dir) if executed.exists() else None)
+    ok = sum(r.status == "ok" for r in results)
+    build = {k: v for k, v in params.items() if k != "output_dir"}
+    entries = "\n".join(_entry_html(r, i) for r, i in zip(results, infos))
+    page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            f"<meta name='viewport' content='width=device-width, initial-scale=1'><link rel='icon' href='data:,'>"
+            f"<title>{html.escape(BOOK_TITLE)}</title><style>{INDEX_CSS}</style></head><body><main>"
+            f"<h1>{html.escape(BOOK_TITLE)}</h1><p>{BOOK_INTRO}</p>"
+            f"<p class='labkit-build'>Built {html.escape(_when(_dt.datetime.now(_dt.timezone.utc).isoformat()))} "
+            f"with {parameters_html(build)}: {ok}/{len(results)} notebooks ran. Read in this order.</p>"
+            f"<ol class='labkit-book'>{entries}</ol>"
+            f"<p class='labkit-build'>For machines: <a href='book.json'>book.json</a> (what ran, with which "
+            f"parameters, and each page's headline).</p></main></body></html>")
+    target = out_dir / "index.html"
+    atomic_write_bytes(target, page.encode())
+    notebooks = [{**asdict(r), "page": asdict(i) if i else None} for r, i in zip(results, infos)]
+    atomic_write_bytes(out_dir / "book.json", json.dumps({"params": params, "notebooks": notebooks},
+                                                         indent=1, default=str).encode())
+    return target

@@ -1,0 +1,301 @@
+"""The static site (labkit.site): offline pages with a banner, a front page whose headlines come from the records,
+and a headless-Chromium pass over the built book (marker `browser`).
+
+The browser is Debian's `chromium` driven by Playwright for Python with `executable_path` (Playwright's own browser
+download is not reachable from CI); without either, the browser test skips and says why.
+"""
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import nbformat
+import pytest
+
+from labkit import book, site
+from labkit.records.run import committed_runs, load_run
+from labkit.records.summary import summarize_run
+
+NOTEBOOKS = book.notebooks()
+CHROMIUM = os.environ.get("LABKIT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+# notebooks whose markdown holds formulas: they must render as MathML, never as TeX text
+FORMULA_PAGES = ("03_timing", "04_protocol_correction")
+# an attribute or CSS url() that makes the browser fetch something from another host
+EXTERNAL_RESOURCE = re.compile(r"""(?:\b(?:src|srcset|data|poster|action)\s*=\s*["']?\s*(?:https?:)?//)"""
+                               r"""|(?:<link\b[^>]*\bhref\s*=\s*["']?\s*(?:https?:)?//)"""
+                               r"""|(?:url\(\s*["']?\s*(?:https?:)?//)|(?:import\s*\(\s*["'](?:https?:)?//)""",
+                               re.IGNORECASE)
+
+
+# --- units: no build needed ---------------------------------------------------------------------------------------
+
+def test_tex_becomes_mathml_without_namespace_url():
+    out = site.tex_to_mathml(r"\lvert r_i - c_i\rvert \le \mathrm{atol} + \mathrm{rtol}\,\lvert c_i\rvert")
+    assert out.startswith("<math") and "<msub>" in out and "http" not in out
+    assert 'display="block"' in site.tex_to_mathml(r"x^2", "block")
+
+
+def test_tex_that_does_not_convert_stays_visible_as_tex():
+    # latex2mathml leaves \bigl\lvert as the text "\lvert": that must not pass for a formula
+    out = site.tex_to_mathml(r"\bigl\lvert x \bigr\rvert")
+    assert "tex-fallback" in out and r"\bigl\lvert" in out
+
+
+@pytest.mark.parametrize("run_dir", committed_runs(), ids=[p.name for p in committed_runs()])
+def test_headline_numbers_come_from_the_run(run_dir):
+    line = site.run_headline(run_dir)
+    s = summarize_run(run_dir)
+    assert s["gpu"] in line and s["torch"] in line
+    records = load_run(run_dir)["records"]
+    if "bit_identity" in s:
+        assert f"{s['bit_identity']['identical']}/{s['bit_identity']['cases']} " in line
+    if s["name"] in ("timing", "parallel_stats"):
+        case = site._l1_40_case(records["timing"])
+        t = case["timing"]["A"]
+        method = "chain" if s["name"] == "parallel_stats" else None
+        if method:
+            assert f"chain {t['stats']['chain']['median_ms']:.3g} ms" in line
+            assert site._x(t["ratio_vs_baseline"]["chain"]["median"]) + " native" in line
+        else:
+            assert f"native {t['stats']['native']['median_ms']:.3g} ms" in line
+
+
+def test_headline_follows_the_record_not_a_typed_number(tmp_path):
+    """A copy of the newest bit-identity run with one case made non-identical: the headline counts it."""
+    src = committed_runs("bit_identity")[-1]
+    dst = tmp_path / src.name
+    shutil.copytree(src, dst)
+    rec = json.loads((dst / "bit_identity.json").read_text())
+    rec["cases"][0]["identical"] = False
+    (dst / "bit_identity.json").write_text(json.dumps(rec))
+    n = len(rec["cases"])
+    assert f"{n - 1}/{n} bit-identical" in site.run_headline(dst)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_notebook_states_its_question(path):
+    question = nbformat.read(path, as_version=4).metadata.get("labkit", {}).get("question", "")
+    assert question.endswith("?") and len(question) > 20, f"{path.name}: metadata.labkit.question is {question!r}"
+
+
+# --- the built book (shared CPU build, conftest.book_build) -------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def book_dir(book_build):
+    out, results = book_build
+    failed = {n: r.error for n, r in results.items() if r.status != "ok"}
+    assert not failed, failed
+    return out
+
+
+@pytest.mark.notebook
+def test_pages_fetch_nothing_from_outside(book_dir):
+    pages = sorted(book_dir.glob("*.html"))
+    assert len(pages) == len(NOTEBOOKS) + 1
+    for page in pages:
+        text = page.read_text()
+        found = EXTERNAL_RESOURCE.findall(text)
+        assert not found, f"{page.name} references external resources: {found[:5]}"
+        assert "cdnjs" not in text and "unpkg.com" not in text and "MathJax" not in text, page.name
+
+
+@pytest.mark.notebook
+def test_front_page_headlines_and_sources(book_dir):
+    index = (book_dir / "index.html").read_text()
+    positions = []
+    for path in NOTEBOOKS:
+        info = site.page_info(book_dir / path.name, book_dir)
+        link = f"<a href='{path.stem}.html'>"
+        assert link in index and ".ipynb</a>" not in index, path.name
+        positions.append(index.index(link))
+        assert site.html.escape(info.headline) in index
+        assert site.html.escape(info.question) in index
+        if info.run:  # a replayed run: its id, GPU and torch are on the front page and on the page
+            assert info.run.run_id in index and info.run.run_id in (book_dir / f"{path.stem}.html").read_text()
+            assert info.headline == site.run_headline(Path(info.run.path))
+        else:
+            assert info.headline == info.verdict.splitlines()[0]
+    assert positions == sorted(positions), "front page is not in reading order"
+
+
+@pytest.mark.notebook
+def test_replaying_notebooks_name_the_newest_committed_run(book_dir):
+    for path in NOTEBOOKS:
+        info = site.page_info(book_dir / path.name, book_dir)
+        if info.run:
+            newest = committed_runs(info.run.name)[-1].name
+            assert info.run.run_id == newest and not info.run.live, path.name
+
+
+@pytest.mark.notebook
+def test_long_audit_list_is_linked_not_printed(book_dir):
+    page = (book_dir / "04_protocol_correction.html").read_text()
+    rows = json.loads((book_dir / "04_audit_records.json").read_text())
+    assert len(rows) > 10 and (book_dir / "04_audit_records.csv").is_file()
+    assert 'href="04_audit_records.csv"' in page and 'href="04_audit_records.json"' in page
+    shown = page[page.index('href="04_audit_records.json"'):]
+    shown = shown[:shown.index("</table>")]
+    assert shown.count("<tr") == 1 + 10, "the page shows more than the first ten records"
+
+
+# --- the browser --------------------------------------------------------------------------------------------------
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server(book_dir):
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                            functools.partial(_QuietHandler, directory=str(book_dir)))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM:
+        pytest.skip("no chromium executable (apt-get install chromium; .ci/run installs it)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True)
+        yield b
+        b.close()
+
+
+# in-page checks: links, images, tables, formulas, folded sources, the banner
+PAGE_FACTS = """() => {
+  const links = [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href'));
+  const ids = new Set([...document.querySelectorAll('[id]')].map(e => e.id));
+  const images = [...document.images].map(i => ({src: i.src.slice(0, 40), ok: i.complete && i.naturalWidth > 0}));
+  const pipeParagraphs = [...document.querySelectorAll('p')].map(p => p.innerText.trim())
+      .filter(t => t.startsWith('|') || t.includes('|---') || t.includes('|:--'));
+  const raggedTables = [...document.querySelectorAll('table')].filter(t => {
+      const widths = [...t.rows].map(r => [...r.cells].reduce((n, c) => n + c.colSpan, 0));
+      return t.rows.length === 0 || widths.some(w => w !== widths[0]);
+  }).map(t => t.outerHTML.slice(0, 200));
+  const maths = [...document.querySelectorAll('math')];
+  const body = document.body.innerText;
+  return {
+    links, ids: [...ids], images, pipeParagraphs, raggedTables,
+    tables: document.querySelectorAll('table').length,
+    maths: maths.length, flatMaths: maths.filter(m => m.getBoundingClientRect().width === 0).length,
+    texFallbacks: document.querySelectorAll('code.tex-fallback').length,
+    rawTex: (body.match(/\\$\\$|\\\\(mathrm|lvert|frac|underbrace|text)\\b/g) || []).length,
+    details: [...document.querySelectorAll('details')].map(d => ({summary: d.querySelector('summary')?.innerText,
+                                                                   open: d.open})),
+    banner: document.getElementById('labkit-banner')?.innerText || null,
+    height: document.documentElement.scrollHeight,
+  };
+}"""
+
+
+def _visit(page, url: str, allowed_netloc: str | None) -> tuple[dict, list[str]]:
+    """Open `url`; return its facts and every problem seen while loading it."""
+    problems = []
+    handlers = {
+        "console": lambda m: m.type == "error" and problems.append(f"console error: {m.text}"),
+        "pageerror": lambda e: problems.append(f"page error: {e}"),
+        "requestfailed": lambda r: problems.append(f"failed request: {r.url} ({r.failure})"),
+        "response": lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"),
+        "request": lambda r: (urlparse(r.url).scheme in ("http", "https", "ws", "wss")
+                              and urlparse(r.url).netloc != allowed_netloc
+                              and problems.append(f"external request: {r.url}")),
+    }
+    for event, fn in handlers.items():
+        page.on(event, fn)
+    try:
+        page.goto(url, wait_until="load")
+        page.wait_for_timeout(50)  # late console errors from inline scripts
+        facts = page.evaluate(PAGE_FACTS)
+    finally:
+        for event, fn in handlers.items():
+            page.remove_listener(event, fn)
+    return facts, problems
+
+
+def _link_problems(facts: dict, page_file: Path, book_dir: Path) -> list[str]:
+    problems, ids = [], set(facts["ids"])
+    for href in facts["links"]:
+        parsed = urlparse(href)
+        if parsed.scheme in ("http", "https", "mailto"):
+            continue  # prose links to the post or GitHub: allowed, never followed
+        if parsed.scheme:
+            problems.append(f"link with scheme {parsed.scheme}: {href}")
+            continue
+        if parsed.path:
+            target = (page_file.parent / unquote(parsed.path)).resolve()
+            if not target.is_file() or book_dir.resolve() not in target.parents:
+                problems.append(f"broken link: {href}")
+                continue
+        # the HTML spec tries the fragment as written, then percent-decoded (nbconvert's heading ids are encoded)
+        if parsed.fragment and not parsed.path and not {parsed.fragment, unquote(parsed.fragment)} & ids:
+            problems.append(f"broken anchor: {href}")
+    return problems
+
+
+def _page_problems(name: str, facts: dict) -> list[str]:
+    problems = [f"image did not render: {i['src']}" for i in facts["images"] if not i["ok"]]
+    problems += [f"table syntax left as text: {t[:80]!r}" for t in facts["pipeParagraphs"]]
+    problems += [f"ragged table: {t}" for t in facts["raggedTables"]]
+    if facts["texFallbacks"] or facts["rawTex"] or facts["flatMaths"]:
+        problems.append(f"formulas not rendered: {facts['texFallbacks']} TeX fallbacks, {facts['rawTex']} raw TeX "
+                        f"fragments, {facts['flatMaths']} empty <math> boxes")
+    if name != "index" and not (facts["banner"] and "Parameters" in facts["banner"]
+                                and re.search(r"Replays|Ran live|Computed when|No GPU run", facts["banner"])):
+        problems.append(f"no banner saying live/replayed and the parameters: {facts['banner']!r}")
+    return problems
+
+
+@pytest.mark.notebook
+@pytest.mark.browser
+def test_site_in_headless_chromium(book_dir, server, browser):
+    shots = book_dir / "screenshots"
+    shots.mkdir(exist_ok=True)
+    netloc = urlparse(server).netloc
+    page = browser.new_page(viewport={"width": 1280, "height": 1600})
+    problems, seen = {}, {}
+    names = ["index"] + [p.stem for p in NOTEBOOKS]
+    for name in names:
+        facts, trouble = _visit(page, f"{server}/{name}.html", netloc)
+        trouble += _link_problems(facts, book_dir / f"{name}.html", book_dir)
+        trouble += _page_problems(name, facts)
+        if trouble:
+            problems[name] = trouble
+        seen[name] = facts
+        if name == "index":
+            page.screenshot(path=str(shots / "front.png"), full_page=True)
+        elif name == "03_timing":
+            page.screenshot(path=str(shots / "03_timing.png"))
+    # the same book from a folder (file://): nothing may reach a network at all
+    for name in ("index", "04_protocol_correction"):
+        facts, trouble = _visit(page, (book_dir / f"{name}.html").as_uri(), None)
+        if trouble:
+            problems[f"file://{name}"] = trouble
+    page.close()
+    assert not problems, json.dumps(problems, indent=1)[:6000]
+
+    # the checks saw what they were meant to see (so they could have failed)
+    index_pages = [h for h in seen["index"]["links"] if h.endswith(".html")]
+    assert set(index_pages) >= {f"{p.stem}.html" for p in NOTEBOOKS}
+    assert sum(len(f["images"]) for f in seen.values()) >= 4, "the book's figures are missing"
+    assert all(seen[n]["maths"] > 0 for n in FORMULA_PAGES), {n: seen[n]["maths"] for n in FORMULA_PAGES}
+    assert sum(f["tables"] for f in seen.values()) > 50
+    # notebook 06: every source file once, folded
+    summaries = [d["summary"] for d in seen["06_kernel_definitions"]["details"]]
+    assert summaries and len(summaries) == len(set(summaries)), summaries
+    assert not any(d["open"] for d in seen["06_kernel_definitions"]["details"])
+    assert sum("welford_ln.cuh" in s for s in summaries) == 1, summaries
+    # the audit's full list is linked, not printed: notebook 04 stays a readable length
+    assert seen["04_protocol_correction"]["height"] < 20000, seen["04_protocol_correction"]["height"]
+    assert (shots / "front.png").stat().st_size > 0 and (shots / "03_timing.png").stat().st_size > 0
+    print(f"screenshots: {shots / 'front.png'}, {shots / '03_timing.png'}")

@@ -35,10 +35,11 @@ class BuildFailed(Exception):
     """A notebook failed: the build stopped and nothing was published. `result` is the failing notebook's row;
     `kept` the folder holding the partial build (the failing notebook executed up to its error)."""
 
-    def __init__(self, result: NotebookResult, kept: Path, published: Path, failed: list | None = None):
+    def __init__(self, result: NotebookResult, kept: Path, published: Path, results: list | None = None):
         super().__init__(f"{result.notebook}: {result.error}")
         self.result, self.kept, self.published = result, kept, published
-        self.failed = failed or [result]  # every failing row (several only with keep_going)
+        self.results = results or [result]  # every notebook that ran, in order
+        self.failed = [r for r in self.results if r.status != "ok"]  # several only with keep_going
 
 
 def notebooks(only: list[str] | None = None, notebook_dir: Path = NOTEBOOK_DIR) -> list[Path]:
@@ -235,7 +236,7 @@ def build(out_dir: Path = REPO_ROOT / "build" / "book", device: str = "auto", mo
             for r in results:
                 _moved(r, kept)
             write_index(kept, results, params)
-            raise BuildFailed(failed[0], kept, out_dir, failed)
+            raise BuildFailed(failed[0], kept, out_dir, results)
         write_index(staging, results, params)
         _publish(staging, out_dir)
         published = True

@@ -205,9 +205,9 @@ def build(out_dir: Path = REPO_ROOT / "build" / "book", device: str = "auto", mo
     The build runs in a fresh folder next to `out_dir`; `out_dir` is replaced only when every notebook succeeded,
     so a failure never touches the last good book. On the first failing notebook the build stops (`keep_going`:
     runs the rest first), its folder (with the partial executed notebook) is kept as `<out_dir>.failed`, and
-    BuildFailed is raised for the first failure. With `only`,
-    the new build starts from a copy of the published book, so the other notebooks' pages stay. Notebooks get the
-    build folder as `output_dir` (live runs are written under it and published with the book)."""
+    BuildFailed is raised for the first failure. With `only`, the new build starts from a copy of the published
+    book, so the other notebooks' pages stay. Notebooks get the build folder as `output_dir` (live runs are
+    written under it and published with the book)."""
     from labkit.records.session import resolve
 
     out_dir = Path(out_dir).resolve()

@@ -230,3 +230,24 @@ def test_bad_requests_are_refused(tmp_path, capsys):
         bundle.write_bundle([incomplete], tmp_path / "b.tar.gz", render_page=_page)
     assert cli.main(["bundle", "--out", str(tmp_path / "c.tar.gz")]) == 2
     assert "at least one run directory" in capsys.readouterr().err
+
+
+def test_a_run_of_the_checked_out_commit_takes_the_working_tree(tmp_path):
+    """A run recorded at HEAD with the working tree's kernels: sources come from the tree when it is unchanged
+    (from git at HEAD otherwise), byte-equal to the commit either way."""
+    git = lambda *a: subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, check=True).stdout  # noqa: E731
+    try:
+        head = git("rev-parse", "HEAD").decode().strip()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    hashes = {p.name: _sha(p.read_bytes()) for p in sorted((REPO_ROOT / "kernels").glob("*.cu*"))}
+    run = _copy_run(tmp_path, lambda p: p.update(git_commit=head, kernel_sources_sha256=hashes))
+    out = bundle.write_bundle([run], tmp_path / "h.tar.gz", render_page=_page)
+    files = {k[len("h/"):]: v for k, v in _members(out).items()}
+    origin = json.loads(files["bundle.json"])["origin"]
+    src = f"sources/{head[:12]}"
+    assert all(origin[f"{src}/kernels/{k}"] == "working tree" for k in hashes)
+    clean = not git("status", "--porcelain", "--", "labkit", "pyproject.toml", "environment.yml").strip()
+    assert origin[f"{src}/labkit/records/run.py"] == ("working tree" if clean else f"git {head}")
+    assert files[f"{src}/labkit/records/run.py"] == git("show", f"{head}:labkit/records/run.py")
+    assert bundle.verify_bundle(out)[0] == []

@@ -95,23 +95,22 @@ def _kernel_source(repo: Path, commit: str | None, name: str, recorded: str, run
 
 
 def _commit_files(repo: Path, commit: str, run_id: str) -> dict[str, tuple[bytes, str]]:
-    """labkit/ and the install files at `commit`: from git, or from the working tree when it is that commit."""
+    """labkit/ and the install files at `commit`: the working tree's when it is that commit (HEAD, unchanged),
+    else `git archive` of the commit."""
     wanted = ["labkit", *INSTALL_FILES]
-    if _has_commit(repo, commit):
-        raw = _git(repo, "archive", "--format=tar", commit, "--", *wanted)
-        if raw is None:
-            raise ValueError(f"git archive {commit} {' '.join(wanted)} failed (run {run_id})")
-        out = {}
-        with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
-            for m in tar.getmembers():
-                if m.isfile():
-                    out[m.name] = (tar.extractfile(m).read(), f"git {commit}")
-        return out
     if _tree_is_commit(repo, commit, wanted):
         listed = _git(repo, "ls-files", "-z", "--", *wanted) or b""
         return {p: ((repo / p).read_bytes(), "working tree") for p in listed.decode().split("\0") if p}
-    raise ValueError(f"run {run_id} ran git commit {commit}, which this repository does not hold (a shallow or "
-                     f"partial clone?) and the working tree is not: cannot take the labkit sources it ran")
+    raw = _git(repo, "archive", "--format=tar", commit, "--", *wanted) if _has_commit(repo, commit) else None
+    if raw is None:
+        raise ValueError(f"run {run_id} ran git commit {commit}, which this repository does not hold (a shallow "
+                         f"or partial clone?) and the working tree is not: cannot take the labkit sources it ran")
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        for m in tar.getmembers():
+            if m.isfile():
+                out[m.name] = (tar.extractfile(m).read(), f"git {commit}")
+    return out
 
 
 def _page(nb: Path, run_id: str, book_dir: Path | None, render_page) -> tuple[bytes, str]:

@@ -251,3 +251,29 @@ def test_a_run_of_the_checked_out_commit_takes_the_working_tree(tmp_path):
     assert origin[f"{src}/labkit/records/run.py"] == ("working tree" if clean else f"git {head}")
     assert files[f"{src}/labkit/records/run.py"] == git("show", f"{head}:labkit/records/run.py")
     assert bundle.verify_bundle(out)[0] == []
+
+
+@needs_history
+def test_a_change_with_a_rewritten_manifest_is_still_caught_by_the_provenance(archive, tmp_path, capsys):
+    """Whoever edits a record and its MANIFEST.sha256 line still disagrees with the run's own manifest.json; a
+    swapped kernel source disagrees with the hash its run.json recorded."""
+    record = f"runs/{RUN_ID}/compile.json"
+    kernel = f"sources/{COMMIT[:12]}/kernels/affine_rows.cu"
+    new = {record: b"{}\n", kernel: b"// another kernel\n"}
+
+    def forge(name, data):
+        rel = name.split("/", 1)[1]
+        if rel in new:
+            return [(name, new[rel])]
+        if rel == "MANIFEST.sha256":
+            lines = [f"{_sha(new[p])}  {p}" if p in new else f"{h}  {p}"
+                     for h, p in (line.split("  ", 1) for line in data.decode().splitlines())]
+            return [(name, ("\n".join(lines) + "\n").encode())]
+        return [(name, data)]
+
+    forged = tmp_path / "forged.tar.gz"
+    _rewrite(archive, forged, forge)
+    err = _verify_fails(capsys, forged)
+    assert "changed:" not in err  # the manifest was rewritten to match
+    assert f"inconsistent: {record} does not match runs/{RUN_ID}/manifest.json" in err
+    assert f"inconsistent: {kernel} is not the kernel source runs/{RUN_ID}/run.json recorded" in err

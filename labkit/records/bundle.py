@@ -235,9 +235,10 @@ def _parse_manifest(text: str) -> tuple[dict[str, str], list[str]]:
     return listed, problems
 
 
-def _provenance_problems(files: dict[str, bytes]) -> list[str]:
+def _provenance_problems(files: dict[str, bytes], missing: set[str]) -> list[str]:
     """Checks that hold inside an intact bundle whatever its manifest says: each run's own manifest.json matches
-    its files, and each kernel source matches the sha256 its run recorded."""
+    its files, and each kernel source matches the sha256 its run recorded. Files in `missing` (already named as
+    missing) are not named again."""
     problems = []
     for path in sorted(p for p in files if re.fullmatch(r"runs/[^/]+/manifest\.json", p)):
         run = path.rsplit("/", 1)[0]
@@ -249,13 +250,13 @@ def _provenance_problems(files: dict[str, bytes]) -> list[str]:
             continue
         for name, digest in listed.items():
             got = files.get(f"{run}/{name}")
-            if got is None or _sha256(got) != digest:
+            if f"{run}/{name}" not in missing and (got is None or _sha256(got) != digest):
                 problems.append(f"inconsistent: {run}/{name} does not match {run}/manifest.json")
         prov = meta.get("provenance", {})
         src = f"sources/{str(prov.get('git_commit'))[:12]}/kernels"
         for name, digest in (prov.get("kernel_sources_sha256") or {}).items():
             got = files.get(f"{src}/{name}")
-            if got is None or _sha256(got) != digest:
+            if f"{src}/{name}" not in missing and (got is None or _sha256(got) != digest):
                 problems.append(f"inconsistent: {src}/{name} is not the kernel source {run}/run.json recorded "
                                 f"(sha256 {digest})")
     return problems
@@ -298,5 +299,5 @@ def verify_bundle(archive: Path) -> tuple[list[str], int]:
         elif _sha256(files[rel]) != digest:
             problems.append(f"changed: {rel} (sha256 {_sha256(files[rel])}, {MANIFEST} says {digest})")
     problems += [f"extra: {rel} (not listed in {MANIFEST})" for rel in sorted(set(files) - set(listed))]
-    problems += _provenance_problems(files)
+    problems += _provenance_problems(files, set(listed) - set(files))
     return problems, len(files) + 1

@@ -165,9 +165,20 @@ def _fresh_dir(parent: Path, prefix: str) -> Path:
     return path
 
 
+def _carry_runs(old_book: Path, staging: Path) -> None:
+    """Copy the old book's live run directories the new build lacks into it: a GPU run not yet curated is
+    evidence, and replacing the book must not delete it (run ids are unique, so nothing is overwritten)."""
+    if not (old_book / "runs").is_dir():
+        return
+    for run in sorted(p for p in (old_book / "runs").iterdir() if p.is_dir()):
+        if not (staging / "runs" / run.name).exists():
+            shutil.copytree(run, staging / "runs" / run.name, symlinks=True)
+
+
 def _publish(staging: Path, out_dir: Path) -> None:
     """Replace `out_dir` by `staging`: the old book is renamed away, the new one renamed in, then the old one
     deleted. A reader sees the old book or the new one (for an instant, none), never a mix."""
+    _carry_runs(out_dir, staging)
     old = None
     if out_dir.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
@@ -207,7 +218,7 @@ def build(out_dir: Path = REPO_ROOT / "build" / "book", device: str = "auto", mo
     runs the rest first), its folder (with the partial executed notebook) is kept as `<out_dir>.failed`, and
     BuildFailed is raised for the first failure. With `only`, the new build starts from a copy of the published
     book, so the other notebooks' pages stay. Notebooks get the build folder as `output_dir` (live runs are
-    written under it and published with the book)."""
+    written under it and published with the book); live runs of the replaced book stay in the new one."""
     from labkit.records.session import resolve
 
     out_dir = Path(out_dir).resolve()

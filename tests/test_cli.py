@@ -100,6 +100,16 @@ def test_failing_notebook_stops_keeps_partial_and_leaves_the_published_book(tmp_
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
+def test_rebuilding_keeps_the_live_runs_of_the_replaced_book(tmp_path, good):
+    out = tmp_path / "book"
+    assert _book(out, good) == 0
+    run = out / "runs" / "20260101T000000Z-nvidia-h200-environment-abcdef"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text('{"run_id": "x"}')
+    assert _book(out, good) == 0
+    assert (run / "run.json").read_text() == '{"run_id": "x"}'  # a GPU run not yet curated is not thrown away
+
+
 def test_keep_going_runs_the_rest_and_still_publishes_nothing(tmp_path, failing, capsys):
     out = tmp_path / "book"
     assert _book(out, failing, "--keep-going") == 1

@@ -1,4 +1,4 @@
-"""`labkit` console script: build the book, compile kernels, print provenance, summarize a run."""
+"""`labkit` console script: build the book, compile kernels, print provenance, summarize, audit, curate and bundle runs."""
 from __future__ import annotations
 
 import argparse
@@ -6,16 +6,47 @@ import json
 import sys
 from pathlib import Path
 
+from labkit.core.compile import REPO_ROOT
 from labkit.tasks import MODES
+
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+
+
+def _no_cuda_line() -> str | None:
+    """Why `--device cuda` cannot run here, or None when torch sees a GPU."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return (f"labkit book: --device cuda, but torch {torch.__version__} sees no CUDA device; nothing was run. "
+            f"Use --device cpu (replays the committed GPU runs) or --device auto.")
 
 
 def _cmd_book(args) -> int:
-    from labkit.book import build
+    from labkit.book import BuildFailed, build
 
-    results = build(args.out, args.device, args.mode, args.seeds, args.rounds, args.only)
-    failed = [r.notebook for r in results if r.status != "ok"]
-    print(f"[book] {len(results) - len(failed)}/{len(results)} notebooks ok; index: {Path(args.out) / 'index.html'}")
-    return 1 if failed else 0
+    out = Path(args.out)
+    if args.device == "cuda" and (line := _no_cuda_line()):
+        print(line, file=sys.stderr)
+        return 2
+    existed = (out / "book.json").is_file()
+    try:
+        results = build(out, args.device, args.mode, args.seeds, args.rounds, args.only,
+                        notebook_dir=Path(args.notebooks), keep_going=args.keep_going)
+    except BuildFailed as exc:
+        lines = []
+        for r in exc.failed:
+            where = f" at {r.failed_cell_label}" if r.failed_cell_label else ""
+            lines.append(f"labkit book: {r.notebook} failed{where}: {r.error}")
+            if r.failed_cell:
+                lines += ["  the failing cell:"] + [f"    {x}" for x in r.failed_cell.splitlines()]
+            lines.append(f"  partial executed notebook kept: {r.executed}")
+        published = f"the published book {out} is unchanged" if existed else f"nothing was published at {out}"
+        lines.append(f"labkit book: build failed; {published}; this build is kept in {exc.kept}")
+        print("\n".join(lines), file=sys.stderr)
+        return 1
+    print(f"[book] {len(results)}/{len(results)} notebooks ok; published {out / 'index.html'}")
+    return 0
 
 
 def _cmd_compile(args) -> int:
@@ -34,36 +65,74 @@ def _cmd_env(args) -> int:
 
 
 def _cmd_summary(args) -> int:
-    from labkit.records.summary import summarize_runs
+    from labkit.records.summary import summarize_runs, summary_text
 
     summary = summarize_runs([Path(p) for p in args.run_dirs])
-    print(json.dumps(summary, indent=None if args.json else 1))
+    print(json.dumps(summary) if args.json else summary_text(summary))
     return 0
 
 
 def _cmd_curate(args) -> int:
-    from labkit.records.run import book_notebooks_for_run, curate_run
+    from labkit.records.run import book_notebooks_for_run, curate_run, load_run
 
-    for run_dir in sorted(Path(args.book_dir, "runs").iterdir()):
-        attached = book_notebooks_for_run(Path(args.book_dir), run_dir.name) + [Path(a) for a in args.attach]
+    book_dir = Path(args.book_dir)
+    runs_dir = book_dir / "runs"
+    runs = sorted(p for p in runs_dir.iterdir() if (p / "run.json").is_file()) if runs_dir.is_dir() else []
+    complete = [p for p in runs if load_run(p)["complete"]]
+    if not complete:
+        why = (f"{runs_dir} holds no complete run" if runs else
+               f"no {runs_dir} (a CPU build replays committed runs and writes none)")
+        print(f"labkit curate: {book_dir} has no GPU runs to curate: {why}", file=sys.stderr)
+        return 2
+    for run_dir in complete:
+        attached = book_notebooks_for_run(book_dir, run_dir.name) + [Path(a) for a in args.attach]
         print(curate_run(run_dir, Path(args.to), attached))
-    return 0
+    for run_dir in runs:
+        if run_dir not in complete:
+            print(f"labkit curate: skipped {run_dir}: not a complete run (no manifest, or a file changed since)",
+                  file=sys.stderr)
+    return 0 if len(complete) == len(runs) else 1
 
 
 def _cmd_audit(args) -> int:
     from labkit.records.audit import audit_runs
 
     report = audit_runs(args.run_dirs)
-    if args.json:
-        print(json.dumps(report.to_json()))
-    else:
-        from labkit.display import markdown_table
-
-        print("\n\n".join([report.headline(), markdown_table(report.run_table()),
-                             markdown_table(report.record_table())]))
+    print(json.dumps(report.to_json()) if args.json else report.text(details=args.details))
     for row in report.inconsistent:
         print(f"labkit audit: {row.run_id} {row.record}: {'; '.join(row.issues)}", file=sys.stderr)
     return 0 if report.ok else 1
+
+
+def _cmd_bundle(args) -> int:
+    from labkit.records import bundle
+
+    if args.verify:
+        if args.run_dirs:
+            raise ValueError(f"--verify takes only the archive; got run directories too: {args.run_dirs}")
+        problems, count = bundle.verify_bundle(Path(args.verify))
+        for p in problems:
+            print(f"labkit bundle: {args.verify}: {p}", file=sys.stderr)
+        if problems:
+            print(f"labkit bundle: {args.verify}: FAILED, {len(problems)} mismatch(es)", file=sys.stderr)
+            return 1
+        print(f"bundle OK: {args.verify}: {count} files match MANIFEST.sha256")
+        return 0
+    if not args.run_dirs:
+        raise ValueError("bundle needs at least one run directory (or --verify ARCHIVE)")
+    out = bundle.write_bundle([Path(p) for p in args.run_dirs], Path(args.out),
+                              Path(args.book) if args.book else None, render_page=_page_html)
+    print(f"bundle written: {out} ({out.stat().st_size:,} bytes); check it with `labkit bundle --verify {out}`")
+    return 0
+
+
+def _page_html(executed: Path) -> bytes:
+    """An executed notebook's page, made as `labkit book` makes pages (nbconvert's HTML exporter)."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter().from_notebook_node(nbformat.read(executed, as_version=4))
+    return body.encode()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     book.add_argument("--seeds", type=int, nargs="+", default=None, help="input seeds (notebook default if omitted)")
     book.add_argument("--rounds", type=int, default=None, help="timing rounds (notebook default if omitted)")
     book.add_argument("--only", nargs="+", default=None, help="notebook name prefixes, e.g. 00 01")
+    book.add_argument("--keep-going", action="store_true",
+                      help="run every notebook even after one fails (the book is still not published)")
+    book.add_argument("--notebooks", default=str(NOTEBOOK_DIR), help="folder of numbered notebooks to build")
     book.set_defaults(fn=_cmd_book)
 
     comp = sub.add_parser("compile", help="compile every kernels/*.cu and print the compile records")
@@ -88,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summ = sub.add_parser("summary", help="summarize committed runs")
     summ.add_argument("run_dirs", nargs="+")
-    summ.add_argument("--json", action="store_true", help="one line of JSON")
+    summ.add_argument("--json", action="store_true", help="the summary as one line of JSON")
     summ.set_defaults(fn=_cmd_summary)
 
     cur = sub.add_parser("curate", help="copy a book build's runs (with their executed notebooks and logs) into data/runs")
@@ -100,8 +172,19 @@ def main(argv: list[str] | None = None) -> int:
     aud = sub.add_parser("audit", help="reclassify every saved check record under both scalings; non-zero exit "
                                        "if a stored verdict contradicts its figures")
     aud.add_argument("run_dirs", nargs="*", help="run directories or folders holding runs (default: data/runs)")
+    aud.add_argument("--details", action="store_true", help="also list every check record")
     aud.add_argument("--json", action="store_true", help="one line of JSON")
     aud.set_defaults(fn=_cmd_audit)
+
+    bun = sub.add_parser("bundle", help="write a reproduction archive of runs (records, notebooks, pages, sources, "
+                                        "licenses, SHA-256 manifest), or --verify one")
+    bun.add_argument("run_dirs", nargs="*", help="run directories (e.g. data/runs/*)")
+    bun.add_argument("--out", default="build/bundle.tar.gz", help="the archive to write (.tar.gz)")
+    bun.add_argument("--book", default=None, help="a built book (`labkit book --out`) to take the pages from; "
+                                                  "pages it lacks are made from the executed notebooks")
+    bun.add_argument("--verify", metavar="ARCHIVE", default=None,
+                     help="recheck ARCHIVE against its manifest; non-zero exit naming each mismatch")
+    bun.set_defaults(fn=_cmd_bundle)
 
     args = parser.parse_args(argv)
     try:

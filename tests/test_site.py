@@ -163,8 +163,12 @@ def server(book_dir):
 
 @pytest.fixture(scope="module")
 def browser():
+    # CI sets LABKIT_REQUIRE_BROWSER=1: there a missing browser is a failure, not a skip
+    required = os.environ.get("LABKIT_REQUIRE_BROWSER") == "1"
     if not CHROMIUM:
-        pytest.skip("no chromium executable (apt-get install chromium; .ci/run installs it)")
+        (pytest.fail if required else pytest.skip)("no chromium executable (apt-get install chromium; .ci/run installs it)")
+    if required:
+        import playwright.sync_api  # noqa: F401  (an ImportError fails the test)
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, headless=True)

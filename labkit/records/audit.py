@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labkit.records.run import DATA_RUNS, load_run
+from labkit.records.text import text_table
 
 RATIO_C = "max_ratio_candidate_scale"
 RATIO_R = "max_ratio_reference_scale"
@@ -203,6 +204,23 @@ class AuditReport:
         return {"ok": self.ok, "summary": self.summary(),
                 "runs": [{k: v for k, v in r.items() if k != "rows"} for r in self.runs],
                 "records": [r.to_json() for r in self.rows]}
+
+    def text(self, details: bool = False, max_runs: int = 20) -> str:
+        """The terminal report: the headline and one line per run (at most `max_runs`), and any inconsistent
+        record; `details` adds every record, nearest to a flip first."""
+        runs = self.run_table()
+        parts = [self.headline(), text_table(runs[:max_runs])]
+        if len(runs) > max_runs:
+            parts.append(f"... and {len(runs) - max_runs} more run(s)")
+        if details:
+            parts.append(text_table(self.record_table()))
+        else:
+            bad = [r for r in self.record_table() if r["consistent"] != "yes"]
+            if bad:
+                parts.append(text_table(bad[:max_runs], ["run", "record", "consistent"])
+                             + (f"\n... and {len(bad) - max_runs} more inconsistent" if len(bad) > max_runs else ""))
+            parts.append(f"{len(self.rows)} check record(s) in all: `labkit audit --details` lists each one.")
+        return "\n\n".join(parts)
 
     def headline(self) -> str:
         s = self.summary()

@@ -100,3 +100,60 @@ def timing_block(records: dict) -> dict | None:
                            "bit_equal_fraction": (row.get("check") or {}).get("bit_equal_fraction"),
                            "status": row.get("status")}
     return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The terminal view (`labkit summary` without --json)
+# ---------------------------------------------------------------------------------------------------------------
+
+def _bit_identity_line(b: dict) -> str:
+    return f"bit identity: {b['identical']}/{b['cases']} cases bit-identical to torch"
+
+
+def _fast_stats_line(f: dict) -> str:
+    return (f"fast statistics: ordinary {f['ordinary_pass']}/{f['ordinary_cases']} pass, offset "
+            f"{f['offset_fail']}/{f['offset_cases']} fail, constant control {f['constant_control_fail']}/"
+            f"{f['constant_control_cases']} fail, {f['errors']} error(s) ({len(f.get('per_method', {}))} methods)")
+
+
+def _timing_line(t: dict, shown: int = 3) -> str:
+    """The first case (the book's headline shape): bit-identical methods and the others apart, fastest first."""
+    case, methods = next(iter(t.items()))
+    timed = sorted(((m, v) for m, v in methods.items() if v.get("median_ms") is not None),
+                   key=lambda mv: mv[1]["median_ms"])
+    untimed = [m for m, v in methods.items() if v.get("median_ms") is None]
+
+    def listing(group: list) -> str:
+        text = ", ".join(f"{m} {v['median_ms']:.4g}" for m, v in group[:shown])
+        return text + (f", +{len(group) - shown} more" if len(group) > shown else "")
+
+    exact = [mv for mv in timed if mv[1].get("bit_equal_fraction") == 1.0]
+    other = [mv for mv in timed if mv[1].get("bit_equal_fraction") != 1.0]
+    parts = [f"bit-identical {listing(exact)}" if exact else "", f"others {listing(other)}" if other else "",
+             f"not timed {', '.join(untimed)}" if untimed else ""]
+    return (f"timing {case} ({len(t)} case(s)), median ms: " + "; ".join(p for p in parts if p))
+
+
+def _audit_line(a: dict) -> str:
+    margin = "-" if a["min_margin"] is None else f"{a['min_margin']:.4g}"
+    return f"audit: {a['records']} check record(s), {a['flips']} flip(s), min margin {margin}"
+
+
+def _run_lines(run: dict) -> list[str]:
+    lines = [f"{run['name']}  {run['run_id']}" + ("" if run.get("complete") else "  (INCOMPLETE)"),
+             f"  {run.get('gpu') or 'no GPU'} · torch {run.get('torch')} · {run.get('date_utc')}"]
+    for key, line in (("bit_identity", _bit_identity_line), ("fast_stats", _fast_stats_line),
+                      ("timing", _timing_line), ("audit", _audit_line)):
+        if run.get(key):
+            lines.append("  " + line(run[key]))
+    return lines
+
+
+def summary_text(summary: dict) -> str:
+    """A few lines per run: name and run id, GPU, torch and date, then one line per headline block; for several
+    runs, a last line with the audit over all of them."""
+    runs = summary.get("runs", [summary])
+    blocks = ["\n".join(_run_lines(r)) for r in runs]
+    if "runs" in summary and summary.get("audit"):
+        blocks.append(f"all {len(runs)} runs: " + _audit_line(summary["audit"]))
+    return "\n\n".join(blocks)

@@ -1,0 +1,22 @@
+"""Plain-text tables for the terminal: columns padded to their widest cell, no markup to read around."""
+from __future__ import annotations
+
+
+def cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value).replace("\n", " ")
+
+
+def text_table(rows: list[dict], columns: list[str] | None = None) -> str:
+    """`rows` as aligned columns under a header line; "(no rows)" when empty."""
+    if not rows:
+        return "(no rows)"
+    columns = columns or list(dict.fromkeys(k for r in rows for k in r))
+    cells = [columns] + [[cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in cells)

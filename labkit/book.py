@@ -50,6 +50,11 @@ def notebooks(only: list[str] | None = None, notebook_dir: Path = NOTEBOOK_DIR) 
     return found
 
 
+def _neighbours(nb: Path, every: list[Path]) -> tuple[str | None, str | None]:
+    i = [p.name for p in every].index(nb.name)
+    return (every[i - 1].stem if i > 0 else None, every[i + 1].stem if i + 1 < len(every) else None)
+
+
 def book_parameters(device: str, mode: str, output_dir: Path, seeds=None, rounds=None) -> dict:
     """The book-wide parameters; each notebook receives only those it declares (`notebook_parameters`)."""
     tasks.config(mode)  # raises ValueError naming the modes
@@ -75,12 +80,12 @@ def notebook_parameters(path: Path, params: dict) -> dict:
     return {k: v for k, v in params.items() if k in declared}
 
 
-def export_html(executed: Path) -> Path:
+def export_html(executed: Path, neighbours: tuple[str | None, str | None] = (None, None)) -> Path:
     """The page of an executed notebook (labkit.site: offline HTML with a banner saying where its results come
-    from)."""
+    from); `neighbours` names the notebooks before and after it in reading order, for the page's links."""
     from labkit import site
 
-    return site.export_page(executed)
+    return site.export_page(executed, neighbours=neighbours)
 
 
 def _kernel_config():
@@ -104,7 +109,8 @@ def _describe_failure(exc: Exception) -> tuple[str, str | None, str | None]:
     return f"{type(exc).__name__}: {str(exc).strip()[:2000]}", None, None
 
 
-def run_notebook(path: Path, out_dir: Path, params: dict, kernel_name: str = "python3") -> NotebookResult:
+def run_notebook(path: Path, out_dir: Path, params: dict, kernel_name: str = "python3",
+                 neighbours: tuple[str | None, str | None] = (None, None)) -> NotebookResult:
     """Execute `path` with the book parameters it declares (others are left out), then export its HTML. A failing
     cell makes a "failed" row carrying the error and the cell; the executed notebook is kept up to that cell."""
     import papermill
@@ -123,7 +129,7 @@ def run_notebook(path: Path, out_dir: Path, params: dict, kernel_name: str = "py
     page = None
     if executed.exists():
         try:
-            page = export_html(executed)
+            page = export_html(executed, neighbours)
         except Exception as exc:  # a page that cannot be exported must not hide the notebook's own error
             if status == "ok":
                 status, error = "failed", f"HTML export: {type(exc).__name__}: {exc}"
@@ -210,6 +216,7 @@ def build(out_dir: Path = REPO_ROOT / "build" / "book", device: str = "auto", mo
     out_dir = Path(out_dir).resolve()
     resolve(device)  # ValueError before anything runs: --device cuda without a GPU fails in every notebook
     chosen = notebooks(only, notebook_dir)
+    every = notebooks(None, notebook_dir)  # reading order for the pages' previous/next links
     if out_dir.exists() and not _is_book(out_dir):
         raise ValueError(f"{out_dir} exists and is not a book (no book.json): refusing to replace it")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -221,7 +228,7 @@ def build(out_dir: Path = REPO_ROOT / "build" / "book", device: str = "auto", mo
         params = book_parameters(device, mode, staging, seeds, rounds)
         results = []
         for i, nb in enumerate(chosen, 1):
-            result = run_notebook(nb, staging, params, kernel_name)
+            result = run_notebook(nb, staging, params, kernel_name, _neighbours(nb, every))
             results.append(result)
             _say(f"{i}/{len(chosen)} {nb.name} {'ok' if result.status == 'ok' else 'FAILED'} in {result.seconds:.1f}s")
             if result.status != "ok" and not keep_going:

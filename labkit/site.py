@@ -287,10 +287,17 @@ def headline_html(info: PageInfo) -> str:
     return f"{html.escape(info.headline)} <span class='labkit-where'>({where})</span>"
 
 
-def banner_html(info: PageInfo) -> str:
+def _neighbour_links(neighbours: tuple[str | None, str | None]) -> str:
+    prev, nxt = neighbours
+    links = ([f"<a href='{html.escape(prev)}.html' rel='prev'>‹ {html.escape(prev)}</a>"] if prev else []) \
+        + ([f"<a href='{html.escape(nxt)}.html' rel='next'>{html.escape(nxt)} ›</a>"] if nxt else [])
+    return f" <span class='labkit-pager'>{' · '.join(links)}</span>" if links else ""
+
+
+def banner_html(info: PageInfo, neighbours: tuple[str | None, str | None] = (None, None)) -> str:
     verdict = (f" <a href='#{html.escape(info.verdict_anchor)}'>Verdict ↓</a>" if info.verdict_anchor else "")
     return (f"<nav class='labkit-nav'><a href='index.html'>{html.escape(BOOK_TITLE)}</a> › "
-            f"{html.escape(info.title)}</nav>"
+            f"{html.escape(info.title)}{_neighbour_links(neighbours)}</nav>"
             f"<section class='labkit-banner' id='labkit-banner'>"
             f"<p><strong>Question:</strong> {html.escape(info.question)}</p>"
             f"<p><strong>Result:</strong> {headline_html(info)}{verdict}</p>"
@@ -312,6 +319,7 @@ table.labkit-table th, table.labkit-table td { border: 1px solid #ddd; padding: 
                                                vertical-align: top; max-width: 40em; overflow-wrap: break-word; }
 table.labkit-table th { background: #f2f2f2; }
 table.labkit-table tr:nth-child(even) td { background: #fafafa; }
+.labkit-pager { float: right; }
 .labkit-nav a, .labkit-banner a { color: #1565c0; text-decoration: underline; }
 math { font-size: 1.1em; }
 math[display="block"] { margin: 8px 0; }
@@ -382,8 +390,10 @@ def _exporter():
     return exporter
 
 
-def export_page(executed: Path, out_dir: Path | None = None) -> Path:
-    """Export executed notebook `executed` to `<same name>.html` with the banner at its top."""
+def export_page(executed: Path, out_dir: Path | None = None,
+                neighbours: tuple[str | None, str | None] = (None, None)) -> Path:
+    """Export executed notebook `executed` to `<same name>.html` with the banner at its top; `neighbours` are the
+    stems of the pages before and after it in reading order (linked from the banner)."""
     import nbformat
 
     executed = Path(executed)
@@ -391,7 +401,7 @@ def export_page(executed: Path, out_dir: Path | None = None) -> Path:
     nb = nbformat.read(executed, as_version=4)
     nb.metadata["title"] = info.title
     body, _ = _exporter().from_notebook_node(
-        nb, resources={"labkit_banner": banner_html(info), "labkit_css": SITE_CSS})
+        nb, resources={"labkit_banner": banner_html(info, neighbours), "labkit_css": SITE_CSS})
     target = executed.with_suffix(".html")
     atomic_write_bytes(target, body.encode())
     return target

@@ -4,6 +4,13 @@ from pathlib import Path
 
 import pytest
 
+try:  # the GPU machine has no notebook stack unless wheels are carried: leave the book's tests out, not erroring
+    import nbformat  # noqa: F401
+    import papermill  # noqa: F401
+except ImportError:
+    collect_ignore = ["test_book.py", "test_cli.py", "test_display.py", "test_notebooks.py", "test_site.py",
+                      "test_bundle.py"]
+
 
 def _has_cuda() -> bool:
     try:

@@ -87,7 +87,8 @@ def test_verdict_is_computed_from_the_records(tmp_path):
     demo = audit.audit_runs([pc.synthetic_demo_run(tmp_path / "synthetic")])
     v = pc.verdict(ws, agreement, report, demo)
     assert v["problems"] == []
-    assert "30/30 identical verdicts" in v["lines"][1] and "2 flips detected" in v["lines"][3]
+    assert v["lines"][0].startswith("Audit of committed runs") and "30/30 identical verdicts" in v["lines"][2] \
+        and "2 flips detected" in v["lines"][3]
     # a demonstration run without flips is a problem, not a pass
     v = pc.verdict(ws, agreement, report, report)
     assert any("synthetic" in p for p in v["problems"])

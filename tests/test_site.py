@@ -133,6 +133,17 @@ def test_replaying_notebooks_name_the_newest_committed_run(book_dir):
 
 
 @pytest.mark.notebook
+def test_pages_link_their_neighbours_in_reading_order(book_dir):
+    pages = sorted(p.stem for p in book_dir.glob("[0-9][0-9]_*.html"))
+    assert len(pages) >= 2
+    for i, stem in enumerate(pages):
+        text = (book_dir / f"{stem}.html").read_text()
+        nxt = re.findall(r"""href=["']([^"']+)\.html["'] rel=["']next""", text)
+        prev = re.findall(r"""href=["']([^"']+)\.html["'] rel=["']prev""", text)
+        assert nxt == pages[i + 1:i + 2] and prev == pages[max(i - 1, 0):i], stem
+
+
+@pytest.mark.notebook
 def test_long_audit_list_is_linked_not_printed(book_dir):
     page = (book_dir / "04_protocol_correction.html").read_text()
     rows = json.loads((book_dir / "04_audit_records.json").read_text())

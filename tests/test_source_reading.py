@@ -192,6 +192,6 @@ def test_machine_code_and_verdict_from_records(tmp_path):
     tc = {"num_threads": None, "reason": "no headers"}
     refusals = [{"names_condition": True}, {"names_condition": False}]
     lines = contract.verdict_lines(tc, refusals, rec)
-    assert "SKIPPED: no headers" in lines[1] and "1/2 raise" in lines[3]
+    assert "SKIPPED: no headers" in lines[0] and "1/2 raise" in lines[3]
     assert lines[4].endswith(f"same FMA contractions: {rec['verdict']['same_contractions']}.")
     assert "no committed SASS comparison" in contract.verdict_lines(tc, refusals, None)[4]

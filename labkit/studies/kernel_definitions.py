@@ -145,9 +145,11 @@ def verdict_lines(evidence: dict, resources: list[dict]) -> list[str]:
     t = evidence["torch"]
     spills = [f"{r['kernel']}/{r['function']}" for r in resources
               if (r["spill stores (B)"] or 0) or (r["spill loads (B)"] or 0)]
-    lines = [f"torch {t['torch_version']} ({t['wheel']}, sha256 {t['wheel_sha256'][:16]}…), {t['arch']} cubin "
-             f"{t['cubin']} vs {evidence['source']}",
-             f"SAME FMA CONTRACTIONS: {evidence['verdict']['same_contractions']}"]
+    # the FMA verdict first: it is the answer the front page shows
+    lines = [f"SAME FMA CONTRACTIONS as torch {t['torch_version']}'s {t['arch']} cubin: "
+             f"{evidence['verdict']['same_contractions']}",
+             f"torch {t['torch_version']} ({t['wheel']}, sha256 {t['wheel_sha256'][:16]}…), {t['arch']} cubin "
+             f"{t['cubin']} vs {evidence['source']}"]
     if evidence["same_code"] is not None:
         lines.append(f"our cubins identical to the committed summary's: {evidence['same_code']}")
     lines += [f"- {note}" for note in evidence["verdict"]["notes"]]

@@ -377,11 +377,12 @@ def verdict(witnesses: list[Witness], agreement: list[dict], report: AuditReport
     dirs = sorted({w.direction for w in witnesses})
     s, d = report.summary(), demo.summary()
     lines = [
+        # the audit first: it is the answer the front page shows
+        f"Audit of committed runs: {s['runs']} run(s), {s['records']} check record(s), {s['flips']} flip(s), "
+        f"min margin to a flip {s['min_margin']}, {s['inconsistent']} inconsistent record(s).",
         f"Direction witnesses: {len(witnesses)} verified, directions {', '.join(dirs)}, with torch.allclose itself.",
         f"Official predicate vs torch.allclose: {n_agree}/{n_trials} identical verdicts (compare and saved "
         f"figures), {n_exact} rows exactly on the boundary (ratio 1.0).",
-        f"Audit of committed runs: {s['runs']} run(s), {s['records']} check record(s), {s['flips']} flip(s), "
-        f"min margin to a flip {s['min_margin']}, {s['inconsistent']} inconsistent record(s).",
         f"Synthetic demonstration (not a result): {d['records']} records, {d['flips']} flips detected.",
     ]
     problems = []

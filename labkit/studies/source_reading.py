@@ -443,9 +443,10 @@ def verdict_lines(tc: dict, refusals: list[dict], sass_record: dict | None,
     evidence = verified_on(contract)
     runs = sum("data/runs/" in e for _, e in evidence)
     named = sum(bool(r["names_condition"]) for r in refusals)
-    lines = [f"Contract: {contract.name}, block {contract.block}, tree {contract.block_tree_shape}; "
+    # the installed header first: whether the contract still holds is the answer the front page shows
+    lines = [f"Installed header: {header_verdict(tc, contract)}",
+             f"Contract: {contract.name}, block {contract.block}, tree {contract.block_tree_shape}; "
              f"walkthrough of torch {contract.source['tag_described']}.",
-             f"Installed header: {header_verdict(tc, contract)}",
              f"Evidence: {len(evidence)} entries, {runs} of them committed GPU runs read now.",
              f"Refused inputs: {named}/{len(refusals)} raise a ValueError naming their condition."]
     if sass_record is None:

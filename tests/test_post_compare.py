@@ -126,3 +126,17 @@ def test_profiled_rows_on_cpu():
     assert all(r["first_call: official"] == "pass" for r in rows)
     c = post_controls.counts(rec, "after_profiling")
     assert c["cases"] == len(rows) and c["official_pass"] == len(rows)
+
+
+def test_front_page_post_summary():
+    from types import SimpleNamespace as NS
+
+    from labkit import site
+
+    run = _run("timing")
+    block = summarize_run(committed_runs("timing")[-1])["post"]
+    res = [NS(html="/x/03_timing.html"), NS(html=None)]
+    infos = [NS(title="03 — timing", run=NS(path=run["path"])), None]
+    text = site.post_summary_html(res, infos)
+    assert f"{block['compared']}/{block['figures']} post figures" in text and "03_timing.html#" in text
+    assert site.post_summary_html(res[1:], infos[1:]) == ""

@@ -445,6 +445,29 @@ details pre { white-space: pre-wrap; font-size: 12px; background: #f7f7f7; paddi
 """
 
 
+def post_summary_html(results: list, infos: list) -> str:
+    """The post beside the book: per notebook whose run reproduces post figures, how many of its post figures the
+    run sets beside its own (the summary's "post" block), linking the page; '' when none does."""
+    e = html.escape
+    items, figs, compared = [], 0, 0
+    for r, info in zip(results, infos):
+        if not info or not info.run:
+            continue
+        block = summarize_run(Path(info.run.path)).get("post")
+        if not block:
+            continue
+        figs += block["figures"]
+        compared += block["compared"]
+        page = Path(r.html).name if r.html else None
+        name = f"<a href='{e(page)}#The-post-beside-this-run'>{e(info.title)}</a>" if page else e(info.title)
+        items.append(f"<li>{name}: {block['compared']}/{block['figures']} post figures set beside this run's</li>")
+    if not items:
+        return ""
+    return (f"<section class='labkit-post'><h2>The post beside the book</h2><p>{compared} of the original post's "
+            f"{figs} figures in scope (RTX 3090, torch 2.5.1; data/post/figures.json) are set beside this book's "
+            f"runs, with the ratio and a measured note per reversal:</p><ul>{''.join(items)}</ul></section>")
+
+
 def write_index(out_dir: Path, results: list, params: dict) -> Path:
     """The front page (index.html): what the book shows, then per notebook in reading order its title (linking its
     page), question, headline result and where the result comes from; and book.json for machines."""
@@ -462,7 +485,7 @@ def write_index(out_dir: Path, results: list, params: dict) -> Path:
             f"<h1>{html.escape(BOOK_TITLE)}</h1><p>{BOOK_INTRO}</p>"
             f"<p class='labkit-build'>Built {html.escape(_when(_dt.datetime.now(_dt.timezone.utc).isoformat()))} "
             f"with {parameters_html(build)}: {ok}/{len(results)} notebooks ran. Read in this order.</p>"
-            f"<ol class='labkit-book'>{entries}</ol>"
+            f"{post_summary_html(results, infos)}<ol class='labkit-book'>{entries}</ol>"
             f"<p class='labkit-build'>For machines: <a href='book.json'>book.json</a> (what ran, with which "
             f"parameters, and each page's headline).</p></main></body></html>")
     target = out_dir / "index.html"

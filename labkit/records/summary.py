@@ -59,6 +59,8 @@ def summarize_run(path: Path) -> dict:
         out["fast_stats"] = fast
     if timing := timing_block(records):
         out["timing"] = timing
+    if post := post_block(records, prov):
+        out["post"] = post
     audit = audit_block(path)
     if audit:
         out["audit"] = audit
@@ -157,3 +159,20 @@ def summary_text(summary: dict) -> str:
     if "runs" in summary and summary.get("audit"):
         blocks.append(f"all {len(runs)} runs: " + _audit_line(summary["audit"]))
     return "\n\n".join(blocks)
+
+
+def post_block(records: dict, prov: dict | None = None) -> dict | None:
+    """{"figures": post figures in scope, "compared": how many the run sets beside its own} for a run whose records
+    reproduce post figures (bit identity 01, fast statistics 02, timing 03/07); None otherwise."""
+    from labkit.records import post_compare
+
+    rows = []
+    if records.get("bit_identity") and (records.get("uneven_width") or records.get("edge_controls")):  # 01's run
+        rows += post_compare.bit_identity_rows(records["bit_identity"], records.get("uneven_width"),
+                                               records.get("edge_controls"), prov)
+    if records.get("fast_stats"):
+        rows += post_compare.fast_stats_rows(records["fast_stats"], prov)
+    if records.get("timing"):
+        methods = [m["name"] for m in records["timing"].get("methods", [])]
+        rows += post_compare.timing_rows(records["timing"], prov, methods)
+    return post_compare.block(rows) if rows else None

@@ -219,12 +219,13 @@ def uneven_table(record: dict | None) -> list[dict]:
 def graph_table(record: dict | None) -> list[dict]:
     if not record:
         return []
-    return [{"replay": label, "output bits equal": r["output"]["bit_equal_fraction"],
+    shape = tasks.shape_key(record["shape"])  # the record's shape, whatever this execution's mode
+    return [{"replay": label, "shape": shape, "output bits equal": r["output"]["bit_equal_fraction"],
              "mean": r["mean"]["bit_equal_fraction"], "rstd": r["rstd"]["bit_equal_fraction"],
              "identical": "yes" if r["identical"] else "NO"}
             for label, r in (("as captured", record["before_mutation"]),
                              (f"after {record['mutation']}", record["after_mutation"]))] + [
-        {"replay": "output elements changed by the mutation (must be > 0)",
+        {"replay": "output elements changed by the mutation (must be > 0)", "shape": shape,
          "output bits equal": record["output_elements_changed_by_mutation"]}]
 
 

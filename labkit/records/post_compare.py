@@ -1,0 +1,210 @@
+"""The post's figures beside this book's records (labkit.records.post), one function per notebook; in records
+so that `labkit summary` can count them.
+
+Every "ours" number and every note is computed from the record passed in; a figure whose counterpart the record
+lacks gets ours=None and says so. A reversal (the post's ratio and ours on opposite sides of 1) is explained only by
+what the same record measured: protocol A (graph replay) against protocol B (eager, L2 flushed), and the method's
+effective bandwidth as a fraction of the device-copy ceiling measured in the same run. The post measured no copy
+ceiling on its RTX 3090, so the GPU-to-GPU part of a difference is stated as unmeasured, never estimated.
+"""
+from __future__ import annotations
+
+from labkit.records import post
+from labkit.tasks import EXTRA_SHAPES, L1_40, UNEVEN_SHAPE, shape_key
+
+# What each notebook sets beside the post (the figures "in scope" for its `post` summary block).
+LAUNCH_BOUND_BELOW = 0.25  # fraction of the copy ceiling under which a time is not called bandwidth-bound
+NOT_IN_RUN = "not in this run"
+FULL = shape_key(L1_40)
+
+# timing method names here -> post method names in figure ids
+_TIMING = {"native_torchscript": "native_torchscript", "reference_order": "reference_order",
+           "split_eager": "split_eager", "split_torchscript": "split_torchscript", "split_flat": "fast_stats_flat",
+           "split_interleaved": "fast_stats_interleaved"}
+
+
+def _case(record, shape, affine):
+    key = f"{shape_key(shape)}/{affine}"
+    for c in (record or {}).get("cases", []):
+        if c["key"] == key:
+            return c
+    return None
+
+
+def _stat(case, protocol, method, what="median_ms"):
+    t = (case or {}).get("timing", {}).get(protocol)
+    if not t or method not in t["stats"]:
+        return None
+    return t["stats"][method][what] if what in t["stats"][method] else None
+
+
+def _ratio(case, protocol, method):
+    t = (case or {}).get("timing", {}).get(protocol)
+    if not t or method not in t.get("ratio_vs_baseline", {}):
+        return None
+    return t["ratio_vs_baseline"][method]["median"]
+
+
+def _bw(case, protocol, method):
+    b = (case or {}).get("bandwidth", {}).get(protocol, {}).get(method)
+    return b
+
+
+def explain(case, method: str, post_ratio, l2_bytes=None) -> str:
+    """The measured context of a timing ratio: both protocols' paired ratios and the bandwidth fraction of the
+    copy ceiling, with 'REVERSAL' when the post's ratio and protocol A's are on opposite sides of 1."""
+    if case is None:
+        return NOT_IN_RUN
+    a, b = _ratio(case, "A", method), _ratio(case, "B", method)
+    if a is None:
+        return f"{method} not timed in this run ({case['methods'].get(method, {}).get('status', 'absent')})"
+    parts = []
+    p = post_ratio[0] if isinstance(post_ratio, list) else post_ratio
+    if p is not None and (p - 1) * (a - 1) < 0:
+        parts.append(f"REVERSAL (post {p:.3g}x, here {a:.3g}x)")
+    parts.append(f"here: protocol A (graph replay) {a:.3g}x" + (f", protocol B (eager, L2 flushed) {b:.3g}x"
+                                                              if b is not None else ", protocol B not run"))
+    for m in dict.fromkeys(("native", method)):
+        bw = _bw(case, "A", m)
+        if bw:
+            frac = bw["fraction_of_copy_ceiling"]
+            kind = "far below the ceiling" if frac < LAUNCH_BOUND_BELOW else "bandwidth-bound"
+            parts.append(f"{m} {bw['median_gbps']:.0f} GB/s = {frac:.1%} of this run's copy ceiling ({kind})")
+    if l2_bytes and case["bytes"] <= l2_bytes:
+        parts.append(f"its {case['bytes'] / 2**20:.1f} MiB fit this GPU's {l2_bytes / 2**20:.0f} MiB L2, which "
+                     f"protocol A does not flush")
+    if b is not None and (a - 1) * (b - 1) < 0:
+        parts.append("the sign of the difference flips with the protocol: launch cost decides it at this shape")
+    parts.append("post: no copy ceiling measured on its GPU")
+    return "; ".join(parts)
+
+
+def timing_pairs(record: dict | None, l2_bytes=None) -> list[tuple]:
+    """(figure id, ours, note, label) for every post timing figure a timing record can answer (notebooks 03, 07)."""
+    pairs = []
+    # the reference-order block at the L1/40 shape, both affines
+    for affine, tag in (("default", "default"), ("random_normal", "random")):
+        case = _case(record, L1_40, affine)
+        for method in ("native", "native_torchscript", "reference_order"):
+            pairs.append((f"timing.{method}.{FULL}.{tag}.median", _stat(case, "A", method),
+                          "" if case else NOT_IN_RUN, f"{method} median ms ({tag} affine)"))
+        for method in ("native_torchscript", "reference_order"):
+            fid = f"timing.{method}.{FULL}.{tag}.ratio"
+            pairs.append((fid, _ratio(case, "A", method), explain(case, method, post.figure(fid)["value"], l2_bytes),
+                          f"{method} speedup vs native ({tag} affine)"))
+        # the fast-statistics block
+        for ours_name, post_name in _TIMING.items():
+            if post_name in ("native_torchscript", "reference_order"):
+                continue
+            fid = f"timing.{post_name}.{FULL}.{tag}.ratio"
+            pairs.append((fid, _ratio(case, "A", ours_name), explain(case, ours_name, post.figure(fid)["value"], l2_bytes),
+                          f"{ours_name} speedup vs native ({tag} affine)"))
+    # the other shapes (the post's reference-order block: random affine)
+    for shape in EXTRA_SHAPES:
+        case = _case(record, shape, "random_normal")
+        k = shape_key(shape)
+        pairs.append((f"timing.native.{k}.median", _stat(case, "A", "native"), "" if case else NOT_IN_RUN,
+                      "native median ms"))
+        pairs.append((f"timing.reference_order.{k}.median", _stat(case, "A", "reference_order"),
+                      "" if case else NOT_IN_RUN, "reference_order median ms"))
+        fid = f"timing.reference_order.{k}.ratio"
+        pairs.append((fid, _ratio(case, "A", "reference_order"),
+                      explain(case, "reference_order", post.figure(fid)["value"], l2_bytes), "reference_order speedup"))
+    for shape in ((4096, 1, 1, 1024), (8, 32, 128, 256)):
+        case = _case(record, shape, "random_normal")
+        fid = f"timing.fast_stats_interleaved.{shape_key(shape)}.ratio"
+        pairs.append((fid, _ratio(case, "A", "split_interleaved"),
+                      explain(case, "split_interleaved", post.figure(fid)["value"], l2_bytes), "split_interleaved speedup"))
+    # the no-affine baselines (post: random affine, L1/40)
+    case = _case(record, L1_40, "random_normal")
+    for method in ("noaffine_eager_affine", "noaffine_torchscript_affine"):
+        fid = f"timing.{method}.{FULL}.ratio"
+        pairs.append((fid, _ratio(case, "A", method), explain(case, method, post.figure(fid)["value"], l2_bytes),
+                      f"{method} speedup vs native"))
+    return pairs
+
+
+def timing_rows(record: dict | None, provenance: dict | None = None, methods=None) -> list[dict]:
+    """Post-vs-here rows of a timing record; `methods` (names here) limits them to what a notebook times."""
+    pairs = timing_pairs(record, (provenance or {}).get("gpu_l2_bytes"))
+    if methods is not None:
+        keep = {_TIMING.get(m, m) for m in methods}
+        pairs = [p for p in pairs if p[0].split(".")[1] in keep]
+    return post.compare_rows(pairs, here=_here(provenance))
+
+
+def _here(provenance: dict | None) -> str:
+    p = provenance or {}
+    return f"{p.get('gpu')}, torch {p.get('torch')}" if p else "no run"
+
+
+def fast_stats_rows(record: dict | None, provenance: dict | None = None, method: str = "interleaved") -> list[dict]:
+    """Counts, failing elements and error/budget ratios of the fast-statistics record (notebook 02)."""
+    cases = [c for c in (record or {}).get("cases", []) if c["method"] == method]
+    ok = [c for c in cases if c.get("output")]
+    ordinary = [c for c in ok if c["category"] == "ordinary"]
+    offset = [c for c in ok if c["category"] == "offset"]
+    ex = next((c for c in offset if c["seed"] == 0 and c["affine"] == "default"), None)
+    const = next((c for c in ok if c["category"] == "constant_control" and c["seed"] == 0), None)
+    full = bool(cases) and tuple(cases[0]["shape"]) == L1_40
+    shape_note = "" if full or not cases else f"record at shape {tuple(cases[0]['shape'])}, post at {L1_40}"
+    n = ex["output"]["elements"] if ex else None
+    pairs = [
+        ("fast_stats.ordinary_cases", sum(c["output"]["official_pass"] for c in ordinary) if ordinary else None,
+         f"{len(ordinary)} ordinary cases in this record; {shape_note}".strip("; ") if ordinary else NOT_IN_RUN,
+         f"ordinary cases passing ({method})"),
+        ("fast_stats.offset_cases_failed", sum(not c["output"]["official_pass"] for c in offset) if offset else None,
+         f"{len(offset)} offset cases in this record" if offset else NOT_IN_RUN, f"offset cases failing ({method})"),
+        ("fast_stats.offset.failing_elements", ex["output"]["bad_finite_candidate_scale"] if ex else None,
+         (f"{ex['output']['bad_finite_candidate_scale'] / n:.1%} of {n} elements here; inputs are different draws "
+          f"(here CPU-seeded make_input, post CUDA randn), so counts compare as fractions, not elements")
+         if ex else NOT_IN_RUN, "failing elements, seed 0, default affine"),
+        ("fast_stats.offset.max_error", ex["output"]["max_abs_error"] if ex else None, "" if ex else NOT_IN_RUN,
+         "max |error|, seed 0, default affine"),
+        ("fast_stats.offset.budget_ratio", ex["output"]["max_ratio_candidate_scale"] if ex else None,
+         "official (candidate-scaled) budget" if ex else NOT_IN_RUN, "max budget ratio, seed 0, default affine"),
+        ("fast_stats.constant.max_error", const["output"]["max_abs_error"] if const else None,
+         "constant 1e4 at (3, 64, 17, 19), random affine" if const else NOT_IN_RUN, "max |error|, constant 1e4"),
+    ]
+    return post.compare_rows(pairs, here=_here(provenance))
+
+
+def bit_identity_rows(bit: dict | None, uneven: dict | None, edge: dict | None,
+                      provenance: dict | None = None) -> list[dict]:
+    """Case counts of the bit-identity record, its uneven-width and edge controls (notebook 01)."""
+    cases = (bit or {}).get("cases", [])
+    shapes = sorted({tuple(c["shape"]) for c in cases})
+    pairs = [("bit_identity.cases", sum(c["identical"] for c in cases) if cases else None,
+              (f"{len(cases)} cases at {', '.join(map(str, shapes))}" if cases else NOT_IN_RUN),
+              "cases bit-identical (output, mean, rstd)")]
+    uc = (uneven or {}).get("cases", [])
+    pairs.append(("bit_identity.uneven_width", uneven.get("n") if uc and all(c["identical"] for c in uc) else None,
+                  (f"{sum(c['identical'] for c in uc)}/{len(uc)} cases identical at {UNEVEN_SHAPE}" if uc
+                   else NOT_IN_RUN), "uneven row width, all identical"))
+    ec = (edge or {}).get("cases", [])
+    pairs.append(("edge.controls", sum(c["identical"] for c in ec) if ec else None,
+                  (f"{len(ec)} edge cases here ({len({c['kind'] for c in ec})} kinds x "
+                   f"{len({c['eps'] for c in ec})} eps); official allclose passes "
+                   f"{sum(c['official_pass'] for c in ec)}" if ec else NOT_IN_RUN),
+                  "edge controls bit-identical"))
+    return post.compare_rows(pairs, here=_here(provenance))
+
+
+def block(rows: list[dict]) -> dict:
+    """{"figures": post figures in scope, "compared": how many this run sets beside its own}."""
+    return {"figures": len(rows), "compared": post.compared_count(rows)}
+
+
+def reversals(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["note"].startswith("REVERSAL")]
+
+
+def verdict(rows: list[dict]) -> str:
+    """One sentence from the rows: how many post figures are set beside this run's, and which reverse."""
+    b = block(rows)
+    rev = reversals(rows)
+    line = f"Post vs here: {b['compared']}/{b['figures']} of the post's figures in scope set beside this run's."
+    if rev:
+        line += " Reversals: " + "; ".join(
+            f"{r['figure']} at {r['shape']} (post {r['post_token']}, here {r['ours']:.3g}x)" for r in rev) + "."
+    return line

@@ -140,3 +140,40 @@ def test_front_page_post_summary():
     text = site.post_summary_html(res, infos)
     assert f"{block['compared']}/{block['figures']} post figures" in text and "03_timing.html#" in text
     assert site.post_summary_html(res[1:], infos[1:]) == ""
+
+
+def test_fast_stats_verdict_from_the_committed_run():
+    from labkit.studies import fast_stats
+
+    run = _run("fast_stats_counterexamples")
+    rec = run["records"]["fast_stats"]
+    v = fast_stats.headline(rec, "src")
+    ran = [c for c in rec["cases"] if c.get("output")]
+
+    def count(category, passing):
+        cs = [c for c in ran if c["category"] == category]
+        return sum(bool(c["output"]["official_pass"]) == passing for c in cs), len(cs)
+
+    assert "passing the official check: {}/{}".format(*count("ordinary", True)) in v
+    assert "offset (+1000) cases failing it: {}/{}".format(*count("offset", False)) in v
+    assert "constant-control failing: {}/{}".format(*count("constant_control", False)) in v
+    assert f"{len(rec['cases']) - len(ran)} combinations could not run" in v
+
+
+def test_parallel_stats_verdict_from_the_committed_run():
+    from labkit.records.check import identical_count
+    from labkit.studies import parallel_stats
+
+    run = _run("parallel_stats")
+    recs, prov = run["records"], run["records"]["run"]["provenance"]
+    lines = parallel_stats.verdict_lines(recs["timing"], recs["stage_breakdown"], prov, "src", recs["bit_identity"])
+    assert lines[0] == f"src: {prov['gpu']} with torch {prov['torch']}; clocks left alone."
+    for case in recs["timing"]["cases"]:
+        a = case["timing"]["A"]
+        line = next(ln for ln in lines if ln.startswith(f"{case['key']}: "))
+        assert f"chain {a['stats']['chain']['median_ms']:.4g} ms" in line
+        assert f"{a['ratio_vs_baseline']['chain']['median']:.3g}x native" in line
+        ind = a["stats"]["inductor"]["median_ms"] / a["stats"]["chain"]["median_ms"]
+        assert f"{ind:.2f}x Inductor's speed" in line
+    ok, n = identical_count(recs["bit_identity"]["cases"])
+    assert f"bit identity: {ok}/{n} cases identical" in lines[-2]

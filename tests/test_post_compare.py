@@ -177,3 +177,17 @@ def test_parallel_stats_verdict_from_the_committed_run():
         assert f"{ind:.2f}x Inductor's speed" in line
     ok, n = identical_count(recs["bit_identity"]["cases"])
     assert f"bit identity: {ok}/{n} cases identical" in lines[-2]
+
+
+def test_predicate_and_source_post_rows(tmp_path):
+    from labkit.records import audit, check
+    from labkit.studies import protocol_correction, source_reading
+
+    report = audit.audit_runs()
+    rows = {r["id"]: r for r in protocol_correction.post_rows(report)}
+    assert rows["protocol.atol"]["ours"] == check.ATOL and rows["protocol.atol"]["ours/post"] == 1.0
+    assert rows["protocol.audit.error_ratios"]["ours"] == report.summary()["records"]
+    tc = {"num_threads": 128, "torch": "x"}
+    (row,) = source_reading.post_rows(tc)
+    assert row["ours"] == 128 and row["ours/post"] == 1.0
+    assert source_reading.post_rows({"num_threads": None})[0]["ours/post"] is None

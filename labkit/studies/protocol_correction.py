@@ -395,3 +395,18 @@ def verdict(witnesses: list[Witness], agreement: list[dict], report: AuditReport
     if not report.ok:
         problems.append(f"inconsistent records: {[(r.run_id, r.record, r.issues) for r in report.inconsistent]}")
     return {"lines": lines, "problems": problems}
+
+
+def post_rows(report: AuditReport) -> list[dict]:
+    """The post's predicate and audit figures beside this book's: the tolerances are the same constants; the audit
+    counts differ in what is counted (the post: its local result files and their saved error ratios; here: the
+    committed GPU runs and their check records), so their ratio measures coverage, not agreement."""
+    from labkit.records import post
+
+    s = report.summary()
+    return post.compare_rows([
+        ("protocol.atol", check.ATOL, "labkit.records.check.ATOL, used by every check record"),
+        ("protocol.rtol", check.RTOL, "labkit.records.check.RTOL, used by every check record"),
+        ("protocol.audit.result_files", s["runs"], "here: committed GPU runs audited now (data/runs)"),
+        ("protocol.audit.error_ratios", s["records"], "here: saved check records audited now, one ratio each"),
+    ], here="audit of the committed runs, computed when the book was built")

@@ -456,3 +456,13 @@ def verdict_lines(tc: dict, refusals: list[dict], sass_record: dict | None,
         lines.append(f"Machine code ({sass_record['file']}): torch {t['torch_version']} ({t['wheel']}) and ours, "
                      f"same FMA contractions: {sass_record['verdict']['same_contractions']}.")
     return lines
+
+
+def post_rows(tc: dict) -> list[dict]:
+    """The post's threads per block of torch's vectorized path beside the value derived now from the installed
+    torch's header (None when the header could not be read: not compared)."""
+    from labkit.records import post
+
+    return post.compare_rows([("source.threads_per_block", tc.get("num_threads"),
+                               f"num_threads() of the installed torch {tc.get('torch')}'s thread_constants.h")],
+                             here="read now from the installed torch")

@@ -126,6 +126,18 @@ def _build_call(name, x, w, b, eps):
     return built
 
 
+def _first_and_profiled(ref, built: dict) -> dict:
+    """The official verdict and bits of a built call's first output, and again after PROFILE_CALLS more calls (what
+    TorchScript's profiling executor optimizes is what gets timed)."""
+    import torch
+
+    first = _judge(ref, built["output"])  # before the calls below: they may write the same output buffer
+    with torch.no_grad():
+        for _ in range(PROFILE_CALLS):
+            y = built["fn"]()
+    return {"first_call": first, "after_profiling": _judge(ref, y)}
+
+
 def noaffine_controls(shape=L1_40, device="cuda", seed: int = 0, eps: float = 1e-5) -> dict:
     import torch
 
@@ -140,11 +152,7 @@ def noaffine_controls(shape=L1_40, device="cuda", seed: int = 0, eps: float = 1e
             built = _build_call(m, x, w, b, eps)
             entry = {"distribution": dist, "method": m, "shape": list(shape), "error": built["error"]}
             if built["fn"] is not None:
-                entry["first_call"] = _judge(ref, built["output"])
-                with torch.no_grad():
-                    for _ in range(PROFILE_CALLS):
-                        y = built["fn"]()
-                entry["after_profiling"] = _judge(ref, y)
+                entry.update(_first_and_profiled(ref, built))
             cases.append(entry)
         del x, ref
         if device == "cuda":
@@ -153,8 +161,6 @@ def noaffine_controls(shape=L1_40, device="cuda", seed: int = 0, eps: float = 1e
 
 
 def torchscript_profiled(shapes=(L1_40, UNEVEN_SHAPE), device="cuda", seed: int = 0, eps: float = 1e-5) -> dict:
-    import torch
-
     from labkit.ops.reference import native_layer_norm
     from labkit.studies.fast_stats import fused_graph_kinds
 
@@ -167,11 +173,7 @@ def torchscript_profiled(shapes=(L1_40, UNEVEN_SHAPE), device="cuda", seed: int 
             built = _build_call(m, x, w, b, eps)
             entry = {"shape": list(shape), "method": m, "error": built["error"]}
             if built["fn"] is not None:
-                entry["first_call"] = _judge(ref, built["output"])
-                with torch.no_grad():
-                    for _ in range(PROFILE_CALLS):
-                        y = built["fn"]()
-                entry["after_profiling"] = _judge(ref, y)
+                entry.update(_first_and_profiled(ref, built))
                 entry["fusion"] = fused_graph_kinds()
             cases.append(entry)
     return {"cases": cases, "profile_calls": PROFILE_CALLS}

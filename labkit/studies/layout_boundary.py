@@ -288,7 +288,7 @@ def timing(mode: str = "full", device="cuda", rounds: int = 35, channels: int = 
             "families": families, "versions": timing_study._versions(), "wall_s": time.perf_counter() - t0}
 
 
-def default_shapes(device="cuda", rounds: int = DEFAULT_ROUNDS, log=None) -> dict:
+def default_shapes(device="cuda", rounds: int = DEFAULT_ROUNDS, mode: str = "full", log=None) -> dict:
     """The tasks' own default inputs (7.5-8.6 GB each), protocol A with few rounds, light checks. L1/36's NCHW
     input gets all three routes; L1/38/39's (32768, 65535) reduce over the contiguous dim, so the input already
     is rows: the rows kernel runs on it directly and the NCHW routes do not apply."""
@@ -298,6 +298,9 @@ def default_shapes(device="cuda", rounds: int = DEFAULT_ROUNDS, log=None) -> dic
 
     log = log or (lambda line: None)
     t0 = time.perf_counter()
+    if tasks.config(mode).mode != "full":
+        return {"schema": RECORD_SCHEMA, "mode": mode, "families": [],
+                "note": "quick mode: the 7.5-8.6 GB default shapes are timed in full mode only"}
     protocol = bench.Protocol(name="A-graph-replay-default-shapes", warmups=2, rounds=rounds, repeats=1)
     free, total = torch.cuda.mem_get_info() if str(device).startswith("cuda") else (0, 0)
     out = []
@@ -523,18 +526,10 @@ def post_rows(record: dict | None, correctness_record: dict | None = None, here:
 
 
 def layout_summary(timing_record: dict | None, correctness_record: dict | None) -> dict:
-    """{family: {direct_nchw_ms, rows_ms, conversion_ms, cases, passed}}: protocol A medians; cases and passed
-    count (ordinary case, route) checks under the official predicate."""
-    out = {}
-    fams = {f["family"]: f for f in (timing_record or {}).get("families", [])}
-    for family in {c["family"] for c in _ordinary(correctness_record)} | set(fams):
-        ms = route_ms(fams[family]) if family in fams else {}
-        checks = [ch for c in _ordinary(correctness_record) if c["family"] == family
-                  for r, ch in c["routes"].items() if r in ROUTES]
-        out[family] = {"direct_nchw_ms": ms.get("direct_nchw"), "rows_ms": ms.get("rows"),
-                       "conversion_ms": ms.get("conversion"), "cases": len(checks),
-                       "passed": sum(bool(ch["official_pass"]) for ch in checks)}
-    return dict(sorted(out.items()))
+    """labkit summary's `layout` block from these two records (labkit.records.summary.layout_block)."""
+    from labkit.records.summary import layout_block
+
+    return layout_block({"timing": timing_record, "correctness": correctness_record}) or {}
 
 
 # --- verdict ------------------------------------------------------------------------------------------------------
@@ -556,7 +551,7 @@ def _stretch_line(correctness_record) -> str:
 
 
 def verdict_lines(timing_record: dict | None, correctness_record: dict | None, provenance: dict | None,
-                  source: str, defaults_record: dict | None = None) -> list[str]:
+                  source: str, defaults_record: dict | None = None, controls_record: dict | None = None) -> list[str]:
     """Sentences whose numbers all come from the records."""
     if not timing_record and not correctness_record:
         return [f"No layout-boundary run ({source}): nothing here was measured on a GPU, so no speed or "
@@ -567,7 +562,7 @@ def verdict_lines(timing_record: dict | None, correctness_record: dict | None, p
     for r in correctness_rows(correctness_record):
         lines.append(f"- {r['family']} / {r['kernel']}: {r['official pass']}/{r['cases']} ordinary cases pass "
                      f"{KERNELBENCH_PREDICATE}; {r['bit-identical']} bit-identical; max {r['max ulp']} ulp.")
-    controls = _controls(correctness_record)
+    controls = _controls(correctness_record) + _controls(controls_record)
     if controls:
         fails = sum(not ch["official_pass"] for c in controls for ch in c["routes"].values())
         lines.append(f"Controls (reported apart): {fails} of {sum(len(c['routes']) for c in controls)} control "

@@ -227,7 +227,9 @@ def from_rows(y):
 
 def conversion(family: str, x, eps: float = EPS):
     """The conversion route on NCHW input: to rows, the rows kernel, back to NCHW (both copies counted)."""
-    nchw_layout(x, family, eps)  # same refusals as the direct route, before any copy
+    _check_common(x, eps, family)  # before any copy
+    if x.dim() < 3:
+        _fail("x must be (N, C, spatial...) with at least one spatial dim", tuple(x.shape))
     _check_device(x)
     return from_rows(rows(family, to_rows(x), eps))
 

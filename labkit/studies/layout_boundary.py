@@ -312,7 +312,9 @@ def default_shapes(device="cuda", rounds: int = DEFAULT_ROUNDS, mode: str = "ful
             out.append({"family": family, "task": task.key, "shape": list(shape),
                         "skipped": f"needs ~{need / 2**30:.0f} GiB, {free / 2**30:.0f} GiB free"})
             continue
-        include = ("eager", "builtin", *(ROUTES if len(shape) > 2 else ("rows",)))
+        # 4-D L1/36: the NCHW routes (rows on a pre-converted 7.5 GB copy would add ~15 GB of graph memory and
+        # is measured at the evaluation shape); 2-D L1/38/39: the input already is rows
+        include = ("eager", "builtin", *(("direct_nchw", "conversion") if len(shape) > 2 else ("rows",)))
         log(f"[layout] default shape {task.key} {shape} ...")
         out.append(time_family(family, shape, {"A": protocol}, device, include=include, light=True))
     return {"schema": RECORD_SCHEMA, "protocol": asdict(protocol), "free_bytes_at_start": free,

@@ -127,9 +127,21 @@ def _headline_parallel_stats(records: dict, summary: dict) -> str:
     return ", ".join(parts) + f" {_on(summary)}"
 
 
+def _headline_layout_boundary(records: dict, summary: dict) -> str:
+    layout = summary.get("layout") or {}
+    parts = []
+    for family, b in layout.items():
+        if b.get("direct_nchw_ms") and b.get("conversion_ms"):
+            parts.append(f"{family}: direct NCHW {b['direct_nchw_ms']:.3g} ms, conversion route "
+                         f"{b['conversion_ms']:.3g} ms")
+    cases = sum(b["cases"] for b in layout.values())
+    passed = sum(b["passed"] for b in layout.values())
+    return "; ".join(parts + [f"{passed}/{cases} route checks pass the official predicate"]) + f" {_on(summary)}"
+
+
 HEADLINES = {"environment": _headline_environment, "bit_identity": _headline_bit_identity,
              "fast_stats_counterexamples": _headline_fast_stats, "timing": _headline_timing,
-             "parallel_stats": _headline_parallel_stats}
+             "parallel_stats": _headline_parallel_stats, "layout_boundary": _headline_layout_boundary}
 
 
 def run_headline(run_dir: Path) -> str:

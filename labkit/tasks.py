@@ -105,3 +105,48 @@ def get_task(key: str) -> Task:
     if key not in TASKS:
         raise ValueError(f"unknown task {key!r}; known: {sorted(TASKS)}")
     return TASKS[key]
+
+
+# --- the layout follow-up (notebook 09): small-channel normalization over dim 1 ----------------------------------
+# Written from the pinned revision's definitions (facts, not code): L1/36 RMS norm x / sqrt(mean(x**2, dim=1) + eps)
+# with eps 1e-5 and input (112, 64, 512, 512); L1/38 x / mean(abs(x), dim=1), input (32768, 65535); L1/39
+# x / norm(x, p=2, dim=1), input (32768, 65535). Each keeps the reduced dim (keepdim=True).
+
+def _channel_norm_model(family, eps=None):
+    import torch
+
+    from labkit.ops import channel_norm
+
+    class Model(torch.nn.Module):
+        """KernelBench L1/36, 38 or 39: normalization over dim 1, the task's forward expression."""
+
+        def __init__(self):
+            super().__init__()
+            self.eps = channel_norm.EPS if eps is None else eps
+
+        def forward(self, x):
+            return channel_norm.reference(family, x, self.eps)
+
+    return Model()
+
+
+RMS_NORM_L1_36 = Task(1, 36, "RMSNorm", (112, 64, 512, 512), ("rms", 1e-5), _channel_norm_model)
+L1_NORM_L1_38 = Task(1, 38, "L1Norm", (32768, 65535), ("mean_abs", 0.0), _channel_norm_model)
+L2_NORM_L1_39 = Task(1, 39, "L2Norm", (32768, 65535), ("l2", 0.0), _channel_norm_model)
+TASKS.update({t.key: t for t in (RMS_NORM_L1_36, L1_NORM_L1_38, L2_NORM_L1_39)})
+LAYOUT_TASKS = {"rms": RMS_NORM_L1_36, "mean_abs": L1_NORM_L1_38, "l2": L2_NORM_L1_39}  # family -> task
+# Not the tasks' default shapes: the post's small-channel evaluation form, (4, C, 512, 512) reduced over C, the
+# regime where the NCHW-vs-rows layout question arises (L1/38 and L1/39's defaults reduce over a contiguous dim of
+# 65,535 floats: already rows, no layout choice).
+LAYOUT_SHAPE = (4, 64, 512, 512)
+LAYOUT_CHANNELS = (32, 64, 128)
+LAYOUT_QUICK_SHAPE = (2, 64, 64, 64)  # quick mode on a GPU: the same channels, a small spatial extent
+
+
+def layout_shape(channels: int, mode: str = "full") -> tuple[int, ...]:
+    """The evaluation shape with `channels` in dim 1 (quick mode: LAYOUT_QUICK_SHAPE's spatial extent)."""
+    config(mode)
+    if not isinstance(channels, int) or channels < 2:
+        raise ValueError(f"channels must be an int >= 2, got {channels!r}")
+    base = LAYOUT_SHAPE if mode == "full" else LAYOUT_QUICK_SHAPE
+    return (base[0], channels, *base[2:])

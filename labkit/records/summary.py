@@ -61,6 +61,8 @@ def summarize_run(path: Path) -> dict:
         out["timing"] = timing
     if post := post_block(records, prov):
         out["post"] = post
+    if meta.get("name") == "layout_boundary" and (layout := layout_block(records)):
+        out["layout"] = layout
     audit = audit_block(path)
     if audit:
         out["audit"] = audit
@@ -176,3 +178,26 @@ def post_block(records: dict, prov: dict | None = None) -> dict | None:
         methods = [m["name"] for m in records["timing"].get("methods", [])]
         rows += post_compare.timing_rows(records["timing"], prov, methods)
     return post_compare.block(rows) if rows else None
+
+
+LAYOUT_ROUTES = ("direct_nchw", "rows", "conversion")  # labkit.studies.layout_boundary.ROUTES
+LAYOUT_ORDINARY = ("uniform", "normal", "offset", "tiny", "mixed_sign")  # its ordinary distributions
+
+
+def layout_block(records: dict) -> dict | None:
+    """Issue 12's `layout` block of a layout_boundary run (notebook 09): {family: {direct_nchw_ms, rows_ms,
+    conversion_ms, cases, passed}}: protocol A medians at the evaluation shape; cases/passed count the (ordinary
+    case, route) checks under the official predicate."""
+    timing, correctness = records.get("timing") or {}, records.get("correctness") or {}
+    if "families" not in timing and "cases" not in correctness:
+        return None
+    ordinary = [c for c in correctness.get("cases", []) if c.get("distribution") in LAYOUT_ORDINARY]
+    fams = {f["family"]: f for f in timing.get("families", [])}
+    out = {}
+    for family in sorted({c["family"] for c in ordinary} | set(fams)):
+        stats = fams.get(family, {}).get("timing", {}).get("A", {}).get("stats", {})
+        checks = [ch for c in ordinary if c["family"] == family for r, ch in c["routes"].items()
+                  if r in LAYOUT_ROUTES]
+        out[family] = {f"{r}_ms": stats.get(r, {}).get("median_ms") for r in LAYOUT_ROUTES}
+        out[family] |= {"cases": len(checks), "passed": sum(bool(ch["official_pass"]) for ch in checks)}
+    return out

@@ -186,11 +186,18 @@ def _audit_line(a: dict) -> str:
     return f"audit: {a['records']} check record(s), {a['flips']} flip(s), min margin {margin}"
 
 
+def _reliability_line(r: dict) -> str:
+    san = ", ".join(f"{k} {v}" for k, v in r["sanitizer"].items())
+    return (f"reliability: sanitizer errors over our kernels {san}; racecheck unexplained {r['racecheck_unexplained']}; "
+            f"fuzz {r['fuzz_cases']} cases, {r['fuzz_shapes']} shapes, {r['fuzz_mismatches']} mismatch(es); soak "
+            f"{r['soak_calls']} calls, {r['soak_mem_growth_bytes']} bytes growth")
+
+
 def _run_lines(run: dict) -> list[str]:
     lines = [f"{run['name']}  {run['run_id']}" + ("" if run.get("complete") else "  (INCOMPLETE)"),
              f"  {run.get('gpu') or 'no GPU'} · torch {run.get('torch')} · {run.get('date_utc')}"]
     for key, line in (("bit_identity", _bit_identity_line), ("fast_stats", _fast_stats_line),
-                      ("timing", _timing_line), ("audit", _audit_line)):
+                      ("timing", _timing_line), ("audit", _audit_line), ("reliability", _reliability_line)):
         if run.get(key):
             lines.append("  " + line(run[key]))
     return lines

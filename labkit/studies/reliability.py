@@ -45,10 +45,14 @@ _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+)
 
 
 def _kernel_of(block: str) -> str | None:
-    for pattern in _KERNEL_AT:
-        found = pattern.search(block)
-        if found:
-            return found.group(1)
+    """The first kernel a block names, line by line (device frames come before host frames)."""
+    for line in block.splitlines():
+        if "Host Frame" in line:
+            continue
+        for pattern in _KERNEL_AT:
+            found = pattern.search(line)
+            if found:
+                return found.group(1)
     return None
 
 
@@ -259,7 +263,7 @@ def fuzz_values(kind: str, shape, gen, device="cuda"):
         x *= torch.pow(10.0, torch.randint(-30, 31, shape, device=device, generator=gen).float())
     elif kind == "constant_rows":
         rows = x.reshape(-1, math.prod(shape[1:]))
-        rows.copy_(rows[:, :1].expand_as(rows))
+        rows.copy_(rows[:, :1].clone().expand_as(rows))  # a clone: copy_ refuses a source overlapping its target
     elif kind == "nonfinite":
         flat = x.view(-1)
         idx = torch.randint(0, flat.numel(), (3,), device=device, generator=gen)

@@ -82,8 +82,24 @@ def layer_norm_layout(x, weight, bias, eps: float, normalized_shape=None, *, req
     return RowLayout(rows, n)
 
 
-def check_output(name: str, out, like) -> None:
-    """A caller-provided output buffer: same shape/device as `like`, float32, contiguous, aligned."""
-    check_tensor(name, out)
+def _span(t) -> tuple[int, int]:
+    start = t.data_ptr()
+    return start, start + t.numel() * t.element_size()
+
+
+def check_output(name: str, out, like, *, require_cuda: bool = True) -> None:
+    """A caller-provided output buffer: same shape/device as `like` (x), float32, contiguous, aligned, sharing no
+    byte with x (in place or shifted, one block's writes could change another block's input), and not requiring
+    grad while grad mode is on (these kernels record no backward into it)."""
+    import torch
+
+    check_tensor(name, out, require_cuda=require_cuda)
     if tuple(out.shape) != tuple(like.shape) or out.device != like.device:
         _fail(f"{name} must have shape {tuple(like.shape)} on {like.device}", (tuple(out.shape), out.device))
+    if out.numel() and like.numel() and out.device.type != "meta":
+        (a0, a1), (b0, b1) = _span(out), _span(like)
+        if a0 < b1 and b0 < a1:
+            _fail(f"{name} must not overlap x", f"{name} bytes [{a0:#x}, {a1:#x}), x bytes [{b0:#x}, {b1:#x})")
+    if torch.is_grad_enabled() and out.requires_grad:
+        _fail(f"{name} must not require grad while grad mode is on: these kernels have no backward",
+              f"{name}.requires_grad=True")

@@ -1,21 +1,30 @@
-"""The one table of inputs the LayerNorm functions refuse, each with the condition its ValueError names.
+"""The one table of inputs the LayerNorm functions refuse (issue 15's invalid-input matrix), each with the condition
+its ValueError names.
 
-Notebooks, tests and the README read this table; nobody writes a list of bad inputs by hand. Each case builds its
-tensors on the device asked for (shapes too large to allocate are meta tensors, checked without memory). On a GPU
-every public function is called; on a CPU the device check would stop every case first, so the cases run through
-the shared validation with the device check left out, which is the same code the functions call next.
+Notebooks, tests and the README read this table; nobody writes a list of bad inputs by hand (the README's copy is
+`refusal_table_markdown()`, and a test checks they are equal). Each case builds its tensors on the device asked
+for (shapes too large to allocate are meta tensors, checked without memory). Where a case is checked:
+  any  the public functions themselves, on any machine (they refuse before touching a GPU);
+  cpu  on a GPU the public functions; on a CPU the shared validation they all run first, with the CUDA-device
+       check left out (the device check would stop every case first there);
+  gpu  needs CUDA tensors (mixed devices): on a CPU the row says so and nothing runs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
+PUBLIC_FUNCTIONS = ("reference_order_layer_norm", "chain_layer_norm", "split_stats_layer_norm")
+WITH_OUT = ("reference_order_layer_norm", "chain_layer_norm")  # the functions with an `out` parameter
+
 
 @dataclass(frozen=True)
 class Refusal:
     case: str
     condition: str  # a regular expression the ValueError message matches
-    make: Callable  # device -> (x, weight, bias, eps)
+    make: Callable  # device -> (x, weight, bias, eps) or (x, weight, bias, eps, out)
+    where: str = "cpu"  # "any", "cpu" or "gpu": see the module docstring
+    needs_out: bool = False  # only the functions with an `out` parameter apply
 
 
 def _xwb(device, shape=(2, 8, 4)):
@@ -38,6 +47,10 @@ def _meta(rows, n):
     return (torch.empty(rows, n, device="meta"), torch.empty(n, device="meta"), torch.empty(n, device="meta"))
 
 
+def _other_device(device):
+    return "cpu" if str(device).startswith("cuda") else "meta"
+
+
 def _cases() -> tuple[Refusal, ...]:
     import torch
 
@@ -46,8 +59,15 @@ def _cases() -> tuple[Refusal, ...]:
     def with_x(f):
         return lambda d: (f(d), *_xwb(d)[1:], 1e-5)
 
+    def with_out(f):
+        return lambda d: (*_xwb(d), 1e-5, f(d))
+
     return (
         Refusal("float64 input", r"(x must be float32|float64)", with_x(lambda d: _xwb(d)[0].double())),
+        Refusal("float16 weight", r"weight must be float32", lambda d: (_xwb(d)[0], _xwb(d)[1].half(), _xwb(d)[2], 1e-5)),
+        Refusal("CPU tensors", r"must be a CUDA tensor", lambda d: (*_xwb("cpu"), 1e-5), where="any"),
+        Refusal("weight on another device than x", r"(one device|must be a CUDA tensor)",
+                lambda d: (_xwb(d)[0], torch.ones(8, 4, device=_other_device(d)), _xwb(d)[2], 1e-5)),
         Refusal("missing bias (no affine)", r"bias is required", lambda d: (*_xwb(d)[:2], None, 1e-5)),
         Refusal("missing weight (no affine)", r"weight is required",
                 lambda d: (_xwb(d)[0], None, _xwb(d)[2], 1e-5)),
@@ -62,6 +82,8 @@ def _cases() -> tuple[Refusal, ...]:
                 lambda d: (torch.rand(2, 6, device=d), torch.ones(6, device=d), torch.zeros(6, device=d), 1e-5)),
         Refusal("affine shape differs from input's trailing dims", r"trailing dims",
                 lambda d: (_xwb(d)[0], torch.ones(8, 2, 2, device=d), torch.zeros(8, 2, 2, device=d), 1e-5)),
+        Refusal("weight and bias shapes differ", r"bias.shape must equal",
+                lambda d: (*_xwb(d)[:2], torch.zeros(4, 8, device=d), 1e-5)),
         Refusal("N > 2**24 (torch leaves the vectorized path)", r"2\*\*24", lambda d: (*_meta(1, MAX_NORMALIZED + 4), 1e-5)),
         Refusal("numel >= 2**31", r"2\*\*31", lambda d: (*_meta(1 << 17, 1 << 14), 1e-5)),
         Refusal("empty batch (no rows)", r"at least one row", with_x(lambda d: _xwb(d)[0][:0])),
@@ -69,9 +91,22 @@ def _cases() -> tuple[Refusal, ...]:
                 with_x(lambda d: _xwb(d)[0].requires_grad_())),
         Refusal("weight requires grad (grad mode on)", r"require grad",
                 lambda d: (_xwb(d)[0], _xwb(d)[1].requires_grad_(), _xwb(d)[2], 1e-5)),
+        Refusal("bias requires grad (grad mode on)", r"require grad",
+                lambda d: (*_xwb(d)[:2], _xwb(d)[2].requires_grad_(), 1e-5)),
         Refusal("eps NaN", r"eps", lambda d: (*_xwb(d), float("nan"))),
         Refusal("eps negative", r"eps", lambda d: (*_xwb(d), -1.0)),
         Refusal("eps infinite", r"eps", lambda d: (*_xwb(d), float("inf"))),
+        Refusal("out is x (in place)", r"out must not overlap x", lambda d: (*(t := _xwb(d)), 1e-5, t[0]),
+                needs_out=True),
+        Refusal("out overlaps x, shifted by one row", r"out must not overlap x",
+                lambda d: (*(lambda buf: (buf[:2], *_xwb(d)[1:], 1e-5, buf[1:]))(torch.rand(3, 8, 4, device=d)),),
+                needs_out=True),
+        Refusal("out of another shape", r"out must have shape", with_out(lambda d: torch.empty(2, 32, device=d)),
+                needs_out=True),
+        Refusal("out 4 bytes off 16-byte alignment", r"out must be 16-byte aligned", with_out(_misaligned),
+                needs_out=True),
+        Refusal("out non-contiguous", r"out must be contiguous",
+                with_out(lambda d: torch.empty(2, 4, 8, device=d).transpose(1, 2)), needs_out=True),
     )
 
 
@@ -82,8 +117,16 @@ def _functions() -> dict:
 
     return {"reference_order_layer_norm": reference_order_layer_norm,
             "chain_layer_norm": chain_layer_norm,
-            "split_stats_layer_norm": lambda x, w, b, eps: split_stats_layer_norm(x, w, b, eps, geometry="interleaved")}
+            "split_stats_layer_norm": lambda x, w, b, eps, **kw: split_stats_layer_norm(x, w, b, eps,
+                                                                                         geometry="interleaved")}
 
+
+def _shared_validation(x, w, b, eps, out=None):
+    from labkit.core.validate import check_output, layer_norm_layout
+
+    layer_norm_layout(x, w, b, eps, require_cuda=False)
+    if out is not None:
+        check_output("out", out, x, require_cuda=False)
 
 
 def _outcome(call) -> str:
@@ -91,28 +134,50 @@ def _outcome(call) -> str:
         call()
     except ValueError as exc:
         return f"ValueError: {exc}"
+    except Exception as exc:  # anything but a ValueError is a defect of the refusal, shown as such
+        return f"BUG: {type(exc).__name__}: {exc}"
     return "nothing (BUG: accepted)"
 
 
 def refusal_rows(device: str = "cpu") -> list[dict]:
     """One row per (case, function): what it raises on `device` ('cuda': the public functions themselves; 'cpu':
-    the shared validation they all run first, without its device check). Keys: case, function, condition, raises,
-    names_condition (whether the message matches the condition)."""
+    the public functions for cases checked anywhere, else the shared validation they all run first, without its
+    device check; a case that needs a GPU says so). Keys: case, function, condition, where, raises,
+    names_condition (whether the message is a ValueError matching the condition; None where nothing ran)."""
     import re
 
-    from labkit.core.validate import layer_norm_layout
-
     rows = []
+    on_gpu = str(device).startswith("cuda")
     for case in _cases():
         meta = "2**" in case.case  # meta tensors: validated without allocating, on every machine
-        if device == "cuda" and not meta:
-            targets = _functions()
+        if case.where == "gpu" and not on_gpu:
+            rows.append({"case": case.case, "function": "(needs a GPU)", "condition": case.condition,
+                         "where": case.where, "raises": "not run here", "names_condition": None})
+            continue
+        if (on_gpu and not meta) or case.where == "any":
+            names = WITH_OUT if case.needs_out else PUBLIC_FUNCTIONS
+            targets = {n: f for n, f in _functions().items() if n in names}
         else:
-            targets = {"layer_norm_layout (shared validation)":
-                       lambda x, w, b, eps: layer_norm_layout(x, w, b, eps, require_cuda=False)}
+            targets = {"layer_norm_layout (shared validation)": _shared_validation}
         for name, fn in targets.items():
-            x, w, b, eps = case.make("meta" if meta else device)
-            raised = _outcome(lambda: fn(x, w, b, eps))
-            rows.append({"case": case.case, "function": name, "condition": case.condition, "raises": raised,
+            args = case.make("meta" if meta else device)
+            x, w, b, eps = args[:4]
+            kwargs = {"out": args[4]} if len(args) > 4 else {}
+            raised = _outcome(lambda: fn(x, w, b, eps, **kwargs))
+            rows.append({"case": case.case, "function": name, "condition": case.condition, "where": case.where,
+                         "raises": raised,
                          "names_condition": bool(re.search(case.condition, raised)) and raised.startswith("ValueError")})
     return rows
+
+
+def refusal_table_markdown() -> str:
+    """The matrix as the README shows it: one line per case, the condition its ValueError names, which functions
+    it applies to and where it is checked."""
+    where = {"any": "any machine (the functions)", "cpu": "CPU (shared validation) and GPU (the functions)",
+             "gpu": "GPU"}
+    lines = ["| refused input | ValueError matches | functions | checked on |", "|---|---|---|---|"]
+    for case in _cases():
+        funcs = "reference_order, chain" if case.needs_out else "reference_order, chain, split_stats"
+        cond = case.condition.replace("|", "\\|")
+        lines.append(f"| {case.case} | `{cond}` | {funcs} | {where[case.where]} |")
+    return "\n".join(lines)

@@ -66,6 +66,8 @@ def summarize_run(path: Path) -> dict:
     audit = audit_block(path)
     if audit:
         out["audit"] = audit
+    if reliability := reliability_block(records):
+        out["reliability"] = reliability
     return out
 
 
@@ -85,6 +87,51 @@ def summarize_runs(paths: list[Path]) -> dict:
             if isinstance(value, dict):
                 merged.setdefault(key, value)
     return merged
+
+
+def _sanitizer_errors(inv: dict, kernels: str) -> int:
+    """Errors of one finished invocation over our product kernels: the tool's own count when it instrumented only
+    our kernels (the kernel filter), else the errors its report attributes to a kernel matching `kernels`."""
+    import re
+
+    if inv.get("kernel_filter"):
+        return int(inv["errors"])
+    return sum(c["errors"] for k, c in inv.get("per_kernel", {}).items() if re.fullmatch(kernels, k))
+
+
+def reliability_block(records: dict) -> dict | None:
+    """Headline numbers of the reliability step (scripts/gpu/reliability.sh), keys as issue 15 item 8 names them.
+
+    sanitizer: per tool, errors over our product kernels in the invocations labelled "product..." that finished
+    (None when none finished); racecheck_unexplained: those racecheck errors less the ones in chain_stats_tma
+    when the racecheck evidence record marks them explained (a race-free minimal ring of the same protocol is
+    reported the same way); fuzz_*: cases run, distinct shapes, (case, method) checks not bit-identical or
+    raising; soak_*: calls after warm-up and growth of torch's allocated bytes over them."""
+    san = records.get("sanitizer")
+    fuzz, soak, evidence = records.get("fuzz"), records.get("soak"), records.get("racecheck_evidence", {})
+    if not (san or fuzz or soak):
+        return None
+    block: dict = {"sanitizer": {}, "racecheck_unexplained": None}
+    invocations = [i for i in (san or {}).get("invocations", []) if i["label"].startswith("product")]
+    kernels = (san or {}).get("product_kernels", ".*")
+    for tool in ("memcheck", "racecheck", "initcheck", "synccheck"):
+        done = [i for i in invocations if i["tool"] == tool and i["finished"]]
+        block["sanitizer"][tool] = sum(_sanitizer_errors(i, kernels) for i in done) if done else None
+    race = block["sanitizer"]["racecheck"]
+    if race is not None:
+        explained = 0
+        if evidence.get("explained"):
+            explained = sum(i.get("per_kernel", {}).get("chain_stats_tma", {}).get("errors", 0)
+                            for i in invocations if i["tool"] == "racecheck" and i["finished"])
+        block["racecheck_unexplained"] = max(0, race - explained)
+    cases = [c for c in (fuzz or {}).get("cases", []) if "skipped" not in c]
+    checks = [m for c in cases for m in c["methods"].values()]
+    block.update({"fuzz_cases": len(cases) if fuzz else None,
+                  "fuzz_shapes": len({tuple(c["shape"]) for c in cases}) if fuzz else None,
+                  "fuzz_mismatches": sum("error" in m or not all(m.values()) for m in checks) if fuzz else None,
+                  "soak_calls": soak.get("calls") if soak else None,
+                  "soak_mem_growth_bytes": soak.get("growth_bytes") if soak else None})
+    return block
 
 
 def timing_block(records: dict) -> dict | None:
@@ -143,11 +190,18 @@ def _audit_line(a: dict) -> str:
     return f"audit: {a['records']} check record(s), {a['flips']} flip(s), min margin {margin}"
 
 
+def _reliability_line(r: dict) -> str:
+    san = ", ".join(f"{k} {v}" for k, v in r["sanitizer"].items())
+    return (f"reliability: sanitizer errors over our kernels {san}; racecheck unexplained {r['racecheck_unexplained']}; "
+            f"fuzz {r['fuzz_cases']} cases, {r['fuzz_shapes']} shapes, {r['fuzz_mismatches']} mismatch(es); soak "
+            f"{r['soak_calls']} calls, {r['soak_mem_growth_bytes']} bytes growth")
+
+
 def _run_lines(run: dict) -> list[str]:
     lines = [f"{run['name']}  {run['run_id']}" + ("" if run.get("complete") else "  (INCOMPLETE)"),
              f"  {run.get('gpu') or 'no GPU'} · torch {run.get('torch')} · {run.get('date_utc')}"]
     for key, line in (("bit_identity", _bit_identity_line), ("fast_stats", _fast_stats_line),
-                      ("timing", _timing_line), ("audit", _audit_line)):
+                      ("timing", _timing_line), ("audit", _audit_line), ("reliability", _reliability_line)):
         if run.get(key):
             lines.append("  " + line(run[key]))
     return lines

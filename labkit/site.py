@@ -137,7 +137,8 @@ def _headline_dropin(records: dict, summary: dict) -> str:
     if not d or d.get("eager_worst_ratio") is None:
         return f"drop-in: no sweep in the record {_on(summary)}"
     return (f"drop-in eager worst {_x(d['eager_worst_ratio'])} native at {d['eager_worst_shape']}, "
-            f"host {d['host_us_per_call']:.1f} us/call vs torch {d['torch_host_us_per_call']:.1f}; bits fwd "
+            f"host {d['host_us_per_call'] or float('nan'):.1f} us/call vs torch "
+            f"{d['torch_host_us_per_call'] or float('nan'):.1f}; bits fwd "
             f"{d['forward_identical']}, bwd {d['backward_identical']}, compiled {d['compiled_identical']} {_on(summary)}")
 
 

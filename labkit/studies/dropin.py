@@ -554,3 +554,13 @@ def _read_live(session, name):
 
     path = session.run.path / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def block_rows(blk: dict | None) -> list[dict]:
+    """The swapped block's record as one row (the LayerNorms' path and why flattened in)."""
+    if not blk:
+        return []
+    row = {k: v for k, v in blk.items() if k != "ln_path"}
+    row["ln path"] = blk["ln_path"]["path"]
+    row["why"] = blk["ln_path"]["reason"]
+    return [row]

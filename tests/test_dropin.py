@@ -274,3 +274,21 @@ def test_summarize_run_includes_the_dropin_block(tmp_path):
     run.close()
     s = summarize_run(run.path)
     assert s["dropin"]["eager_worst_shape"] == "1024x16384" and math.isclose(s["dropin"]["eager_worst_ratio"], 1.0)
+
+
+def test_parameters_do_not_force_the_dispatcher(monkeypatch):
+    calls = []
+    real = op.layer_norm_op
+    monkeypatch.setattr(op, "layer_norm_op", lambda *a: calls.append(1) or real(*a))
+    ln = labkit.LayerNorm(8)
+    with torch.no_grad():
+        ln(torch.randn(2, 8))
+    assert calls == []
+
+
+def test_autocast_keeps_torchs_cast_policy():
+    x, ln = torch.randn(4, 16, dtype=torch.bfloat16), torch.nn.LayerNorm(16)
+    ours = labkit.LayerNorm.from_layer_norm(ln)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a, b = ln(x), ours(x)
+    assert a.dtype == b.dtype and torch.equal(a.float(), b.float())

@@ -97,14 +97,25 @@ _is_grad_enabled = torch.is_grad_enabled
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
+def _autocast(x) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type in _AUTOCAST_DEVICES and torch.is_autocast_enabled(
+        x.device.type)
+
+
+_AUTOCAST_DEVICES = ("cuda", "cpu", "xpu", "mps", "hpu")
+
+
 def _dispatch_mode_active() -> bool:
     from torch.utils._python_dispatch import _get_current_dispatch_mode
 
     return _get_current_dispatch_mode() is not None
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a module's weight is a Parameter: still a plain tensor
+
+
 def _plain(t) -> bool:
-    return t is None or type(t) is _Tensor
+    return t is None or type(t) in _PLAIN
 
 
 def needs_dispatcher(x, weight, bias) -> bool:
@@ -112,7 +123,7 @@ def needs_dispatcher(x, weight, bias) -> bool:
     functorch transform is active, or a tensor is a subclass (fake, functional, DTensor ...)."""
     if _is_compiling():
         return True
-    if not (type(x) is _Tensor and _plain(weight) and _plain(bias)):
+    if not (type(x) in _PLAIN and _plain(weight) and _plain(bias)):
         return True
     if _is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
                                or (bias is not None and bias.requires_grad)):
@@ -125,6 +136,9 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
     """torch.nn.functional.layer_norm with torch's eager bits on every input it accepts: our kernels where the
     dispatch rule (labkit.ops.dropin.rule) says they are faster, torch's own kernel elsewhere.
     `explain(x, normalized_shape, weight, bias, eps)` says which path an input takes and why."""
+    if _autocast(x):
+        # autocast runs layer_norm in float32 (its cast policy); torch's own call keeps that policy exactly
+        return torch.nn.functional.layer_norm(x, _normalized(normalized_shape), weight, bias, eps)
     if _is_compiling():
         return layer_norm_op(x, list(_normalized(normalized_shape)), weight, bias, eps)[0]
     ns = _normalized(normalized_shape)

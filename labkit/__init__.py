@@ -14,3 +14,15 @@
 The direction is enforced by import-linter (pyproject.toml); importing core or ops reads nothing under data/.
 """
 __version__ = "0.1.0"
+
+_DROPIN = ("layer_norm", "LayerNorm", "swap_layer_norms", "explain")
+
+
+def __getattr__(name):
+    """labkit.layer_norm / LayerNorm / swap_layer_norms / explain (labkit.ops.dropin), imported on first use so
+    that `import labkit` stays free of torch."""
+    if name in _DROPIN:
+        from labkit.ops import dropin
+
+        return getattr(dropin, name)
+    raise AttributeError(f"module 'labkit' has no attribute {name!r}")

@@ -144,6 +144,19 @@ HEADLINES = {"environment": _headline_environment, "bit_identity": _headline_bit
              "parallel_stats": _headline_parallel_stats, "layout_boundary": _headline_layout_boundary}
 
 
+def _headline_dropin(records: dict, summary: dict) -> str:
+    d = summary.get("dropin")
+    if not d or d.get("eager_worst_ratio") is None:
+        return f"drop-in: no sweep in the record {_on(summary)}"
+    return (f"drop-in eager worst {_x(d['eager_worst_ratio'])} native at {d['eager_worst_shape']}, "
+            f"host {d['host_us_per_call'] or float('nan'):.1f} us/call vs torch "
+            f"{d['torch_host_us_per_call'] or float('nan'):.1f}; bits fwd "
+            f"{d['forward_identical']}, bwd {d['backward_identical']}, compiled {d['compiled_identical']} {_on(summary)}")
+
+
+HEADLINES["dropin"] = _headline_dropin
+
+
 def run_headline(run_dir: Path) -> str:
     """One line of what run `run_dir` shows, from its records; a run name without a headline function gets its
     name and GPU."""

@@ -12,7 +12,15 @@ from labkit.records.run import committed_runs
 # script -> (run name it replays, headings its tables must carry)
 SCRIPTS = {"chain_table.py": ("parallel_stats", ("## goals", "## floors", "## stage breakdown",
                                                  "## timing, protocol A", "bit identity: ")),
-           "timing_table.py": ("timing", ("## across shapes, protocol A", "## across shapes, protocol B"))}
+           "timing_table.py": ("timing", ("## across shapes, protocol A", "## across shapes, protocol B")),
+           "dropin_table.py": ("dropin", ("## speed (native / drop-in)", "## dispatch", "## host cost per call"))}
+
+
+def _committed_or_skip(name: str) -> list:
+    runs = committed_runs(name)
+    if not runs:
+        pytest.skip(f"no committed {name!r} run yet")
+    return runs
 
 
 def _run(tmp_path, script: str, *args: str) -> subprocess.CompletedProcess:
@@ -38,7 +46,7 @@ def test_help(tmp_path, script):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_replays_the_newest_committed_run(tmp_path, script):
     name, headings = SCRIPTS[script]
-    newest = committed_runs(name)[-1]
+    newest = _committed_or_skip(name)[-1]
     done = _run(tmp_path, script)
     assert done.returncode == 0, done.stderr
     assert f"REPLAYED committed GPU run {_run_id(newest)}" in done.stdout
@@ -50,7 +58,7 @@ def test_replays_the_newest_committed_run(tmp_path, script):
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_replays_a_given_run_directory(tmp_path, script):
     name, _ = SCRIPTS[script]
-    oldest = committed_runs(name)[0]
+    oldest = _committed_or_skip(name)[0]
     done = _run(tmp_path, script, str(oldest))
     assert done.returncode == 0, done.stderr
     assert f"REPLAYED committed GPU run {_run_id(oldest)}" in done.stdout and "|---|" in done.stdout
@@ -63,3 +71,11 @@ def test_timing_table_live_refuses_without_a_gpu(tmp_path):
         pytest.skip("this machine has a GPU: --live would measure")
     done = _run(tmp_path, "timing_table.py", "--live")
     assert done.returncode == 2 and "no" in done.stderr and "CUDA GPU" in done.stderr
+
+
+def test_dropin_table_without_a_committed_run_says_so(tmp_path):
+    if committed_runs("dropin"):
+        pytest.skip("a dropin run is committed: the replay tests cover it")
+    done = _run(tmp_path, "dropin_table.py")
+    assert done.returncode == 0, done.stderr
+    assert "no committed GPU run yet" in done.stdout and "|---|" in done.stdout and "chain" in done.stdout

@@ -63,6 +63,8 @@ def summarize_run(path: Path) -> dict:
         out["post"] = post
     if meta.get("name") == "layout_boundary" and (layout := layout_block(records)):
         out["layout"] = layout
+    if dropin := dropin_block(records):
+        out["dropin"] = dropin
     audit = audit_block(path)
     if audit:
         out["audit"] = audit
@@ -255,3 +257,43 @@ def layout_block(records: dict) -> dict | None:
         out[family] = {f"{r}_ms": stats.get(r, {}).get("median_ms") for r in LAYOUT_ROUTES}
         out[family] |= {"cases": len(checks), "passed": sum(bool(ch["official_pass"]) for ch in checks)}
     return out
+
+
+DROPIN_NATIVE_FLOOR_MS = 0.020  # issue 16: shapes whose native eager call takes >= 20 us must be >= 1.0x
+
+
+def _count(cases: list, key: str) -> str:
+    judged = [c[key] for c in cases if c.get(key) is not None]
+    return f"{sum(bool(v) for v in judged)}/{len(judged)}"
+
+
+def dropin_block(records: dict) -> dict | None:
+    """Issue 16's headline keys from a `dropin` run (notebook 08): eager per-call ratios native/drop-in (worst over
+    shapes whose native call takes >= 20 us; the largest gap in us below that), L1/40's ratio, host time per call
+    beside torch's, and bit-identity counts. None without a `dropin_sweep` record."""
+    sweep = records.get("dropin_sweep")
+    if not sweep:
+        return None
+    worst, worst_shape, gap, l1 = None, None, None, None
+    for row in sweep.get("shapes", []):
+        eager = row.get("eager") or {}
+        native, ours = eager.get("native"), eager.get("dropin")
+        if native is None or ours is None:
+            continue
+        ratio = native / ours
+        if native >= DROPIN_NATIVE_FLOOR_MS:
+            if worst is None or ratio < worst:
+                worst, worst_shape = ratio, row["key"]
+        else:
+            g = (ours - native) * 1e3
+            gap = g if gap is None else max(gap, g)
+        if row.get("l1_40"):
+            l1 = ratio
+    host = records.get("dropin_host") or {}
+    ident = records.get("dropin_identity") or {}
+    cases, compiled = ident.get("cases", []), ident.get("compiled", [])
+    return {"eager_worst_ratio": worst, "eager_worst_shape": worst_shape, "small_shape_gap_us": gap,
+            "l1_40_eager_ratio": l1, "host_us_per_call": host.get("dropin_us"),
+            "torch_host_us_per_call": host.get("torch_us"), "forward_identical": _count(cases, "forward"),
+            "backward_identical": _count(cases, "backward"),
+            "compiled_identical": _count(compiled, "identical")}

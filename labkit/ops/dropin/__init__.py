@@ -1,0 +1,8 @@
+"""A drop-in LayerNorm: torch.nn.functional.layer_norm's signature and torch's eager bits on every input, our
+kernels where the dispatch rule (rule.py) says they are faster, registered as the custom op labkit::layer_norm
+(op.py) with autograd through torch's own backward, per-signature plans (plan.py) and a lean launch (launcher.py).
+"""
+from labkit.ops.dropin.module import LayerNorm, swap_layer_norms
+from labkit.ops.dropin.op import explain, layer_norm, layer_norm_with
+
+__all__ = ["LayerNorm", "explain", "layer_norm", "layer_norm_with", "swap_layer_norms"]

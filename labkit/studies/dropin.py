@@ -1,0 +1,577 @@
+"""The drop-in LayerNorm as a user meets it (notebook 08): swapped into a model, bits against nn.LayerNorm,
+speed under the eager per-call protocol, graph replay and torch.compile, the dispatch table, and inputs near the
+float32 limit. Run functions return JSON-able records; table/verdict functions read them."""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+from labkit.records.summary import DROPIN_NATIVE_FLOOR_MS, dropin_block
+from labkit.tasks import L1_40, config, shape_key
+
+# (rows, N) from (1, 2**24) to (65536, 256): 64 MiB of float32 each, the row count doubling.
+SWEEP = tuple((1 << k, 1 << (24 - k)) for k in range(17))
+QUICK_SWEEP = ((1, 1 << 20), (4, 1 << 18), (64, 1 << 14), (4096, 256))
+EAGER_METHODS = ("native", "dropin", "chain", "rows_fused", "reference_order")
+COMPILED_METHODS = ("native_compiled", "dropin_compiled")
+HOST_SHAPE = (8, 256)   # "a tiny shape": the kernel is shorter than the host's part of a call
+HOST_CALLS = 10_000
+NEAR_MAX_SHAPE = (4, 768)
+BLOCK = {"d_model": 256, "heads": 4, "seq": 64, "batch": 4}
+
+
+def shapes(mode: str) -> list[tuple[int, ...]]:
+    """The sweep (full) or its corners (quick), then the timing study's shapes of the mode."""
+    sweep = SWEEP if mode == "full" else QUICK_SWEEP
+    return [*sweep, *config(mode).timing_shapes]
+
+
+def _affine(shape, seed, device):
+    from labkit.inputs import make_affine
+
+    return make_affine("random_normal", shape[1:], seed, device)
+
+
+def _methods(x, w, b, eps):
+    import torch
+
+    from labkit import layer_norm
+    from labkit.ops.dropin import layer_norm_with
+
+    ns = tuple(w.shape)
+    m = {"native": lambda: torch.nn.functional.layer_norm(x, ns, w, b, eps),
+         "dropin": lambda: layer_norm(x, ns, w, b, eps)}
+    for path in EAGER_METHODS[2:]:
+        m[path] = (lambda p: lambda: layer_norm_with(p, x, ns, w, b, eps))(path)
+    return m
+
+
+# Shapes timed compiled (each costs an Inductor compile, static shapes as a model gets): the timing study's, and
+# these row counts of the sweep, to keep notebook 08 inside its GPU budget.
+COMPILED_SWEEP_ROWS = (1, 16, 256, 4096, 65536)
+
+
+def _compiled(x, w, b, eps):
+    """nn.LayerNorm's functional and the drop-in's, compiled for this shape (static), as a user compiles a model."""
+    import torch
+
+    from labkit import layer_norm
+
+    ns = tuple(w.shape)
+    native = torch.compile(lambda x, w, b: torch.nn.functional.layer_norm(x, ns, w, b, eps), fullgraph=True)
+    ours = torch.compile(lambda x, w, b: layer_norm(x, ns, w, b, eps), fullgraph=True)
+    return {"native_compiled": lambda: native(x, w, b), "dropin_compiled": lambda: ours(x, w, b)}
+
+
+def _raise_recompile_limit() -> None:
+    import torch._dynamo
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(256, getattr(torch._dynamo.config, name)))
+
+
+def _medians(rec) -> dict:
+    return {k: v["median_ms"] for k, v in rec.stats.items()}
+
+
+def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda", log=None) -> dict:
+    """Every candidate path at every shape: eager per call (CUDA events around one call, L2 flushed: KernelBench's
+    protocol, host time counts), graph replay (protocol A) and compiled (eager protocol on torch.compile'd
+    callables). A path that cannot take a shape is recorded with its reason. The `dropin_sweep` record."""
+    import torch
+
+    from labkit.inputs import make_input
+    from labkit.ops.dropin import plan, rule
+    from labkit.studies.bench import PROTOCOL_A, PROTOCOL_B, time_methods
+
+    eager_p, graph_p = replace(PROTOCOL_B, rounds=rounds), replace(PROTOCOL_A, rounds=rounds)
+    dev = plan.device_info(torch.device(device).index or 0)
+    _raise_recompile_limit()
+    rows_out = []
+    timing_shapes = {tuple(s) for s in config("full").timing_shapes} | {tuple(s) for s in config("quick").timing_shapes}
+    for shape in shape_list:
+        t0 = time.perf_counter()
+        x = make_input("uniform", shape, seed, device)
+        w, b = _affine(shape, seed, device)
+        rows, n = x.numel() // w.numel(), w.numel()
+        row = {"key": shape_key(shape), "shape": list(shape), "rows": rows, "n": n, "l1_40": tuple(shape) == L1_40,
+               "rule": rule.choose(rows, n, dev)[0], "errors": {}}
+        with torch.no_grad():
+            ok = {}
+            for name, fn in _methods(x, w, b, eps).items():
+                try:
+                    fn()
+                    ok[name] = fn
+                except ValueError as exc:
+                    row["errors"][name] = str(exc)
+            e, g = time_methods(ok, eager_p, "native"), time_methods(ok, graph_p, "native")
+            row["eager"], row["graph"] = _medians(e), _medians(g)
+            row["eager_stats"], row["graph_stats"] = e.stats, g.stats
+            try:
+                if len(shape_list) > 8 and not (rows in COMPILED_SWEEP_ROWS or tuple(shape) in timing_shapes):
+                    raise LookupError("not timed compiled (notebook budget: COMPILED_SWEEP_ROWS)")
+                c = time_methods(_compiled(x, w, b, eps), eager_p, "native_compiled")
+                row["compiled"], row["compiled_stats"] = _medians(c), c.stats
+            except LookupError as exc:
+                row["compiled"], row["errors"]["compiled"] = {}, str(exc)
+            except Exception as exc:  # a compile failure is a finding, not a crash of the sweep
+                row["compiled"], row["errors"]["compiled"] = {}, f"{type(exc).__name__}: {exc}"
+        row["seconds"] = time.perf_counter() - t0
+        rows_out.append(row)
+        del x
+        if log:
+            log(f"{row['key']}: {row['seconds']:.1f} s")
+    return {"device": {"arch": dev.arch, "sm_count": dev.sm_count, "name": torch.cuda.get_device_name()},
+            "rule_source": rule.RULE_SOURCE, "chain_min_n": rule.CHAIN_MIN_N,
+            "protocols": {"eager": eager_p.__dict__, "graph": graph_p.__dict__}, "shapes": rows_out}
+
+
+def _per_call_us(fn, calls: int, sync) -> float:
+    for _ in range(100):
+        fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    sync()
+    return (t1 - t0) / calls * 1e6
+
+
+def host_cost(shape=HOST_SHAPE, calls: int = HOST_CALLS, device="cuda") -> dict:
+    """Host time per call over `calls` back-to-back calls at a tiny shape (the GPU keeps up, so the loop's wall
+    time is the host's): torch's F.layer_norm, the drop-in as dispatched, our kernel path forced, and the op
+    through the dispatcher (what autograd/compile pay). The `dropin_host` record."""
+    import torch
+
+    from labkit import layer_norm
+    from labkit.ops.dropin import explain, layer_norm_with
+    from labkit.ops.dropin.op import layer_norm_op
+
+    x = torch.rand(shape, device=device)
+    w, b = _affine(shape, 0, device)
+    ns = tuple(w.shape)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    with torch.no_grad():
+        out = {"shape": list(shape), "calls": calls,
+               "torch_us": _per_call_us(lambda: torch.nn.functional.layer_norm(x, ns, w, b), calls, sync),
+               "dropin_us": _per_call_us(lambda: layer_norm(x, ns, w, b), calls, sync),
+               "dropin_path": explain(x, ns, w, b)["path"],
+               "op_us": _per_call_us(lambda: layer_norm_op(x, list(ns), w, b, 1e-5), calls, sync)}
+        for path in ("chain", "rows_fused"):
+            try:
+                out[f"{path}_us"] = _per_call_us(lambda: layer_norm_with(path, x, ns, w, b), calls, sync)
+            except ValueError as exc:
+                out[f"{path}_us"], out[f"{path}_error"] = None, str(exc)
+    return out
+
+
+def plan_lookup_us(calls: int = 2000) -> float:
+    """Host microseconds of the plan lookup alone (signature + dictionary hit) on CPU tensors."""
+    import torch
+
+    from labkit.ops.dropin import plan
+
+    x, w, b = torch.rand(8, 256), torch.ones(256), torch.zeros(256)
+    plan.get_plan(x, (256,), w, b, 1e-5)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        plan.get_plan(x, (256,), w, b, 1e-5)
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def _bits_equal(a, b) -> bool:
+    import torch
+
+    if a is None or b is None:
+        return a is None and b is None
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    view = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16,
+            torch.float64: torch.int64}[a.dtype]
+    return torch.equal(a.contiguous().view(view), b.contiguous().view(view))
+
+
+def identity_cases(device: str) -> list[dict]:
+    """Inputs for the bit checks: our kernels' shapes and every kind torch sends down another path."""
+    import torch
+
+    def dense(shape, dtype=torch.float32, affine="both"):
+        def make():
+            g = torch.Generator().manual_seed(sum(shape))
+            x = (torch.randn(shape, generator=g) * 3 + 100).to(dtype).to(device)
+            n = shape[1:]
+            w = torch.randn(n, generator=g).to(dtype).to(device) if affine in ("both", "weight") else None
+            b = torch.randn(n, generator=g).to(dtype).to(device) if affine in ("both", "bias") else None
+            return x, n, w, b
+        return make
+
+    def misaligned():
+        x, n, w, b = dense((4, 1024))()
+        flat = torch.empty(x.numel() + 1, device=device)
+        flat[1:].copy_(x.reshape(-1))
+        return flat[1:].view(4, 1024), n, w, b
+
+    def strided():
+        x, n, w, b = dense((8, 2048))()
+        return x.t().contiguous().t(), n, w, b  # a transposed (non-contiguous) view
+
+    big = 1 << 20
+    cases = {f"chain {r}x{big // r}": dense((r, big // r)) for r in (1, 2, 16)}
+    cases.update({
+        "chain ragged 3x(512*33+4)": dense((3, 512 * 33 + 4)),
+        "L1/40 row length 2x4194304": dense((2, 64 * 256 * 256)),
+        "many rows 4096x1024": dense((4096, 1024)),
+        "3-d input 2x64x1024": dense((2, 64, 1024)),
+        "N % 4 != 0 (5x1001)": dense((5, 1001)),
+        "N > 2**24 (1x(2**24+4))": dense((1, (1 << 24) + 4)),
+        "misaligned view": misaligned,
+        "non-contiguous view": strided,
+        "weight only (bias=False)": dense((2, 1 << 18), affine="weight"),
+        "no affine": dense((2, 1 << 18), affine="none"),
+        "bias only": dense((2, 1 << 18), affine="bias"),
+        "float16": dense((4, 4096), torch.float16),
+        "bfloat16": dense((4, 4096), torch.bfloat16),
+        "float64": dense((4, 4096), torch.float64),
+        "empty rows": dense((0, 1024)),
+    })
+    return [{"case": k, "make": v} for k, v in cases.items()]
+
+
+def _grads(fn, x, ns, w, b, eps):
+    import torch
+
+    xs = [t.detach().clone().requires_grad_() if t is not None else None for t in (x, w, b)]
+    y = fn(xs[0], ns, xs[1], xs[2], eps)
+    g = torch.Generator().manual_seed(7)
+    gy = torch.randn(y.shape, generator=g).to(y.dtype).to(y.device)
+    if y.numel():
+        y.backward(gy)
+    return y.detach(), [t.grad if t is not None else None for t in xs]
+
+
+# Cases also compared under torch.compile(fullgraph=True) (one compile each: the notebook's GPU budget).
+COMPILED_CASES = ("chain 1x1048576", "chain ragged 3x(512*33+4)", "many rows 4096x1024", "weight only (bias=False)",
+                  "N % 4 != 0 (5x1001)", "misaligned view")
+
+
+def identity(device="cuda", eps: float = 1e-5, compiled: bool = True) -> dict:
+    """Forward bits and backward bits (grad x, weight, bias) of labkit.layer_norm against F.layer_norm with
+    autograd, case by case, and the same under torch.compile(fullgraph=True). The `dropin_identity` record."""
+    import torch
+
+    from labkit import layer_norm
+    from labkit.ops.dropin import explain
+
+    cases, comp = [], []
+    _raise_recompile_limit()
+    dropin_compiled = torch.compile(layer_norm, fullgraph=True)
+    for case in identity_cases(device):
+        x, ns, w, b = case["make"]()
+        row = {"case": case["case"], "shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", ""),
+               "path": explain(x, ns, w, b, eps)["path"]}
+        try:
+            with torch.no_grad():
+                row["forward"] = _bits_equal(layer_norm(x, ns, w, b, eps),
+                                             torch.nn.functional.layer_norm(x, ns, w, b, eps))
+            y0, g0 = _grads(torch.nn.functional.layer_norm, x, ns, w, b, eps)
+            y1, g1 = _grads(layer_norm, x, ns, w, b, eps)
+            row["backward"] = _bits_equal(y0, y1) and all(_bits_equal(a, c) for a, c in zip(g0, g1))
+        except Exception as exc:  # recorded as a failure of the drop-in, never skipped
+            row["forward"] = row.get("forward", False)
+            row["backward"], row["error"] = False, f"{type(exc).__name__}: {exc}"
+        cases.append(row)
+        if compiled and case["case"] in COMPILED_CASES:
+            c = {"case": case["case"]}
+            try:
+                y_e, g_e = _grads(torch.nn.functional.layer_norm, x, ns, w, b, eps)
+                y_c, g_c = _grads(dropin_compiled, x, ns, w, b, eps)
+                c["forward"] = _bits_equal(y_e, y_c)
+                c["backward"] = all(_bits_equal(a, d) for a, d in zip(g_e, g_c))
+            except Exception as exc:
+                c["forward"] = c["backward"] = False
+                c["error"] = f"{type(exc).__name__}: {exc}"
+            c["identical"] = bool(c["forward"] and c["backward"])
+            comp.append(c)
+    return {"cases": cases, "compiled": comp}
+
+
+def make_block(d_model: int = BLOCK["d_model"], heads: int = BLOCK["heads"], device="cpu", seed: int = 0):
+    """A small pre-norm transformer block (attention + MLP, two nn.LayerNorms)."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = torch.nn.LayerNorm(d_model)
+            self.attn = torch.nn.MultiheadAttention(d_model, heads, batch_first=True)
+            self.ln2 = torch.nn.LayerNorm(d_model)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(d_model, 4 * d_model), torch.nn.GELU(),
+                                           torch.nn.Linear(4 * d_model, d_model))
+
+        def forward(self, x):
+            h = self.ln1(x)
+            x = x + self.attn(h, h, h, need_weights=False)[0]
+            return x + self.mlp(self.ln2(x))
+
+    torch.manual_seed(seed)
+    block = Block().to(device)
+    with torch.no_grad():  # non-trivial affines, so a swapped-in LayerNorm that ignored them would show
+        for ln in (block.ln1, block.ln2):
+            ln.weight.normal_()
+            ln.bias.normal_()
+    return block
+
+
+def block_swap(device="cuda", compiled: bool = True) -> dict:
+    """Swap the block's LayerNorms; forward output and every gradient (input and parameters) against the original
+    block, as int32 views; the swapped block under torch.compile(fullgraph=True). The `dropin_block` record."""
+    import copy
+
+    import torch
+
+    from labkit import swap_layer_norms
+    from labkit.ops.dropin import explain
+
+    ref = make_block(device=device)
+    ours = copy.deepcopy(ref)
+    swapped = swap_layer_norms(ours)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(BLOCK["batch"], BLOCK["seq"], BLOCK["d_model"], generator=g).to(device)
+    out = {"swapped": swapped, "state_dict_keys_equal": list(ref.state_dict()) == list(ours.state_dict()),
+           "ln_path": explain(x, (BLOCK["d_model"],), ours.ln1.weight, ours.ln1.bias), **BLOCK}
+    outs, grads = [], []
+    for model in (ref, ours):
+        xi = x.clone().requires_grad_()
+        y = model(xi)
+        y.backward(torch.ones_like(y))
+        outs.append(y.detach())
+        grads.append([xi.grad] + [p.grad for p in model.parameters()])
+        model.zero_grad()
+    out["forward_identical"] = _bits_equal(*outs)
+    pairs = list(zip(*grads))
+    out["grads_identical"] = f"{sum(_bits_equal(a, b) for a, b in pairs)}/{len(pairs)}"
+    if compiled:
+        try:
+            c = torch.compile(ours, fullgraph=True)
+            y = c(x.clone().requires_grad_())
+            y.sum().backward()
+            out["compiled_fullgraph"] = True
+        except Exception as exc:
+            out["compiled_fullgraph"], out["compile_error"] = False, f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def near_max(device="cuda", shape=NEAR_MAX_SHAPE, seed: int = 0) -> dict:
+    """Values in [1.5e38, 3e38): eager's Welford mean stays finite, a sum over the row overflows. nn.LayerNorm
+    compiled vs the drop-in compiled vs eager: NaN counts and bits. The `dropin_near_max` record."""
+    import torch
+
+    from labkit import LayerNorm
+
+    g = torch.Generator().manual_seed(seed)
+    x = ((torch.rand(shape, generator=g) * 0.5 + 0.5) * 3e38).to(device)
+    ln = torch.nn.LayerNorm(shape[-1]).to(device)
+    ours = LayerNorm.from_layer_norm(ln)
+    with torch.no_grad():
+        eager = ln(x)
+        comp_native = torch.compile(ln, fullgraph=True)(x)
+        comp_ours = torch.compile(ours, fullgraph=True)(x)
+    nan = lambda t: int(torch.isnan(t).sum())  # noqa: E731
+    return {"shape": list(shape), "elements": x.numel(), "eager_nan": nan(eager), "eager_finite": bool(torch.isfinite(eager).all()),
+            "compiled_native_nan": nan(comp_native), "compiled_dropin_nan": nan(comp_ours),
+            "compiled_dropin_identical": _bits_equal(comp_ours, eager),
+            "compiled_native_identical": _bits_equal(comp_native, eager)}
+
+
+# --- readers: records -> rows / verdicts -----------------------------------------------------------------------
+
+def _ratio(d: dict, base: str, name: str):
+    if d and d.get(base) and d.get(name):
+        return d[base] / d[name]
+    return None
+
+
+def speed_rows(sweep_record: dict | None) -> list[dict]:
+    """Per shape: native and drop-in medians (us) and native/drop-in ratios under each protocol."""
+    rows = []
+    for r in (sweep_record or {}).get("shapes", []):
+        e, g, c = r.get("eager", {}), r.get("graph", {}), r.get("compiled", {})
+        rows.append({"shape": r["key"], "rule": r["rule"],
+                     "native eager us": 1e3 * e["native"] if e.get("native") else None,
+                     "drop-in eager us": 1e3 * e["dropin"] if e.get("dropin") else None,
+                     "eager x": _ratio(e, "native", "dropin"), "graph x": _ratio(g, "native", "dropin"),
+                     "compiled x (vs compiled nn.LayerNorm)": _ratio(c, "native_compiled", "dropin_compiled")})
+    return rows
+
+
+def fastest(times: dict) -> str | None:
+    live = {k: v for k, v in times.items() if v}
+    return min(live, key=live.get) if live else None
+
+
+# The rule agrees with a measurement at a shape when its path is within this much of the fastest path.
+AGREE_RELATIVE, AGREE_ABSOLUTE_MS = 0.05, 0.002
+
+
+def dispatch_rows(sweep_record: dict | None) -> list[dict]:
+    """The dispatch table: per shape, each path's eager median (us), the fastest, the rule's pick and agreement."""
+    rows = []
+    for r in (sweep_record or {}).get("shapes", []):
+        e = {k: r["eager"].get(k) for k in EAGER_METHODS if k != "dropin"}
+        best = fastest(e)
+        pick = e.get(r["rule"])
+        agree = bool(best and pick and pick <= e[best] * (1 + AGREE_RELATIVE) + AGREE_ABSOLUTE_MS)
+        rows.append({"shape": r["key"], **{f"{k} us": (1e3 * v if v else None) for k, v in e.items()},
+                     "fastest": best, "rule": r["rule"], "agrees": agree})
+    return rows
+
+
+def rule_table(shape_list, arch: int = 90, sm_count: int = 132) -> list[dict]:
+    """What the code's rule picks for each shape on a given GPU (no measurement: the rule alone)."""
+    from labkit.ops.dropin import rule
+
+    out = []
+    for shape in shape_list:
+        n = math.prod(shape[1:])
+        path, why = rule.choose(shape[0], n, rule.Device(arch, sm_count))
+        out.append({"shape": shape_key(shape), "rows": shape[0], "N": n, "path": path, "why": why})
+    return out
+
+
+def proposed_chain_min_n(sweep_record: dict | None) -> int | None:
+    """The smallest N at which the chain path beats native (eager) at every measured chain-capable shape with
+    that N or more: what rule.CHAIN_MIN_N should be after this run."""
+    if not sweep_record:
+        return None
+    sms = sweep_record["device"]["sm_count"]
+    rows = [r for r in sweep_record["shapes"] if r["rows"] * 4 <= 2 * sms and r["eager"].get("chain")]
+    ok = sorted(r["n"] for r in rows)
+    for n in ok:
+        if all(r["eager"]["chain"] < r["eager"]["native"] for r in rows if r["n"] >= n):
+            return n
+    return None
+
+
+def host_rows(host: dict | None) -> list[dict]:
+    if not host:
+        return []
+    names = {"torch_us": "torch F.layer_norm", "dropin_us": f"labkit.layer_norm (path: {host.get('dropin_path')})",
+             "op_us": "torch.ops.labkit.layer_norm (the dispatcher)", "chain_us": "our chain path, forced",
+             "rows_fused_us": "our rows_fused path, forced"}
+    return [{"call": label, "host us per call": host.get(k), "shape": shape_key(host["shape"]), "calls": host["calls"]}
+            for k, label in names.items()]
+
+
+def identity_rows(ident: dict | None) -> list[dict]:
+    comp = {c["case"]: c for c in (ident or {}).get("compiled", [])}
+    return [{**{k: c.get(k) for k in ("case", "shape", "dtype", "path", "forward", "backward")},
+             "compiled": comp.get(c["case"], {}).get("identical"), "error": c.get("error", "")}
+            for c in (ident or {}).get("cases", [])]
+
+
+def summary(records: dict) -> dict | None:
+    """The `dropin` block of `labkit summary RUN --json` (labkit.records.summary.dropin_block)."""
+    return dropin_block(records)
+
+
+def verdict_lines(records: dict, source: str) -> list[str]:
+    s = dropin_block(records)
+    if not s:
+        return [f"drop-in: no GPU measurement to judge ({source}); the CPU checks above are all this run shows."]
+    fmt = lambda v, f: "n/a" if v is None else format(v, f)  # noqa: E731
+    lines = [f"drop-in ({source}):",
+             f"  eager worst ratio over shapes with native >= {DROPIN_NATIVE_FLOOR_MS * 1e3:.0f} us: "
+             f"{fmt(s['eager_worst_ratio'], '.2f')}x at {s['eager_worst_shape']} (goal >= 1.0x: "
+             f"{'met' if (s['eager_worst_ratio'] or 0) >= 1 else 'missed'})",
+             f"  below 20 us, largest gap: {fmt(s['small_shape_gap_us'], '.1f')} us (goal <= 5 us: "
+             f"{'met' if s['small_shape_gap_us'] is not None and s['small_shape_gap_us'] <= 5 else 'missed or n/a'})",
+             f"  L1/40 eager ratio: {fmt(s['l1_40_eager_ratio'], '.1f')}x (goal >= 24x)",
+             f"  host per call: {fmt(s['host_us_per_call'], '.1f')} us vs torch {fmt(s['torch_host_us_per_call'], '.1f')}"
+             f" us (goal <= 10 us and <= torch + 5 us)",
+             f"  bits: forward {s['forward_identical']}, backward {s['backward_identical']}, "
+             f"compiled {s['compiled_identical']}"]
+    disagree = [r["shape"] for r in dispatch_rows(records.get("dropin_sweep")) if not r["agrees"]]
+    lines.append(f"  dispatch rule vs this run's fastest path: "
+                 f"{'agrees at every shape' if not disagree else 'disagrees at ' + ', '.join(disagree)}")
+    return lines
+
+
+# --- what the notebook shows on any machine ----------------------------------------------------------------------
+
+RECORDS = ("dropin_block", "dropin_identity", "dropin_host", "dropin_sweep", "dropin_near_max")
+
+
+def explain_rows(device: str) -> list[dict]:
+    """Which path serves a few inputs on this machine, and why (labkit.explain)."""
+    import torch
+
+    from labkit import explain
+
+    def xwb(shape):
+        return torch.rand(shape, device=device), torch.ones(shape[1:], device=device), torch.zeros(shape[1:],
+                                                                                                  device=device)
+    rows = []
+    for label, shape in (("L1/40", L1_40), ("one long row", (1, 1 << 22)), ("transformer activations", (512, 768)),
+                         ("N % 4 != 0", (8, 1001))):
+        x, w, b = xwb(shape) if math.prod(shape) <= (1 << 24) else (torch.empty(shape, device="meta"),) * 3
+        e = explain(x, shape[1:], w, b)
+        rows.append({"input": label, "shape": shape_key(shape), "path": e["path"], "why": e["reason"]})
+    return rows
+
+
+def opcheck_rows(device: str) -> list[dict]:
+    """torch.library.opcheck of both ops (schema, autograd registration, fake tensors, AOT dispatch)."""
+    import torch
+
+    from labkit.ops.dropin.op import layer_norm_backward_op, layer_norm_op
+
+    x = torch.randn(4, 64, device=device, requires_grad=True)
+    w = torch.randn(64, device=device, requires_grad=True)
+    b = torch.randn(64, device=device, requires_grad=True)
+    _, mean, rstd = torch.native_layer_norm(x.detach(), [64], w.detach(), b.detach(), 1e-5)
+    checks = {"labkit::layer_norm (affine)": (layer_norm_op, (x, [64], w, b, 1e-5)),
+              "labkit::layer_norm (no affine)": (layer_norm_op, (x, [64], None, None, 1e-5)),
+              "labkit::layer_norm_backward": (layer_norm_backward_op, (torch.randn(4, 64, device=device), x.detach(),
+                                              [64], mean, rstd, w.detach(), b.detach(), [True, True, True]))}
+    rows = []
+    for name, (op, args) in checks.items():
+        result = torch.library.opcheck(op, args)
+        rows.append({"op": name, "device": device, **result})
+    return rows
+
+
+def record_or_cpu(session, name: str, gpu, cpu=None):
+    """The session's record `name` (live on a GPU, replayed on a CPU); with neither, what `cpu()` computes on this
+    machine (None without it), labelled as such: (record, where it came from)."""
+    rec = session.record(name, gpu)
+    if rec is not None:
+        return rec, session.source
+    if cpu is None:
+        return None, session.source
+    return cpu(), "computed on this CPU (torch's CPU kernel serves every input here)"
+
+
+def collect(session) -> dict:
+    """The records this notebook wrote or replays, for the verdict and the summary block."""
+    return {name: session.record(name) for name in RECORDS} if not session.live else \
+        {name: _read_live(session, name) for name in RECORDS}
+
+
+def _read_live(session, name):
+    import json
+
+    path = session.run.path / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def block_rows(blk: dict | None) -> list[dict]:
+    """The swapped block's record as one row (the LayerNorms' path and why flattened in)."""
+    if not blk:
+        return []
+    row = {k: v for k, v in blk.items() if k != "ln_path"}
+    row["ln path"] = blk["ln_path"]["path"]
+    row["why"] = blk["ln_path"]["reason"]
+    return [row]

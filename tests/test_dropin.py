@@ -1,0 +1,294 @@
+"""The drop-in LayerNorm on CPU: F.layer_norm's semantics (CPU tensors route to torch's kernel through the real
+op), opcheck, fake tensors, compile tracing, autograd, the plan cache, the dispatch rule and its arch fallback
+(every kernel it can pick compiling with NVRTC), and the readers of a dropin run built in the test."""
+import math
+
+import pytest
+import torch
+
+import labkit
+from labkit.ops.dropin import op, plan, rule
+from labkit.studies import dropin as study
+
+CASES = [((4, 8), (8,)), ((2, 3, 16), (16,)), ((2, 3, 16), (3, 16)), ((5, 1001), (1001,)), ((0, 12), (12,)),
+         ((7, 4), 4)]
+
+
+def _bits(t):
+    view = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16}[t.dtype]
+    return t.contiguous().view(view)
+
+
+@pytest.mark.parametrize("shape,ns", CASES)
+@pytest.mark.parametrize("affine", ["both", "weight", "none", "bias"])
+def test_forward_and_backward_bits_equal_torch_on_cpu(shape, ns, affine):
+    g = torch.Generator().manual_seed(0)
+    nsh = (ns,) if isinstance(ns, int) else ns
+    x = torch.randn(shape, generator=g) * 10 + 3
+    w = torch.randn(nsh, generator=g) if affine in ("both", "weight") else None
+    b = torch.randn(nsh, generator=g) if affine in ("both", "bias") else None
+    with torch.no_grad():
+        assert torch.equal(_bits(labkit.layer_norm(x, ns, w, b, 1e-3)),
+                           _bits(torch.nn.functional.layer_norm(x, nsh, w, b, 1e-3)))
+    grads = []
+    for fn in (torch.nn.functional.layer_norm, labkit.layer_norm):
+        ts = [t.clone().requires_grad_() if t is not None else None for t in (x, w, b)]
+        y = fn(ts[0], nsh, ts[1], ts[2], 1e-3)
+        assert y.requires_grad  # the gradient is never dropped
+        if y.numel():
+            y.backward(torch.ones_like(y) * 0.5 + x[..., :1].detach())
+        grads.append([y.detach()] + [t.grad for t in ts if t is not None])
+    for a, c in zip(*grads):
+        assert (a is None and c is None) if x.numel() == 0 and a is None else torch.equal(_bits(a), _bits(c))
+
+
+def test_errors_are_torchs_own():
+    x = torch.randn(4, 8)
+    with pytest.raises(RuntimeError) as ours:
+        labkit.layer_norm(x, (7,))
+    with pytest.raises(RuntimeError) as theirs:
+        torch.nn.functional.layer_norm(x, (7,))
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_double_backward_matches_eager():
+    x = torch.randn(3, 16, dtype=torch.float64)
+    w, b = torch.randn(16, dtype=torch.float64), torch.randn(16, dtype=torch.float64)
+    out = []
+    for fn in (torch.nn.functional.layer_norm, labkit.layer_norm):
+        xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+        (gx,) = torch.autograd.grad(fn(xs, (16,), ws, b).pow(2).sum(), xs, create_graph=True)
+        out.append(torch.autograd.grad(gx.sum(), (xs, ws)))
+    for a, c in zip(*out):
+        assert torch.equal(_bits(a), _bits(c))
+
+
+@pytest.mark.parametrize("args", [
+    lambda: (torch.randn(4, 8, requires_grad=True), [8], torch.randn(8, requires_grad=True), torch.randn(8), 1e-5),
+    lambda: (torch.randn(2, 3, 8), [3, 8], None, None, 1e-5),
+    lambda: (torch.randn(2, 6), [6], torch.randn(6), None, 0.0),
+])
+def test_opcheck_forward(args):
+    result = torch.library.opcheck(op.layer_norm_op, args())
+    assert set(result.values()) == {"SUCCESS"} and len(result) >= 4
+
+
+@pytest.mark.parametrize("mask", [[True, True, True], [True, False, False], [False, True, True]])
+def test_opcheck_backward(mask):
+    x, w, b = torch.randn(4, 8), torch.randn(8), torch.randn(8)
+    _, mean, rstd = torch.native_layer_norm(x, [8], w, b, 1e-5)
+    result = torch.library.opcheck(op.layer_norm_backward_op, (torch.randn(4, 8), x, [8], mean, rstd, w, b, mask))
+    assert set(result.values()) == {"SUCCESS"}
+
+
+@pytest.mark.parametrize("shape,ns", [((2, 3, 16), [16]), ((2, 3, 16), [3, 16]), ((5, 4), [4])])
+def test_fake_shapes_are_native_layer_norms(shape, ns):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        x, w = torch.empty(shape), torch.empty(ns)
+        ours = op.layer_norm_op(x, ns, w, None, 1e-5)
+        theirs = torch.native_layer_norm(x, ns, w, None, 1e-5)
+    for a, c in zip(ours, theirs):
+        assert a.shape == c.shape and a.dtype == c.dtype and a.stride() == c.stride()
+    k = len(ns)
+    assert tuple(ours[1].shape) == tuple(shape[:len(shape) - k]) + (1,) * k
+
+
+def test_meta_tensors_go_through_the_op():
+    x = torch.empty(3, 64, device="meta")
+    y = labkit.layer_norm(x, (64,), torch.empty(64, device="meta"), None)
+    assert y.shape == x.shape and y.device.type == "meta"
+
+
+def test_compile_fullgraph_traces_a_swapped_model():
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.GELU(),
+                                torch.nn.LayerNorm(16, bias=False))
+    assert labkit.swap_layer_norms(model) == 2
+    explained = torch._dynamo.explain(model)(torch.randn(4, 16))
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    x = torch.randn(4, 16, requires_grad=True)
+    compiled(x).sum().backward()
+    assert x.grad is not None and all(p.grad is not None for p in model.parameters())
+
+
+def test_module_state_dict_is_nn_layer_norms():
+    ref = torch.nn.LayerNorm((3, 8), eps=1e-6)
+    with torch.no_grad():
+        ref.weight.normal_()
+        ref.bias.normal_()
+    ours = labkit.LayerNorm((3, 8), eps=1e-6)
+    ours.load_state_dict(ref.state_dict())
+    assert list(ours.state_dict()) == list(ref.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), ref.state_dict().values()))
+    x = torch.randn(2, 3, 8)
+    assert torch.equal(_bits(ours(x)), _bits(ref(x)))
+    shared = labkit.LayerNorm.from_layer_norm(ref)
+    assert shared.weight is ref.weight and shared.bias is ref.bias and shared.eps == 1e-6
+
+
+def test_swap_keeps_parameters_and_leaves_subclasses():
+    class Mine(torch.nn.LayerNorm):
+        pass
+
+    model = torch.nn.Sequential(torch.nn.LayerNorm(8), Mine(8), torch.nn.Sequential(torch.nn.LayerNorm(8)))
+    before = [id(p) for p in model.parameters()]
+    assert labkit.swap_layer_norms(model) == 2
+    assert [id(p) for p in model.parameters()] == before
+    assert type(model[0]) is labkit.LayerNorm and type(model[1]) is Mine and type(model[2][0]) is labkit.LayerNorm
+
+
+def test_plan_is_cached_per_signature(monkeypatch):
+    plan.clear()
+    made = []
+    real = plan.make_plan
+    monkeypatch.setattr(plan, "make_plan", lambda *a, **k: made.append(a[1]) or real(*a, **k))
+    x, w, b = torch.randn(4, 32), torch.randn(32), torch.randn(32)
+    with torch.no_grad():
+        for _ in range(5):
+            labkit.layer_norm(x, (32,), w, b)
+        assert len(made) == 1
+        labkit.layer_norm(x, (32,), w, b, eps=1e-3)          # eps is in the signature
+        labkit.layer_norm(torch.randn(2, 4, 32), (32,), w, b)  # shape
+        labkit.layer_norm(x, (32,), w, None)                   # affine presence
+    assert len(made) == 4 and plan.cached_plans() == 4
+    assert study.plan_lookup_us(200) > 0
+
+
+def test_eager_without_autograd_skips_the_dispatcher(monkeypatch):
+    calls = []
+    real = op.layer_norm_op
+    monkeypatch.setattr(op, "layer_norm_op", lambda *a: calls.append(1) or real(*a))
+    x, w = torch.randn(4, 8), torch.randn(8, requires_grad=True)
+    with torch.no_grad():
+        labkit.layer_norm(x, (8,), w)
+    assert calls == []
+    y = labkit.layer_norm(x, (8,), w)  # grad mode and a parameter that requires grad: through the op
+    assert calls == [1] and y.grad_fn is not None
+    labkit.layer_norm(x, (8,), w.detach())
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("rows,n,arch,expect", [
+    (1, 1 << 24, 90, "chain"), (16, 1 << 22, 90, "chain"), (66, 1 << 20, 90, "chain"), (67, 1 << 20, 90, "native"),
+    (1, 1024, 90, "native"), (4096, 1024, 90, "native"), (1, 1 << 24, 89, "native"), (1, 1 << 24, 86, "native"),
+    (1, 1 << 24, 80, "native")])
+def test_rule(rows, n, arch, expect):
+    path, why = rule.choose(rows, n, rule.Device(arch, 132))
+    assert path == expect and why
+
+
+def test_rule_never_picks_sm90_kernels_elsewhere():
+    for arch in (80, 86, 89):
+        assert "chain" not in rule.pickable_paths(arch)
+        assert not {"chain_stats", "chain_stats_tma"} & set(rule.pickable_kernels(arch))
+    assert "chain_stats_tma" in rule.pickable_kernels(90)
+    for shape in study.SWEEP:
+        assert rule.choose(shape[0], shape[1], rule.Device(86, 82))[0] in rule.pickable_paths(86)
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
+def test_every_kernel_the_rule_can_pick_compiles_for_the_arch(arch, cache_dir):
+    from labkit.core.compile import compile_kernel
+
+    a = int(arch[3:])
+    kernels = set(rule.pickable_kernels(a)) | set(rule.candidate_kernels(a))
+    assert kernels == {"rows_fused", "reference_stats", "affine_rows"}
+    for k in sorted(kernels):
+        assert compile_kernel(k, arch).record.arch == arch
+    with pytest.raises(Exception, match="NVRTC"):  # why the rule keeps the chain off this arch
+        compile_kernel("chain_stats_tma", arch)
+
+
+def test_sm90_kernels_compile(cache_dir):
+    from labkit.core.compile import compile_kernel
+
+    for k in rule.candidate_kernels(90):
+        compile_kernel(k, "sm_90")
+
+
+def test_explain_on_cpu_and_meta():
+    e = labkit.explain(torch.randn(2, 8), (8,), torch.ones(8), torch.zeros(8))
+    assert e["path"] == "native" and "cpu" in e["reason"] and e["torch_path"] == "vectorized"
+    e = labkit.explain(torch.empty(1, (1 << 24) + 4, device="meta"), ((1 << 24) + 4,))
+    assert e["path"] == "native" and e["torch_path"] == "rowwise_moments"
+
+
+def _fake_sweep():
+    def row(key, rows, n, native, dropin, chain=None, l1=False):
+        e = {"native": native, "dropin": dropin, "chain": chain, "rows_fused": native * 1.1,
+             "reference_order": native * 1.5}
+        return {"key": key, "rows": rows, "n": n, "l1_40": l1, "rule": rule.choose(rows, n, rule.Device(90, 132))[0],
+                "eager": e, "graph": {"native": native, "dropin": dropin / 2},
+                "compiled": {"native_compiled": native, "dropin_compiled": dropin}}
+    return {"device": {"arch": 90, "sm_count": 132, "name": "test"}, "shapes": [
+        row("1x16777216", 1, 1 << 24, 4.0, 0.2, 0.2),
+        row("16x4194304", 16, 1 << 22, 8.0, 0.3, 0.3, l1=True),
+        row("4096x256", 4096, 256, 0.010, 0.012, 0.050),
+        row("1024x16384", 1024, 1 << 14, 0.050, 0.050, 0.200)]}
+
+
+def test_summary_block_from_a_record_built_here():
+    records = {"dropin_sweep": _fake_sweep(), "dropin_host": {"dropin_us": 7.5, "torch_us": 5.0},
+               "dropin_identity": {"cases": [{"forward": True, "backward": True}, {"forward": True, "backward": False}],
+                                   "compiled": [{"identical": True}]}}
+    s = study.summary(records)
+    assert set(s) == {"eager_worst_ratio", "eager_worst_shape", "small_shape_gap_us", "l1_40_eager_ratio",
+                      "host_us_per_call", "torch_host_us_per_call", "forward_identical", "backward_identical",
+                      "compiled_identical"}
+    assert s["eager_worst_ratio"] == pytest.approx(1.0) and s["eager_worst_shape"] == "1024x16384"
+    assert s["small_shape_gap_us"] == pytest.approx(2.0) and s["l1_40_eager_ratio"] == pytest.approx(8 / 0.3)
+    assert (s["forward_identical"], s["backward_identical"], s["compiled_identical"]) == ("2/2", "1/2", "1/1")
+    lines = "\n".join(study.verdict_lines(records, "test"))
+    assert "1.00x at 1024x16384" in lines and "agrees at every shape" in lines
+
+
+def test_dispatch_rows_flag_disagreement_and_propose_a_threshold():
+    sw = _fake_sweep()
+    sw["shapes"][0]["eager"]["chain"] = 5.0  # chain slower than native at the longest row
+    rows = {r["shape"]: r for r in study.dispatch_rows(sw)}
+    assert not rows["1x16777216"]["agrees"] and rows["16x4194304"]["agrees"] and rows["4096x256"]["agrees"]
+    assert study.proposed_chain_min_n(_fake_sweep()) == 1 << 22
+    assert study.speed_rows(sw)[1]["graph x"] == pytest.approx(8 / 0.15)
+
+
+def test_the_rule_agrees_with_the_committed_measurement():
+    from labkit.records.session import newest_complete_run
+
+    run = newest_complete_run("dropin")
+    if run is None:
+        pytest.skip("no committed dropin run yet: the rule is provisional (rule.RULE_SOURCE)")
+    sweep = run["records"]["dropin_sweep"]
+    assert run["records"]["run"]["run_id"] in rule.RULE_SOURCE
+    bad = [r["shape"] for r in study.dispatch_rows(sweep) if not r["agrees"]]
+    assert bad == []
+
+
+def test_summarize_run_includes_the_dropin_block(tmp_path):
+    from labkit.records.run import Run
+    from labkit.records.summary import summarize_run
+
+    run = Run.create(tmp_path, "dropin", {"mode": "quick"}, device="cpu")
+    run.write("dropin_sweep", _fake_sweep())
+    run.close()
+    s = summarize_run(run.path)
+    assert s["dropin"]["eager_worst_shape"] == "1024x16384" and math.isclose(s["dropin"]["eager_worst_ratio"], 1.0)
+
+
+def test_parameters_do_not_force_the_dispatcher(monkeypatch):
+    calls = []
+    real = op.layer_norm_op
+    monkeypatch.setattr(op, "layer_norm_op", lambda *a: calls.append(1) or real(*a))
+    ln = labkit.LayerNorm(8)
+    with torch.no_grad():
+        ln(torch.randn(2, 8))
+    assert calls == []
+
+
+def test_autocast_keeps_torchs_cast_policy():
+    x, ln = torch.randn(4, 16, dtype=torch.bfloat16), torch.nn.LayerNorm(16)
+    ours = labkit.LayerNorm.from_layer_norm(ln)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a, b = ln(x), ours(x)
+    assert a.dtype == b.dtype and torch.equal(a.float(), b.float())

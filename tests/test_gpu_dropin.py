@@ -1,0 +1,158 @@
+"""The drop-in on the GPU: forward/backward bits against nn.LayerNorm at many inputs (our paths and torch's other-path
+inputs), every forced path, torch.compile(fullgraph=True), CUDA graph capture, streams, state_dict. ~40 s on an H200."""
+import io
+
+import pytest
+
+import labkit
+from labkit.ops.dropin import layer_norm_with, plan
+from labkit.studies import dropin as study
+
+pytestmark = pytest.mark.gpu
+
+
+def _bits(t):
+    import torch
+
+    return t.contiguous().view(torch.int32)
+
+
+def _xwb(shape, seed=0):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(shape, generator=g) * 3 + 1000).cuda()
+    return x, torch.randn(shape[1:], generator=g).cuda(), torch.randn(shape[1:], generator=g).cuda()
+
+
+def test_identity_cases_forward_and_backward():
+    rec = study.identity("cuda", compiled=False)
+    bad = [(c["case"], c.get("error", "")) for c in rec["cases"] if not (c["forward"] and c["backward"])]
+    assert bad == []
+    paths = {c["case"]: c["path"] for c in rec["cases"]}
+    assert paths["L1/40 row length 2x4194304"] == "chain"
+    assert paths["N % 4 != 0 (5x1001)"] == paths["misaligned view"] == paths["bias only"] == "native"
+
+
+@pytest.mark.parametrize("path", ["chain", "rows_fused", "reference_order"])
+@pytest.mark.parametrize("shape", [(2, 1 << 18), (3, 512 * 33 + 4), (8, 4096), (1000, 256), (5, 516)])
+def test_every_forced_path_keeps_the_bits(path, shape):
+    import torch
+
+    x, w, b = _xwb(shape)
+    ns = shape[1:]
+    y, mean, rstd = torch.native_layer_norm(x, ns, w, b, 1e-5)
+    with torch.no_grad():
+        assert torch.equal(_bits(layer_norm_with(path, x, ns, w, b)), _bits(y))
+        p = plan.get_plan(x, ns, w, b, 1e-5, force=path)
+        y2, m2, r2 = p.forward(x, w, b, True)
+    assert torch.equal(_bits(y2), _bits(y)) and torch.equal(_bits(m2), _bits(mean)) and torch.equal(_bits(r2), _bits(rstd))
+    assert m2.shape == mean.shape
+
+
+def test_compiled_fullgraph_forward_and_backward_bits():
+    import torch
+
+    shape = (2, 1 << 21)
+    x, w, b = _xwb(shape, 1)
+    ref = torch.nn.LayerNorm(shape[1:]).cuda()
+    with torch.no_grad():
+        ref.weight.copy_(w)
+        ref.bias.copy_(b)
+    ours = torch.compile(labkit.LayerNorm.from_layer_norm(ref), fullgraph=True)
+    assert labkit.explain(x, shape[1:], w, b)["path"] == "chain"
+    outs = []
+    for model in (ref, ours):
+        xi = x.clone().requires_grad_()
+        y = model(xi)
+        y.backward(torch.full_like(y, 0.25) + x / 7)
+        outs.append([y.detach(), xi.grad, ref.weight.grad.clone(), ref.bias.grad.clone()])
+        ref.zero_grad()
+    for a, c in zip(*outs):
+        assert torch.equal(_bits(a), _bits(c))
+
+
+@pytest.mark.parametrize("shape", [(2, 1 << 22), (3, 512 * 33 + 4), (64, 1024)])
+def test_graph_capture_and_replay_after_mutation(shape):
+    import torch
+
+    x, w, b = _xwb(shape, 2)
+    with torch.no_grad():
+        labkit.layer_norm(x, shape[1:], w, b)  # plan made outside capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = labkit.layer_norm(x, shape[1:], w, b)
+        x.copy_(_xwb(shape, 3)[0])
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(_bits(y), _bits(torch.nn.functional.layer_norm(x, shape[1:], w, b)))
+
+
+def test_first_call_under_capture_serves_through_torch():
+    import torch
+
+    shape = (3, (1 << 22) + 512)  # a signature no other test uses
+    x, w, b = _xwb(shape, 4)
+    ns = shape[1:]
+    with torch.no_grad():
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = labkit.layer_norm(x, ns, w, b)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(_bits(y), _bits(torch.nn.functional.layer_norm(x, ns, w, b)))
+        assert labkit.explain(x, ns, w, b)["path"] == "chain"  # later calls outside capture use the kernels
+        assert torch.equal(_bits(labkit.layer_norm(x, ns, w, b)), _bits(y))
+
+
+@pytest.mark.parametrize("affine", ["weight", "none"])
+@pytest.mark.parametrize("n", [1 << 18, 512 * 33 + 4])
+def test_chain_without_affine_keeps_the_bits(affine, n):
+    import torch
+
+    x, w, _ = _xwb((2, n), 6)
+    w = w if affine == "weight" else None
+    with torch.no_grad():
+        assert torch.equal(_bits(layer_norm_with("chain", x, (n,), w, None)),
+                           _bits(torch.nn.functional.layer_norm(x, (n,), w, None)))
+
+
+def test_two_streams_keep_the_bits():
+    import torch
+
+    xs = [_xwb((2, 1 << 20), s) for s in range(2)]
+    streams = [torch.cuda.Stream() for _ in xs]
+    torch.cuda.synchronize()
+    outs = []
+    with torch.no_grad():
+        for (x, w, b), s in zip(xs, streams):
+            with torch.cuda.stream(s):
+                outs.append([labkit.layer_norm(x, (1 << 20,), w, b) for _ in range(3)])
+    torch.cuda.synchronize()
+    for (x, w, b), ys in zip(xs, outs):
+        ref = _bits(torch.nn.functional.layer_norm(x, (1 << 20,), w, b))
+        assert all(torch.equal(_bits(y), ref) for y in ys)
+
+
+def test_state_dict_round_trip():
+    import torch
+
+    ours = labkit.LayerNorm(1 << 18).cuda()
+    with torch.no_grad():
+        ours.weight.normal_()
+        ours.bias.normal_()
+    buf = io.BytesIO()
+    torch.save(ours.state_dict(), buf)
+    buf.seek(0)
+    ref = torch.nn.LayerNorm(1 << 18).cuda()
+    ref.load_state_dict(torch.load(buf))
+    x = _xwb((2, 1 << 18), 5)[0]
+    with torch.no_grad():
+        assert torch.equal(_bits(ours(x)), _bits(ref(x)))
+
+
+def test_block_swap_and_host_cost_records():
+    blk = study.block_swap("cuda", compiled=False)
+    assert blk["forward_identical"] and blk["grads_identical"] == "13/13" and blk["swapped"] == 2
+    host = study.host_cost(calls=200)
+    assert host["torch_us"] > 0 and host["dropin_us"] > 0 and host["chain_us"] is not None

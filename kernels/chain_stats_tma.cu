@@ -40,6 +40,10 @@ static_assert(kSteps % kAhead == 0, "a stage must hold a whole number of prefetc
 #define CHAIN_VARIANT 0  // 1 = loads only, 2 = chains only: stage-breakdown experiments, never results
 #endif
 
+// Arrivals that complete a full[] phase (besides the TMA bytes): every producer lane when the lanes also store
+// the stage's reciprocals, else lane 0 alone.
+constexpr unsigned kFullArrivals = CHAIN_VARIANT == 0 ? 32 : 1;
+
 __device__ __forceinline__ void push4(WelfordLN& s, const float4& v, const float4& r) {
 #if CHAIN_VARIANT == 1
     s.mean += v.x + v.y + v.z + v.w + r.x;
@@ -127,7 +131,7 @@ extern "C" __global__ void __launch_bounds__(64) chain_stats_tma(
 
     if (threadIdx.x == 0) {
         for (int i = 0; i < kStages; ++i) {
-            mbar_init(&full[i], 1);
+            mbar_init(&full[i], kFullArrivals);
             mbar_init(&empty[i], 32);  // the consumer warp's lanes
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -144,7 +148,10 @@ extern "C" __global__ void __launch_bounds__(64) chain_stats_tma(
 #if CHAIN_VARIANT == 0
             float* rs = reinterpret_cast<float*>(recs + slot * kRecBytes);
             for (int i = lane; i < 4 * kSteps; i += 32) rs[i] = 1.f / (float)(4 * st * kSteps + i + 1);
-            __syncwarp();  // lane 0's arrive below releases the other lanes' stores too
+            // Each lane's arrive releases its own stores (lane 0's arrive is the expect_tx below). Releasing them
+            // all through __syncwarp and one arrive is ordered too, but compute-sanitizer's racecheck does not
+            // model that chain and reported every reciprocal read (kernels/sanitize/tma_ring.cu: ring_ok).
+            if (lane != 0) mbar_arrive(&full[slot]);
 #endif
             if (lane == 0) {
                 // A partial last stage still lands whole: the map's step dimension ends there, and TMA fills
@@ -156,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(64) chain_stats_tma(
 #endif
 #if CHAIN_VARIANT != 2
         // Complete the barrier after the last stage without data: the consumer waits on it unconditionally.
-        if (lane == 0 && stages > 0) {
+        if ((kFullArrivals == 32 || lane == 0) && stages > 0) {
             mbar_wait(&empty[stages % kStages], ((stages / kStages) & 1) ^ 1);
             mbar_arrive(&full[stages % kStages]);
         }

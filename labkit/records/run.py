@@ -31,7 +31,9 @@ def _git(*args: str) -> str | None:
 
 
 def kernel_source_hashes() -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(KERNEL_DIR.glob("*.cu*"))}
+    """sha256 of every kernel source, keyed by its path under kernels/ (sanitizer probes in kernels/sanitize too)."""
+    return {p.relative_to(KERNEL_DIR).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(KERNEL_DIR.rglob("*.cu*"))}
 
 
 def _driver_version() -> str | None:

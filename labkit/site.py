@@ -139,11 +139,6 @@ def _headline_layout_boundary(records: dict, summary: dict) -> str:
     return "; ".join(parts + [f"{passed}/{cases} route checks pass the official predicate"]) + f" {_on(summary)}"
 
 
-HEADLINES = {"environment": _headline_environment, "bit_identity": _headline_bit_identity,
-             "fast_stats_counterexamples": _headline_fast_stats, "timing": _headline_timing,
-             "parallel_stats": _headline_parallel_stats, "layout_boundary": _headline_layout_boundary}
-
-
 def _headline_dropin(records: dict, summary: dict) -> str:
     d = summary.get("dropin")
     if not d or d.get("eager_worst_ratio") is None:
@@ -154,7 +149,10 @@ def _headline_dropin(records: dict, summary: dict) -> str:
             f"{d['forward_identical']}, bwd {d['backward_identical']}, compiled {d['compiled_identical']} {_on(summary)}")
 
 
-HEADLINES["dropin"] = _headline_dropin
+HEADLINES = {"environment": _headline_environment, "bit_identity": _headline_bit_identity,
+             "fast_stats_counterexamples": _headline_fast_stats, "timing": _headline_timing,
+             "parallel_stats": _headline_parallel_stats, "layout_boundary": _headline_layout_boundary,
+             "dropin": _headline_dropin}
 
 
 def run_headline(run_dir: Path) -> str:

@@ -5,9 +5,10 @@
 //
 // Why: racecheck reports hazards in chain_stats_tma between writes and the consumer loop's reads. These variants
 // separate what the tool sees from what the protocol guarantees:
-//   ring_ok             the chain kernel's protocol: lanes store the side table, __syncwarp, lane 0 arrives
-//   ring_all_arrive     the same, but every producer lane arrives on the full barrier (count 32): each store is
-//                       released by its own thread's arrive, no ordering through __syncwarp needed
+//   ring_ok             the chain kernel's former protocol: lanes store the side table, __syncwarp, lane 0
+//                       arrives (ordered, but racecheck reported it; the chain kernels moved to ring_all_arrive)
+//   ring_all_arrive     the chain kernels' protocol now: every producer lane arrives on the full barrier (count
+//                       32), so each store is released by its own thread's arrive
 //   ring_tma_only       no side table: only TMA writes shared memory (the chain kernel's CHAIN_VARIANT=1)
 //   ring_in_order       side table, no read-ahead into the next slot and no phantom stage
 //   ring_race_side      DELIBERATE RACE: side table stored before waiting for the consumer to release the slot

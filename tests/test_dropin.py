@@ -232,16 +232,28 @@ def _fake_sweep():
 def test_summary_block_from_a_record_built_here():
     records = {"dropin_sweep": _fake_sweep(), "dropin_host": {"dropin_us": 7.5, "torch_us": 5.0},
                "dropin_identity": {"cases": [{"forward": True, "backward": True}, {"forward": True, "backward": False}],
-                                   "compiled": [{"identical": True}]}}
+                                   "compiled": [{"identical": True}]},
+               "dropin_floor": {"shapes": [
+                   {"key": "1x4194304", "chain_ms": 0.10, "floor_ms": 0.11, "eager": {"median_ms": 0.121},
+                    "graph": {"median_ms": 0.099}},
+                   {"key": "4x8388608", "chain_ms": 0.20, "floor_ms": 0.25, "eager": {"median_ms": 0.30},
+                    "graph": {"median_ms": 0.26}}]}}
     s = study.summary(records)
     assert set(s) == {"eager_worst_ratio", "eager_worst_shape", "small_shape_gap_us", "l1_40_eager_ratio",
                       "host_us_per_call", "torch_host_us_per_call", "forward_identical", "backward_identical",
-                      "compiled_identical"}
+                      "compiled_identical", "floor_eager_worst_ratio", "floor_graph_worst_ratio"}
+    assert s["floor_eager_worst_ratio"] == pytest.approx(1.2) and s["floor_graph_worst_ratio"] == pytest.approx(1.04)
+    assert study.floor_worst(records["dropin_floor"]) == (pytest.approx(1.2), "4x8388608")
+    rows = {r["shape"]: r for r in study.floor_rows(records["dropin_floor"])}
+    assert rows["1x4194304"]["output at ceiling us"] == pytest.approx(10.0)
+    assert rows["1x4194304"]["eager / floor"] == pytest.approx(1.1)
     assert s["eager_worst_ratio"] == pytest.approx(1.0) and s["eager_worst_shape"] == "1024x16384"
     assert s["small_shape_gap_us"] == pytest.approx(2.0) and s["l1_40_eager_ratio"] == pytest.approx(8 / 0.3)
     assert (s["forward_identical"], s["backward_identical"], s["compiled_identical"]) == ("2/2", "1/2", "1/1")
     lines = "\n".join(study.verdict_lines(records, "test"))
     assert "1.00x at 1024x16384" in lines and "agrees at every shape" in lines
+    assert "eager: worst 1.20x the floor at 4x8388608 (goal <= 1.15x: missed)" in lines
+    assert "graph: worst 1.04x the floor at 4x8388608 (goal <= 1.15x: met)" in lines
 
 
 def test_dispatch_rows_flag_disagreement_and_propose_a_threshold():

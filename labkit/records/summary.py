@@ -270,7 +270,8 @@ def _count(cases: list, key: str) -> str:
 def dropin_block(records: dict) -> dict | None:
     """Issue 16's headline keys from a `dropin` run (notebook 08): eager per-call ratios native/drop-in (worst over
     shapes whose native call takes >= 20 us; the largest gap in us below that), L1/40's ratio, host time per call
-    beside torch's, and bit-identity counts. None without a `dropin_sweep` record."""
+    beside torch's, bit-identity counts, and the worst drop-in / floor ratio at 1-4 rows of 4M-8M elements
+    (`dropin_floor`; eager and graph replay). None without a `dropin_sweep` record."""
     sweep = records.get("dropin_sweep")
     if not sweep:
         return None
@@ -289,6 +290,8 @@ def dropin_block(records: dict) -> dict | None:
             gap = g if gap is None else max(gap, g)
         if row.get("l1_40"):
             l1 = ratio
+    floor = (records.get("dropin_floor") or {}).get("shapes", [])
+    floor_worst = {p: max((r[p]["median_ms"] / r["floor_ms"] for r in floor), default=None) for p in ("eager", "graph")}
     host = records.get("dropin_host") or {}
     ident = records.get("dropin_identity") or {}
     cases, compiled = ident.get("cases", []), ident.get("compiled", [])
@@ -296,4 +299,5 @@ def dropin_block(records: dict) -> dict | None:
             "l1_40_eager_ratio": l1, "host_us_per_call": host.get("dropin_us"),
             "torch_host_us_per_call": host.get("torch_us"), "forward_identical": _count(cases, "forward"),
             "backward_identical": _count(cases, "backward"),
-            "compiled_identical": _count(compiled, "identical")}
+            "compiled_identical": _count(compiled, "identical"),
+            "floor_eager_worst_ratio": floor_worst["eager"], "floor_graph_worst_ratio": floor_worst["graph"]}

@@ -388,6 +388,67 @@ def near_max(device="cuda", shape=NEAR_MAX_SHAPE, seed: int = 0) -> dict:
 
 # --- readers: records -> rows / verdicts -----------------------------------------------------------------------
 
+# Issue 16's floor check: 1, 2 and 4 rows of 4M and 8M elements, where the chain path serves one row with 128
+# dependent chains of N / 128 pushes each and nothing else can hide that chain.
+FLOOR_ROWS = (1, 2, 4)
+FLOOR_NS = (1 << 22, 1 << 23)
+FLOOR_SLACK = 0.15  # the goal: within 15% of the floor
+
+
+def floor_check(rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda") -> dict:
+    """The contract's floor at each (rows, N) of FLOOR_ROWS x FLOOR_NS, measured in this run: the dependent push
+    chain of N / 128 pushes (kernels/chain_floor.cu, protocol A) plus the output pass's bytes (x read, y written)
+    at the device copy ceiling (labkit.studies.parallel_stats.copy_ceiling); beside it the drop-in's eager
+    (protocol B) and graph-replay (protocol A) medians. The `dropin_floor` record."""
+    import torch
+
+    from labkit import layer_norm
+    from labkit.inputs import make_input
+    from labkit.studies.bench import PROTOCOL_A, PROTOCOL_B, time_methods
+    from labkit.studies.parallel_stats import chain_floor, copy_ceiling
+
+    ceiling = copy_ceiling(rounds=rounds, device=device)
+    chains = {n: chain_floor(pushes=n // 128, rounds=rounds, device=device) for n in FLOOR_NS}
+    rows_out = []
+    for n in FLOOR_NS:
+        for rows in FLOOR_ROWS:
+            x = make_input("uniform", (rows, n), seed, device)
+            w, b = _affine((rows, n), seed, device)
+            out_bytes = 2 * x.numel() * 4
+            floor_ms = chains[n]["ms"] + out_bytes / (ceiling["read_plus_write_gbps"] * 1e6)
+            with torch.no_grad():
+                fn = {"dropin": lambda: layer_norm(x, (n,), w, b, eps)}
+                e = time_methods(fn, replace(PROTOCOL_B, rounds=rounds)).stats["dropin"]
+                g = time_methods(fn, replace(PROTOCOL_A, rounds=rounds)).stats["dropin"]
+            rows_out.append({"key": shape_key((rows, n)), "rows": rows, "n": n, "chain_ms": chains[n]["ms"],
+                             "output_bytes": out_bytes, "floor_ms": floor_ms, "eager": e, "graph": g})
+            del x
+    return {"ceiling": ceiling, "chain_floors": {str(n): c for n, c in chains.items()}, "slack": FLOOR_SLACK,
+            "shapes": rows_out}
+
+
+def floor_rows(floor: dict | None) -> list[dict]:
+    """Per shape: the floor's two parts, the drop-in's eager and graph medians, and drop-in / floor."""
+    rows = []
+    for r in (floor or {}).get("shapes", []):
+        e, g = r["eager"]["median_ms"], r["graph"]["median_ms"]
+        rows.append({"shape": r["key"], "push chain us": 1e3 * r["chain_ms"],
+                     "output at ceiling us": 1e3 * (r["floor_ms"] - r["chain_ms"]), "floor us": 1e3 * r["floor_ms"],
+                     "drop-in eager us": 1e3 * e, "eager / floor": e / r["floor_ms"],
+                     "drop-in graph us": 1e3 * g, "graph / floor": g / r["floor_ms"]})
+    return rows
+
+
+def floor_worst(floor: dict | None, protocol: str = "eager") -> tuple[float | None, str | None]:
+    """(worst drop-in / floor ratio, its shape) under `protocol` ("eager" or "graph")."""
+    worst = None, None
+    for r in (floor or {}).get("shapes", []):
+        ratio = r[protocol]["median_ms"] / r["floor_ms"]
+        if worst[0] is None or ratio > worst[0]:
+            worst = ratio, r["key"]
+    return worst
+
+
 def _ratio(d: dict, base: str, name: str):
     if d and d.get(base) and d.get(name):
         return d[base] / d[name]
@@ -493,6 +554,11 @@ def verdict_lines(records: dict, source: str) -> list[str]:
              f" us (goal <= 10 us and <= torch + 5 us)",
              f"  bits: forward {s['forward_identical']}, backward {s['backward_identical']}, "
              f"compiled {s['compiled_identical']}"]
+    for protocol in ("eager", "graph"):
+        worst, at = floor_worst(records.get("dropin_floor"), protocol)
+        if worst is not None:
+            lines.append(f"  1-4 rows of 4M-8M, {protocol}: worst {worst:.2f}x the floor at {at} (goal <= "
+                         f"{1 + FLOOR_SLACK:.2f}x: {'met' if worst <= 1 + FLOOR_SLACK else 'missed'})")
     disagree = [r["shape"] for r in dispatch_rows(records.get("dropin_sweep")) if not r["agrees"]]
     lines.append(f"  dispatch rule vs this run's fastest path: "
                  f"{'agrees at every shape' if not disagree else 'disagrees at ' + ', '.join(disagree)}")
@@ -501,7 +567,7 @@ def verdict_lines(records: dict, source: str) -> list[str]:
 
 # --- what the notebook shows on any machine ----------------------------------------------------------------------
 
-RECORDS = ("dropin_block", "dropin_identity", "dropin_host", "dropin_sweep", "dropin_near_max")
+RECORDS = ("dropin_block", "dropin_identity", "dropin_host", "dropin_sweep", "dropin_floor", "dropin_near_max")
 
 
 def explain_rows(device: str) -> list[dict]:

@@ -97,7 +97,15 @@ _is_grad_enabled = torch.is_grad_enabled
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
 
+# One C call each: these run on every eager call, where a microsecond is a fifth of the host-cost budget.
+_autocast_any = getattr(torch._C, "_is_any_autocast_enabled", None)
+_dispatch_depth = torch._C._len_torch_dispatch_stack
+
+
 def _autocast(x) -> bool:
+    """Autocast enabled (for any device type when torch can say so in one call; else for x's)."""
+    if _autocast_any is not None:
+        return _autocast_any()
     return isinstance(x, torch.Tensor) and x.device.type in _AUTOCAST_DEVICES and torch.is_autocast_enabled(
         x.device.type)
 
@@ -106,9 +114,7 @@ _AUTOCAST_DEVICES = ("cuda", "cpu", "xpu", "mps", "hpu")
 
 
 def _dispatch_mode_active() -> bool:
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
-
-    return _get_current_dispatch_mode() is not None
+    return _dispatch_depth() > 0
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # a module's weight is a Parameter: still a plain tensor
@@ -139,10 +145,8 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
     if _autocast(x):
         # autocast runs layer_norm in float32 (its cast policy); torch's own call keeps that policy exactly
         return torch.nn.functional.layer_norm(x, _normalized(normalized_shape), weight, bias, eps)
-    if _is_compiling():
-        return layer_norm_op(x, list(_normalized(normalized_shape)), weight, bias, eps)[0]
     ns = _normalized(normalized_shape)
-    if needs_dispatcher(x, weight, bias):
+    if needs_dispatcher(x, weight, bias):  # compiling, autograd to record, a mode, a transform or a subclass
         return layer_norm_op(x, list(ns), weight, bias, eps)[0]
     return plans.get_plan(x, ns, weight, bias, eps, False).forward(x, weight, bias, False)
 

@@ -76,10 +76,12 @@ def _medians(rec) -> dict:
     return {k: v["median_ms"] for k, v in rec.stats.items()}
 
 
-def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda", log=None) -> dict:
+def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda", log=None,
+          compiled: bool = True) -> dict:
     """Every candidate path at every shape: eager per call (CUDA events around one call, L2 flushed: KernelBench's
     protocol, host time counts), graph replay (protocol A) and compiled (eager protocol on torch.compile'd
-    callables). A path that cannot take a shape is recorded with its reason. The `dropin_sweep` record."""
+    callables; `compiled=False` leaves that out). A path that cannot take a shape is recorded with its reason. The
+    `dropin_sweep` record."""
     import torch
 
     from labkit.inputs import make_input
@@ -110,6 +112,8 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
             row["eager"], row["graph"] = _medians(e), _medians(g)
             row["eager_stats"], row["graph_stats"] = e.stats, g.stats
             try:
+                if not compiled:
+                    raise LookupError("not timed compiled (compiled=False)")
                 if len(shape_list) > 8 and not (rows in COMPILED_SWEEP_ROWS or tuple(shape) in timing_shapes):
                     raise LookupError("not timed compiled (notebook budget: COMPILED_SWEEP_ROWS)")
                 c = time_methods(_compiled(x, w, b, eps), eager_p, "native_compiled")
@@ -124,7 +128,7 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
         if log:
             log(f"{row['key']}: {row['seconds']:.1f} s")
     return {"device": {"arch": dev.arch, "sm_count": dev.sm_count, "name": torch.cuda.get_device_name()},
-            "rule_source": rule.RULE_SOURCE, "chain_min_n": rule.CHAIN_MIN_N,
+            "rule_source": rule.RULE_SOURCE,
             "protocols": {"eager": eager_p.__dict__, "graph": graph_p.__dict__}, "shapes": rows_out}
 
 
@@ -502,18 +506,12 @@ def rule_table(shape_list, arch: int = 90, sm_count: int = 132) -> list[dict]:
     return out
 
 
-def proposed_chain_min_n(sweep_record: dict | None) -> int | None:
-    """The smallest N at which the chain path beats native (eager) at every measured chain-capable shape with
-    that N or more: what rule.CHAIN_MIN_N should be after this run."""
-    if not sweep_record:
-        return None
-    sms = sweep_record["device"]["sm_count"]
-    rows = [r for r in sweep_record["shapes"] if r["rows"] * 4 <= 2 * sms and r["eager"].get("chain")]
-    ok = sorted(r["n"] for r in rows)
-    for n in ok:
-        if all(r["eager"]["chain"] < r["eager"]["native"] for r in rows if r["n"] >= n):
-            return n
-    return None
+def rule_grid_rows() -> list[dict]:
+    """The rule's measured table (labkit/ops/dropin/measured.py) as a grid: the path each shape class takes."""
+    from labkit.ops.dropin import measured
+    from labkit.studies.dispatch import table_rows
+
+    return table_rows(measured.TABLE)
 
 
 def host_rows(host: dict | None) -> list[dict]:

@@ -1,8 +1,9 @@
 """Which path serves a LayerNorm input on a GPU: the dispatch rule, in code, and the arch each path needs.
 
-The rule reads nothing at import (tests/test_layers.py): its thresholds are constants that cite the committed
-measurement they came from (RULE_SOURCE). Until a dropin run of notebook 08 is committed they are provisional,
-and labkit.studies.dropin.rule_agreement says where a measured table disagrees with them.
+The rule reads nothing at import (tests/test_layers.py): the table it looks shapes up in is the generated module
+labkit/ops/dropin/measured.py, which cites the committed dispatch_table run it was derived from (RULE_SOURCE;
+scripts/dispatch_table.py regenerates both, tests/test_dispatch.py checks they agree). Notebook 08 times the rule's
+picks again in its own run and says where the fastest path there differs.
 
 Paths (every one keeps torch's vectorized-path bits; "native" is torch's own kernel):
   native           torch.native_layer_norm
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labkit.ops.dropin import measured
+
 PATHS = ("native", "chain", "rows_fused", "reference_order")
 
 # The kernels (kernels/<name>.cu) each path launches, and the oldest arch they compile for.
@@ -26,14 +29,10 @@ PATH_KERNELS = {
 }
 PATH_MIN_ARCH = {"native": 0, "chain": 90, "rows_fused": 80, "reference_order": 80}
 
-# Provisional until a committed dropin run replaces it (see labkit.studies.dropin.proposed_rule): the chain
-# schedule where torch leaves most SMs idle (rows * 4 <= 2 * SMs, labkit.ops.chain.choose_schedule) and rows are
-# long enough that the two launches' host cost (~2x torch's one) hides behind the kernel; torch everywhere
-# else. The issue's eager measurement (chain 0.27-0.77x native at 2k-64k-element rows with 80 us of host time,
-# 24x at L1/40's 4M-element rows) is all that backs the numbers below.
-RULE_SOURCE = "provisional: no committed dropin run yet (issue 16's eager table)"
-CHAIN_MIN_N = 1 << 18        # shortest row the chain schedule serves
-ROWS_FUSED_RANGE = None      # (min_rows, max_n) where rows_fused beats native, once measured; None: never
+
+RULE_SOURCE = f"dispatch table from run {measured.RUN_ID}"
+
+CHAIN_MAX_ROWS = 65535  # the chain schedule puts rows in grid.y
 
 
 @dataclass(frozen=True)
@@ -48,27 +47,50 @@ class Device:
         return self.arch >= 90
 
 
+def row_class(rows: int, sm_count: int) -> int:
+    """0 while the chain schedule's 4 blocks per row fit one wave of the GPU, then one more per doubling of waves:
+    the class carries to a GPU with another SM count."""
+    waves = -(-4 * rows // sm_count)
+    return (waves - 1).bit_length()
+
+
+def n_class(n: int) -> int:
+    """floor(log2(N))."""
+    return n.bit_length() - 1
+
+
+def _nearest(keys, k: int) -> int:
+    """The largest measured class <= k, else the smallest measured: an unmeasured N class takes the shorter rows'
+    answer, which is the conservative side for the chain (its lead over torch grows with N)."""
+    below = [c for c in keys if c <= k]
+    return max(below) if below else min(keys)
+
+
 def choose(rows: int, n: int, device: Device) -> tuple[str, str]:
     """(path, why) for an input our kernels can take (float32, contiguous, aligned, N % 4 == 0, N <= 2**24)."""
-    if device.has_tensor_maps and rows * 4 <= 2 * device.sm_count and n >= CHAIN_MIN_N:
-        return "chain", (f"{rows} row(s) leave most of {device.sm_count} SMs idle under torch's one block per row, "
-                         f"and N = {n} >= {CHAIN_MIN_N} ({RULE_SOURCE})")
-    if ROWS_FUSED_RANGE is not None and rows >= ROWS_FUSED_RANGE[0] and n <= ROWS_FUSED_RANGE[1]:
-        return "rows_fused", f"many short rows: x read once from registers ({RULE_SOURCE})"
     if not device.has_tensor_maps:
-        return "native", (f"sm_{device.arch} has no tensor maps / bulk copies: the chain kernels need sm_90, and "
-                          f"torch's own schedule is as fast as ours elsewhere")
-    return "native", f"torch's kernel is at least as fast for {rows} x {n} ({RULE_SOURCE})"
+        return "native", (f"sm_{device.arch}: the dispatch table was measured on sm_90 ({measured.DEVICE['name']}); "
+                          f"unmeasured here, so torch's own kernel serves")
+    rc, nc = row_class(rows, device.sm_count), n_class(n)
+    table = measured.TABLE
+    row = table[_nearest(table, rc)]
+    paths = row[_nearest(row, nc)]
+    for path in paths:
+        if path == "chain" and rows > CHAIN_MAX_ROWS:
+            continue
+        if path in PATHS:
+            return path, (f"{rows} x {n}: row class {rc} ({-(-4 * rows // device.sm_count)} wave(s) of the chain "
+                          f"schedule on {device.sm_count} SMs), N class 2^{nc}; fastest there as measured "
+                          f"({RULE_SOURCE})")
+    return "native", f"no measured path of this class can take {rows} rows ({RULE_SOURCE})"
 
 
 def pickable_paths(arch: int) -> tuple[str, ...]:
-    """Every path the rule can return on `arch` for some shape (whatever the thresholds)."""
-    out = ["native"]
-    if arch >= PATH_MIN_ARCH["chain"]:
-        out.append("chain")
-    if ROWS_FUSED_RANGE is not None and arch >= PATH_MIN_ARCH["rows_fused"]:
-        out.append("rows_fused")
-    return tuple(out)
+    """Every path the rule can return on `arch` for some shape: the measured table's on sm_90, native elsewhere."""
+    if arch < 90:
+        return ("native",)
+    seen = {p for row in measured.TABLE.values() for paths in row.values() for p in paths}
+    return tuple(p for p in PATHS if p in seen | {"native"})
 
 
 def pickable_kernels(arch: int) -> tuple[str, ...]:

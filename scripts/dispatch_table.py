@@ -1,0 +1,53 @@
+"""Measure the drop-in's dispatch grid on a GPU and regenerate labkit/ops/dropin/measured.py (issue 16 item 4).
+
+    LABKIT_RUNS_ROOT=build/runs python scripts/dispatch_table.py [--rounds 9]
+
+Every candidate path (torch's own kernel, chain, rows_fused, reference_order) is timed at each shape of
+labkit.studies.dispatch.grid_shapes() under the eager per-call protocol (and graph replay, for the record) into a
+run named "dispatch_table"; the table derived from it (derive_table) is written into the package, citing the run.
+About a minute on an H200. Curate the run into data/runs and commit both: tests/test_dispatch.py checks that the
+committed module is what the committed run derives. Not part of scripts/h200_pass.sh: the rule should change only
+when someone decides to re-measure it (and the run it cites must then be kept).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from labkit.records.run import Run  # noqa: E402
+from labkit.studies import dispatch, dropin  # noqa: E402
+
+MODULE = Path(__file__).resolve().parent.parent / "labkit" / "ops" / "dropin" / "measured.py"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=9, help="samples per path, shape and protocol")
+    ap.add_argument("--module", default=str(MODULE), help="where to write the generated table")
+    ap.add_argument("--copy-to", default=os.environ.get("OUT"), help="also copy the module here (a GPU machine's $OUT)")
+    args = ap.parse_args(argv)
+    root = Path(os.environ.get("LABKIT_RUNS_ROOT", "build/runs"))
+    run = Run.create(root, "dispatch_table", vars(args), device="cuda")
+    t0 = time.perf_counter()
+    sweep = dropin.sweep(dispatch.grid_shapes(), args.rounds, compiled=False, log=print)
+    run.write("dropin_sweep", sweep)
+    table = dispatch.derive_table(sweep)
+    run.write("dispatch_table", {"margin": dispatch.MARGIN, "seconds": time.perf_counter() - t0,
+                                 "table": {str(rc): {str(nc): list(p) for nc, p in row.items()}
+                                           for rc, row in table.items()}})
+    run.close()
+    Path(args.module).write_text(dispatch.module_source(table, run.run_id, sweep))
+    if args.copy_to:
+        shutil.copy(args.module, Path(args.copy_to) / "measured.py")
+    print(f"run {run.path}; table written to {args.module}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -171,9 +171,8 @@ def test_eager_without_autograd_skips_the_dispatcher(monkeypatch):
 
 
 @pytest.mark.parametrize("rows,n,arch,expect", [
-    (1, 1 << 24, 90, "chain"), (16, 1 << 22, 90, "chain"), (66, 1 << 20, 90, "chain"), (67, 1 << 20, 90, "native"),
-    (1, 1024, 90, "native"), (4096, 1024, 90, "native"), (1, 1 << 24, 89, "native"), (1, 1 << 24, 86, "native"),
-    (1, 1 << 24, 80, "native")])
+    (1, 1 << 24, 90, "chain"), (16, 1 << 22, 90, "chain"), (64, 1 << 20, 90, "chain"), (1, 1024, 90, "native"),
+    (1, 1 << 24, 89, "native"), (1, 1 << 24, 86, "native"), (1, 1 << 24, 80, "native")])
 def test_rule(rows, n, arch, expect):
     path, why = rule.choose(rows, n, rule.Device(arch, 132))
     assert path == expect and why
@@ -261,18 +260,19 @@ def test_dispatch_rows_flag_disagreement_and_propose_a_threshold():
     sw["shapes"][0]["eager"]["chain"] = 5.0  # chain slower than native at the longest row
     rows = {r["shape"]: r for r in study.dispatch_rows(sw)}
     assert not rows["1x16777216"]["agrees"] and rows["16x4194304"]["agrees"] and rows["4096x256"]["agrees"]
-    assert study.proposed_chain_min_n(_fake_sweep()) == 1 << 22
     assert study.speed_rows(sw)[1]["graph x"] == pytest.approx(8 / 0.15)
 
 
-def test_the_rule_agrees_with_the_committed_measurement():
+def test_the_rule_agrees_with_the_committed_dropin_run():
+    """Notebook 08's own sweep times the rule's picks again: where another path was faster there, by more than the
+    agreement tolerance, the table (from the dispatch_table run) and this run disagree, and the test says where."""
     from labkit.records.session import newest_complete_run
 
     run = newest_complete_run("dropin")
     if run is None:
-        pytest.skip("no committed dropin run yet: the rule is provisional (rule.RULE_SOURCE)")
+        pytest.skip("no committed dropin run")
     sweep = run["records"]["dropin_sweep"]
-    assert run["records"]["run"]["run_id"] in rule.RULE_SOURCE
+    assert sweep["rule_source"] == rule.RULE_SOURCE, "the committed dropin run timed another rule than the code's"
     bad = [r["shape"] for r in study.dispatch_rows(sweep) if not r["agrees"]]
     assert bad == []
 

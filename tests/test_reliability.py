@@ -116,9 +116,10 @@ def test_sanitizer_argv_filters_our_kernels():
     argv = rel.sanitizer_argv("racecheck", ["python", "t.py"])
     assert argv[:2] == ["compute-sanitizer", "--tool=racecheck"] and argv[-2:] == ["python", "t.py"]
     pattern = argv[argv.index("--kernel-name") + 1].removeprefix("kre=")
-    for ours in ("chain_stats_tma", "rows_fused_reg8", "reference_order_stats", "affine_columns", "ring_ok"):
+    for ours in ("chain_stats_tma", "rows_fused_reg8", "reference_order_stats", "affine_columns", "ring_ok",
+                 "split_affine_interleaved", "nchw_rms_s1_v4", "rows_mean_abs"):
         assert re.fullmatch(pattern, ours)
-    for theirs in ("vectorized_layer_norm_kernel", "distribution_elementwise_grid_stride_kernel"):
+    for theirs in ("vectorized_layer_norm_kernel", "distribution_elementwise_grid_stride_kernel", "rows_other"):
         assert not re.fullmatch(pattern, theirs)
     with pytest.raises(ValueError, match="tool"):
         rel.sanitizer_argv("leakcheck", [])
@@ -198,6 +199,8 @@ def test_random_shapes_stay_in_bounds_and_targets_follow_n():
         rows, n = shape[0], math.prod(shape[1:])
         assert 1 <= rows <= 70000 and 4 <= n <= 1 << 24 and n % 4 == 0 and rows * n <= 1 << 27
     assert "chain_tma" in rel.targets_for((2, 64, 64, 64)) and "chain_tma" not in rel.targets_for((5, 1000))
+    assert {"channel_nchw", "channel_rows"} <= set(rel.targets_for((3, 64, 17, 19)))
+    assert not {"channel_nchw", "channel_rows"} & set(rel.targets_for((5, 1000)))
     assert max(math.prod(s) for s in rel.EDGE_SHAPES) < 1 << 31
 
 

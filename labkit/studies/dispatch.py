@@ -1,12 +1,12 @@
 """The drop-in's dispatch table from measurement (issue 16 item 4): every candidate path timed on a grid of
-(rows, N) as a user calls it (eager, CUDA events around one call, L2 flushed: host time counts), reduced to the
-fastest path per shape class, and written as labkit/ops/dropin/measured.py, which the rule reads.
+(rows, N) as a user calls it (eager, CUDA events around one call, L2 flushed: host time counts), reduced to each
+path's time / native's per grid point, and written as labkit/ops/dropin/measured.py, which the rule reads.
 
-Shape classes (labkit.ops.dropin.rule.row_class, n_class) are chosen so that the table carries to a GPU with
-another SM count: the row class counts the waves the chain schedule's four blocks per row fill, the N class is
-floor(log2(N)).
+The table's row axis (labkit.ops.dropin.rule.row_coord) is log2 of the waves the chain schedule's four blocks per
+row fill, so that it carries to a GPU with another SM count; its other axis is log2 N. The rule interpolates
+between the measured points.
 scripts/dispatch_table.py runs the grid on a GPU into a run named "dispatch_table" and regenerates the module;
-tests/test_dispatch.py checks that the committed module is what derive_table makes of the run it cites.
+tests/test_dispatch.py checks that the committed module is what derive_scores makes of the run it cites.
 """
 from __future__ import annotations
 
@@ -18,11 +18,6 @@ GRID_ROWS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 16384, 65536)
 GRID_LOG2_N = (8, 10, 12, 13, 14, 15, 16, 17, 18, 20, 22, 24)
 GRID_MAX_NUMEL = 1 << 26
 GRID_MAX_ROWS = {20: 64, 22: 16, 24: 1}  # by log2 N
-# A path other than torch's own serves a class only when it beats native there by more than this (geometric mean
-# of time / native over the class's shapes): closer than that, run-to-run noise decides, and native costs nothing.
-MARGIN = 0.03
-
-
 def grid_shapes() -> list[tuple[int, int]]:
     out = []
     for k in GRID_LOG2_N:
@@ -33,57 +28,82 @@ def grid_shapes() -> list[tuple[int, int]]:
     return out
 
 
-def derive_table(sweep: dict, margin: float = MARGIN) -> dict[int, dict[int, tuple[str, ...]]]:
-    """{row class: {N class: paths, fastest first}} from a sweep record (labkit.studies.dropin.sweep's format).
+def warm_up(seconds: float = 3.0, device="cuda") -> dict:
+    """Keep the GPU busy with torch's LayerNorm at L1/40 for `seconds` (the clocks ramp up under load), so that the
+    first shapes measured are not measured on an idle GPU. Returns what ran."""
+    import time
 
-    Per class, each path's score is the geometric mean over the class's shapes of its eager median / native's; a
-    path that failed at a shape of the class is left out of that class. Paths are ordered by score, except that
-    native goes first unless the best path beats it by more than `margin`."""
-    from labkit.ops.dropin.rule import PATHS, n_class, row_class
+    import torch
+
+    x = torch.randn(16, 1 << 22, device=device)
+    calls, t0 = 0, time.perf_counter()
+    with torch.no_grad():
+        while time.perf_counter() - t0 < seconds:
+            torch.nn.functional.layer_norm(x, (1 << 22,))
+            torch.cuda.synchronize()
+            calls += 1
+    return {"seconds": time.perf_counter() - t0, "calls": calls, "shape": [16, 1 << 22]}
+
+
+def derive_scores(sweep: dict) -> dict[float, dict[int, dict[str, float]]]:
+    """{row level: {log2 N: {path: eager time / native's}}} from a sweep record (labkit.studies.dropin.sweep's
+    format): row levels are labkit.ops.dropin.rule.row_coord (rounded to 4 places); the shapes of one (level, N)
+    (e.g. 1 to 32 rows, all one wave) are combined by geometric mean; a path that failed at any of them is left
+    out of that point."""
+    from labkit.ops.dropin.rule import PATHS, row_coord
 
     sms = sweep["device"]["sm_count"]
-    cells: dict[tuple[int, int], list[dict]] = {}
+    groups: dict[tuple[float, int], list[dict]] = {}
     for r in sweep["shapes"]:
-        cells.setdefault((row_class(r["rows"], sms), n_class(r["n"])), []).append(r["eager"])
-    table: dict[int, dict[int, tuple[str, ...]]] = {}
-    for (rc, nc), times in sorted(cells.items()):
-        scores = {}
+        key = (round(row_coord(r["rows"], sms), 4), r["n"].bit_length() - 1)
+        groups.setdefault(key, []).append(r["eager"])
+    out: dict[float, dict[int, dict[str, float]]] = {}
+    for (x, y), times in sorted(groups.items()):
+        point = {}
         for path in PATHS:
             ratios = [t[path] / t["native"] for t in times if t.get(path) and t.get("native")]
             if len(ratios) == len(times):
-                scores[path] = math.exp(sum(map(math.log, ratios)) / len(ratios))
-        order = sorted(scores, key=lambda p: (scores[p], PATHS.index(p)))
-        if order and order[0] != "native" and scores[order[0]] > 1 - margin:
-            order.remove("native")
-            order.insert(0, "native")
-        table.setdefault(rc, {})[nc] = tuple(order)
-    return table
+                point[path] = round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 4)
+        out.setdefault(x, {})[y] = point
+    return out
 
 
-def module_source(table: dict, run_id: str, sweep: dict) -> str:
-    """labkit/ops/dropin/measured.py for `table`, citing the run it came from."""
+def module_source(scores: dict, run_id: str, sweep: dict) -> str:
+    """labkit/ops/dropin/measured.py for `scores`, citing the run it came from."""
     dev = sweep["device"]
     lines = [f'"""The dispatch table measured on {dev["name"]} ({dev["sm_count"]} SMs, sm_{dev["arch"]}), generated by',
-             "scripts/dispatch_table.py (labkit.studies.dispatch.derive_table) from the run below; do not edit.",
+             "scripts/dispatch_table.py (labkit.studies.dispatch.derive_scores) from the run below; do not edit.",
              "",
-             "TABLE[row class][N class] = candidate paths, the one to take first (labkit.ops.dropin.rule.choose).",
+             "SCORES[row level][log2 N] = {path: eager time / torch's}; row level = labkit.ops.dropin.rule.row_coord.",
              '"""',
              f'RUN_ID = "{run_id}"',
              f'DEVICE = {{"name": "{dev["name"]}", "arch": {dev["arch"]}, "sm_count": {dev["sm_count"]}}}',
-             "TABLE = {"]
-    for rc, row in sorted(table.items()):
-        lines.append(f"    {rc}: {{")
-        for nc, paths in sorted(row.items()):
-            lines.append(f"        {nc}: {tuple(paths)!r},")
+             "SCORES = {"]
+    for x, level in sorted(scores.items()):
+        lines.append(f"    {x!r}: {{")
+        for y, point in sorted(level.items()):
+            lines.append(f"        {y}: {point!r},")
         lines.append("    },")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-def table_rows(table: dict) -> list[dict]:
-    """The table as a grid for display: one row per row class, one column per N class, the first path."""
+def table_rows(scores: dict, sm_count: int) -> list[dict]:
+    """The measured points as a grid for display: one row per row level (rows per wave level on this GPU), one
+    column per log2 N, the path the rule takes there."""
+    from labkit.ops.dropin.rule import MARGIN
+
     short = {"native": "torch", "chain": "chain", "rows_fused": "rows", "reference_order": "ref"}
-    ncs = sorted({nc for row in table.values() for nc in row})
-    return [{"row class (waves of 4 blocks/row)": f"{rc} (<= {2 ** rc})",
-             **{f"2^{nc}": short.get(row[nc][0], row[nc][0]) if nc in row else "" for nc in ncs}}
-            for rc, row in sorted(table.items())]
+    ys = sorted({y for level in scores.values() for y in level})
+    out = []
+    for x, level in sorted(scores.items()):
+        row = {"rows (on this GPU)": f"<= {max(1, round(sm_count * 2 ** x / 4))}"}
+        for y in ys:
+            sc = level.get(y)
+            if not sc:
+                row[f"2^{y}"] = ""
+                continue
+            best = min(sc, key=sc.get)
+            row[f"2^{y}"] = short[best] if best != "native" and sc[best] < 1 - MARGIN else "torch"
+        out.append(row)
+    return out

@@ -511,7 +511,7 @@ def rule_grid_rows() -> list[dict]:
     from labkit.ops.dropin import measured
     from labkit.studies.dispatch import table_rows
 
-    return table_rows(measured.TABLE)
+    return table_rows(measured.SCORES, measured.DEVICE["sm_count"])
 
 
 def host_rows(host: dict | None) -> list[dict]:

@@ -1,8 +1,9 @@
 """Which path serves a LayerNorm input on a GPU: the dispatch rule, in code, and the arch each path needs.
 
-The rule reads nothing at import (tests/test_layers.py): the table it looks shapes up in is the generated module
-labkit/ops/dropin/measured.py, which cites the committed dispatch_table run it was derived from (RULE_SOURCE;
-scripts/dispatch_table.py regenerates both, tests/test_dispatch.py checks they agree). Notebook 08 times the rule's
+The rule reads nothing at import (tests/test_layers.py): the table it interpolates in is the generated module
+labkit/ops/dropin/measured.py (each path's eager time / native's at the measured grid), which cites the committed
+dispatch_table run it was derived from (RULE_SOURCE; scripts/dispatch_table.py regenerates both,
+tests/test_dispatch.py checks they agree). Notebook 08 times the rule's
 picks again in its own run and says where the fastest path there differs.
 
 Paths (every one keeps torch's vectorized-path bits; "native" is torch's own kernel):
@@ -14,6 +15,7 @@ Paths (every one keeps torch's vectorized-path bits; "native" is torch's own ker
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from labkit.ops.dropin import measured
@@ -47,23 +49,45 @@ class Device:
         return self.arch >= 90
 
 
-def row_class(rows: int, sm_count: int) -> int:
-    """0 while the chain schedule's 4 blocks per row fit one wave of the GPU, then one more per doubling of waves:
-    the class carries to a GPU with another SM count."""
-    waves = -(-4 * rows // sm_count)
-    return (waves - 1).bit_length()
+# A path other than torch's own serves an input only where its interpolated time / native's is below 1 - MARGIN:
+# closer than that, run-to-run noise decides, and torch's kernel needs no plan of ours.
+MARGIN = 0.03
 
 
-def n_class(n: int) -> int:
-    """floor(log2(N))."""
-    return n.bit_length() - 1
+def row_coord(rows: int, sm_count: int) -> float:
+    """log2 of the waves the chain schedule's 4 blocks per row fill on the GPU (0 while they fit one): the row axis
+    of the measured table, so that it carries to a GPU with another SM count."""
+    return max(0.0, math.log2(4 * rows / sm_count))
 
 
-def _nearest(keys, k: int) -> int:
-    """The largest measured class <= k, else the smallest measured: an unmeasured N class takes the shorter rows'
-    answer, which is the conservative side for the chain (its lead over torch grows with N)."""
-    below = [c for c in keys if c <= k]
-    return max(below) if below else min(keys)
+def _between(points: dict, q: float) -> tuple:
+    """(lo, hi, t): the measured keys around q and q's fraction between them (clamped at the ends)."""
+    keys = sorted(points)
+    if q <= keys[0]:
+        return keys[0], keys[0], 0.0
+    if q >= keys[-1]:
+        return keys[-1], keys[-1], 0.0
+    lo = max(k for k in keys if k <= q)
+    hi = min(k for k in keys if k >= q)
+    return lo, hi, (0.0 if hi == lo else (q - lo) / (hi - lo))
+
+
+def _blend(a: dict, b: dict, t: float) -> dict:
+    """Geometric interpolation of two {path: time / native} maps; a path missing from either is left out."""
+    return {p: math.exp((1 - t) * math.log(a[p]) + t * math.log(b[p])) for p in a if p in b}
+
+
+def scores(rows: int, n: int, sm_count: int) -> dict:
+    """Each path's time / native's for rows x N, interpolated in the measured table (measured.SCORES): along
+    log2 N at each measured row level, then between the two row levels around this input."""
+    x, y = row_coord(rows, sm_count), math.log2(n)
+    lo, hi, t = _between(measured.SCORES, x)
+    at = {}
+    for level in {lo, hi}:
+        ys = measured.SCORES[level]
+        a, b, u = _between(ys, y)
+        at[level] = _blend(ys[a], ys[b], u)
+    return _blend(at[lo], at[hi], t)
 
 
 def choose(rows: int, n: int, device: Device) -> tuple[str, str]:
@@ -71,25 +95,23 @@ def choose(rows: int, n: int, device: Device) -> tuple[str, str]:
     if not device.has_tensor_maps:
         return "native", (f"sm_{device.arch}: the dispatch table was measured on sm_90 ({measured.DEVICE['name']}); "
                           f"unmeasured here, so torch's own kernel serves")
-    rc, nc = row_class(rows, device.sm_count), n_class(n)
-    table = measured.TABLE
-    row = table[_nearest(table, rc)]
-    paths = row[_nearest(row, nc)]
-    for path in paths:
-        if path == "chain" and rows > CHAIN_MAX_ROWS:
-            continue
-        if path in PATHS:
-            return path, (f"{rows} x {n}: row class {rc} ({-(-4 * rows // device.sm_count)} wave(s) of the chain "
-                          f"schedule on {device.sm_count} SMs), N class 2^{nc}; fastest there as measured "
-                          f"({RULE_SOURCE})")
-    return "native", f"no measured path of this class can take {rows} rows ({RULE_SOURCE})"
+    sc = scores(rows, n, device.sm_count)
+    if rows > CHAIN_MAX_ROWS:
+        sc.pop("chain", None)
+    best = min(sc, key=lambda p: (sc[p], PATHS.index(p)))
+    shown = ", ".join(f"{p} {v:.2f}" for p, v in sorted(sc.items(), key=lambda kv: kv[1]))
+    where = f"{rows} x {n} on {device.sm_count} SMs, time / native interpolated from the table: {shown}"
+    if best != "native" and sc[best] < 1 - MARGIN:
+        return best, f"{where} ({RULE_SOURCE})"
+    return "native", f"{where}: nothing more than {MARGIN:.0%} faster than torch's kernel ({RULE_SOURCE})"
 
 
 def pickable_paths(arch: int) -> tuple[str, ...]:
-    """Every path the rule can return on `arch` for some shape: the measured table's on sm_90, native elsewhere."""
+    """Every path the rule can return on `arch` for some shape: those the measured table has faster than native by
+    the margin somewhere (interpolation never goes below the smallest measured score), native elsewhere."""
     if arch < 90:
         return ("native",)
-    seen = {p for row in measured.TABLE.values() for paths in row.values() for p in paths}
+    seen = {p for level in measured.SCORES.values() for sc in level.values() for p, v in sc.items() if v < 1 - MARGIN}
     return tuple(p for p in PATHS if p in seen | {"native"})
 
 

@@ -199,11 +199,27 @@ def _reliability_line(r: dict) -> str:
             f"{r['soak_calls']} calls, {r['soak_mem_growth_bytes']} bytes growth")
 
 
+def _layout_line(layout: dict) -> str:
+    fmt = lambda v: "n/a" if v is None else f"{v:.3g}"  # noqa: E731
+    parts = [f"{fam} direct {fmt(b['direct_nchw_ms'])} / rows {fmt(b['rows_ms'])} / conversion "
+             f"{fmt(b['conversion_ms'])} ms, {b['passed']}/{b['cases']} pass" for fam, b in layout.items()]
+    return "layout: " + "; ".join(parts)
+
+
+def _dropin_line(d: dict) -> str:
+    fmt = lambda v, f: "n/a" if v is None else format(v, f)  # noqa: E731
+    return (f"drop-in: eager worst {fmt(d['eager_worst_ratio'], '.2f')}x native at {d['eager_worst_shape']}, L1/40 "
+            f"{fmt(d['l1_40_eager_ratio'], '.1f')}x; host {fmt(d['host_us_per_call'], '.1f')} us/call vs torch "
+            f"{fmt(d['torch_host_us_per_call'], '.1f')}; bits forward {d['forward_identical']}, backward "
+            f"{d['backward_identical']}, compiled {d['compiled_identical']}")
+
+
 def _run_lines(run: dict) -> list[str]:
     lines = [f"{run['name']}  {run['run_id']}" + ("" if run.get("complete") else "  (INCOMPLETE)"),
              f"  {run.get('gpu') or 'no GPU'} · torch {run.get('torch')} · {run.get('date_utc')}"]
     for key, line in (("bit_identity", _bit_identity_line), ("fast_stats", _fast_stats_line),
-                      ("timing", _timing_line), ("audit", _audit_line), ("reliability", _reliability_line)):
+                      ("timing", _timing_line), ("layout", _layout_line), ("dropin", _dropin_line),
+                      ("audit", _audit_line), ("reliability", _reliability_line)):
         if run.get(key):
             lines.append("  " + line(run[key]))
     return lines

@@ -107,6 +107,28 @@ def test_memcheck_report_old_format_and_api_error():
     assert rep["unattributed"] == 1  # the API error names no kernel
 
 
+def test_demangled_cxx_kernels_are_attributed_by_name():
+    text = ("========= COMPUTE-SANITIZER\n"
+            "========= Error: Race reported between Write access at void at::native::reduce_kernel<(int)512, (int)1, "
+            "at::native::ReduceOp<float, at::native::WelfordOps<float, float, int, cuda::std::__4::pair<float, float>>, "
+            "unsigned int, float, (int)2, (int)2>>(T3)+0xcc00\n"
+            "=========     and Read access at void at::native::reduce_kernel<(int)512>(T3)+0xc930 [8192 hazards]\n"
+            "========= \n"
+            "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)\n")
+    rep = rel.parse_report(text)
+    assert rep["per_kernel"] == {"at::native::reduce_kernel": {"errors": 1, "warnings": 0, "hazards": 8192}}
+    assert rep["unattributed"] == 0
+
+
+def test_unattributed_errors_are_shown_not_counted_as_ours():
+    from labkit.records.summary import reliability_block
+
+    inv = {"label": "product:small", "tool": "racecheck", "finished": True, "errors": 2, "kernel_filter": False,
+           "per_kernel": {"?": {"errors": 2, "warnings": 0, "hazards": 9}}, "unattributed": 2}
+    block = reliability_block({"sanitizer": {"invocations": [inv], "product_kernels": rel.PRODUCT_KERNELS}})
+    assert block["sanitizer"]["racecheck"] == 0 and block["sanitizer_unattributed"]["racecheck"] == 2
+
+
 def test_a_report_without_summary_did_not_finish():
     rep = rel.parse_report("========= COMPUTE-SANITIZER\n")
     assert rep["finished"] is False and rep["errors"] is None
@@ -153,8 +175,8 @@ def _records(ring_ok_errors, ring_ok_exact=True):
 
 def test_reliability_block_has_the_issue_keys_and_counts():
     block = reliability_block(_records(ring_ok_errors=2))
-    assert list(block) == ["sanitizer", "racecheck_unexplained", "fuzz_cases", "fuzz_shapes", "fuzz_mismatches",
-                           "soak_calls", "soak_mem_growth_bytes"]
+    assert list(block) == ["sanitizer", "racecheck_unexplained", "sanitizer_unattributed", "fuzz_cases", "fuzz_shapes",
+                           "fuzz_mismatches", "soak_calls", "soak_mem_growth_bytes"]
     assert block["sanitizer"] == {"memcheck": 0, "racecheck": 8, "initcheck": None, "synccheck": None}
     assert block["racecheck_unexplained"] == 0
     assert (block["fuzz_cases"], block["fuzz_shapes"], block["fuzz_mismatches"]) == (2, 1, 2)

@@ -105,7 +105,8 @@ def reliability_block(records: dict) -> dict | None:
     """Headline numbers of the reliability step (scripts/gpu/reliability.sh), keys as issue 15 item 8 names them.
 
     sanitizer: per tool, errors over our product kernels in the invocations labelled "product..." that finished
-    (None when none finished); racecheck_unexplained: those racecheck errors less the ones in chain_stats_tma
+    (None when none finished); sanitizer_unattributed: per tool, errors whose report names no kernel the parser
+    knows (not counted above; the logs say whose they are); racecheck_unexplained: those racecheck errors less the ones in chain_stats_tma
     when the racecheck evidence record marks them explained (a race-free minimal ring of the same protocol is
     reported the same way); fuzz_*: cases run, distinct shapes, (case, method) checks not bit-identical or
     raising; soak_*: calls after warm-up and growth of torch's allocated bytes over them."""
@@ -119,6 +120,9 @@ def reliability_block(records: dict) -> dict | None:
     for tool in ("memcheck", "racecheck", "initcheck", "synccheck"):
         done = [i for i in invocations if i["tool"] == tool and i["finished"]]
         block["sanitizer"][tool] = sum(_sanitizer_errors(i, kernels) for i in done) if done else None
+        # errors no report block names a kernel for (could be anyone's): shown, never silently dropped
+        block.setdefault("sanitizer_unattributed", {})[tool] = sum(i.get("unattributed") or 0 for i in done
+                                                                 if not i.get("kernel_filter")) if done else None
     race = block["sanitizer"]["racecheck"]
     if race is not None:
         explained = 0
@@ -194,6 +198,8 @@ def _audit_line(a: dict) -> str:
 
 def _reliability_line(r: dict) -> str:
     san = ", ".join(f"{k} {v}" for k, v in r["sanitizer"].items())
+    other = sum(v or 0 for v in (r.get("sanitizer_unattributed") or {}).values())
+    san += f" (+{other} unattributed, see the logs)" if other else ""
     return (f"reliability: sanitizer errors over our kernels {san}; racecheck unexplained {r['racecheck_unexplained']}; "
             f"fuzz {r['fuzz_cases']} cases, {r['fuzz_shapes']} shapes, {r['fuzz_mismatches']} mismatch(es); soak "
             f"{r['soak_calls']} calls, {r['soak_mem_growth_bytes']} bytes growth")

@@ -39,7 +39,9 @@ RING_SMEM = RING_STAGES * RING_STEPS * (512 + 16)
 
 _NOT_AN_ERROR = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY", "Target application")
 _HEADER = re.compile(r"^========= (\S.*)$")
-_KERNEL_AT = (re.compile(r"\b([A-Za-z_]\w*)\+0x[0-9a-fA-F]+"), re.compile(r"\bat 0x[0-9a-fA-F]+ in (?:\S*:)?([A-Za-z_]\w*)"))
+# `Write access at chain_stats_w4+0x2ff0`, or a demangled C++ kernel: `access at void at::native::reduce_kernel<...>(T3)+0x..`
+_KERNEL_AT = (re.compile(r"\baccess at (?:void )?([A-Za-z_][\w:]*)"), re.compile(r"\b([A-Za-z_]\w*)\+0x[0-9a-fA-F]+"),
+              re.compile(r"\bat 0x[0-9a-fA-F]+ in (?:\S*:)?([A-Za-z_]\w*)"))
 _HAZARDS = re.compile(r"\[(\d+) hazards?\]")
 _ERROR_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) errors?")
 _RACE_SUMMARY = re.compile(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)")

@@ -54,15 +54,20 @@ def test_generated_module_round_trips():
 def test_interpolation_is_exact_at_measured_points_and_between_them(monkeypatch):
     from labkit.ops.dropin import measured as m
 
-    monkeypatch.setattr(m, "SCORES", {0.0: {10: {"native": 1.0, "chain": 4.0}, 12: {"native": 1.0, "chain": 0.25}},
-                                      2.0: {10: {"native": 1.0, "chain": 16.0}, 12: {"native": 1.0, "chain": 1.0}}})
+    monkeypatch.setattr(m, "SCORES", {
+        0.0: {10: {"native": 1.0, "chain": 4.0, "rows_fused": 0.5}, 12: {"native": 1.0, "chain": 0.25,
+                                                                         "rows_fused": 0.5}},
+        2.0: {10: {"native": 1.0, "chain": 16.0}, 12: {"native": 1.0, "chain": 0.25}}})
     assert rule.scores(1, 1 << 10, 132)["chain"] == pytest.approx(4.0)
     assert rule.scores(1, 1 << 11, 132)["chain"] == pytest.approx(1.0)  # geometric: halfway in log2 N
-    assert rule.scores(66, 1 << 11, 132)["chain"] == pytest.approx(2.0)  # halfway between row levels too
-    assert rule.scores(1, 1 << 20, 132)["chain"] == pytest.approx(0.25)  # clamped beyond the grid
+    assert rule.scores(66, 1 << 10, 132)["chain"] == pytest.approx(8.0)  # halfway between row levels too
+    assert "rows_fused" not in rule.scores(66, 1 << 10, 132)  # missing at one level: not a candidate between
+    assert rule.scores(1, 1 << 20, 132) == {"native": 1.0, "chain": pytest.approx(0.25)}  # beyond: chain carried on
+    assert rule.scores(1, 1 << 8, 132)["rows_fused"] == pytest.approx(0.5)  # below the grid: clamped
     assert rule.choose(1, 1 << 12, rule.Device(90, 132))[0] == "chain"
-    assert rule.choose(1, 1 << 11, rule.Device(90, 132))[0] == "native"  # 1.0: not 3% faster
-    assert rule.choose(1 << 17, 1 << 12, rule.Device(90, 132))[0] == "native"  # beyond grid.y: no chain
+    assert rule.choose(1, 1 << 11, rule.Device(90, 132))[0] == "rows_fused"  # chain 1.0, rows_fused 0.5
+    assert rule.choose(132, 1 << 12, rule.Device(90, 132))[0] == "chain"
+    assert rule.choose(65536, 1 << 12, rule.Device(90, 132))[0] == "native"  # chain 0.25, but beyond grid.y
 
 
 def test_committed_table_is_what_its_committed_run_derives():
@@ -86,8 +91,20 @@ def test_rule_takes_the_fastest_path_at_every_measured_point():
         assert path == (best if sc[best] < 1 - rule.MARGIN else "native") and measured.RUN_ID in why
 
 
-def test_rule_off_sm90_is_torch():
-    for arch in (80, 86, 89):
+def test_rule_agrees_with_what_the_committed_dropin_run_recorded():
+    """Notebook 08's run recorded the rule's pick per shape; the code must still pick the same (else that run timed
+    another rule than the one committed)."""
+    from labkit.records.session import newest_complete_run
+
+    run = newest_complete_run("dropin")
+    sweep = run["records"]["dropin_sweep"]
+    dev = rule.Device(sweep["device"]["arch"], sweep["device"]["sm_count"])
+    assert [(r["key"], rule.choose(r["rows"], r["n"], dev)[0]) for r in sweep["shapes"]] == \
+        [(r["key"], r["rule"]) for r in sweep["shapes"]]
+
+
+def test_rule_off_the_measured_arch_is_torch():
+    for arch in (80, 86, 89, 100, 120):
         path, why = rule.choose(1, 1 << 24, rule.Device(arch, 132))
         assert path == "native" and "unmeasured" in why
 
@@ -98,11 +115,11 @@ def test_table_grid_for_display():
     json.dumps(rows)
 
 
-@pytest.mark.parametrize("arch", [80, 86, 89, 90])
+@pytest.mark.parametrize("arch", [80, 86, 89, 90, 100, 120])
 def test_pickable_paths_follow_the_table(arch):
     paths = rule.pickable_paths(arch)
     assert paths[0] == "native"
-    if arch < 90:
+    if arch != 90:
         assert paths == ("native",)
     else:
         assert "chain" in paths

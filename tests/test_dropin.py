@@ -250,7 +250,8 @@ def test_summary_block_from_a_record_built_here():
     assert s["small_shape_gap_us"] == pytest.approx(2.0) and s["l1_40_eager_ratio"] == pytest.approx(8 / 0.3)
     assert (s["forward_identical"], s["backward_identical"], s["compiled_identical"]) == ("2/2", "1/2", "1/1")
     lines = "\n".join(study.verdict_lines(records, "test"))
-    assert "1.00x at 1024x16384" in lines and "agrees at every shape" in lines
+    assert "1.00x at 1024x16384" in lines and "agrees at all 4 shapes" in lines
+    assert "(goal >= 24x: met)" in lines and "torch + 5 us: met)" in lines
     assert "eager: worst 1.20x the floor at 4x8388608 (goal <= 1.15x: missed)" in lines
     assert "graph: worst 1.04x the floor at 4x8388608 (goal <= 1.15x: met)" in lines
 

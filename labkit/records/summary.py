@@ -63,7 +63,7 @@ def summarize_run(path: Path) -> dict:
         out["post"] = post
     if meta.get("name") == "layout_boundary" and (layout := layout_block(records)):
         out["layout"] = layout
-    if dropin := dropin_block(records):
+    if meta.get("name") == "dropin" and (dropin := dropin_block(records)):
         out["dropin"] = dropin
     audit = audit_block(path)
     if audit:
@@ -126,7 +126,10 @@ def reliability_block(records: dict) -> dict | None:
     race = block["sanitizer"]["racecheck"]
     if race is not None:
         explained = 0
-        if evidence.get("explained"):
+        # chain_stats_tma's reports are forgiven only while the race-free ring of its current protocol (every lane
+        # arrives: ring_all_arrive) is reported as well; ring_ok is the old protocol and says nothing about it now
+        current = ((evidence.get("rings") or {}).get("ring_all_arrive") or {}).get("racecheck_errors") or 0
+        if evidence.get("explained") and current > 0:
             explained = sum(i.get("per_kernel", {}).get("chain_stats_tma", {}).get("errors", 0)
                             for i in invocations if i["tool"] == "racecheck" and i["finished"])
         block["racecheck_unexplained"] = max(0, race - explained)

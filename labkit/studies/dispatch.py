@@ -55,7 +55,7 @@ def derive_scores(sweep: dict) -> dict[float, dict[int, dict[str, float]]]:
     sms = sweep["device"]["sm_count"]
     groups: dict[tuple[float, int], list[dict]] = {}
     for r in sweep["shapes"]:
-        key = (round(row_coord(r["rows"], sms), 4), r["n"].bit_length() - 1)
+        key = (row_coord(r["rows"], sms), r["n"].bit_length() - 1)
         groups.setdefault(key, []).append(r["eager"])
     out: dict[float, dict[int, dict[str, float]]] = {}
     for (x, y), times in sorted(groups.items()):
@@ -64,7 +64,8 @@ def derive_scores(sweep: dict) -> dict[float, dict[int, dict[str, float]]]:
             ratios = [t[path] / t["native"] for t in times if t.get(path) and t.get("native")]
             if len(ratios) == len(times):
                 point[path] = round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 4)
-        out.setdefault(x, {})[y] = point
+        if point.get("native"):  # without native's time at every shape of the point there is nothing to compare
+            out.setdefault(x, {})[y] = point
     return out
 
 

@@ -507,7 +507,7 @@ def rule_table(shape_list, arch: int = 90, sm_count: int = 132) -> list[dict]:
 
 
 def rule_grid_rows() -> list[dict]:
-    """The rule's measured table (labkit/ops/dropin/measured.py) as a grid: the path each shape class takes."""
+    """The rule's measured table (labkit/ops/dropin/measured.py) as a grid: the path taken at each measured point."""
     from labkit.ops.dropin import measured
     from labkit.studies.dispatch import table_rows
 
@@ -536,6 +536,15 @@ def summary(records: dict) -> dict | None:
     return dropin_block(records)
 
 
+def _met(ok: bool) -> str:
+    return "met" if ok else "missed"
+
+
+def _host_ok(s: dict) -> bool:
+    h, t = s.get("host_us_per_call"), s.get("torch_host_us_per_call")
+    return h is not None and t is not None and h <= 10 and h <= t + 5
+
+
 def verdict_lines(records: dict, source: str) -> list[str]:
     s = dropin_block(records)
     if not s:
@@ -547,9 +556,10 @@ def verdict_lines(records: dict, source: str) -> list[str]:
              f"{'met' if (s['eager_worst_ratio'] or 0) >= 1 else 'missed'})",
              f"  below 20 us, largest gap: {fmt(s['small_shape_gap_us'], '.1f')} us (goal <= 5 us: "
              f"{'met' if s['small_shape_gap_us'] is not None and s['small_shape_gap_us'] <= 5 else 'missed or n/a'})",
-             f"  L1/40 eager ratio: {fmt(s['l1_40_eager_ratio'], '.1f')}x (goal >= 24x)",
+             f"  L1/40 eager ratio: {fmt(s['l1_40_eager_ratio'], '.1f')}x (goal >= 24x: "
+             f"{_met(s['l1_40_eager_ratio'] is not None and s['l1_40_eager_ratio'] >= 24)})",
              f"  host per call: {fmt(s['host_us_per_call'], '.1f')} us vs torch {fmt(s['torch_host_us_per_call'], '.1f')}"
-             f" us (goal <= 10 us and <= torch + 5 us)",
+             f" us (goal <= 10 us and <= torch + 5 us: {_met(_host_ok(s))})",
              f"  bits: forward {s['forward_identical']}, backward {s['backward_identical']}, "
              f"compiled {s['compiled_identical']}"]
     for protocol in ("eager", "graph"):
@@ -557,9 +567,11 @@ def verdict_lines(records: dict, source: str) -> list[str]:
         if worst is not None:
             lines.append(f"  1-4 rows of 4M-8M, {protocol}: worst {worst:.2f}x the floor at {at} (goal <= "
                          f"{1 + FLOOR_SLACK:.2f}x: {'met' if worst <= 1 + FLOOR_SLACK else 'missed'})")
-    disagree = [r["shape"] for r in dispatch_rows(records.get("dropin_sweep")) if not r["agrees"]]
-    lines.append(f"  dispatch rule vs this run's fastest path: "
-                 f"{'agrees at every shape' if not disagree else 'disagrees at ' + ', '.join(disagree)}")
+    rows = dispatch_rows(records.get("dropin_sweep"))
+    disagree = [r["shape"] for r in rows if not r["agrees"]]
+    lines.append(f"  dispatch rule vs this run's fastest path: " + (
+        "no shapes measured" if not rows else f"agrees at all {len(rows)} shapes" if not disagree
+        else "disagrees at " + ", ".join(disagree)))
     return lines
 
 

@@ -99,7 +99,7 @@ _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda
 
 # One C call each: these run on every eager call, where a microsecond is a fifth of the host-cost budget.
 _autocast_any = getattr(torch._C, "_is_any_autocast_enabled", None)
-_dispatch_depth = torch._C._len_torch_dispatch_stack
+_dispatch_depth = getattr(torch._C, "_len_torch_dispatch_stack", None)
 
 
 def _autocast(x) -> bool:
@@ -114,6 +114,10 @@ _AUTOCAST_DEVICES = ("cuda", "cpu", "xpu", "mps", "hpu")
 
 
 def _dispatch_mode_active() -> bool:
+    if _dispatch_depth is None:  # an older torch: its Python-level query
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        return _get_current_dispatch_mode() is not None
     return _dispatch_depth() > 0
 
 

@@ -44,10 +44,6 @@ class Device:
     arch: int       # 90 for sm_90
     sm_count: int
 
-    @property
-    def has_tensor_maps(self) -> bool:
-        return self.arch >= 90
-
 
 # A path other than torch's own serves an input only where its interpolated time / native's is below 1 - MARGIN:
 # closer than that, run-to-run noise decides, and torch's kernel needs no plan of ours.
@@ -55,9 +51,14 @@ MARGIN = 0.03
 
 
 def row_coord(rows: int, sm_count: int) -> float:
-    """log2 of the waves the chain schedule's 4 blocks per row fill on the GPU (0 while they fit one): the row axis
-    of the measured table, so that it carries to a GPU with another SM count."""
-    return max(0.0, math.log2(4 * rows / sm_count))
+    """log2 of the waves the chain schedule's 4 blocks per row fill on the GPU (0 while they fit one), rounded to 4
+    places as the table's keys are: the row axis of the measured table, so that it carries to another SM count."""
+    return round(max(0.0, math.log2(4 * rows / sm_count)), 4)
+
+
+# Beyond the longest N measured at a row level only the chain's score is carried on (its lead over torch grows
+# with N); the other paths' scores there would be guesses, so they are not candidates.
+EXTRAPOLATES = ("native", "chain")
 
 
 def _between(points: dict, q: float) -> tuple:
@@ -87,14 +88,17 @@ def scores(rows: int, n: int, sm_count: int) -> dict:
         ys = measured.SCORES[level]
         a, b, u = _between(ys, y)
         at[level] = _blend(ys[a], ys[b], u)
+        if y > max(ys):
+            at[level] = {p: v for p, v in at[level].items() if p in EXTRAPOLATES}
     return _blend(at[lo], at[hi], t)
 
 
 def choose(rows: int, n: int, device: Device) -> tuple[str, str]:
     """(path, why) for an input our kernels can take (float32, contiguous, aligned, N % 4 == 0, N <= 2**24)."""
-    if not device.has_tensor_maps:
-        return "native", (f"sm_{device.arch}: the dispatch table was measured on sm_90 ({measured.DEVICE['name']}); "
-                          f"unmeasured here, so torch's own kernel serves")
+    if device.arch != measured.DEVICE["arch"]:
+        # other archs differ in shared memory (the tma ring needs 198 KiB), copy engines and clocks: unmeasured
+        return "native", (f"sm_{device.arch}: the dispatch table was measured on sm_{measured.DEVICE['arch']} "
+                          f"({measured.DEVICE['name']}); unmeasured here, so torch's own kernel serves")
     sc = scores(rows, n, device.sm_count)
     if rows > CHAIN_MAX_ROWS:
         sc.pop("chain", None)
@@ -108,8 +112,9 @@ def choose(rows: int, n: int, device: Device) -> tuple[str, str]:
 
 def pickable_paths(arch: int) -> tuple[str, ...]:
     """Every path the rule can return on `arch` for some shape: those the measured table has faster than native by
-    the margin somewhere (interpolation never goes below the smallest measured score), native elsewhere."""
-    if arch < 90:
+    the margin somewhere (interpolation never goes below the smallest measured score), on the table's own arch;
+    native elsewhere."""
+    if arch != measured.DEVICE["arch"]:
         return ("native",)
     seen = {p for level in measured.SCORES.values() for sc in level.values() for p, v in sc.items() if v < 1 - MARGIN}
     return tuple(p for p in PATHS if p in seen | {"native"})

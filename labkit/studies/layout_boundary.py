@@ -239,13 +239,7 @@ def time_family(family: str, shape, protocols: dict, device="cuda", seed: int = 
         del ref
         timing, errors = {}, {}
         for key, protocol in protocols.items():
-            names = list(fns)
-            if protocol.graph:
-                for name in list(names):
-                    err = timing_study.graph_preflight(fns[name], 2)
-                    if err:
-                        rows[name]["excluded"][key] = f"CUDA graph capture failed: {err}"
-                        names.remove(name)
+            names = timing_study.timeable(fns, protocol, rows, key, 2)
             if BASELINE not in names:
                 errors[key] = f"baseline {BASELINE!r} not timeable under protocol {key}"
                 continue

@@ -121,6 +121,19 @@ def _default_timer(protocol):
     return bench.CudaEventTimer(protocol.flush_l2_bytes)
 
 
+def timeable(fns: dict, protocol, rows: dict, key: str, warmups: int) -> list[str]:
+    """The names in `fns` that `protocol` can time: all of them, or under graph replay those whose capture preflight
+    passes; each other one gets rows[name]["excluded"][key] = why."""
+    names = list(fns)
+    if protocol.graph:
+        for name in list(names):
+            err = graph_preflight(fns[name], warmups)
+            if err is not None:
+                rows[name]["excluded"][key] = f"CUDA graph capture failed: {err}"
+                names.remove(name)
+    return names
+
+
 def graph_preflight(fn, warmups: int) -> str | None:
     """Warm `fn` up, capture it once in a CUDA graph and replay it; the error text if that fails, else None."""
     import torch
@@ -210,16 +223,10 @@ def run_case(case: dict, methods: list, protocols: dict, device="cuda", seed: in
     timing, timing_errors = {}, {}
     with torch.no_grad():
         for key, protocol in protocols.items():
-            names = list(fns)
-            if protocol.graph:
-                for name in list(names):
-                    err = graph_preflight(fns[name], 3)
-                    if err is not None:
-                        rows[name]["excluded"][key] = f"CUDA graph capture failed: {err}"
-                        names.remove(name)
-                if BASELINE not in names:
-                    timing_errors[key] = f"baseline {BASELINE!r} cannot be graph-captured; protocol {key} skipped"
-                    continue
+            names = timeable(fns, protocol, rows, key, 3)
+            if BASELINE not in names:
+                timing_errors[key] = f"baseline {BASELINE!r} cannot be graph-captured; protocol {key} skipped"
+                continue
             try:
                 rec = bench.time_methods({n: fns[n] for n in names}, protocol, baseline=BASELINE,
                                          timer=timer_factory(protocol))

@@ -292,6 +292,17 @@ def _count(cases: list, key: str) -> str:
     return f"{sum(bool(v) for v in judged)}/{len(judged)}"
 
 
+def floor_worst(floor: dict | None, protocol: str = "eager") -> tuple[float | None, str | None]:
+    """(worst drop-in / floor ratio, its shape) under `protocol` ("eager" or "graph") in a `dropin_floor` record
+    (labkit.studies.dropin.floor_check); (None, None) without one."""
+    worst = None, None
+    for r in (floor or {}).get("shapes", []):
+        ratio = r[protocol]["median_ms"] / r["floor_ms"]
+        if worst[0] is None or ratio > worst[0]:
+            worst = ratio, r["key"]
+    return worst
+
+
 def dropin_block(records: dict) -> dict | None:
     """Issue 16's headline keys from a `dropin` run (notebook 08): eager per-call ratios native/drop-in (worst over
     shapes whose native call takes >= 20 us; the largest gap in us below that), L1/40's ratio, host time per call
@@ -315,8 +326,6 @@ def dropin_block(records: dict) -> dict | None:
             gap = g if gap is None else max(gap, g)
         if row.get("l1_40"):
             l1 = ratio
-    floor = (records.get("dropin_floor") or {}).get("shapes", [])
-    floor_worst = {p: max((r[p]["median_ms"] / r["floor_ms"] for r in floor), default=None) for p in ("eager", "graph")}
     host = records.get("dropin_host") or {}
     ident = records.get("dropin_identity") or {}
     cases, compiled = ident.get("cases", []), ident.get("compiled", [])
@@ -325,4 +334,5 @@ def dropin_block(records: dict) -> dict | None:
             "torch_host_us_per_call": host.get("torch_us"), "forward_identical": _count(cases, "forward"),
             "backward_identical": _count(cases, "backward"),
             "compiled_identical": _count(compiled, "identical"),
-            "floor_eager_worst_ratio": floor_worst["eager"], "floor_graph_worst_ratio": floor_worst["graph"]}
+            "floor_eager_worst_ratio": floor_worst(records.get("dropin_floor"), "eager")[0],
+            "floor_graph_worst_ratio": floor_worst(records.get("dropin_floor"), "graph")[0]}

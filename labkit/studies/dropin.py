@@ -7,7 +7,7 @@ import math
 import time
 from dataclasses import replace
 
-from labkit.records.summary import DROPIN_NATIVE_FLOOR_MS, dropin_block
+from labkit.records.summary import DROPIN_NATIVE_FLOOR_MS, dropin_block, floor_worst
 from labkit.tasks import L1_40, config, shape_key
 
 # (rows, N) from (1, 2**24) to (65536, 256): 64 MiB of float32 each, the row count doubling.
@@ -443,16 +443,6 @@ def floor_rows(floor: dict | None) -> list[dict]:
     return rows
 
 
-def floor_worst(floor: dict | None, protocol: str = "eager") -> tuple[float | None, str | None]:
-    """(worst drop-in / floor ratio, its shape) under `protocol` ("eager" or "graph")."""
-    worst = None, None
-    for r in (floor or {}).get("shapes", []):
-        ratio = r[protocol]["median_ms"] / r["floor_ms"]
-        if worst[0] is None or ratio > worst[0]:
-            worst = ratio, r["key"]
-    return worst
-
-
 def _ratio(d: dict, base: str, name: str):
     if d and d.get(base) and d.get(name):
         return d[base] / d[name]
@@ -553,7 +543,7 @@ def verdict_lines(records: dict, source: str) -> list[str]:
     lines = [f"drop-in ({source}):",
              f"  eager worst ratio over shapes with native >= {DROPIN_NATIVE_FLOOR_MS * 1e3:.0f} us: "
              f"{fmt(s['eager_worst_ratio'], '.2f')}x at {s['eager_worst_shape']} (goal >= 1.0x: "
-             f"{'met' if (s['eager_worst_ratio'] or 0) >= 1 else 'missed'})",
+             f"{_met((s['eager_worst_ratio'] or 0) >= 1)})",
              f"  below 20 us, largest gap: {fmt(s['small_shape_gap_us'], '.1f')} us (goal <= 5 us: "
              f"{'met' if s['small_shape_gap_us'] is not None and s['small_shape_gap_us'] <= 5 else 'missed or n/a'})",
              f"  L1/40 eager ratio: {fmt(s['l1_40_eager_ratio'], '.1f')}x (goal >= 24x: "
@@ -566,10 +556,10 @@ def verdict_lines(records: dict, source: str) -> list[str]:
         worst, at = floor_worst(records.get("dropin_floor"), protocol)
         if worst is not None:
             lines.append(f"  1-4 rows of 4M-8M, {protocol}: worst {worst:.2f}x the floor at {at} (goal <= "
-                         f"{1 + FLOOR_SLACK:.2f}x: {'met' if worst <= 1 + FLOOR_SLACK else 'missed'})")
+                         f"{1 + FLOOR_SLACK:.2f}x: {_met(worst <= 1 + FLOOR_SLACK)})")
     rows = dispatch_rows(records.get("dropin_sweep"))
     disagree = [r["shape"] for r in rows if not r["agrees"]]
-    lines.append(f"  dispatch rule vs this run's fastest path: " + (
+    lines.append("  dispatch rule vs this run's fastest path: " + (
         "no shapes measured" if not rows else f"agrees at all {len(rows)} shapes" if not disagree
         else "disagrees at " + ", ".join(disagree)))
     return lines

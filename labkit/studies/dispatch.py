@@ -92,7 +92,7 @@ def module_source(scores: dict, run_id: str, sweep: dict) -> str:
 def table_rows(scores: dict, sm_count: int) -> list[dict]:
     """The measured points as a grid for display: one row per row level (rows per wave level on this GPU), one
     column per log2 N, the path the rule takes there."""
-    from labkit.ops.dropin.rule import MARGIN
+    from labkit.ops.dropin.rule import pick
 
     short = {"native": "torch", "chain": "chain", "rows_fused": "rows", "reference_order": "ref"}
     ys = sorted({y for level in scores.values() for y in level})
@@ -104,7 +104,6 @@ def table_rows(scores: dict, sm_count: int) -> list[dict]:
             if not sc:
                 row[f"2^{y}"] = ""
                 continue
-            best = min(sc, key=sc.get)
-            row[f"2^{y}"] = short[best] if best != "native" and sc[best] < 1 - MARGIN else "torch"
+            row[f"2^{y}"] = short[pick(sc)]
         out.append(row)
     return out

@@ -93,6 +93,13 @@ def scores(rows: int, n: int, sm_count: int) -> dict:
     return _blend(at[lo], at[hi], t)
 
 
+def pick(sc: dict) -> str:
+    """The path a {path: time / native} map selects: the fastest (ties in PATHS order), if it is not torch's and is
+    more than MARGIN faster than torch's; else native."""
+    best = min(sc, key=lambda p: (sc[p], PATHS.index(p)))
+    return best if best != "native" and sc[best] < 1 - MARGIN else "native"
+
+
 def choose(rows: int, n: int, device: Device) -> tuple[str, str]:
     """(path, why) for an input our kernels can take (float32, contiguous, aligned, N % 4 == 0, N <= 2**24)."""
     if device.arch != measured.DEVICE["arch"]:
@@ -102,11 +109,11 @@ def choose(rows: int, n: int, device: Device) -> tuple[str, str]:
     sc = scores(rows, n, device.sm_count)
     if rows > CHAIN_MAX_ROWS:
         sc.pop("chain", None)
-    best = min(sc, key=lambda p: (sc[p], PATHS.index(p)))
+    path = pick(sc)
     shown = ", ".join(f"{p} {v:.2f}" for p, v in sorted(sc.items(), key=lambda kv: kv[1]))
     where = f"{rows} x {n} on {device.sm_count} SMs, time / native interpolated from the table: {shown}"
-    if best != "native" and sc[best] < 1 - MARGIN:
-        return best, f"{where} ({RULE_SOURCE})"
+    if path != "native":
+        return path, f"{where} ({RULE_SOURCE})"
     return "native", f"{where}: nothing more than {MARGIN:.0%} faster than torch's kernel ({RULE_SOURCE})"
 
 

@@ -5,7 +5,7 @@
 
 The issue-16 summary block, the speed table (eager per call, graph replay, compiled), the dispatch table with the
 rule's agreement, host cost per call beside torch's, and bit identity; every number is read from the run's records.
-Without any committed run it says so and prints what the code's rule picks on an H200.
+Without any committed run it says so and prints the committed dispatch tables.
 """
 from __future__ import annotations
 
@@ -25,13 +25,11 @@ from labkit.studies import dropin  # noqa: E402
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run_dir", nargs="?", help="a run directory (default: newest committed 'dropin' run)")
-    ap.add_argument("--mode", default="full", choices=("quick", "full"), help="shapes of the rule table when there "
-                    "is no run")
     args = ap.parse_args(argv)
     session = RunSession.replaying("dropin", args.run_dir)
     if session.replay is None:
-        print(f"{session.source}\n\n## the rule alone (H200: sm_90, 132 SMs; nothing measured)\n")
-        print(markdown_table(dropin.rule_table(dropin.shapes(args.mode))))
+        print(f"{session.source}\n\n## the committed dispatch tables (the path the rule takes at each point)\n")
+        print(markdown_table(dropin.rule_grid_rows()))
         return 0
     rec = session.replay["records"]
     meta = rec["run"]

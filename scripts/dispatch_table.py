@@ -1,4 +1,4 @@
-"""Measure the drop-in's dispatch grid on a GPU and regenerate labkit/ops/dropin/measured.py (issue 16 item 4).
+"""Measure the drop-in's dispatch grid on a GPU and write the device's table, labkit/ops/dispatch/tables/<device>.py.
 
     LABKIT_RUNS_ROOT=build/runs python scripts/dispatch_table.py [--rounds 9]
 
@@ -25,15 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from labkit.records.run import Run  # noqa: E402
 from labkit.studies import dispatch, dropin  # noqa: E402
 
-MODULE = Path(__file__).resolve().parent.parent / "labkit" / "ops" / "dropin" / "measured.py"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=9, help="samples per path, shape and protocol")
     ap.add_argument("--warmup-s", type=float, default=3.0, help="seconds of torch LayerNorm before measuring")
     ap.add_argument("--seed", type=int, default=16, help="seeds the order the shapes are visited in")
-    ap.add_argument("--module", default=str(MODULE), help="where to write the generated table")
+    ap.add_argument("--module", default=None, help="where to write the generated table (default: the device's "
+                    "module in labkit/ops/dispatch/tables/)")
     ap.add_argument("--copy-to", default=os.environ.get("OUT"), help="also copy the module here (a GPU machine's $OUT)")
     args = ap.parse_args(argv)
     root = Path(os.environ.get("LABKIT_RUNS_ROOT", "build/runs"))
@@ -49,10 +47,11 @@ def main(argv=None) -> int:
                                  "scores": {repr(x): {str(y): p for y, p in level.items()}
                                             for x, level in scores.items()}})
     run.close()
-    Path(args.module).write_text(dispatch.module_source(scores, run.run_id, sweep))
+    module = Path(args.module) if args.module else dispatch.module_path(sweep)
+    module.write_text(dispatch.module_source(scores, run.run_id, sweep))
     if args.copy_to:
-        shutil.copy(args.module, Path(args.copy_to) / "measured.py")
-    print(f"run {run.path}; table written to {args.module}")
+        shutil.copy(module, Path(args.copy_to) / module.name)
+    print(f"run {run.path}; table written to {module}")
     return 0
 
 

@@ -1,22 +1,64 @@
-"""CPU-side behaviour of the chain-parallel wrapper: schedule choice, validation before launch, compile."""
+"""CPU-side behaviour of the chain-parallel wrapper: its launch plan from the shape and the device's limits, schedule
+choice, validation before launch, compile."""
 import pytest
 import torch
 
-from labkit.ops import chain
 from labkit.core.compile import compile_kernel
+from labkit.core.device import Device
+from labkit.ops import chain, rows_fused
+
+H200 = Device("NVIDIA H200", 90, 132, 232448, 65535)   # limits as cudaGetDeviceProperties reports them there
+SMALL_SMEM = Device("sm_90 with 99 KiB per block", 90, 132, 101376, 65535)
+A100 = Device("NVIDIA A100", 80, 108, 166912, 65535)
 
 
-def test_schedule_choice():
-    assert chain.choose_schedule(16, 132) == "chain"    # L1/40
-    assert chain.choose_schedule(66, 132) == "chain"
-    assert chain.choose_schedule(67, 132) == "rows_fused"
-    assert chain.choose_schedule(4096, 132) == "rows_fused"
+def test_schedule_without_a_table_is_the_waves_rule():
+    """On a device without a measured table, the chain while a row's 4 blocks fit about two per SM."""
+    other = Device("sm_90, 64 SMs, no table of its arch", 91, 64, 232448, 65535)
+    from labkit.ops.dispatch import rule
+
+    assert rule.schedule(32, 1 << 20, other, ("chain", "rows_fused")) == "chain"
+    assert rule.schedule(33, 1 << 20, other, ("chain", "rows_fused")) == "rows_fused"
+    assert rule.schedule(4096, 1024, other, ("rows_fused",)) == "rows_fused"
+
+
+def test_schedule_with_the_h200_table_follows_its_scores():
+    from labkit.ops.dispatch import rule
+
+    assert chain.schedule_plan(16, 64 * 256 * 256, H200).path == "chain"     # L1/40
+    assert chain.schedule_plan(4096, 1024, H200).path == "rows_fused"
+    assert rule.schedule(16, 1 << 22, H200, ("rows_fused",)) == "rows_fused"  # only what is offered
 
 
 def test_blocking_choice():
-    assert chain.choose_blocking(64 * 256 * 256) == "tma"
-    assert chain.choose_blocking(64 * 17 * 19) == "w4"  # ragged chains
-    assert chain.tma_smem_bytes() <= chain.MAX_DYNAMIC_SMEM
+    assert chain.choose_blocking(64 * 256 * 256, H200) == "tma"
+    assert chain.choose_blocking(64 * 17 * 19, H200) == "w4"  # ragged chains
+    assert chain.choose_blocking(64 * 256 * 256, Device("no tensor maps", 89, 128, 101376, 65535)) == "w4"
+
+
+def test_plan_is_the_launch_description():
+    p = chain.plan(16, 64 * 256 * 256, H200)
+    assert (p.blocking, p.stats.grid, p.stats.block, p.stats.function) == ("tma", (4, 16), (64,), "chain_stats_tma")
+    assert p.stats.shared_mem == chain.TmaConfig().smem_bytes <= H200.smem_optin_bytes
+    assert p.tensor_map.dims == (128, 4, 64 * 256 * 256 // 512, 16) and p.tensor_map.box == (128, 1, 64, 1)
+    assert p.scratch.nbytes == 52 * 16 and (p.scratch.zeroed_at, p.scratch.zeroed_bytes) == (48 * 16, 4 * 16)
+    assert p.output.grid == (64 * 256 * 256 // 4 // chain.AFFINE_THREADS,) and not p.reciprocals
+    w4 = chain.plan(3, 64 * 17 * 19, H200)
+    assert (w4.blocking, w4.stats.grid, w4.stats.block, w4.reciprocals) == ("w4", (1, 3), (160,), True)
+
+
+def test_plan_refuses_what_the_device_cannot_run():
+    with pytest.raises(ValueError, match="grid.y, which holds at most 65535"):
+        chain.plan(65536, 1024, H200)
+    with pytest.raises(ValueError, match="need sm_90"):
+        chain.plan(1, 1 << 20, A100)
+    with pytest.raises(ValueError, match="the device allows 101376"):
+        chain.plan(1, 1 << 20, SMALL_SMEM)  # the tma ring needs 198 KiB
+    with pytest.raises(ValueError, match="shared memory"):
+        chain.plan(1, 1 << 20, H200, chain.ChainSettings("chain", "tma", chain.TmaConfig(64, 24, 4)))
+    with pytest.raises(ValueError, match="N % 512 == 0"):
+        chain.plan(1, 64 * 17 * 19, H200, chain.ChainSettings("chain", "tma"))
+    assert chain.schedule_plan(65536, 1024, H200).path == "rows_fused"  # auto: the chain cannot, rows_fused can
 
 
 @pytest.mark.parametrize("kwargs,pattern", [({"schedule": "diagonal"}, "schedule"), ({"blocking": "w3"}, "blocking")])
@@ -27,7 +69,7 @@ def test_bad_settings_raise_before_launch(kwargs, pattern):
 
 def test_cpu_tensors_refused():
     x, w, b = torch.rand(2, 8), torch.ones(8), torch.zeros(8)
-    with pytest.raises(ValueError, match="CUDA tensor"):
+    with pytest.raises(ValueError, match="x must be a CUDA tensor"):
         chain.chain_layer_norm(x, w, b)
 
 
@@ -50,7 +92,7 @@ def test_tma_config_defaults_are_the_kernels():
     assert chain.TmaConfig(32, 12, 4).options == ("-DTMA_STEPS=32", "-DTMA_STAGES=12", "-DTMA_AHEAD=4")
 
 
-@pytest.mark.parametrize("args", [(16, 24, 3), (512, 2, 4), (16, 1, 4), (64, 24, 4)])
+@pytest.mark.parametrize("args", [(16, 24, 3), (512, 2, 4), (16, 1, 4)])
 def test_tma_config_refuses_impossible_rings(args):
     with pytest.raises(ValueError, match="TmaConfig"):
         chain.TmaConfig(*args)
@@ -66,14 +108,14 @@ def test_affine_columns_compiles_for_sm90(cache_dir):
 
 
 def test_rows_fused_entry_point_by_row_length(cache_dir):
-    assert chain.rows_fused_function(1024) == "rows_fused_reg2"      # 256 vectors: 2 per thread
-    assert chain.rows_fused_function(1028) == "rows_fused_reg4"
-    assert chain.rows_fused_function(4096) == "rows_fused_reg8"
-    assert chain.rows_fused_function(1 << 20) == "rows_fused_reg8"   # longer rows re-read the rest
+    assert rows_fused.function_for(1024) == "rows_fused_reg2"      # 256 vectors: 2 per thread
+    assert rows_fused.function_for(1028) == "rows_fused_reg4"
+    assert rows_fused.function_for(4096) == "rows_fused_reg8"
+    assert rows_fused.function_for(1 << 20) == "rows_fused_reg8"   # longer rows re-read the rest
     from labkit.sass import elf
 
     sections = elf.text_sections(compile_kernel("rows_fused", "sm_90").cubin)
-    assert {f"rows_fused_reg{k}" for k in chain.ROWS_FUSED_VECTORS} <= {k.removeprefix(".text.") for k in sections}
+    assert {f"rows_fused_reg{k}" for k in rows_fused.VECTORS} <= {k.removeprefix(".text.") for k in sections}
 
 
 def test_repeat_rows_read_every_committed_run_that_timed_the_chain():

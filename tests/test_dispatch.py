@@ -1,12 +1,21 @@
-"""The drop-in's dispatch table (issue 16 item 4): shape classes, derivation from a sweep, the generated module, and
-the committed module against the committed run it cites."""
+"""The drop-in's dispatch tables (issue 16 item 4): shape classes, derivation from a sweep, the generated modules,
+which table serves which device, and every committed module against the committed run it cites."""
 import json
 
 import pytest
 
-from labkit.ops.dropin import measured, rule
+from labkit.core.device import Device
+from labkit.ops import paths
+from labkit.ops.dispatch import rule, tables
+from labkit.ops.dispatch.tables import nvidia_h200_sm90_132 as measured
 from labkit.records.run import DATA_RUNS, load_run
 from labkit.studies import dispatch
+
+H200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
+
+
+def _choose(rows, n, device=H200):
+    return rule.choose(rows, n, device, tuple(paths.plannable(rows, n, device)))
 
 
 def test_row_axis_counts_waves_of_the_chain_schedule():
@@ -52,43 +61,57 @@ def test_generated_module_round_trips():
 
 
 def test_interpolation_is_exact_at_measured_points_and_between_them(monkeypatch):
-    from labkit.ops.dropin import measured as m
-
+    m = measured
     monkeypatch.setattr(m, "SCORES", {
         0.0: {10: {"native": 1.0, "chain": 4.0, "rows_fused": 0.5}, 12: {"native": 1.0, "chain": 0.25,
                                                                          "rows_fused": 0.5}},
         2.0: {10: {"native": 1.0, "chain": 16.0}, 12: {"native": 1.0, "chain": 0.25}}})
-    assert rule.scores(1, 1 << 10, 132)["chain"] == pytest.approx(4.0)
-    assert rule.scores(1, 1 << 11, 132)["chain"] == pytest.approx(1.0)  # geometric: halfway in log2 N
-    assert rule.scores(66, 1 << 10, 132)["chain"] == pytest.approx(8.0)  # halfway between row levels too
-    assert "rows_fused" not in rule.scores(66, 1 << 10, 132)  # missing at one level: not a candidate between
-    assert rule.scores(1, 1 << 20, 132) == {"native": 1.0, "chain": pytest.approx(0.25)}  # beyond: chain carried on
-    assert rule.scores(1, 1 << 8, 132)["rows_fused"] == pytest.approx(0.5)  # below the grid: clamped
-    assert rule.choose(1, 1 << 12, rule.Device(90, 132))[0] == "chain"
-    assert rule.choose(1, 1 << 11, rule.Device(90, 132))[0] == "rows_fused"  # chain 1.0, rows_fused 0.5
-    assert rule.choose(132, 1 << 12, rule.Device(90, 132))[0] == "chain"
-    assert rule.choose(65536, 1 << 12, rule.Device(90, 132))[0] == "native"  # chain 0.25, but beyond grid.y
+    scores = lambda rows, n: rule.scores_in(m.SCORES, rows, n, 132)  # noqa: E731
+    assert scores(1, 1 << 10)["chain"] == pytest.approx(4.0)
+    assert scores(1, 1 << 11)["chain"] == pytest.approx(1.0)  # geometric: halfway in log2 N
+    assert scores(66, 1 << 10)["chain"] == pytest.approx(8.0)  # halfway between row levels too
+    assert "rows_fused" not in scores(66, 1 << 10)  # missing at one level: not a candidate between
+    assert scores(1, 1 << 20) == {"native": 1.0, "chain": pytest.approx(0.25)}  # beyond: chain carried on
+    assert scores(1, 1 << 8)["rows_fused"] == pytest.approx(0.5)  # below the grid: clamped
+    assert _choose(1, 1 << 12)[0] == "chain"
+    assert _choose(1, 1 << 11)[0] == "rows_fused"  # chain 1.0, rows_fused 0.5
+    assert _choose(132, 1 << 12)[0] == "chain"
+    assert _choose(65536, 1 << 12)[0] == "native"  # chain 0.25, but its plan cannot hold 65536 rows in grid.y
 
 
-def test_committed_table_is_what_its_committed_run_derives():
-    run_dir = DATA_RUNS / measured.RUN_ID
-    assert run_dir.is_dir(), f"labkit/ops/dropin/measured.py cites {measured.RUN_ID}, which is not under data/runs"
+@pytest.mark.parametrize("table", tables.tables(), ids=lambda t: t.__name__.rsplit(".", 1)[-1])
+def test_every_committed_table_is_what_its_committed_run_derives(table):
+    run_dir = DATA_RUNS / table.RUN_ID
+    assert run_dir.is_dir(), f"{table.__name__} cites {table.RUN_ID}, which is not under data/runs"
     run = load_run(run_dir)
     assert run["complete"] and run["records"]["run"]["name"] == "dispatch_table"
     sweep = run["records"]["dropin_sweep"]
-    assert dispatch.derive_scores(sweep) == measured.SCORES
-    assert measured.DEVICE == {k: sweep["device"][k] for k in ("name", "arch", "sm_count")}
-    assert measured.RUN_ID in rule.RULE_SOURCE
+    assert dispatch.derive_scores(sweep) == table.SCORES
+    assert table.DEVICE == {k: sweep["device"][k] for k in ("name", "arch", "sm_count")}
+    assert dispatch.module_path(sweep).stem == table.__name__.rsplit(".", 1)[-1]
+    assert dispatch.module_path(sweep).read_text() == dispatch.module_source(table.SCORES, table.RUN_ID, sweep)
 
 
-def test_rule_takes_the_fastest_path_at_every_measured_point():
+def test_pick_takes_the_fastest_beyond_the_margin():
+    assert rule.pick({"native": 1.0, "chain": 0.5, "rows_fused": 0.6}) == "chain"
+    assert rule.pick({"native": 1.0, "rows_fused": 0.98}) == "native"          # 2% faster: noise, torch serves
+    assert rule.pick({"native": 1.0, "rows_fused": 0.96}) == "rows_fused"
+    assert rule.pick({"native": 1.0, "chain": 2.0}) == "native"
+    assert rule.pick({"native": 1.0, "chain": 0.5, "rows_fused": 0.5}) == "chain"  # ties in ORDER
+    assert rule.pick({"native": 1.0, "rows_fused": 0.5, "chain": 0.5}) == "chain"
+
+
+def test_rule_at_every_measured_point_serves_no_slower_path():
+    """At each point of the committed table: torch's kernel exactly where no candidate beats it by more than the
+    margin; elsewhere a path measured no slower than any candidate there."""
     sweep = load_run(DATA_RUNS / measured.RUN_ID)["records"]["dropin_sweep"]
-    dev = rule.Device(90, sweep["device"]["sm_count"])
     for r in sweep["shapes"]:
-        path, why = rule.choose(r["rows"], r["n"], dev)
-        sc = measured.SCORES[round(rule.row_coord(r["rows"], dev.sm_count), 4)][r["n"].bit_length() - 1]
-        best = min(sc, key=sc.get)
-        assert path == (best if sc[best] < 1 - rule.MARGIN else "native") and measured.RUN_ID in why
+        path, why = _choose(r["rows"], r["n"])
+        sc = measured.SCORES[rule.row_coord(r["rows"], H200.sm_count)][r["n"].bit_length() - 1]
+        available = {p: v for p, v in sc.items() if p == "native" or p in paths.plannable(r["rows"], r["n"], H200)}
+        assert (path == "native") == all(v >= 1 - rule.MARGIN for p, v in available.items() if p != "native")
+        assert path == "native" or all(available[path] <= v for v in available.values()), (r["key"], available)
+        assert measured.RUN_ID in why
 
 
 def test_rule_agrees_with_what_the_committed_dropin_run_recorded():
@@ -97,16 +120,27 @@ def test_rule_agrees_with_what_the_committed_dropin_run_recorded():
     from labkit.records.session import newest_complete_run
 
     run = newest_complete_run("dropin")
+    assert run is not None, "no committed dropin run"
     sweep = run["records"]["dropin_sweep"]
-    dev = rule.Device(sweep["device"]["arch"], sweep["device"]["sm_count"])
-    assert [(r["key"], rule.choose(r["rows"], r["n"], dev)[0]) for r in sweep["shapes"]] == \
+    assert sweep["device"]["arch"] == H200.arch and sweep["device"]["sm_count"] == H200.sm_count
+    assert [(r["key"], _choose(r["rows"], r["n"])[0]) for r in sweep["shapes"]] == \
         [(r["key"], r["rule"]) for r in sweep["shapes"]]
 
 
-def test_rule_off_the_measured_arch_is_torch():
-    for arch in (80, 86, 89, 100, 120):
-        path, why = rule.choose(1, 1 << 24, rule.Device(arch, 132))
-        assert path == "native" and "unmeasured" in why
+@pytest.mark.parametrize("arch", [80, 86, 89, 100, 120])
+def test_rule_without_a_table_for_the_arch_is_torch(arch):
+    dev = Device(f"sm_{arch}", arch, 132, 232448, 65535)
+    path, why = _choose(1, 1 << 24, dev)
+    assert path == "native" and f"no dispatch table measured on sm_{arch}" in why
+
+
+def test_which_table_serves_a_device():
+    table, why = tables.for_device(90, 132)
+    assert table is measured and "measured on NVIDIA H200 (132 SMs)" in why
+    table, why = tables.for_device(90, 114)  # an H100 PCIe: same arch, another SM count
+    assert table is measured and "carried to 114 SMs" in why and "not measured on this GPU" in why
+    assert tables.for_device(80, 108) == (None, "no dispatch table measured on sm_80")
+    assert tables.module_name("NVIDIA H200", 90, 132) == "nvidia_h200_sm90_132"
 
 
 def test_table_grid_for_display():
@@ -117,9 +151,9 @@ def test_table_grid_for_display():
 
 @pytest.mark.parametrize("arch", [80, 86, 89, 90, 100, 120])
 def test_pickable_paths_follow_the_table(arch):
-    paths = rule.pickable_paths(arch)
-    assert paths[0] == "native"
+    picked = rule.pickable_paths(arch, 132)
+    assert picked[0] == "native"
     if arch != 90:
-        assert paths == ("native",)
+        assert picked == ("native",)
     else:
-        assert "chain" in paths
+        assert {"chain", "rows_fused", "reference_order"} <= set(picked)

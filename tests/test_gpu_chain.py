@@ -81,19 +81,18 @@ def test_tma_ring_shapes_bit_identical(config, shape):
     """Other ring shapes of the tma kernel keep the bits: the ring only schedules loads."""
     import torch
 
-    from labkit.ops.chain import TmaConfig, launch_affine_columns, launch_chain_stats
+    from labkit.core.device import device_info
+    from labkit.ops import chain
+    from labkit.ops.plans import execute
 
     x = inputs.make_input("normal_plus_1000", shape, seed=5, device="cuda")
     w, b = inputs.make_affine("random_normal", shape[1:], seed=5, device="cuda")
 
     def run(x, w, b, eps):
         rows, n = x.numel() // w.numel(), w.numel()
-        mean = torch.empty(rows, device="cuda")
-        rstd = torch.empty(rows, device="cuda")
-        y = torch.empty_like(x)
-        launch_chain_stats(x, mean, rstd, rows, n, eps, "tma", tma=TmaConfig(*config))
-        launch_affine_columns(x, mean, rstd, w, b, y, rows, n)
-        return y, mean, rstd
+        p = chain.plan(rows, n, device_info(x.device.index),
+                       chain.ChainSettings("chain", "tma", chain.TmaConfig(*config)))
+        return execute(p, x, w, b, eps)
 
     rec = identity.compare_to_native(run, x, w, b, 1e-5)
     assert rec["identical"], {k: rec[k]["bit_equal_fraction"] for k in ("output", "mean", "rstd")}

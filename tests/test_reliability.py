@@ -45,24 +45,6 @@ def test_cpu_tensors_are_refused_by_the_functions_themselves():
     assert {r["function"] for r in rows} == set(refusals.PUBLIC_FUNCTIONS)
 
 
-def test_out_overlap_is_refused_but_a_separate_out_is_not():
-    from labkit.core.validate import check_output
-
-    buf = torch.rand(3, 8, 4)
-    with pytest.raises(ValueError, match="overlap"):
-        check_output("out", buf[1:], buf[:2], require_cuda=False)
-    check_output("out", torch.empty(2, 8, 4), buf[:2], require_cuda=False)
-
-
-def test_matrix_shows_an_accepting_validation_as_a_bug(monkeypatch):
-    from labkit.core import validate as v
-
-    monkeypatch.setattr(v, "layer_norm_layout", lambda *a, **k: v.RowLayout(1, 4))
-    monkeypatch.setattr(v, "check_output", lambda *a, **k: None)
-    shared = [r for r in refusals.refusal_rows("cpu") if r["function"].startswith("layer_norm_layout")]
-    assert shared and all(r["raises"].startswith("nothing (BUG") and not r["names_condition"] for r in shared)
-
-
 # ------------------------------------------------------------------------------------------ sanitizer reports
 
 RACE_REPORT = """========= COMPUTE-SANITIZER

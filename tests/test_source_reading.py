@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from labkit.studies import source_reading as contract
-from labkit.ops.torch_path import ROWWISE, UNSUPPORTED, VECTORIZED, torch_path
+from labkit.ops.eligibility import ROWWISE, UNSUPPORTED, VECTORIZED, torch_path
 from labkit.studies.source_reading import TORCH_VECTORIZED_LN as C
 from labkit.ops.reference_order import reference_order_layer_norm
 
@@ -81,9 +81,10 @@ def test_torch_path_conditions():
         path, why = torch_path(flat[off:off + 128].view(2, 64), w, b)
         assert path == ROWWISE and "X is" in why and "16-byte" in why
     g = torch.ones(65)[1:]
-    assert torch_path(x, g, b) == (ROWWISE, "gamma is 4 bytes off 16-byte alignment (can_vectorize fails)")
-    assert torch_path(x, w, torch.zeros(65)[1:])[1].startswith("beta is 4 bytes off")
-    assert torch_path(x, w, b, y=torch.empty(129)[1:].view(2, 64))[1].startswith("Y is 4 bytes off")
+    assert torch_path(x, g, b) == (ROWWISE, "gamma must be 16-byte aligned: torch's can_vectorize fails and it "
+                                            "takes its other path (got gamma is 4 bytes off 16-byte alignment)")
+    assert "got beta is 4 bytes off" in torch_path(x, w, torch.zeros(65)[1:])[1]
+    assert "got Y is 4 bytes off" in torch_path(x, w, b, y=torch.empty(129)[1:].view(2, 64))[1]
     assert torch_path(x, None, None, normalized_shape=(64,))[0] == VECTORIZED  # absent gamma/beta are fine
     assert torch_path(torch.rand(2, 6), torch.ones(6), torch.zeros(6))[0] == ROWWISE
     big = (1 << 24) + 4
@@ -106,28 +107,34 @@ def test_torch_path_conditions():
     ("misaligned x", lambda: (torch.rand(129)[1:].view(2, 64), torch.ones(64), torch.zeros(64)), "X is 4 bytes off"),
     ("misaligned gamma", lambda: (torch.rand(2, 64), torch.ones(65)[1:], torch.zeros(64)), "gamma is 4 bytes off"),
     ("misaligned beta", lambda: (torch.rand(2, 64), torch.ones(64), torch.zeros(65)[1:]), "beta is 4 bytes off"),
-    ("N % 4", lambda: (torch.rand(2, 6), torch.ones(6), torch.zeros(6)), "not a multiple of 4"),
-    ("float64", lambda: (torch.rand(2, 8).double(), torch.ones(8).double(), torch.zeros(8).double()), "float64"),
+    ("N % 4", lambda: (torch.rand(2, 6), torch.ones(6), torch.zeros(6)), "must be a multiple of 4"),
 ])
-def test_wrapper_refuses_where_torch_takes_its_other_path(label, args, reason):
-    with pytest.raises(ValueError, match="torch itself would take its other path") as exc:
-        reference_order_layer_norm(*args(), 1e-5)
-    assert reason in str(exc.value), label
+def test_refusal_says_where_torch_takes_its_other_path(label, args, reason):
+    """The predicate the wrappers run names torch's own condition, with the value torch_path reports."""
+    from labkit.ops.eligibility import refusal
+
+    why = refusal(*args(), 1e-5, require_cuda=False)
+    assert why.torch_path and "torch" in why.condition and reason in str(why), label
+    assert f"(got {why.actual})" in torch_path(*args())[1]
 
 
-def test_wrapper_refuses_n_over_2_24_before_anything_else():
+def test_refusal_of_n_over_2_24_names_torchs_limit():
+    from labkit.ops.eligibility import refusal
+
     big = (1 << 24) + 4
-    with pytest.raises(ValueError, match=r"other path.*2\*\*24"):
-        reference_order_layer_norm(torch.empty(1, big, device="meta"), torch.empty(big, device="meta"),
-                                   torch.empty(big, device="meta"), 1e-5)
+    why = refusal(torch.empty(1, big, device="meta"), torch.empty(big, device="meta"),
+                  torch.empty(big, device="meta"), 1e-5, require_cuda=False)
+    assert why.torch_path and "2**24" in why.condition and "other path" in why.condition
 
 
-def test_wrapper_keeps_its_own_messages_where_torch_is_vectorized():
+def test_wrapper_refuses_on_the_first_condition():
     x = torch.rand(2, 64)
-    with pytest.raises(ValueError, match="CUDA tensor"):
+    with pytest.raises(ValueError, match="x must be a CUDA tensor"):
         reference_order_layer_norm(x, torch.ones(64), torch.zeros(64), 1e-5)
     with pytest.raises(ValueError, match="x must be float32"):  # torch vectorizes half; our kernel does not
         reference_order_layer_norm(x.half(), torch.ones(64).half(), torch.zeros(64).half(), 1e-5)
+    with pytest.raises(ValueError, match="x must be float32"):
+        reference_order_layer_norm(x.double(), torch.ones(64).double(), torch.zeros(64).double(), 1e-5)
 
 
 def test_contract_shape_and_evidence():

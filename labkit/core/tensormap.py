@@ -1,11 +1,15 @@
 """CUDA tensor maps (TMA descriptors) built with the driver's cuTensorMapEncodeTiled through ctypes.
 
 A map is 128 opaque bytes passed to the kernel by value (a size-one numpy array of that many bytes, which
-CuPy hands to cuLaunchKernel as is), so it is captured into CUDA graphs with the launch.
+CuPy hands to cuLaunchKernel as is), so it is captured into CUDA graphs with the launch. A plan describes its map
+as a `TensorMapGeometry` (float32, dims innermost first); a `TensorMapEncoder` encodes that geometry at an
+address, keeping the maps it made (a model's activations come back to the same few addresses from torch's
+caching allocator, and an encode costs microseconds).
 """
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,19 +31,59 @@ def _driver():
     return _lib
 
 
+@dataclass(frozen=True)
+class TensorMapGeometry:
+    """A float32 tiled map: dims innermost first, byte strides of dims 1.., box extents per dim."""
+
+    dims: tuple[int, ...]
+    strides_bytes: tuple[int, ...]
+    box: tuple[int, ...]
+
+    def __post_init__(self):
+        rank = len(self.dims)
+        if not (len(self.strides_bytes) == rank - 1 and len(self.box) == rank and 1 <= rank <= 5):
+            raise ValueError(f"rank mismatch: dims {self.dims}, strides {self.strides_bytes}, box {self.box}")
+        if any(s % 16 for s in self.strides_bytes):
+            raise ValueError(f"tensor-map strides must be multiples of 16 bytes, got {self.strides_bytes}")
+
+
+class TensorMapEncoder:
+    """cuTensorMapEncodeTiled for one geometry, its ctypes arrays built once; maps kept per address."""
+
+    MAX_CACHED = 64
+
+    def __init__(self, geometry: TensorMapGeometry):
+        u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+        rank = len(geometry.dims)
+        self.geometry = geometry
+        self._encode = _driver().cuTensorMapEncodeTiled
+        self._rank = rank
+        self._dims = (u64 * rank)(*geometry.dims)
+        self._strides = (u64 * (rank - 1))(*geometry.strides_bytes)
+        self._box = (u32 * rank)(*geometry.box)
+        self._elem = (u32 * rank)(*([1] * rank))
+        self._cache: dict[int, np.ndarray] = {}
+
+    def __call__(self, address: int) -> np.ndarray:
+        m = self._cache.get(address)
+        if m is not None:
+            return m
+        if address % 16:
+            raise ValueError(f"tensor maps need a 16-byte aligned address, got {address:#x}")
+        out = (ctypes.c_uint64 * 16)()
+        res = self._encode(ctypes.byref(out), _FLOAT32, self._rank, ctypes.c_void_p(address), self._dims,
+                           self._strides, self._box, self._elem, 0, 0, _L2_PROMOTION_256B, 0)
+        # no interleave, no swizzle, zero fill out of bounds
+        if res != 0:
+            raise RuntimeError(f"cuTensorMapEncodeTiled failed with CUresult {res} for {self.geometry} at "
+                               f"address {address:#x}")
+        m = np.frombuffer(bytes(out), dtype=MAP_DTYPE).copy()
+        if len(self._cache) >= self.MAX_CACHED:
+            self._cache.clear()
+        self._cache[address] = m
+        return m
+
+
 def encode_tiled_f32(address: int, dims, strides_bytes, box) -> np.ndarray:
-    """A float32 tiled tensor map: dims innermost first, byte strides of dims 1.., box extents per dim."""
-    rank = len(dims)
-    if not (len(strides_bytes) == rank - 1 and len(box) == rank and 1 <= rank <= 5):
-        raise ValueError(f"rank mismatch: dims {dims}, strides {strides_bytes}, box {box}")
-    if address % 16 or any(s % 16 for s in strides_bytes):
-        raise ValueError("tensor maps need a 16-byte aligned address and strides that are multiples of 16 bytes")
-    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
-    out = (u64 * 16)()
-    res = _driver().cuTensorMapEncodeTiled(
-        ctypes.byref(out), _FLOAT32, rank, ctypes.c_void_p(address), (u64 * rank)(*dims),
-        (u64 * (rank - 1))(*strides_bytes), (u32 * rank)(*box), (u32 * rank)(*([1] * rank)),
-        0, 0, _L2_PROMOTION_256B, 0)  # no interleave, no swizzle, zero fill out of bounds
-    if res != 0:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed with CUresult {res} for dims {dims}, box {box}")
-    return np.frombuffer(bytes(out), dtype=MAP_DTYPE).copy()
+    """One map, encoded now (for one-off launches; plans keep a TensorMapEncoder)."""
+    return TensorMapEncoder(TensorMapGeometry(tuple(dims), tuple(strides_bytes), tuple(box)))(address)

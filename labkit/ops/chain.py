@@ -1,11 +1,10 @@
 """Chain-parallel reference-order LayerNorm: torch's statistics contract with the chains spread over the GPU.
 
-Two schedules of one contract, chosen from the shape (both bit-identical to torch's vectorized path):
-- "chain" (few, long rows): each (row, warp) pair's 32 Welford chains run in their own block, fed by tensor-map
-  copies (kernels/chain_stats_tma.cu; kernels/chain_stats.cu where chains are ragged), merge in torch's tree,
-  then kernels/affine_columns.cu writes the output.
-- "rows_fused" (many rows): kernels/rows_fused.cu is torch's own one-block-per-row schedule, keeping each
-  thread's vectors in registers so x is read once.
+Each (row, warp) pair's 32 Welford chains run in their own block, fed by tensor-map copies
+(kernels/chain_stats_tma.cu; kernels/chain_stats.cu where chains are ragged or the device has no tensor maps),
+merge in torch's tree, then kernels/affine_columns.cu writes the output. `chain_layer_norm` also serves many rows,
+through labkit.ops.rows_fused (torch's own schedule), where the dispatch rule says that is faster: both keep the
+bits.
 """
 from __future__ import annotations
 
@@ -14,11 +13,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.core.launch import launch
-from labkit.core.validate import MAX_NORMALIZED, check_output, layer_norm_layout
+from labkit.core.device import Device, current_index, device_info
+from labkit.core.launch import Kernel, launch, memset_async, prepare
+from labkit.core.tensormap import TensorMapEncoder, TensorMapGeometry
+from labkit.ops import eligibility, rows_fused
+from labkit.ops.plans import Scratch, execute
 
+PATH = "chain"
+KERNELS = ("chain_stats_tma", "chain_stats", "affine_columns")
+MIN_ARCH = 90  # mbarrier transaction counts and bulk copies (both blockings)
 SCHEDULES = ("auto", "chain", "rows_fused")
+BLOCKING_NAMES = ("tma", "w1", "w4")
 STEPS_PER_STAGE = 8  # must match kernels/chain_stats.cu
+BLOCKS_PER_ROW = 4   # one block per warp of a row's 128 chains (tma, w1) or one per row (w4: 4 warps a block)
+AFFINE_THREADS = 256  # must match kernels/affine_columns.cu's launch bounds
 
 
 @dataclass(frozen=True)
@@ -40,9 +48,6 @@ class ChainBlocking:
 
 
 BLOCKINGS = {"w1": ChainBlocking("chain_stats_w1", 1, 16), "w4": ChainBlocking("chain_stats_w4", 4, 12)}
-BLOCKING_NAMES = ("tma", *BLOCKINGS)
-DEFAULT_BLOCKING = "auto"
-MAX_DYNAMIC_SMEM = 227 * 1024  # sm_90 opt-in limit per block
 
 
 @dataclass(frozen=True)
@@ -57,9 +62,11 @@ class TmaConfig:
         if not (1 <= self.steps <= 256 and self.stages >= 2 and self.ahead >= 1 and self.steps % self.ahead == 0):
             raise ValueError(f"TmaConfig needs 1 <= steps <= 256 (a TMA box dimension), stages >= 2 and ahead "
                              f"dividing steps, got {self}")
-        if tma_smem_bytes(self) > MAX_DYNAMIC_SMEM:
-            raise ValueError(f"TmaConfig {self} needs {tma_smem_bytes(self)} bytes of shared memory, more than "
-                             f"{MAX_DYNAMIC_SMEM}")
+
+    @property
+    def smem_bytes(self) -> int:
+        """The ring: per stage, `steps` segments of 512 bytes and their 4 reciprocals each."""
+        return self.stages * self.steps * (512 + 16)
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -68,30 +75,92 @@ class TmaConfig:
         return (f"-DTMA_STEPS={self.steps}", f"-DTMA_STAGES={self.stages}", f"-DTMA_AHEAD={self.ahead}")
 
 
-def tma_smem_bytes(config: "TmaConfig | None" = None) -> int:
-    """The ring: per stage, `steps` segments of 512 bytes and their 4 reciprocals each."""
-    c = config or TmaConfig()
-    return c.stages * c.steps * (512 + 16)
+@dataclass(frozen=True)
+class ChainSettings:
+    """Launch settings of chain_layer_norm; the defaults choose from the shape, and every choice keeps the bits.
+
+    schedule: "auto" (the dispatch rule, labkit.ops.dispatch), "chain" (few long rows) or "rows_fused" (many rows).
+    blocking: for the chain schedule, "auto" or one of BLOCKING_NAMES ("tma": one warp of chains per block fed by
+        tensor-map copies, needs N % 512 == 0 and tensor maps; "w4": whole-row blocks; "w1": per-step copies).
+    tma: the tma blocking's ring (default: the kernel's own).
+    options: extra -D flags for the statistics kernel (the stage-breakdown variants, CHAIN_VARIANT).
+    """
+
+    schedule: str = "auto"
+    blocking: str = "auto"
+    tma: TmaConfig | None = None
+    options: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.blocking != "auto" and self.blocking not in BLOCKING_NAMES:
+            raise ValueError(f"blocking must be one of {sorted(BLOCKING_NAMES)}, got {self.blocking!r}")
 
 
-def choose_blocking(n: int) -> str:
-    """The tensor-map kernel needs equal-length chains (N % 512 == 0); otherwise whole-row blocks with
-    contiguous copies, which handle ragged chains."""
-    return "tma" if n % 512 == 0 else "w4"
+DEFAULT_SETTINGS = ChainSettings()
 
 
-MAX_PUSHES = 4 * -(-(MAX_NORMALIZED // 4) // 128)                # longest chain torch's vectorized path allows
+def choose_blocking(n: int, device: Device) -> str:
+    """The tensor-map kernel needs equal-length chains (N % 512 == 0) and a device with tensor maps; otherwise
+    whole-row blocks with contiguous copies, which handle ragged chains."""
+    return "tma" if n % 512 == 0 and device.tensor_maps else "w4"
+
+
+MAX_PUSHES = 4 * -(-(eligibility.MAX_NORMALIZED // 4) // 128)  # longest chain torch's vectorized path allows
+
+
+@dataclass(frozen=True)
+class ChainPlan:
+    rows: int
+    n: int
+    blocking: str
+    stats: Kernel                        # grid (4 // warps per block, rows)
+    output: Kernel                       # a thread per float4 column over all rows, last columns first
+    tensor_map: TensorMapGeometry | None  # tma: x as [rows][steps][4 warps][128 floats]
+    reciprocals: bool                    # w1/w4 read the device's reciprocal table
+    scratch: Scratch                     # per-warp states [rows, 4, 3] floats, then per-row counters [rows], zeroed
+    path: str = PATH
+
+    def bind(self, device_index: int) -> "_Bound":
+        return _Bound(self, device_index)
+
+
+def plan(rows: int, n: int, device: Device, settings: ChainSettings = DEFAULT_SETTINGS) -> ChainPlan:
+    """The chain schedule's launches for rows x N on `device`; ValueError where they cannot run there."""
+    if device.arch < MIN_ARCH:
+        raise ValueError(f"the chain kernels need sm_{MIN_ARCH} (mbarrier transactions, bulk copies), device is "
+                         f"{device.arch_name}")
+    if rows > device.max_grid_y:
+        raise ValueError(f"the chain schedule puts rows in grid.y, which holds at most {device.max_grid_y} "
+                         f"(got rows={rows})")
+    blocking = choose_blocking(n, device) if settings.blocking == "auto" else settings.blocking
+    if blocking == "tma" and choose_blocking(n, device) != "tma":
+        raise ValueError(f"the tma blocking needs N % 512 == 0 (equal-length chains) and tensor maps, got N={n} "
+                         f"on {device.arch_name}")
+    if blocking == "tma":
+        tma = settings.tma or TmaConfig()
+        stats = Kernel("chain_stats_tma", "chain_stats_tma", (BLOCKS_PER_ROW, rows), (64,), tma.smem_bytes,
+                       tma.options + settings.options)
+        geometry = TensorMapGeometry((128, 4, n // 512, rows), (512, 2048, 4 * n), (128, 1, tma.steps, 1))
+    else:
+        b = BLOCKINGS[blocking]
+        stats = Kernel("chain_stats", b.function, (BLOCKS_PER_ROW // b.warps, rows), (b.threads,), b.smem_bytes,
+                       settings.options)
+        geometry = None
+    if stats.shared_mem > device.smem_optin_bytes:
+        raise ValueError(f"the {blocking} blocking needs {stats.shared_mem} bytes of shared memory per block, the "
+                         f"device allows {device.smem_optin_bytes}")
+    output = Kernel("affine_columns", "affine_columns", (-(-(n // 4) // AFFINE_THREADS),), (AFFINE_THREADS,))
+    return ChainPlan(rows, n, blocking, stats, output, geometry, geometry is None,
+                     Scratch(52 * rows, zeroed_at=48 * rows, zeroed_bytes=4 * rows))
+
 
 _lock = threading.Lock()
 _recip_tables: dict[int, object] = {}
 
 
-def choose_schedule(rows: int, sm_count: int) -> str:
-    """Chains when four blocks per row still fit in about two blocks per SM; otherwise torch's own schedule."""
-    return "chain" if rows * 4 <= 2 * sm_count else "rows_fused"
-
-
-def _recip_table(device):
+def reciprocal_table(device_index: int):
     """The device's table of correctly rounded reciprocals (kernels/chain_stats.cu reads it), built once.
 
     Read-only once built, so every stream and thread may share it; building waits for the kernel that fills it,
@@ -99,96 +168,65 @@ def _recip_table(device):
     import torch
 
     with _lock:
-        table = _recip_tables.get(device.index)
+        table = _recip_tables.get(device_index)
         if table is None:
             if torch.cuda.is_current_stream_capturing():
-                raise ValueError("chain_layer_norm with the w1/w4 blockings: call once outside CUDA graph capture "
-                                 "first (it builds the device's reciprocal table then)")
+                raise ValueError("the w1/w4 blockings build the device's reciprocal table at their first call: "
+                                 "call once outside CUDA graph capture first")
+            device = torch.device("cuda", device_index)
             table = torch.empty(MAX_PUSHES, device=device, dtype=torch.float32)
             launch("chain_stats", "reciprocal_table", (-(-MAX_PUSHES // 256),), (256,),
                    (table, np.int32(MAX_PUSHES)), device)
             torch.cuda.current_stream(device).synchronize()
-            _recip_tables[device.index] = table
+            _recip_tables[device_index] = table
         return table
 
 
-def _scratch(device, rows: int):
-    """Per-call scratch (per-warp states, per-row arrival counters, zeroed) from torch's caching allocator on the
-    call's stream: calls overlapping on other streams or threads never share it, and under graph capture it comes
-    from the graph's private pool and lives as long as the graph."""
-    import torch
+class _Bound:
+    def __init__(self, p: ChainPlan, device_index: int):
+        self._stats, self._output = prepare(p.stats, device_index), prepare(p.output, device_index)
+        self._tmap = TensorMapEncoder(p.tensor_map) if p.tensor_map else None
+        self._recip = np.uint64(reciprocal_table(device_index).data_ptr()) if p.reciprocals else None
+        self._done_at, self._done_bytes = p.scratch.zeroed_at, p.scratch.zeroed_bytes
+        self._n, self._rows, self._n4 = np.int32(p.n), np.int32(p.rows), np.int32(p.n // 4)
 
-    return (torch.empty(rows * 12, device=device, dtype=torch.float32),
-            torch.zeros(rows, device=device, dtype=torch.int32))
+    def stats(self, x, mean, rstd, scratch, eps, stream) -> None:
+        u = np.uint64
+        s, s_ptr = stream
+        done = scratch + self._done_at
+        memset_async(done, self._done_bytes, s_ptr)  # the kernel's last block per row resets it, but a killed
+        # or faulted launch would not: zero per call, as a node of the graph under capture
+        head = (self._tmap(x),) if self._tmap is not None else (u(x), self._recip)
+        self._stats(head + (u(scratch), u(done), u(mean), u(rstd), self._n, eps), s)
 
+    def output(self, x, mean, rstd, weight, bias, y, stream) -> None:
+        u = np.uint64
+        self._output((u(x), u(mean), u(rstd), u(weight), u(bias), u(y), self._rows, self._n4), stream[0])
 
-def launch_chain_stats(x, mean, rstd, rows: int, n: int, eps: float, blocking: str = DEFAULT_BLOCKING,
-                       options: tuple[str, ...] = (), tma: TmaConfig | None = None) -> None:
-    """The statistics pass alone. `options` adds -D flags (the tma kernel's stage-breakdown variants,
-    CHAIN_VARIANT); `tma` changes the tma blocking's ring (default: the kernel's own)."""
-    if blocking == "auto":
-        blocking = choose_blocking(n)
-    warp_state, row_done = _scratch(x.device, rows)
-    if blocking == "tma":
-        from labkit.core.tensormap import encode_tiled_f32
-
-        tma = tma or TmaConfig()
-        # x as [rows][steps][4 warps][128 floats]: one box is `tma.steps` steps of one warp's 512-byte segments.
-        tmap = encode_tiled_f32(x.data_ptr(), (128, 4, n // 512, rows), (512, 2048, 4 * n),
-                                (128, 1, tma.steps, 1))
-        launch("chain_stats_tma", "chain_stats_tma", (4, rows), (64,),
-               (tmap, warp_state, row_done, mean, rstd, np.int32(n), np.float32(eps)),
-               x.device, shared_mem=tma_smem_bytes(tma), options=tma.options + tuple(options))
-        return
-    b = BLOCKINGS[blocking]
-    launch("chain_stats", b.function, (4 // b.warps, rows), (b.threads,),
-           (x, _recip_table(x.device), warp_state, row_done, mean, rstd, np.int32(n), np.float32(eps)),
-           x.device, shared_mem=b.smem_bytes, options=options)
+    def __call__(self, x, weight, bias, y, mean, rstd, scratch, eps, stream) -> None:
+        self.stats(x, mean, rstd, scratch, eps, stream)
+        self.output(x, mean, rstd, weight, bias, y, stream)
 
 
-AFFINE_THREADS = 256  # must match kernels/affine_columns.cu's launch bounds
+def schedule_plan(rows: int, n: int, device: Device, settings: ChainSettings = DEFAULT_SETTINGS):
+    """The plan chain_layer_norm runs: the chain schedule, rows_fused, or (auto) the one the dispatch rule picks
+    among those two that can take the shape."""
+    if settings.schedule == "rows_fused":
+        return rows_fused.plan(rows, n, device)
+    if settings.schedule == "chain":
+        return plan(rows, n, device, settings)
+    from labkit.ops.dispatch import rule
 
-
-def launch_affine_columns(x, mean, rstd, weight, bias, y, rows: int, n: int, options: tuple[str, ...] = ()) -> None:
-    """The chain schedule's output pass: a thread per float4 column over all rows, last columns first."""
-    n4 = n // 4
-    launch("affine_columns", "affine_columns", (-(-n4 // AFFINE_THREADS),), (AFFINE_THREADS,),
-           (x, mean, rstd, weight, bias, y, np.int32(rows), np.int32(n4)), x.device, options=options)
-
-
-ROWS_FUSED_VECTORS = (2, 4, 8)  # kernels/rows_fused.cu's entry points: float4 vectors kept per thread
-
-
-def rows_fused_function(n: int) -> str:
-    """The entry point with the fewest registers that still keeps a whole row in registers (else the largest,
-    which re-reads the rest): fewer registers, more blocks per SM, which short rows need."""
-    n4 = n // 4
-    k = next((k for k in ROWS_FUSED_VECTORS if n4 <= 128 * k), ROWS_FUSED_VECTORS[-1])
-    return f"rows_fused_reg{k}"
-
-
-def launch_rows_fused(x, weight, bias, y, mean, rstd, rows: int, n: int, eps: float) -> None:
-    launch("rows_fused", rows_fused_function(n), (rows,), (32, 4),
-           (x, weight, bias, y, mean, rstd, np.int32(n), np.float32(eps)), x.device)
-
-
-@dataclass(frozen=True)
-class ChainSettings:
-    """Launch settings of chain_layer_norm; the defaults choose from the shape, and every choice keeps the bits.
-
-    schedule: "auto", "chain" (few long rows) or "rows_fused" (many rows).
-    blocking: for the chain schedule, "auto" or one of BLOCKING_NAMES ("tma": one warp of chains per block fed by
-        tensor-map copies, needs N % 512 == 0; "w4": whole-row blocks; "w1": per-step copies, timed for comparison).
-    """
-
-    schedule: str = "auto"
-    blocking: str = DEFAULT_BLOCKING
-
-    def __post_init__(self):
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if self.blocking != "auto" and self.blocking not in BLOCKING_NAMES:
-            raise ValueError(f"blocking must be one of {sorted(BLOCKING_NAMES)}, got {self.blocking!r}")
+    candidates = {}
+    for name, make in (("chain", lambda: plan(rows, n, device, settings)),
+                       ("rows_fused", lambda: rows_fused.plan(rows, n, device))):
+        try:
+            candidates[name] = make()
+        except ValueError:
+            continue
+    if not candidates:
+        raise ValueError(f"neither the chain nor the rows_fused schedule runs on {device.arch_name}")
+    return candidates[rule.schedule(rows, n, device, tuple(candidates))]
 
 
 def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False,
@@ -203,26 +241,7 @@ def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_sta
     Raises:
         ValueError naming the violated condition, before any launch.
     """
-    settings = settings or ChainSettings()
-    schedule, blocking = settings.schedule, settings.blocking
-    layout = layer_norm_layout(x, weight, bias, eps)
-    if out is not None:
-        check_output("out", out, x)
-    import torch
-
-    rows, n = layout.rows, layout.n
-    if schedule == "auto":
-        schedule = choose_schedule(rows, torch.cuda.get_device_properties(x.device).multi_processor_count)
-    if blocking == "tma" and choose_blocking(n) != "tma":
-        raise ValueError(f"the tma blocking needs N % 512 == 0 (equal-length chains), got N={n}")
-    if schedule == "chain" and rows > 65535:
-        raise ValueError(f"the chain schedule puts rows in grid.y, which holds at most 65535 (got rows={rows})")
-    y = torch.empty_like(x) if out is None else out
-    mean = torch.empty(rows, device=x.device, dtype=torch.float32)
-    rstd = torch.empty(rows, device=x.device, dtype=torch.float32)
-    if schedule == "chain":
-        launch_chain_stats(x, mean, rstd, rows, n, eps, blocking)
-        launch_affine_columns(x, mean, rstd, weight, bias, y, rows, n)
-    else:
-        launch_rows_fused(x, weight, bias, y, mean, rstd, rows, n, eps)
+    layout = eligibility.check(x, weight, bias, eps, out=out)
+    p = schedule_plan(layout.rows, layout.n, device_info(current_index(x.device)), settings or DEFAULT_SETTINGS)
+    y, mean, rstd = execute(p, x, weight, bias, eps, out)
     return (y, mean, rstd) if return_stats else y

@@ -20,7 +20,6 @@ from labkit.core.launch import launch
 from labkit.ops.scripted import script
 
 FAMILIES = ("rms", "mean_abs", "l2")
-TASK_OF = {"rms": "L1/36", "mean_abs": "L1/38", "l2": "L1/39"}
 EPS = 1e-5  # L1/36's eps; the other two tasks have none
 MAX_NUMEL = (1 << 31) - 1  # the kernels index elements of one sample with 32-bit channel counts, totals 64-bit
 SPLITS = (1, 2, 4, 8, 16)  # warp splits kernels/channel_norm_nchw.cu is instantiated for

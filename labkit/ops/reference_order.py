@@ -5,47 +5,63 @@ over many row-interleaved blocks) -> this wrapper, which validates before anythi
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from labkit.ops.torch_path import require_vectorized
-from labkit.core.launch import launch
-from labkit.core.validate import check_output, layer_norm_layout
+from labkit.core.device import Device, current_index, device_info
+from labkit.core.launch import Kernel, prepare
+from labkit.ops import eligibility
+from labkit.ops.plans import NO_SCRATCH, Scratch, execute
 
-THREADS_AFFINE = 256
-
-
-def _alloc_stats(x, rows):
-    import torch
-
-    return torch.empty(rows, device=x.device, dtype=torch.float32), torch.empty(rows, device=x.device,
-                                                                                 dtype=torch.float32)
+PATH = "reference_order"
+KERNELS = ("reference_stats", "affine_rows")
+MIN_ARCH = 80
+THREADS_AFFINE = 256  # kernels/affine_rows.cu's launch bounds
 
 
-def launch_reference_stats(x, mean, rstd, rows: int, n: int, eps: float) -> None:
-    launch("reference_stats", "reference_order_stats", (rows,), (32, 4),
-           (x, mean, rstd, np.int32(n), np.float32(eps)), x.device)
+@dataclass(frozen=True)
+class ReferenceOrderPlan:
+    rows: int
+    n: int
+    stats: Kernel   # grid (rows,): torch's one block per row
+    output: Kernel  # grid (rows, tiles): rows fastest, so neighbouring blocks share gamma/beta tiles
+    scratch: Scratch = NO_SCRATCH
+    path: str = PATH
+
+    def bind(self, device_index: int) -> "_Bound":
+        return _Bound(self, device_index)
 
 
-def launch_affine_rows(x, mean, rstd, weight, bias, y, rows: int, n: int) -> None:
-    n4 = n // 4
-    launch("affine_rows", "affine_rows_interleaved", (rows, -(-n4 // THREADS_AFFINE)), (THREADS_AFFINE,),
-           (x, mean, rstd, weight, bias, y, np.int32(n4)), x.device)
+def plan(rows: int, n: int, device: Device) -> ReferenceOrderPlan:
+    """The launches for rows x N on `device`; ValueError where they cannot run there."""
+    if device.arch < MIN_ARCH:
+        raise ValueError(f"the reference-order kernels are built for sm_{MIN_ARCH} and later, device is "
+                         f"{device.arch_name}")
+    tiles = -(-(n // 4) // THREADS_AFFINE)
+    if tiles > device.max_grid_y:
+        raise ValueError(f"affine_rows puts N's tiles in grid.y, which holds at most {device.max_grid_y} "
+                         f"(got {tiles} tiles for N={n})")
+    return ReferenceOrderPlan(rows, n, Kernel("reference_stats", "reference_order_stats", (rows,), (32, 4)),
+                              Kernel("affine_rows", "affine_rows_interleaved", (rows, tiles), (THREADS_AFFINE,)))
 
 
-def _consult_contract(x, weight, bias) -> None:
-    """Refuse inputs on which torch would take RowwiseMomentsCUDAKernel instead of the vectorized kernel.
+class _Bound:
+    def __init__(self, p: ReferenceOrderPlan, device_index: int):
+        self._stats, self._output = prepare(p.stats, device_index), prepare(p.output, device_index)
+        self._n, self._n4 = np.int32(p.n), np.int32(p.n // 4)
 
-    Only well-formed calls are judged here (tensors, trailing dims equal to weight's shape); anything else is left
-    to layer_norm_layout's messages. `out` is not torch's Y (torch allocates its own), so its alignment is
-    checked by check_output as a limit of this kernel, not of torch."""
-    import torch
+    def stats(self, x, mean, rstd, scratch, eps, stream) -> None:
+        u = np.uint64
+        self._stats((u(x), u(mean), u(rstd), self._n, eps), stream[0])
 
-    if not all(isinstance(t, torch.Tensor) for t in (x, weight, bias)):
-        return
-    shape = tuple(weight.shape)
-    if not shape or x.dim() < len(shape) or tuple(x.shape[x.dim() - len(shape):]) != shape:
-        return
-    require_vectorized(x, weight, bias)
+    def output(self, x, mean, rstd, weight, bias, y, stream) -> None:
+        u = np.uint64
+        self._output((u(x), u(mean), u(rstd), u(weight), u(bias), u(y), self._n4), stream[0])
+
+    def __call__(self, x, weight, bias, y, mean, rstd, scratch, eps, stream) -> None:
+        self.stats(x, mean, rstd, scratch, eps, stream)
+        self.output(x, mean, rstd, weight, bias, y, stream)
 
 
 def reference_order_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
@@ -60,18 +76,10 @@ def reference_order_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, 
     Returns:
         y, or (y, mean, rstd).
     Raises:
-        ValueError naming the violated condition, before any launch. Inputs on which torch itself would not take
-        its vectorized path (labkit.ops.torch_path: misaligned x/weight/bias, N % 4 != 0, N > 2**24,
-        float64) are refused first, with a message saying so: torch's order is then a different reduction.
+        ValueError naming the violated condition (labkit.ops.eligibility), before any launch; inputs on which
+        torch itself would leave its vectorized path (misaligned x/weight/bias, N % 4 != 0, N > 2**24) say so.
     """
-    _consult_contract(x, weight, bias)
-    layout = layer_norm_layout(x, weight, bias, eps)
-    if out is not None:
-        check_output("out", out, x)
-    import torch
-
-    y = torch.empty_like(x) if out is None else out
-    mean, rstd = _alloc_stats(x, layout.rows)
-    launch_reference_stats(x, mean, rstd, layout.rows, layout.n, eps)
-    launch_affine_rows(x, mean, rstd, weight, bias, y, layout.rows, layout.n)
+    layout = eligibility.check(x, weight, bias, eps, out=out)
+    p = plan(layout.rows, layout.n, device_info(current_index(x.device)))
+    y, mean, rstd = execute(p, x, weight, bias, eps, out)
     return (y, mean, rstd) if return_stats else y

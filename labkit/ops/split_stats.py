@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from labkit.core.launch import launch
-from labkit.core.validate import layer_norm_layout
+from labkit.core.device import current_index, device_info
+from labkit.ops import eligibility
 from labkit.ops.scripted import script
 
 THREADS = 256  # kernels/split_affine.cu: threads per block
@@ -52,10 +53,10 @@ def split_stats_layer_norm(x, weight, bias, eps: float = 1e-5, *, geometry: str 
     """
     if geometry not in GEOMETRIES:
         raise ValueError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
-    layout = layer_norm_layout(x, weight, bias, eps, require_cuda=geometry in KERNEL_GEOMETRIES)
+    layout = eligibility.check(x, weight, bias, eps, require_cuda=geometry in KERNEL_GEOMETRIES)
     rows, n = layout.rows, layout.n
-    if geometry == "flat" and rows > 65535:
-        raise ValueError(f"flat geometry puts rows in grid.y, which holds at most 65535 (got rows={rows})")
+    if geometry == "flat" and rows > (limit := device_info(current_index(x.device)).max_grid_y):
+        raise ValueError(f"flat geometry puts rows in grid.y, which holds at most {limit} (got rows={rows})")
     var, mean = row_var_mean(x, rows, n)
     if geometry in ("eager", "torchscript"):
         fn = split_pointwise

@@ -14,7 +14,6 @@ from labkit.tasks import L1_40, config, shape_key
 SWEEP = tuple((1 << k, 1 << (24 - k)) for k in range(17))
 QUICK_SWEEP = ((1, 1 << 20), (4, 1 << 18), (64, 1 << 14), (4096, 256))
 EAGER_METHODS = ("native", "dropin", "chain", "rows_fused", "reference_order")
-COMPILED_METHODS = ("native_compiled", "dropin_compiled")
 HOST_SHAPE = (8, 256)   # "a tiny shape": the kernel is shorter than the host's part of a call
 HOST_CALLS = 10_000
 NEAR_MAX_SHAPE = (4, 768)
@@ -84,12 +83,14 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
     `dropin_sweep` record."""
     import torch
 
+    from labkit.core.device import current_index, device_info
     from labkit.inputs import make_input
-    from labkit.ops.dropin import plan, rule
+    from labkit.ops import paths
+    from labkit.ops.dispatch import rule
     from labkit.studies.bench import PROTOCOL_A, PROTOCOL_B, time_methods
 
     eager_p, graph_p = replace(PROTOCOL_B, rounds=rounds), replace(PROTOCOL_A, rounds=rounds)
-    dev = plan.device_info(torch.device(device).index or 0)
+    dev = device_info(current_index(torch.device(device)))
     _raise_recompile_limit()
     rows_out = []
     timing_shapes = {tuple(s) for s in config("full").timing_shapes} | {tuple(s) for s in config("quick").timing_shapes}
@@ -99,7 +100,7 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
         w, b = _affine(shape, seed, device)
         rows, n = x.numel() // w.numel(), w.numel()
         row = {"key": shape_key(shape), "shape": list(shape), "rows": rows, "n": n, "l1_40": tuple(shape) == L1_40,
-               "rule": rule.choose(rows, n, dev)[0], "errors": {}}
+               "rule": rule.choose(rows, n, dev, tuple(paths.plannable(rows, n, dev)))[0], "errors": {}}
         with torch.no_grad():
             ok = {}
             for name, fn in _methods(x, w, b, eps).items():
@@ -128,7 +129,7 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
         if log:
             log(f"{row['key']}: {row['seconds']:.1f} s")
     return {"device": {"arch": dev.arch, "sm_count": dev.sm_count, "name": torch.cuda.get_device_name()},
-            "rule_source": rule.RULE_SOURCE,
+            "rule_source": rule.table_source(dev),
             "protocols": {"eager": eager_p.__dict__, "graph": graph_p.__dict__}, "shapes": rows_out}
 
 
@@ -484,24 +485,27 @@ def dispatch_rows(sweep_record: dict | None) -> list[dict]:
     return rows
 
 
-def rule_table(shape_list, arch: int = 90, sm_count: int = 132) -> list[dict]:
-    """What the code's rule picks for each shape on a given GPU (no measurement: the rule alone)."""
-    from labkit.ops.dropin import rule
+def rule_table(shape_list, device) -> list[dict]:
+    """What the code's rule picks for each shape on `device` (a labkit.core.device.Device; no measurement)."""
+    from labkit.ops import paths
+    from labkit.ops.dispatch import rule
 
     out = []
     for shape in shape_list:
         n = math.prod(shape[1:])
-        path, why = rule.choose(shape[0], n, rule.Device(arch, sm_count))
+        path, why = rule.choose(shape[0], n, device, tuple(paths.plannable(shape[0], n, device)))
         out.append({"shape": shape_key(shape), "rows": shape[0], "N": n, "path": path, "why": why})
     return out
 
 
 def rule_grid_rows() -> list[dict]:
-    """The rule's measured table (labkit/ops/dropin/measured.py) as a grid: the path taken at each measured point."""
-    from labkit.ops.dropin import measured
+    """Every committed dispatch table (labkit/ops/dispatch/tables/) as a grid: the path the rule takes at each
+    measured point, on the GPU it was measured on."""
+    from labkit.ops.dispatch import tables
     from labkit.studies.dispatch import table_rows
 
-    return table_rows(measured.SCORES, measured.DEVICE["sm_count"])
+    return [{"table": t.DEVICE["name"], **row} for t in tables.tables()
+            for row in table_rows(t.SCORES, t.DEVICE["sm_count"])]
 
 
 def host_rows(host: dict | None) -> list[dict]:

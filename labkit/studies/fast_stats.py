@@ -21,7 +21,6 @@ from labkit.records import check
 from labkit.tasks import UNEVEN_SHAPE, shape_key
 
 METHODS = ("eager", "torchscript", "flat", "interleaved")
-CPU_METHODS = ("eager", "torchscript")
 ORDINARY = ("uniform", "normal", "normal_x100")
 OFFSET = ("normal_plus_1000",)
 CPU_ORACLE_CONTROLS = ("constant_1e4", "normal_plus_1000")  # the controls the CPU oracle recomputes at UNEVEN_SHAPE

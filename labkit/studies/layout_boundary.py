@@ -517,13 +517,6 @@ def post_rows(record: dict | None, correctness_record: dict | None = None, here:
     return post.compare_rows(pairs, here=here)
 
 
-def layout_summary(timing_record: dict | None, correctness_record: dict | None) -> dict:
-    """labkit summary's `layout` block from these two records (labkit.records.summary.layout_block)."""
-    from labkit.records.summary import layout_block
-
-    return layout_block({"timing": timing_record, "correctness": correctness_record}) or {}
-
-
 # --- verdict ------------------------------------------------------------------------------------------------------
 
 def _stretch_line(correctness_record) -> str:

@@ -52,22 +52,29 @@ def stage_methods(x, w, b, eps: float) -> dict:
     output kernels, stages doubled, and the whole kernel: zero-argument callables on preallocated buffers."""
     import torch
 
-    from labkit.ops.chain import TmaConfig, chain_layer_norm, choose_blocking, launch_affine_columns, launch_chain_stats
-    from labkit.ops.reference_order import launch_affine_rows
+    from labkit.core.device import current_index, device_info
+    from labkit.ops import chain, reference_order
+    from labkit.ops.plans import output_only, stats_only
 
     rows, n = x.numel() // w.numel(), w.numel()
+    dev = device_info(current_index(x.device))
     mean = torch.empty(rows, device=x.device)
     rstd = torch.empty(rows, device=x.device)
     y = torch.empty_like(x)
-    main = choose_blocking(n)
-    stats = lambda blocking=main, options=(), tma=None: (  # noqa: E731
-        lambda: launch_chain_stats(x, mean, rstd, rows, n, eps, blocking, options, tma=tma))
-    columns = lambda: launch_affine_columns(x, mean, rstd, w, b, y, rows, n)  # noqa: E731
+    main = chain.choose_blocking(n, dev)
+
+    def stats(blocking=main, options=(), tma=None):
+        p = chain.plan(rows, n, dev, chain.ChainSettings("chain", blocking, tma, options))
+        return lambda: stats_only(p, x, mean, rstd, eps)
+
+    default_plan = chain.plan(rows, n, dev, chain.ChainSettings("chain"))
+    columns = lambda: output_only(default_plan, x, mean, rstd, w, b, y)  # noqa: E731
+    rows_plan = reference_order.plan(rows, n, dev)
     m = {
-        "chain (whole kernel)": lambda: chain_layer_norm(x, w, b, eps),
+        "chain (whole kernel)": lambda: chain.chain_layer_norm(x, w, b, eps),
         f"stats ({main})": stats(),
         "output pass (columns, last columns first)": columns,
-        "output pass (affine_rows: the post's design)": lambda: launch_affine_rows(x, mean, rstd, w, b, y, rows, n),
+        "output pass (affine_rows: the post's design)": lambda: output_only(rows_plan, x, mean, rstd, w, b, y),
         "output pass twice": lambda: (columns(), columns()),
         f"stats twice ({main})": lambda: (stats()(), stats()()),
         "stats (w4: whole-row blocks)": stats("w4"),
@@ -75,11 +82,11 @@ def stage_methods(x, w, b, eps: float) -> dict:
         "native torch LayerNorm": lambda: torch.nn.functional.layer_norm(x, tuple(w.shape), w, b, eps),
     }
     if main == "tma":
-        default = TmaConfig()
+        default = chain.TmaConfig()
         m["stats, loads only (tma)"] = stats("tma", ("-DCHAIN_VARIANT=1",))
         m["stats, chains only (tma)"] = stats("tma", ("-DCHAIN_VARIANT=2",))
         for steps, stages, ahead in RING_VARIANTS:
-            c = TmaConfig(steps, stages, ahead)
+            c = chain.TmaConfig(steps, stages, ahead)
             if c != default:
                 m[f"stats (tma ring {steps} steps x {stages} stages, {ahead} ahead)"] = stats("tma", (), c)
     return m

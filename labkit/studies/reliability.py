@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -244,11 +243,15 @@ def run_targets(specs: list[dict], seed: int = 0) -> list[dict]:
             if target.startswith("ring_"):
                 rec.update(run_ring(target, x, rows, n))
             elif target == "chain_tma_loads_only":
-                from labkit.ops.chain import launch_chain_stats
+                from labkit.core.device import device_info
+                from labkit.ops import chain
+                from labkit.ops.plans import stats_only
 
                 mean = torch.empty(rows, device="cuda")
                 rstd = torch.empty(rows, device="cuda")
-                launch_chain_stats(x, mean, rstd, rows, n, 1e-5, "tma", options=("-DCHAIN_VARIANT=1",))
+                p = chain.plan(rows, n, device_info(x.device.index),
+                               chain.ChainSettings("chain", "tma", options=("-DCHAIN_VARIANT=1",)))
+                stats_only(p, x, mean, rstd, 1e-5)
             else:
                 w = torch.randn(shape[1:], device="cuda", generator=gen)
                 b = torch.randn(shape[1:], device="cuda", generator=gen)
@@ -434,22 +437,6 @@ def summary(records: dict) -> dict | None:
     from labkit.records.summary import reliability_block
 
     return reliability_block(records)
-
-
-def sanitizer_rows(records: dict) -> list[dict]:
-    """One row per (invocation, kernel): what each tool said about each kernel."""
-    rows = []
-    for inv in records.get("sanitizer", {}).get("invocations", []):
-        kernels = inv.get("per_kernel") or {"(none reported)": {"errors": 0, "warnings": 0, "hazards": 0}}
-        for kernel, c in kernels.items():
-            rows.append({"invocation": inv["label"], "tool": inv["tool"], "kernel": kernel,
-                         "finished": inv["finished"], "errors": c["errors"], "warnings": c["warnings"],
-                         "hazards": c["hazards"], "seconds": inv["seconds"]})
-    return rows
-
-
-def python_argv(script: str, *args: str) -> list[str]:
-    return [sys.executable, script, *args]
 
 
 def racecheck_evidence(invocations: list[dict], plain_targets: list[dict]) -> dict:

@@ -15,7 +15,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from labkit.ops.torch_path import PathConditions, torch_path
+from labkit.ops.eligibility import PathConditions, torch_path
 from labkit.records.check import identical_count
 
 # Where the walkthrough was read. The tag v2.11.0 itself could not be fetched here (the pytorch/pytorch snapshot

@@ -43,7 +43,7 @@ def layer_norm_backward_op(grad_y: Tensor, x: Tensor, normalized_shape: List[int
     """(grad_x, grad_weight, grad_bias); an output not asked for (or without its parameter) is an empty tensor."""
     gx, gw, gb = torch.ops.aten.native_layer_norm_backward.default(grad_y, x, normalized_shape, mean, rstd, weight,
                                                                    bias, output_mask)
-    # custom ops return defined tensors; clone keeps outputs from aliasing inputs (never the case for aten's)
+    # a custom op returns defined tensors: an output not asked for is an empty one (aten's never alias inputs)
     return (gx if gx is not None else _empty_grad(x), gw if gw is not None else _empty_grad(x),
             gb if gb is not None else _empty_grad(x))
 
@@ -91,7 +91,6 @@ def _normalized(normalized_shape) -> tuple:
     return tuple(int(d) for d in normalized_shape)
 
 
-_Tensor = torch.Tensor
 _is_compiling = torch.compiler.is_compiling
 _is_grad_enabled = torch.is_grad_enabled
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
@@ -166,27 +165,27 @@ def explain(x: Tensor, normalized_shape, weight: Optional[Tensor] = None, bias: 
             eps: float = 1e-5) -> dict:
     """Which path serves this input and why: {"path", "reason", "torch_path", "rule_source"}. The per-call
     alignment check is applied to these tensors' addresses too."""
-    from labkit.ops.dropin import rule
-    from labkit.ops.torch_path import torch_path
+    import math
+
+    from labkit.core.device import device_info
+    from labkit.ops import eligibility, paths
+    from labkit.ops.dispatch import rule
 
     ns = _normalized(normalized_shape)
     why_not = plans.refusal(x, ns, weight, bias, eps)
+    source = "no table consulted: torch's kernel serves every input our kernels do not take"
     if why_not is not None:
-        path, reason = "native", why_not
+        path, reason = paths.NATIVE, why_not
+    elif any(t.data_ptr() & eligibility.ALIGN_MASK for t in (x, weight, bias) if t is not None):
+        path, reason = paths.NATIVE, "a buffer is not 16-byte aligned: torch takes its other path for this call"
     else:
-        ptrs = [t.data_ptr() for t in (x, weight, bias) if t is not None]
-        if any(p % 16 for p in ptrs):
-            path, reason = "native", "a buffer is not 16-byte aligned: torch takes its other path for this call"
-        else:
-            path, reason = rule.choose(x.numel() // max(1, _numel(ns)), _numel(ns), plans.device_info(x.get_device()))
+        dev = device_info(x.get_device())
+        n = math.prod(ns)
+        rows = x.numel() // n
+        path, reason = rule.choose(rows, n, dev, tuple(paths.plannable(rows, n, dev)))
+        source = rule.table_source(dev)
     try:
-        tp = torch_path(x, weight, bias, normalized_shape=ns)[0]
+        tp = eligibility.torch_path(x, weight, bias, normalized_shape=ns)[0]
     except ValueError as exc:
         tp = f"undetermined: {exc}"
-    return {"path": path, "reason": reason, "torch_path": tp, "rule_source": rule.RULE_SOURCE}
-
-
-def _numel(ns) -> int:
-    import math
-
-    return math.prod(ns)
+    return {"path": path, "reason": reason, "torch_path": tp, "rule_source": source}

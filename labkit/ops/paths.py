@@ -1,0 +1,38 @@
+"""The kernel paths our LayerNorm can take, by name: what the drop-in dispatches between and what the dispatch
+measurement times. Each is an op module exporting PATH, KERNELS (its kernels/*.cu files), MIN_ARCH and
+plan(rows, n, device). Adding a path is adding its module here; "native" (torch's own kernel) is not a path of ours.
+"""
+from __future__ import annotations
+
+from labkit.core.device import Device
+from labkit.ops import chain, reference_order, rows_fused
+
+NATIVE = "native"
+PATHS = {m.PATH: m for m in (chain, rows_fused, reference_order)}
+
+
+def plan(path: str, rows: int, n: int, device: Device):
+    """The frozen launch plan of `path` for rows x N on `device`; ValueError where that path cannot take it."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {tuple(PATHS)}, got {path!r}")
+    return PATHS[path].plan(rows, n, device)
+
+
+def plannable(rows: int, n: int, device: Device) -> dict:
+    """{path: plan} for every path that can take rows x N on `device`."""
+    out = {}
+    for name in PATHS:
+        try:
+            out[name] = plan(name, rows, n, device)
+        except ValueError:
+            continue
+    return out
+
+
+def kernels(path: str) -> tuple[str, ...]:
+    return () if path == NATIVE else PATHS[path].KERNELS
+
+
+def candidate_kernels(arch: int) -> tuple[str, ...]:
+    """Every kernel file of every path built for `arch`: what a measurement there could make the rule pick."""
+    return tuple(k for m in PATHS.values() if arch >= m.MIN_ARCH for k in m.KERNELS)

@@ -1,0 +1,93 @@
+"""What every op's launch plan has, and the one way a plan runs on tensors.
+
+Each kernel path (labkit.ops.reference_order, chain, rows_fused) exports `plan(rows, n, device)`: a frozen
+description of its launches computed from the shape and the device's limits (kernel functions, grid, block,
+shared memory, scratch layout, tensor-map geometry), raising ValueError where the path cannot take the shape.
+`plan.bind(device_index)` prepares it on a device (labkit.core.launch: function handles, shared-memory opt-in) and
+returns a callable on raw pointers:
+
+    bound(x, weight, bias, y, mean, rstd, scratch, eps, stream)
+
+The public kernel functions run a plan through `execute` (fresh outputs, scratch from torch's allocator on the
+call's stream); the drop-in keeps one bound plan per input signature and calls it with its own buffers.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from labkit.core.device import current_index
+from labkit.core.launch import stream
+
+_lock = threading.Lock()
+_bound: dict[tuple, object] = {}
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """Device scratch a plan's launches need per call: `nbytes` in all, of which [zeroed_at, zeroed_at +
+    zeroed_bytes) the bound plan zeroes on the call's stream before its first launch."""
+
+    nbytes: int = 0
+    zeroed_at: int = 0
+    zeroed_bytes: int = 0
+
+
+NO_SCRATCH = Scratch()
+
+
+def bound(plan, device_index: int):
+    """`plan.bind(device_index)`, made once per (plan, device) and shared by every caller."""
+    key = (plan, device_index)
+    b = _bound.get(key)
+    if b is None:
+        b = plan.bind(device_index)
+        with _lock:
+            b = _bound.setdefault(key, b)
+    return b
+
+
+def scratch_for(plan, device):
+    """A fresh scratch buffer for one call (None when the plan needs none), from torch's caching allocator on the
+    current stream: calls overlapping on other streams or threads never share it, and under graph capture it comes
+    from the graph's private pool and lives as long as the graph."""
+    import torch
+
+    if not plan.scratch.nbytes:
+        return None
+    return torch.empty(plan.scratch.nbytes, device=device, dtype=torch.uint8)
+
+
+def _ptr(t) -> int:
+    return t.data_ptr() if t is not None else 0
+
+
+def execute(plan, x, weight, bias, eps: float, out=None):
+    """(y, mean, rstd) of `plan` on validated tensors: y is `out` or a fresh tensor like x; mean and rstd [rows]."""
+    import torch
+
+    index = current_index(x.device)
+    y = torch.empty_like(x) if out is None else out
+    mean = torch.empty(plan.rows, device=x.device, dtype=torch.float32)
+    rstd = torch.empty(plan.rows, device=x.device, dtype=torch.float32)
+    scratch = scratch_for(plan, x.device)
+    bound(plan, index)(x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), mean.data_ptr(),
+                       rstd.data_ptr(), _ptr(scratch), np.float32(eps), stream(index))
+    return y, mean, rstd
+
+
+def stats_only(plan, x, mean, rstd, eps: float) -> None:
+    """The plan's statistics launch alone (stage-breakdown and sanitizer experiments)."""
+    index = current_index(x.device)
+    scratch = scratch_for(plan, x.device)
+    bound(plan, index).stats(x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), _ptr(scratch), np.float32(eps),
+                             stream(index))
+
+
+def output_only(plan, x, mean, rstd, weight, bias, y) -> None:
+    """The plan's output launch alone, from given statistics."""
+    index = current_index(x.device)
+    bound(plan, index).output(x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), weight.data_ptr(), bias.data_ptr(),
+                              y.data_ptr(), stream(index))

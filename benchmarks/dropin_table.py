@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     prov = meta["provenance"]
     print(f"# drop-in LayerNorm — {meta['run_id']}: {prov.get('gpu')}, torch {prov.get('torch')}\n")
     print(f"{session.source} ({session.replay_path}): nothing is measured here\n")
-    print("## summary\n\n```json\n" + json.dumps(dropin.summary(rec), indent=1) + "\n```\n")
+    print("## summary\n\n```json\n" + json.dumps(dropin.dropin_block(rec), indent=1) + "\n```\n")
     print("## speed (native / drop-in)\n")
     print(markdown_table(dropin.speed_rows(rec.get("dropin_sweep"))), "\n")
     print("## dispatch\n")

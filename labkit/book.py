@@ -80,6 +80,22 @@ def notebook_parameters(path: Path, params: dict) -> dict:
     return {k: v for k, v in params.items() if k in declared}
 
 
+def lift_run_metadata(executed: Path) -> dict | None:
+    """Copy the run a notebook's session announced (labkit.display.show_session's RUN_MIME output) into the executed
+    notebook's metadata as metadata["labkit"]["run"], where the site and the tests read it; None without one."""
+    import nbformat
+
+    from labkit.display import RUN_MIME
+
+    nb = nbformat.read(executed, as_version=4)
+    found = next((o["data"][RUN_MIME] for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                  if RUN_MIME in o.get("data", {})), None)
+    if found is not None:
+        nb.metadata.setdefault("labkit", {})["run"] = dict(found)
+        nbformat.write(nb, executed)
+    return found
+
+
 def export_html(executed: Path, neighbours: tuple[str | None, str | None] = (None, None)) -> Path:
     """The page of an executed notebook (labkit.site: offline HTML with a banner saying where its results come
     from); `neighbours` names the notebooks before and after it in reading order, for the page's links."""
@@ -129,6 +145,7 @@ def run_notebook(path: Path, out_dir: Path, params: dict, kernel_name: str = "py
     page = None
     if executed.exists():
         try:
+            lift_run_metadata(executed)
             page = export_html(executed, neighbours)
         except Exception as exc:  # a page that cannot be exported must not hide the notebook's own error
             if status == "ok":

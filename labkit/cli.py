@@ -65,7 +65,7 @@ def _cmd_env(args) -> int:
 
 
 def _cmd_summary(args) -> int:
-    from labkit.records.summary import summarize_runs, summary_text
+    from labkit.studies.catalog import summarize_runs, summary_text
 
     summary = summarize_runs([Path(p) for p in args.run_dirs])
     print(json.dumps(summary) if args.json else summary_text(summary))

@@ -122,3 +122,14 @@ def show_files(files: list[tuple[str, str]]):
     blocks = [f"<details><summary><code>{html.escape(name)}</code> ({len(text.splitlines())} lines)</summary>"
               f"<pre>{html.escape(text)}</pre></details>" for name, text in files]
     display(HTML("\n".join(blocks)))
+
+
+RUN_MIME = "application/vnd.labkit.run+json"
+
+
+def show_session(session) -> None:
+    """The session's banner as the cell's output, with which run it is (RunSession.describe) beside it under
+    RUN_MIME: labkit.book lifts that into the executed notebook's metadata, where the site finds the run."""
+    from IPython.display import display
+
+    display({"text/plain": session.banner(), RUN_MIME: session.describe()}, raw=True)

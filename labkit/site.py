@@ -15,8 +15,8 @@ Choices, and why:
   formula latex2mathml cannot convert is kept as TeX in `<code class="tex-fallback">` (the site test fails on it).
 - Figures: nbconvert embeds image outputs as base64 data URIs (no image files to lose).
 - Tables: pandas (`labkit.display`), escaped, so no value breaks a table.
-- Headlines on the front page are read from the run each notebook replayed or wrote (`HEADLINES`: one function per
-  run name, record in, one line out); a notebook without a run shows the first line of its verdict cell's output.
+- Headlines on the front page are read from the run each notebook replayed or wrote (the owning study's
+  page_headline, labkit.studies.catalog); a notebook without a run shows the first line of its verdict cell's output.
 """
 from __future__ import annotations
 
@@ -27,10 +27,9 @@ import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from labkit import tasks
 from labkit.core.atomic import atomic_write_bytes
 from labkit.records.run import DATA_RUNS, load_run
-from labkit.records.summary import summarize_run
+from labkit.studies.catalog import run_headline, summarize_run
 
 BOOK_TITLE = "Wide LayerNorm lab book"
 
@@ -43,127 +42,6 @@ BOOK_INTRO = (
     "on a GPU the notebooks run live; on a machine without one they replay the committed GPU runs, and each page "
     "says which.")
 
-# Phrases RunSession prints with its run id (labkit.records.session): which run a notebook used.
-_RUN_ID = re.compile(r"(REPLAYED(?: from)? committed GPU run|LIVE run|run written to \S*?/runs/)"
-                     r"\s?(\d{8}T\d{6}Z-[A-Za-z0-9_-]+)")
-_NO_RUN = re.compile(r"no committed GPU run yet \(no complete '([\w-]+)' run")
-
-
-# --- headlines: one line per run name, numbers read from the records ---------------------------------------------
-
-def _x(ratio: float) -> str:
-    return f"{ratio:.1f}x" if ratio >= 10 else f"{ratio:.2f}x"
-
-
-def _on(summary: dict) -> str:
-    return f"on {summary.get('gpu')}, torch {summary.get('torch')}"
-
-
-def _l1_40_case(timing_record: dict) -> dict | None:
-    """The L1/40 case of a timing record (default affine first), else its first case."""
-    cases = timing_record.get("cases") or []
-    key = tasks.shape_key(tasks.L1_40)
-    at_shape = [c for c in cases if c["key"].split("/")[0] == key]
-    at_shape.sort(key=lambda c: not c["key"].endswith("/default"))
-    return (at_shape or cases or [None])[0]
-
-
-def _case_name(case: dict) -> str:
-    return "L1/40" if case["key"].split("/")[0] == tasks.shape_key(tasks.L1_40) else case["key"].split("/")[0]
-
-
-def _headline_environment(records: dict, summary: dict) -> str:
-    b = summary["bit_identity"]
-    return f"{b['identical']}/{b['cases']} smoke cases bit-identical {_on(summary)}"
-
-
-def _headline_bit_identity(records: dict, summary: dict) -> str:
-    b = summary["bit_identity"]
-    shape = records["bit_identity"].get("shape")
-    at = f" at {tuple(shape)}" if shape else ""
-    return f"{b['identical']}/{b['cases']} bit-identical{at} {_on(summary)}"
-
-
-def _headline_fast_stats(records: dict, summary: dict) -> str:
-    f = summary["fast_stats"]
-    return (f"fast statistics pass the official check in {f['ordinary_pass']}/{f['ordinary_cases']} ordinary "
-            f"combinations and fail it in {f['offset_fail']}/{f['offset_cases']} offset (+1000) ones {_on(summary)}")
-
-
-def _headline_timing(records: dict, summary: dict) -> str:
-    case = _l1_40_case(records["timing"])
-    t = case["timing"].get("A") if case else None
-    if not t:
-        return f"no protocol A timing in the record {_on(summary)}"
-    native = t["stats"]["native"]["median_ms"]
-    ratios = t["ratio_vs_baseline"]
-    timed = [m for m in t["stats"] if m != "native"]
-    identical = [m for m in timed if (case["methods"][m].get("check") or {}).get("bit_equal_fraction") == 1.0]
-    parts = [f"at {_case_name(case)} native {native:.3g} ms"]
-    if identical:
-        best = max(identical, key=lambda m: ratios[m]["median"])
-        parts.append(f"fastest bit-identical: {best} {_x(ratios[best]['median'])}")
-    if timed:
-        best = max(timed, key=lambda m: ratios[m]["median"])
-        if best not in identical:
-            parts.append(f"fastest passing the official check: {best} {_x(ratios[best]['median'])} "
-                         "(not bit-identical)")
-    return "; ".join(parts) + f" {_on(summary)}"
-
-
-def _headline_parallel_stats(records: dict, summary: dict) -> str:
-    case = _l1_40_case(records["timing"])
-    t = case["timing"].get("A") if case else None
-    if not t or "chain" not in t["stats"]:
-        return f"chain not timed in the record {_on(summary)}"
-    chain = t["stats"]["chain"]["median_ms"]
-    parts = [f"chain {chain:.3g} ms at {_case_name(case)}", f"{_x(t['ratio_vs_baseline']['chain']['median'])} native"]
-    inductor = t["stats"].get("inductor", {}).get("median_ms")
-    if inductor:
-        parts.append(f"{_x(inductor / chain)} Inductor")
-    b = summary.get("bit_identity")
-    if b:
-        parts.append(f"{b['identical']}/{b['cases']} bit-identical")
-    return ", ".join(parts) + f" {_on(summary)}"
-
-
-def _headline_layout_boundary(records: dict, summary: dict) -> str:
-    layout = summary.get("layout") or {}
-    parts = []
-    for family, b in layout.items():
-        if b.get("direct_nchw_ms") and b.get("conversion_ms"):
-            parts.append(f"{family}: direct NCHW {b['direct_nchw_ms']:.3g} ms, conversion route "
-                         f"{b['conversion_ms']:.3g} ms")
-    cases = sum(b["cases"] for b in layout.values())
-    passed = sum(b["passed"] for b in layout.values())
-    return "; ".join(parts + [f"{passed}/{cases} route checks pass the official predicate"]) + f" {_on(summary)}"
-
-
-def _headline_dropin(records: dict, summary: dict) -> str:
-    d = summary.get("dropin")
-    if not d or d.get("eager_worst_ratio") is None:
-        return f"drop-in: no sweep in the record {_on(summary)}"
-    return (f"drop-in eager worst {_x(d['eager_worst_ratio'])} native at {d['eager_worst_shape']}, "
-            f"host {d['host_us_per_call'] or float('nan'):.1f} us/call vs torch "
-            f"{d['torch_host_us_per_call'] or float('nan'):.1f}; bits fwd "
-            f"{d['forward_identical']}, bwd {d['backward_identical']}, compiled {d['compiled_identical']} {_on(summary)}")
-
-
-HEADLINES = {"environment": _headline_environment, "bit_identity": _headline_bit_identity,
-             "fast_stats_counterexamples": _headline_fast_stats, "timing": _headline_timing,
-             "parallel_stats": _headline_parallel_stats, "layout_boundary": _headline_layout_boundary,
-             "dropin": _headline_dropin}
-
-
-def run_headline(run_dir: Path) -> str:
-    """One line of what run `run_dir` shows, from its records; a run name without a headline function gets its
-    name and GPU."""
-    run = load_run(run_dir)
-    summary = summarize_run(run_dir)
-    fn = HEADLINES.get(summary["name"])
-    if fn is None:
-        return f"run '{summary['name']}' {_on(summary)}"
-    return fn(run["records"], summary)
 
 
 # --- what a page is about: read from the executed notebook ------------------------------------------------------
@@ -197,16 +75,6 @@ class PageInfo:
 def _text_outputs(cell) -> str:
     return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream"
                    and o.get("name") == "stdout")
-
-
-def _all_output_text(nb) -> str:
-    parts = []
-    for cell in nb.cells:
-        for o in cell.get("outputs", []) if cell.cell_type == "code" else []:
-            parts.append(o.get("text", ""))
-            for v in (o.get("data") or {}).values():
-                parts.append(v if isinstance(v, str) else "")
-    return "\n".join(parts)
 
 
 def _title(nb, fallback: str) -> str:
@@ -250,13 +118,11 @@ def page_info(executed: Path, out_dir: Path | None = None) -> PageInfo:
     params = dict(pm.get("parameters") or {})
     code = [c for c in nb.cells if c.cell_type == "code"]
     verdict = _text_outputs(code[-1]).strip() if code else ""
-    text = _all_output_text(nb)
+    announced = nb.metadata.get("labkit", {}).get("run") or {}  # labkit.book.lift_run_metadata
     run = None
-    found = _RUN_ID.search(text)
-    if found:
+    if announced.get("run_id"):
         roots = [params["runs_root"]] if params.get("runs_root") else []
-        run = _find_run(found.group(2), out_dir, roots)
-    missing = _NO_RUN.search(text)
+        run = _find_run(announced["run_id"], out_dir, roots)
     if run:
         headline, source = run_headline(Path(run.path)), "run record"
     else:
@@ -266,7 +132,7 @@ def page_info(executed: Path, out_dir: Path | None = None) -> PageInfo:
     return PageInfo(stem=executed.stem, title=title, question=labkit_meta.get("question", title), parameters=params,
                     run=run, headline=headline, headline_source=source, verdict=verdict,
                     verdict_anchor=_verdict_anchor(nb), executed_utc=pm.get("end_time"),
-                    missing_run=missing.group(1) if missing and not run else None)
+                    missing_run=announced.get("name") if announced.get("missing") else None)
 
 
 # --- rendering ----------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from labkit import cli
 
 from labkit.records import run as results
 
-from labkit.records import summary
+from labkit.studies import catalog as summary
 
 
 def _record(ref, cand) -> dict:

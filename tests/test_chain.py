@@ -162,6 +162,6 @@ def test_parallel_stats_tables_and_verdict_from_the_committed_run():
 
 def test_floor_pushes_follow_the_task_shape():
     from labkit import tasks
-    from labkit.studies import parallel_stats as chain_study
+    from labkit.studies import measure
 
-    assert chain_study.FLOOR_PUSHES == 32768 and chain_study.L1_40 is tasks.L1_40
+    assert measure.FLOOR_PUSHES == 32768 and measure.L1_40 is tasks.L1_40

@@ -6,7 +6,7 @@ import torch
 
 from labkit import tasks
 from labkit.ops import channel_norm as cn
-from labkit.records.summary import layout_block
+from labkit.studies.layout_boundary import layout_block
 from labkit.studies import layout_boundary as lb
 
 

@@ -11,7 +11,7 @@ import pytest
 from labkit import cli
 from labkit.core.atomic import atomic_write_bytes, atomic_write_json
 from labkit.records.run import committed_runs
-from labkit.records.summary import summarize_runs
+from labkit.studies.catalog import summarize_runs
 
 
 def _notebook(path, *sources: str) -> None:

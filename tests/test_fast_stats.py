@@ -2,7 +2,8 @@
 (including those that cannot run here), the summary block, record line, headline and figure read from a record."""
 from labkit.ops.split_stats import scripted_pointwise
 from labkit.records import run as results
-from labkit.records import summary
+from labkit.studies import catalog
+from labkit.studies.fast_stats import fast_stats_block
 from labkit.studies import bit_identity as matrix
 from labkit.studies import fast_stats as ce
 
@@ -48,12 +49,12 @@ def _synthetic_fast_stats():
 
 
 def test_fast_stats_block_counts_method_case_combinations():
-    blk = summary.fast_stats_block({"fast_stats": _synthetic_fast_stats()})
+    blk = fast_stats_block({"fast_stats": _synthetic_fast_stats()})
     assert {k: blk[k] for k in ("ordinary_pass", "ordinary_cases", "offset_fail", "offset_cases")} == \
         {"ordinary_pass": 2, "ordinary_cases": 3, "offset_fail": 1, "offset_cases": 2}
     assert blk["constant_control_fail"] == 1 and blk["errors"] == 2
     assert blk["per_method"]["eager"]["ordinary_pass"] == 1 and blk["per_method"]["torchscript"]["errors"] == 2
-    assert summary.fast_stats_block({}) is None
+    assert fast_stats_block({}) is None
 
 
 def test_fast_stats_record_line_and_headline_read_the_record():
@@ -66,13 +67,19 @@ def test_fast_stats_record_line_and_headline_read_the_record():
     assert ce.record_line(None, "none") == "No fast-statistics record: none."
 
 
-def test_summary_of_a_run_with_both_blocks(tmp_path):
-    run = results.Run.create(tmp_path, "fast_stats_counterexamples", device="cpu")
-    run.write("fast_stats", _synthetic_fast_stats())
-    run.write("bit_identity", matrix.run_matrix(TINY, [0], device="cpu"))
-    run.close()
-    s = summary.summarize_run(run.path)
-    assert s["fast_stats"]["offset_fail"] == 1 and s["bit_identity"]["identical"] == 10
+def test_each_run_is_summarized_by_its_own_study(tmp_path):
+    """A fast-statistics run gets the fast_stats block (its study's); the same records under the bit_identity run
+    name get that study's block instead: the run's name picks the one study that reads it."""
+    blocks = {}
+    for name in ("fast_stats_counterexamples", "bit_identity"):
+        run = results.Run.create(tmp_path, name, device="cpu")
+        run.write("fast_stats", _synthetic_fast_stats())
+        run.write("bit_identity", matrix.run_matrix(TINY, [0], device="cpu"))
+        run.close()
+        blocks[name] = catalog.summarize_run(run.path)
+    assert blocks["fast_stats_counterexamples"]["fast_stats"]["offset_fail"] == 1
+    assert "bit_identity" not in blocks["fast_stats_counterexamples"]
+    assert blocks["bit_identity"]["bit_identity"]["identical"] == 10 and "fast_stats" not in blocks["bit_identity"]
 
 
 def test_figure_from_a_record():

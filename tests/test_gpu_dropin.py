@@ -6,6 +6,7 @@ import pytest
 
 import labkit
 from labkit.ops.dropin import layer_norm_with, plan
+from labkit.ops.paths import PATHS
 from labkit.studies import dropin as study
 
 pytestmark = pytest.mark.gpu
@@ -34,7 +35,7 @@ def test_identity_cases_forward_and_backward():
     assert paths["N % 4 != 0 (5x1001)"] == paths["misaligned view"] == paths["bias only"] == "native"
 
 
-@pytest.mark.parametrize("path", ["chain", "rows_fused", "reference_order"])
+@pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("shape", [(2, 1 << 18), (3, 512 * 33 + 4), (8, 4096), (1000, 256), (5, 516)])
 def test_every_forced_path_keeps_the_bits(path, shape):
     import torch

@@ -10,7 +10,7 @@ from labkit.studies import bit_identity as matrix
 
 from labkit.exact import oracle
 
-from labkit.records import summary
+from labkit.studies import fast_stats as summary
 
 pytestmark = pytest.mark.gpu
 SMALL = (2, 64, 32, 32)

@@ -7,14 +7,12 @@ import pytest
 
 from labkit import book
 from labkit.records.run import committed_runs
+from labkit.studies.catalog import notebook_runs
 
 pytestmark = pytest.mark.notebook
 
 NOTEBOOKS = book.notebooks()
-
-# The run name each notebook's session opens (RunSession.open(name, ...)); notebooks absent here replay no run.
-RUN_NAMES = {"00": "environment", "01": "bit_identity", "02": "fast_stats_counterexamples", "03": "timing",
-             "07": "parallel_stats"}
+RUN_NAMES = notebook_runs()  # {notebook stem: the run name its study's session opens}, from the study modules
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +48,20 @@ def test_notebook_builds_on_cpu(built, path):
     assert result.html and (out / f"{path.stem}.html").stat().st_size > 0
     text = json.dumps(outputs)
     assert "REPLAYED" in text or "CPU mode" in text, f"{path.name} does not say it is REPLAYED or in CPU mode"
-    name = RUN_NAMES.get(path.stem[:2])
-    run_id = _newest_run_id(name) if name else None
-    if run_id:
-        assert run_id in text, f"{path.name} does not show the newest committed {name!r} run {run_id}"
+    announced = nbformat.read(result.executed, as_version=4).metadata.get("labkit", {}).get("run")
+    name = RUN_NAMES.get(path.stem)
+    if name is None:
+        assert announced is None, f"{path.name} opens a session of run {announced} that no study owns"
+        return
+    assert announced, f"{path.name} replays no run: its metadata has no labkit.run (show_session not called?)"
+    assert announced["name"] == name and not announced["live"], announced
+    newest = _newest_run_id(name)
+    assert newest, f"no committed {name!r} run to replay"
+    assert announced["run_id"] == newest, f"{path.name} replays {announced['run_id']}, not the newest {newest}"
+    assert newest in text, f"{path.name} does not show the newest committed {name!r} run {newest}"
+
+
+def test_every_study_with_a_notebook_has_it():
+    stems = {p.stem for p in NOTEBOOKS}
+    assert set(RUN_NAMES) <= stems, set(RUN_NAMES) - stems
+    assert {"08_using_it", "09_layout_boundary", "07_parallel_statistics"} <= set(RUN_NAMES)

@@ -6,7 +6,7 @@ import pytest
 
 from labkit.records import post_compare as pc
 from labkit.records.run import committed_runs, load_run
-from labkit.records.summary import summarize_run
+from labkit.studies.catalog import summarize_run
 from labkit.studies import bit_identity, post_controls, timing
 
 
@@ -65,12 +65,12 @@ def test_fast_stats_rows_match_the_record():
 def test_summary_post_block():
     for name in ("bit_identity", "fast_stats_counterexamples", "timing", "parallel_stats"):
         paths = committed_runs(name)
-        if paths:
-            block = summarize_run(paths[-1])["post"]
-            assert 0 < block["compared"] <= block["figures"]
+        assert paths, f"no committed {name!r} run: the post comparison has nothing to read"
+        block = summarize_run(paths[-1])["post"]
+        assert 0 < block["compared"] <= block["figures"]
     env = committed_runs("environment")
-    if env:
-        assert "post" not in summarize_run(env[-1])
+    assert env, "no committed environment run"
+    assert "post" not in summarize_run(env[-1])
 
 
 def test_bit_identity_verdict_from_the_committed_run():

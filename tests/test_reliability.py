@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from labkit.exact.fma import fma32, fma32_scalar
 from labkit.ops import refusals
 from labkit.records import check
-from labkit.records.summary import reliability_block
+from labkit.studies.reliability import reliability_block
 from labkit.studies import reliability as rel
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -103,7 +103,7 @@ def test_demangled_cxx_kernels_are_attributed_by_name():
 
 
 def test_unattributed_errors_are_shown_not_counted_as_ours():
-    from labkit.records.summary import reliability_block
+    from labkit.studies.reliability import reliability_block
 
     inv = {"label": "product:small", "tool": "racecheck", "finished": True, "errors": 2, "kernel_filter": False,
            "per_kernel": {"?": {"errors": 2, "warnings": 0, "hazards": 9}}, "unattributed": 2}

@@ -19,7 +19,7 @@ import pytest
 
 from labkit import book, site
 from labkit.records.run import committed_runs, load_run
-from labkit.records.summary import summarize_run
+from labkit.studies.catalog import notebook_runs, summarize_run
 
 NOTEBOOKS = book.notebooks()
 CHROMIUM = os.environ.get("LABKIT_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
@@ -55,12 +55,15 @@ def test_headline_numbers_come_from_the_run(run_dir):
     if "bit_identity" in s:
         assert f"{s['bit_identity']['identical']}/{s['bit_identity']['cases']} " in line
     if s["name"] in ("timing", "parallel_stats"):
-        case = site._l1_40_case(records["timing"])
+        from labkit.records.text import ratio
+        from labkit.studies.timing import l1_40_case
+
+        case = l1_40_case(records["timing"])
         t = case["timing"]["A"]
         method = "chain" if s["name"] == "parallel_stats" else None
         if method:
             assert f"chain {t['stats']['chain']['median_ms']:.3g} ms" in line
-            assert site._x(t["ratio_vs_baseline"]["chain"]["median"]) + " native" in line
+            assert ratio(t["ratio_vs_baseline"]["chain"]["median"]) + " native" in line
         else:
             assert f"native {t['stats']['native']['median_ms']:.3g} ms" in line
 
@@ -115,19 +118,22 @@ def test_front_page_headlines_and_sources(book_dir):
         positions.append(index.index(link))
         assert site.html.escape(info.headline) in index
         assert site.html.escape(info.question) in index
-        if info.run:  # a replayed run: its id, GPU and torch are on the front page and on the page
+        if path.stem in notebook_runs():  # a replayed run: its id, GPU and torch on the front page and on the page
+            assert info.run is not None, f"{path.name}: no run found for the front page"
             assert info.run.run_id in index and info.run.run_id in (book_dir / f"{path.stem}.html").read_text()
-            assert info.headline == site.run_headline(Path(info.run.path))
+            assert info.headline == site.run_headline(Path(info.run.path)) and info.headline_source == "run record"
         else:
-            assert info.headline == info.verdict.splitlines()[0]
+            assert info.run is None and info.headline == info.verdict.splitlines()[0]
     assert positions == sorted(positions), "front page is not in reading order"
 
 
 @pytest.mark.notebook
 def test_replaying_notebooks_name_the_newest_committed_run(book_dir):
+    owned = notebook_runs()
     for path in NOTEBOOKS:
         info = site.page_info(book_dir / path.name, book_dir)
-        if info.run:
+        if path.stem in owned:
+            assert info.run is not None and info.run.name == owned[path.stem], path.name
             newest = committed_runs(info.run.name)[-1].name
             assert info.run.run_id == newest and not info.run.live, path.name
 

@@ -12,7 +12,8 @@ from labkit import tasks
 
 from labkit.records import run as results
 
-from labkit.records import summary
+from labkit.studies import catalog
+from labkit.studies.timing import timing_block as timing_study_block
 
 from labkit.studies import timing
 from labkit.studies import methods as M
@@ -193,15 +194,15 @@ def test_graph_protocols_need_cuda():
 
 
 def test_timing_block_on_a_synthetic_run(tmp_path, cpu_record):
-    block = summary.timing_block({"timing": cpu_record})
+    block = timing_study_block({"timing": cpu_record})
     native = block["4x8x16/random_normal"]["native"]
     assert set(native) >= {"median_ms", "q25_ms", "q75_ms", "bit_equal_fraction"}
     assert native["median_ms"] == cpu_record["cases"][0]["timing"]["A"]["stats"]["native"]["median_ms"]
     assert block["4x8x16/random_normal"]["wrong"] == {"median_ms": None, "q25_ms": None, "q75_ms": None,
                                                       "bit_equal_fraction": 0.0, "status": "failed_check"}
-    assert summary.timing_block({}) is None
+    assert timing_study_block({}) is None
     run = results.Run.create(tmp_path, "timing", {"mode": "quick"}, device="cpu")
     run.write("timing", cpu_record)
     run.close()
-    out = summary.summarize_run(run.path)
+    out = catalog.summarize_run(run.path)
     assert out["timing"]["2x3x4x4/random_normal"]["noaffine_eager_affine"]["status"] == "timed"

@@ -96,6 +96,10 @@ def provenance(device: str = "auto") -> dict:
         try:
             import cupy
 
+            from labkit.core.device import device_info
+
+            limits = device_info(0)
+            info["gpu_smem_optin_bytes"], info["gpu_max_grid_y"] = limits.smem_optin_bytes, limits.max_grid_y
             info["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
             info["cuda_driver_api"] = cupy.cuda.runtime.driverGetVersion()
         except Exception as exc:

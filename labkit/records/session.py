@@ -38,6 +38,7 @@ class RunSession:
 
     def __init__(self, name: str, device: str, run=None, replay: dict | None = None):
         self.name, self.device, self.run, self.replay = name, device, run, replay
+        self._written: dict[str, object] = {}  # live: the records this session wrote, to read back
 
     @classmethod
     def open(cls, name: str, device: str, output_dir, params: dict | None = None,
@@ -88,13 +89,21 @@ class RunSession:
         text = mode_banner(self.device, self.run_id if self.replay else None)
         return text if (self.live or self.replay) else text + f" — {self.source}"
 
+    def describe(self) -> dict:
+        """Which run this session is, for the executed notebook's metadata (labkit.book lifts it there; the site
+        reads it): {"name", "run_id", "live", "missing"}; missing: no committed run of `name` to replay."""
+        return {"name": self.name, "run_id": self.run_id, "live": self.live,
+                "missing": not self.live and self.replay is None}
+
     def record(self, name: str, compute=None):
-        """Live: compute() and write it as `name`. Replay: the committed run's record `name` (or None)."""
+        """Live: compute() and write it as `name`, or without `compute` the record `name` this session wrote
+        (None if none). Replay: the committed run's record `name` (or None). One switch for every reader."""
         if self.live:
             if compute is None:
-                return None
+                return self._written.get(name)
             rec = compute()
             self.run.write(name, rec)
+            self._written[name] = rec
             return rec
         return (self.replay or {}).get("records", {}).get(name)
 
@@ -113,7 +122,7 @@ class RunSession:
     def close(self) -> str:
         if self.live:
             self.run.close()
-            return f"run written to {self.run.path}"
+            return f"run {self.run_id} written ({len(self._written)} records)"
         return f"nothing written ({self.source})"
 
 

@@ -20,3 +20,13 @@ def text_table(rows: list[dict], columns: list[str] | None = None) -> str:
     cells = [columns] + [[cell(r.get(c)) for c in columns] for r in rows]
     widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths)).rstrip() for line in cells)
+
+
+def ratio(value: float) -> str:
+    """A speed ratio for a line of text: 27.9x, 1.04x."""
+    return f"{value:.1f}x" if value >= 10 else f"{value:.2f}x"
+
+
+def on_gpu(summary: dict) -> str:
+    """'on <GPU>, torch <version>' of a run summary."""
+    return f"on {summary.get('gpu')}, torch {summary.get('torch')}"

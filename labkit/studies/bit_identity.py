@@ -266,3 +266,48 @@ def verdict(record: dict | None, prov: dict | None, source: str) -> str:
     line = (f"{ok}/{n} cases bit-identical (output, mean, rstd as int32 views) at shape "
             f"{tuple(cases[0]['shape'])} — torch {prov.get('torch')} on {prov.get('gpu')} ({source}).")
     return line + (f" NOT identical: {', '.join(bad)}." if bad else "")
+
+
+# --- the run's summary and headline (labkit.studies.catalog dispatches here) -------------------------------------
+
+RUN_NAME = "bit_identity"
+NOTEBOOK = "01_bit_identity"
+
+
+def identity_block(records: dict, prov: dict) -> dict | None:
+    """{"cases", "identical", "torch", "gpu"} of a run's `bit_identity` record (notebooks 00, 01, 07)."""
+    cases = records.get("bit_identity", {}).get("cases")
+    if not cases:
+        return None
+    identical, n = identical_count(cases)
+    return {"cases": n, "identical": identical, "torch": prov.get("torch"), "gpu": prov.get("gpu")}
+
+
+def identity_line(b: dict) -> str:
+    return f"bit identity: {b['identical']}/{b['cases']} cases bit-identical to torch"
+
+
+def summary(records: dict, prov: dict) -> dict:
+    """`labkit summary`'s blocks of a bit_identity run: the matrix counts and the post beside them."""
+    from labkit.records import post_compare
+
+    out = {}
+    if block := identity_block(records, prov):
+        out["bit_identity"] = block
+    if records.get("bit_identity") and (records.get("uneven_width") or records.get("edge_controls")):
+        out["post"] = post_compare.block(post_compare.bit_identity_rows(
+            records["bit_identity"], records.get("uneven_width"), records.get("edge_controls"), prov))
+    return out
+
+
+def summary_lines(s: dict) -> list[str]:
+    return [identity_line(s["bit_identity"])] if s.get("bit_identity") else []
+
+
+def page_headline(records: dict, s: dict) -> str:
+    from labkit.records.text import on_gpu
+
+    b = s["bit_identity"]
+    shape = records["bit_identity"].get("shape")
+    at = f" at {tuple(shape)}" if shape else ""
+    return f"{b['identical']}/{b['cases']} bit-identical{at} {on_gpu(s)}"

@@ -7,13 +7,13 @@ import math
 import time
 from dataclasses import replace
 
-from labkit.records.summary import DROPIN_NATIVE_FLOOR_MS, dropin_block, floor_worst
+from labkit.ops.paths import PATHS
 from labkit.tasks import L1_40, config, shape_key
 
 # (rows, N) from (1, 2**24) to (65536, 256): 64 MiB of float32 each, the row count doubling.
 SWEEP = tuple((1 << k, 1 << (24 - k)) for k in range(17))
 QUICK_SWEEP = ((1, 1 << 20), (4, 1 << 18), (64, 1 << 14), (4096, 256))
-EAGER_METHODS = ("native", "dropin", "chain", "rows_fused", "reference_order")
+EAGER_METHODS = ("native", "dropin", *PATHS)  # torch, the drop-in as dispatched, each of our paths forced
 HOST_SHAPE = (8, 256)   # "a tiny shape": the kernel is shorter than the host's part of a call
 HOST_CALLS = 10_000
 NEAR_MAX_SHAPE = (4, 768)
@@ -171,20 +171,6 @@ def host_cost(shape=HOST_SHAPE, calls: int = HOST_CALLS, device="cuda") -> dict:
             except ValueError as exc:
                 out[f"{path}_us"], out[f"{path}_error"] = None, str(exc)
     return out
-
-
-def plan_lookup_us(calls: int = 2000) -> float:
-    """Host microseconds of the plan lookup alone (signature + dictionary hit) on CPU tensors."""
-    import torch
-
-    from labkit.ops.dropin import plan
-
-    x, w, b = torch.rand(8, 256), torch.ones(256), torch.zeros(256)
-    plan.get_plan(x, (256,), w, b, 1e-5)
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        plan.get_plan(x, (256,), w, b, 1e-5)
-    return (time.perf_counter() - t0) / calls * 1e6
 
 
 def _bits_equal(a, b) -> bool:
@@ -403,16 +389,16 @@ FLOOR_SLACK = 0.15  # the goal: within 15% of the floor
 def floor_check(rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda") -> dict:
     """The contract's floor at each (rows, N) of FLOOR_ROWS x FLOOR_NS, measured in this run: the dependent push
     chain of N / 128 pushes (kernels/chain_floor.cu, protocol A) plus the output pass's bytes (x read, y written)
-    at the device copy ceiling (labkit.studies.parallel_stats.copy_ceiling); beside it the drop-in's eager
+    at the device copy ceiling (labkit.studies.measure.copy_ceiling_a); beside it the drop-in's eager
     (protocol B) and graph-replay (protocol A) medians. The `dropin_floor` record."""
     import torch
 
     from labkit import layer_norm
     from labkit.inputs import make_input
     from labkit.studies.bench import PROTOCOL_A, PROTOCOL_B, time_methods
-    from labkit.studies.parallel_stats import chain_floor, copy_ceiling
+    from labkit.studies.measure import chain_floor, copy_ceiling_a
 
-    ceiling = copy_ceiling(rounds=rounds, device=device)
+    ceiling = copy_ceiling_a(rounds=rounds, device=device)
     chains = {n: chain_floor(pushes=n // 128, rounds=rounds, device=device) for n in FLOOR_NS}
     rows_out = []
     for n in FLOOR_NS:
@@ -525,11 +511,6 @@ def identity_rows(ident: dict | None) -> list[dict]:
             for c in (ident or {}).get("cases", [])]
 
 
-def summary(records: dict) -> dict | None:
-    """The `dropin` block of `labkit summary RUN --json` (labkit.records.summary.dropin_block)."""
-    return dropin_block(records)
-
-
 def _met(ok: bool) -> str:
     return "met" if ok else "missed"
 
@@ -613,28 +594,9 @@ def opcheck_rows(device: str) -> list[dict]:
     return rows
 
 
-def record_or_cpu(session, name: str, gpu, cpu=None):
-    """The session's record `name` (live on a GPU, replayed on a CPU); with neither, what `cpu()` computes on this
-    machine (None without it), labelled as such: (record, where it came from)."""
-    rec = session.record(name, gpu)
-    if rec is not None:
-        return rec, session.source
-    if cpu is None:
-        return None, session.source
-    return cpu(), "computed on this CPU (torch's CPU kernel serves every input here)"
-
-
 def collect(session) -> dict:
     """The records this notebook wrote or replays, for the verdict and the summary block."""
-    return {name: session.record(name) for name in RECORDS} if not session.live else \
-        {name: _read_live(session, name) for name in RECORDS}
-
-
-def _read_live(session, name):
-    import json
-
-    path = session.run.path / f"{name}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    return {name: session.record(name) for name in RECORDS}
 
 
 def block_rows(blk: dict | None) -> list[dict]:
@@ -645,3 +607,92 @@ def block_rows(blk: dict | None) -> list[dict]:
     row["ln path"] = blk["ln_path"]["path"]
     row["why"] = blk["ln_path"]["reason"]
     return [row]
+
+
+# --- the run's summary and headline (labkit.studies.catalog dispatches here) -------------------------------------
+
+RUN_NAME = "dropin"
+NOTEBOOK = "08_using_it"
+
+
+DROPIN_NATIVE_FLOOR_MS = 0.020  # issue 16: shapes whose native eager call takes >= 20 us must be >= 1.0x
+
+
+def _count(cases: list, key: str) -> str:
+    judged = [c[key] for c in cases if c.get(key) is not None]
+    return f"{sum(bool(v) for v in judged)}/{len(judged)}"
+
+
+def floor_worst(floor: dict | None, protocol: str = "eager") -> tuple[float | None, str | None]:
+    """(worst drop-in / floor ratio, its shape) under `protocol` ("eager" or "graph") in a `dropin_floor` record
+    (labkit.studies.dropin.floor_check); (None, None) without one."""
+    worst = None, None
+    for r in (floor or {}).get("shapes", []):
+        ratio = r[protocol]["median_ms"] / r["floor_ms"]
+        if worst[0] is None or ratio > worst[0]:
+            worst = ratio, r["key"]
+    return worst
+
+
+def dropin_block(records: dict) -> dict | None:
+    """Issue 16's headline keys from a `dropin` run (notebook 08): eager per-call ratios native/drop-in (worst over
+    shapes whose native call takes >= 20 us; the largest gap in us below that), L1/40's ratio, host time per call
+    beside torch's, bit-identity counts, and the worst drop-in / floor ratio at 1-4 rows of 4M-8M elements
+    (`dropin_floor`; eager and graph replay). None without a `dropin_sweep` record."""
+    sweep = records.get("dropin_sweep")
+    if not sweep:
+        return None
+    worst, worst_shape, gap, l1 = None, None, None, None
+    for row in sweep.get("shapes", []):
+        eager = row.get("eager") or {}
+        native, ours = eager.get("native"), eager.get("dropin")
+        if native is None or ours is None:
+            continue
+        ratio = native / ours
+        if native >= DROPIN_NATIVE_FLOOR_MS:
+            if worst is None or ratio < worst:
+                worst, worst_shape = ratio, row["key"]
+        else:
+            g = (ours - native) * 1e3
+            gap = g if gap is None else max(gap, g)
+        if row.get("l1_40"):
+            l1 = ratio
+    host = records.get("dropin_host") or {}
+    ident = records.get("dropin_identity") or {}
+    cases, compiled = ident.get("cases", []), ident.get("compiled", [])
+    return {"eager_worst_ratio": worst, "eager_worst_shape": worst_shape, "small_shape_gap_us": gap,
+            "l1_40_eager_ratio": l1, "host_us_per_call": host.get("dropin_us"),
+            "torch_host_us_per_call": host.get("torch_us"), "forward_identical": _count(cases, "forward"),
+            "backward_identical": _count(cases, "backward"),
+            "compiled_identical": _count(compiled, "identical"),
+            "floor_eager_worst_ratio": floor_worst(records.get("dropin_floor"), "eager")[0],
+            "floor_graph_worst_ratio": floor_worst(records.get("dropin_floor"), "graph")[0]}
+
+
+def dropin_line(d: dict) -> str:
+    fmt = lambda v, f: "n/a" if v is None else format(v, f)  # noqa: E731
+    return (f"drop-in: eager worst {fmt(d['eager_worst_ratio'], '.2f')}x native at {d['eager_worst_shape']}, L1/40 "
+            f"{fmt(d['l1_40_eager_ratio'], '.1f')}x; host {fmt(d['host_us_per_call'], '.1f')} us/call vs torch "
+            f"{fmt(d['torch_host_us_per_call'], '.1f')}; bits forward {d['forward_identical']}, backward "
+            f"{d['backward_identical']}, compiled {d['compiled_identical']}")
+
+
+def summary(records: dict, prov: dict) -> dict:
+    block = dropin_block(records)
+    return {"dropin": block} if block else {}
+
+
+def summary_lines(s: dict) -> list[str]:
+    return [dropin_line(s["dropin"])] if s.get("dropin") else []
+
+
+def page_headline(records: dict, summary: dict) -> str:
+    from labkit.records.text import on_gpu, ratio
+
+    d = summary.get("dropin")
+    if not d or d.get("eager_worst_ratio") is None:
+        return f"drop-in: no sweep in the record {on_gpu(summary)}"
+    return (f"drop-in eager worst {ratio(d['eager_worst_ratio'])} native at {d['eager_worst_shape']}, "
+            f"host {d['host_us_per_call'] or float('nan'):.1f} us/call vs torch "
+            f"{d['torch_host_us_per_call'] or float('nan'):.1f}; bits fwd "
+            f"{d['forward_identical']}, bwd {d['backward_identical']}, compiled {d['compiled_identical']} {on_gpu(summary)}")

@@ -30,6 +30,8 @@ FIELD_NOTES = {
     "gpu_sms": "streaming multiprocessors",
     "gpu_memory_bytes": "device memory",
     "gpu_l2_bytes": "L2 cache",
+    "gpu_smem_optin_bytes": "shared memory one block may opt in to (launch plans check it)",
+    "gpu_max_grid_y": "grid.y limit (the chain schedule puts rows there)",
     "driver": "NVIDIA driver",
     "cuda_runtime": "CUDA runtime version (CuPy)",
     "cuda_driver_api": "CUDA driver API version (CuPy)",
@@ -162,3 +164,25 @@ def verdict(record: dict | None, provenance: dict | None, source: str) -> str:
             f"{record.get('candidate')} at {shapes}, on {prov.get('gpu')} with torch {prov.get('torch')} — {source}."
             + (f" NOT identical: {'; '.join(bad)}." if bad else "")
             + " A pipeline check of a few shapes and two distributions, not the bit-identity matrix (notebook 01).")
+
+
+# --- the run's summary and headline (labkit.studies.catalog dispatches here) -------------------------------------
+
+RUN_NAME = "environment"
+NOTEBOOK = "00_environment"
+
+
+def summary(records: dict, prov: dict) -> dict:
+    block = bit_identity.identity_block(records, prov)
+    return {"bit_identity": block} if block else {}
+
+
+def summary_lines(s: dict) -> list[str]:
+    return bit_identity.summary_lines(s)
+
+
+def page_headline(records: dict, s: dict) -> str:
+    from labkit.records.text import on_gpu
+
+    b = s["bit_identity"]
+    return f"{b['identical']}/{b['cases']} smoke cases bit-identical {on_gpu(s)}"

@@ -435,10 +435,71 @@ def headline(record: dict | None, source: str) -> str:
     """Counts of the official verdict per category (method x case combinations)."""
     if not record:
         return f"No fast-statistics counts: {source}."
-    from labkit.records.summary import fast_stats_block
-
     blk = fast_stats_block({"fast_stats": record})
     return (f"Ordinary cases passing the official check: {blk['ordinary_pass']}/{blk['ordinary_cases']}; offset "
             f"(+1000) cases failing it: {blk['offset_fail']}/{blk['offset_cases']}; constant-control failing: "
             f"{blk['constant_control_fail']}/{blk['constant_control_cases']} (counts are method x case "
             f"combinations; {blk['errors']} combinations could not run) — {source}.")
+
+
+# --- the run's summary and headline (labkit.studies.catalog dispatches here) -------------------------------------
+
+RUN_NAME = "fast_stats_counterexamples"
+NOTEBOOK = "02_fast_stats_counterexamples"
+
+
+def fast_stats_block(records: dict) -> dict | None:
+    """Headline counts of a `fast_stats` record (notebook 02), read as recorded.
+
+    Every count is over (method x case) combinations — e.g. 4 methods x 18 ordinary cases = 72 — not over input
+    cases. A combination whose method could not run (e.g. TorchScript raising on the installed torch) has no
+    output: it is counted in `errors` and in no other count. `ordinary_pass`: ordinary combinations passing the
+    official predicate; `offset_fail`: offset (+1000) combinations failing it; `per_method` repeats the counts for
+    each method.
+    """
+    cases = records.get("fast_stats", {}).get("cases")
+    if not cases:
+        return None
+
+    def counts(cs: list) -> dict:
+        ran = [c for c in cs if c.get("output")]
+        by = {cat: [c for c in ran if c.get("category") == cat] for cat in ("ordinary", "offset", "constant_control")}
+        return {"ordinary_pass": sum(bool(c["output"]["official_pass"]) for c in by["ordinary"]),
+                "ordinary_cases": len(by["ordinary"]),
+                "offset_fail": sum(not c["output"]["official_pass"] for c in by["offset"]),
+                "offset_cases": len(by["offset"]),
+                "constant_control_fail": sum(not c["output"]["official_pass"] for c in by["constant_control"]),
+                "constant_control_cases": len(by["constant_control"]),
+                "errors": len(cs) - len(ran)}
+
+    methods = list(dict.fromkeys(c.get("method") for c in cases))
+    return {**counts(cases), "per_method": {m: counts([c for c in cases if c.get("method") == m]) for m in methods}}
+
+
+def fast_stats_line(f: dict) -> str:
+    return (f"fast statistics: ordinary {f['ordinary_pass']}/{f['ordinary_cases']} pass, offset "
+            f"{f['offset_fail']}/{f['offset_cases']} fail, constant control {f['constant_control_fail']}/"
+            f"{f['constant_control_cases']} fail, {f['errors']} error(s) ({len(f.get('per_method', {}))} methods)")
+
+
+def summary(records: dict, prov: dict) -> dict:
+    from labkit.records import post_compare
+
+    out = {}
+    if block := fast_stats_block(records):
+        out["fast_stats"] = block
+    if records.get("fast_stats"):
+        out["post"] = post_compare.block(post_compare.fast_stats_rows(records["fast_stats"], prov))
+    return out
+
+
+def summary_lines(s: dict) -> list[str]:
+    return [fast_stats_line(s["fast_stats"])] if s.get("fast_stats") else []
+
+
+def page_headline(records: dict, summary: dict) -> str:
+    from labkit.records.text import on_gpu
+
+    f = summary["fast_stats"]
+    return (f"fast statistics pass the official check in {f['ordinary_pass']}/{f['ordinary_cases']} ordinary "
+            f"combinations and fail it in {f['offset_fail']}/{f['offset_cases']} offset (+1000) ones {on_gpu(summary)}")

@@ -16,7 +16,7 @@ from dataclasses import asdict
 
 from labkit import tasks
 from labkit.records.check import KERNELBENCH_PREDICATE, compare, equal_nan_allclose, official_allclose
-from labkit.studies import bench, timing as timing_study
+from labkit.studies import bench, measure, timing as timing_study
 
 ORDINARY = ("uniform", "normal", "offset", "tiny", "mixed_sign")
 CONTROLS = ("zeros", "constant", "nonfinite", "subnormal")
@@ -235,12 +235,12 @@ def time_family(family: str, shape, protocols: dict, device="cuda", seed: int = 
         del ref
         timing, errors = {}, {}
         for key, protocol in protocols.items():
-            names = timing_study.timeable(fns, protocol, rows, key, 2)
+            names = measure.timeable(fns, protocol, rows, key, 2)
             if BASELINE not in names:
                 errors[key] = f"baseline {BASELINE!r} not timeable under protocol {key}"
                 continue
             try:
-                timer = (timer_factory or timing_study._default_timer)(protocol)
+                timer = (timer_factory or measure.default_timer)(protocol)
                 timing[key] = bench.time_methods({n: fns[n] for n in names}, protocol, BASELINE, timer).to_json()
             except Exception as exc:
                 errors[key] = f"{type(exc).__name__}: {str(exc).strip()[:400]}"
@@ -267,7 +267,7 @@ def timing(mode: str = "full", device="cuda", rounds: int = 35, channels: int = 
     t0 = time.perf_counter()
     protocols = timing_study.protocols_for(mode, ("A", "B"), rounds=rounds, rounds_b=max(rounds, 35))
     log("[layout] copy ceiling ...")
-    ceiling = timing_study.copy_ceiling(protocols, timing_study.COPY_CEILING_BYTES, device)
+    ceiling = measure.copy_ceiling(protocols, measure.COPY_CEILING_BYTES, device)
     shape = tasks.layout_shape(channels, mode)
     families = []
     for family in cn.FAMILIES:
@@ -275,7 +275,7 @@ def timing(mode: str = "full", device="cuda", rounds: int = 35, channels: int = 
         families.append(time_family(family, shape, protocols, device))
     return {"schema": RECORD_SCHEMA, "baseline": BASELINE, "byte_formula": BYTES_FORMULA, "shape": list(shape),
             "protocols": {k: asdict(p) for k, p in protocols.items()}, "copy_ceiling": ceiling,
-            "families": families, "versions": timing_study._versions(), "wall_s": time.perf_counter() - t0}
+            "families": families, "versions": timing_study.versions(), "wall_s": time.perf_counter() - t0}
 
 
 def default_shapes(device="cuda", rounds: int = DEFAULT_ROUNDS, mode: str = "full", log=None) -> dict:
@@ -579,3 +579,58 @@ def verdict_lines(timing_record: dict | None, correctness_record: dict | None, p
     lines.append("Not supported: other GPUs or torch builds (the bit identity follows one torch's Reduce.cuh "
                  "configuration), shapes whose plan the kernels refuse, training/backward.")
     return lines
+
+
+# --- the run's summary and headline (labkit.studies.catalog dispatches here) -------------------------------------
+
+RUN_NAME = "layout_boundary"
+NOTEBOOK = "09_layout_boundary"
+
+
+def layout_block(records: dict) -> dict | None:
+    """Issue 12's `layout` block of a layout_boundary run (notebook 09): {family: {direct_nchw_ms, rows_ms,
+    conversion_ms, cases, passed}}: protocol A medians at the evaluation shape; cases/passed count the (ordinary
+    case, route) checks under the official predicate."""
+    timing, correctness = records.get("timing") or {}, records.get("correctness") or {}
+    if "families" not in timing and "cases" not in correctness:
+        return None
+    ordinary = [c for c in correctness.get("cases", []) if c.get("distribution") in ORDINARY]
+    fams = {f["family"]: f for f in timing.get("families", [])}
+    out = {}
+    for family in sorted({c["family"] for c in ordinary} | set(fams)):
+        stats = fams.get(family, {}).get("timing", {}).get("A", {}).get("stats", {})
+        checks = [ch for c in ordinary if c["family"] == family for r, ch in c["routes"].items()
+                  if r in ROUTES]
+        out[family] = {f"{r}_ms": stats.get(r, {}).get("median_ms") for r in ROUTES}
+        out[family] |= {"cases": len(checks), "passed": sum(bool(ch["official_pass"]) for ch in checks)}
+    return out
+
+
+def layout_line(layout: dict) -> str:
+    fmt = lambda v: "n/a" if v is None else f"{v:.3g}"  # noqa: E731
+    parts = [f"{fam} direct {fmt(b['direct_nchw_ms'])} / rows {fmt(b['rows_ms'])} / conversion "
+             f"{fmt(b['conversion_ms'])} ms, {b['passed']}/{b['cases']} pass" for fam, b in layout.items()]
+    return "layout: " + "; ".join(parts)
+
+
+def summary(records: dict, prov: dict) -> dict:
+    block = layout_block(records)
+    return {"layout": block} if block else {}
+
+
+def summary_lines(s: dict) -> list[str]:
+    return [layout_line(s["layout"])] if s.get("layout") else []
+
+
+def page_headline(records: dict, summary: dict) -> str:
+    from labkit.records.text import on_gpu
+
+    layout = summary.get("layout") or {}
+    parts = []
+    for family, b in layout.items():
+        if b.get("direct_nchw_ms") and b.get("conversion_ms"):
+            parts.append(f"{family}: direct NCHW {b['direct_nchw_ms']:.3g} ms, conversion route "
+                         f"{b['conversion_ms']:.3g} ms")
+    cases = sum(b["cases"] for b in layout.values())
+    passed = sum(b["passed"] for b in layout.values())
+    return "; ".join(parts + [f"{passed}/{cases} route checks pass the official predicate"]) + f" {on_gpu(summary)}"

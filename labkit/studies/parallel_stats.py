@@ -13,33 +13,8 @@ from labkit.records.check import identical_count
 from labkit.tasks import EXTRA_SHAPES, L1_40, shape_key
 
 DEV_LOG = REPO_ROOT / "data" / "dev" / "chain"
-FLOOR_PUSHES = math.prod(L1_40[1:]) // 128  # pushes per chain at L1/40: 4,194,304 elements over 128 chains
 # The methods timed beside the chain kernel: native, the post's design, split statistics and Inductor.
 TIMED_METHODS = ("native", "reference_order", "split_interleaved", "inductor", "chain")
-
-
-def chain_floor(pushes: int = FLOOR_PUSHES, blocks: int = 64, rounds: int = 35, device="cuda") -> dict:
-    """The dependent-push latency floor: kernels/chain_floor.cu on `blocks` one-warp blocks (as many chains as
-    L1/40 has), timed under protocol A like every other stage (a single launch would catch the clocks still
-    ramping), plus the SMs' own cycle counts per push, which do not depend on the clock."""
-    from dataclasses import replace
-
-    import torch
-
-    from labkit.studies.bench import PROTOCOL_A, time_methods
-    from labkit.core.launch import launch
-
-    dev = torch.device(device)
-    out = torch.empty(blocks * 32, device=dev)
-    cycles = torch.zeros(blocks, device=dev, dtype=torch.int64)
-    args = (out, cycles, np.int32(pushes), np.float32(1.0))
-    rec = time_methods({"floor": lambda: launch("chain_floor", "chain_floor", (blocks,), (32,), args, dev)},
-                       replace(PROTOCOL_A, rounds=rounds))
-    ms = rec.stats["floor"]["median_ms"]
-    cyc = float(cycles.double().mean().item())
-    return {"pushes": pushes, "chains": blocks * 32, "ms": ms, "q25_ms": rec.stats["floor"]["q25_ms"],
-            "q75_ms": rec.stats["floor"]["q75_ms"], "cycles_per_push": cyc / pushes,
-            "sm_clock_ghz_implied": cyc / ms / 1e6}
 
 
 # Ring shapes timed beside the default in the stage breakdown: the previous default (16-step stages) and a
@@ -130,20 +105,6 @@ def timing_study(shapes, mode: str, rounds: int, device="cuda", log=None) -> dic
     chosen = [methods.get(n) for n in TIMED_METHODS]
     return timing.run_study(timing.cases_for(shapes), timing.protocols_for(mode, ("A",), rounds), device=device,
                             methods=chosen, log=log or (lambda _line: None))
-
-
-def copy_ceiling(nbytes: int = 1 << 30, rounds: int = 15, device="cuda", timer_factory=None) -> dict:
-    """The timing study's device-copy ceiling (labkit.studies.timing.copy_ceiling: the faster of torch's copy_ and an
-    elementwise SM copy, read + write counted) under protocol A, in this notebook's units."""
-    from dataclasses import replace
-
-    from labkit.studies.bench import PROTOCOL_A
-    from labkit.studies.timing import copy_ceiling as measure
-
-    c = measure({"A": replace(PROTOCOL_A, rounds=rounds)}, nbytes, device, timer_factory)["A"]
-    return {"bytes": c["buffer_bytes"], "median_ms": c["median_ms"], "method": c["ceiling_method"],
-            "read_plus_write_gbps": c["median_gbps"],
-            "by_method_median_ms": c["by_method_median_ms"]}
 
 
 def timing_rows(timing_record: dict | None) -> list[dict]:
@@ -341,3 +302,44 @@ def verdict_lines(timing_record: dict | None, breakdown: dict | None, prov: dict
                      f"{bits_record['shape']}")
     lines.append("Not shown here: other GPUs, other torch versions, non-float32 dtypes.")
     return lines
+
+
+# --- the run's summary and headline (labkit.studies.catalog dispatches here) -------------------------------------
+
+RUN_NAME = "parallel_stats"
+NOTEBOOK = "07_parallel_statistics"
+
+
+def summary(records: dict, prov: dict) -> dict:
+    """The chain run's blocks: its bit-identity matrix, its timing cases and the post beside them."""
+    from labkit.studies import bit_identity, timing
+
+    out = timing.summary(records, prov)
+    if block := bit_identity.identity_block(records, prov):
+        out["bit_identity"] = block
+    return out
+
+
+def summary_lines(s: dict) -> list[str]:
+    from labkit.studies import bit_identity, timing
+
+    return bit_identity.summary_lines(s) + timing.summary_lines(s)
+
+
+def page_headline(records: dict, summary: dict) -> str:
+    from labkit.records.text import on_gpu, ratio
+    from labkit.studies.timing import case_name, l1_40_case
+
+    case = l1_40_case(records["timing"])
+    t = case["timing"].get("A") if case else None
+    if not t or "chain" not in t["stats"]:
+        return f"chain not timed in the record {on_gpu(summary)}"
+    chain = t["stats"]["chain"]["median_ms"]
+    parts = [f"chain {chain:.3g} ms at {case_name(case)}", f"{ratio(t['ratio_vs_baseline']['chain']['median'])} native"]
+    inductor = t["stats"].get("inductor", {}).get("median_ms")
+    if inductor:
+        parts.append(f"{ratio(inductor / chain)} Inductor")
+    b = summary.get("bit_identity")
+    if b:
+        parts.append(f"{b['identical']}/{b['cases']} bit-identical")
+    return ", ".join(parts) + f" {on_gpu(summary)}"

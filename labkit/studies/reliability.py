@@ -432,13 +432,6 @@ def soak(calls: int, seed: int, warmup: int = 200, pool: int = 48, sample_every:
 # Records -> summary, rows, verdict
 # ---------------------------------------------------------------------------------------------------------------
 
-def summary(records: dict) -> dict | None:
-    """The `reliability` block of `labkit summary` (keys as issue 15 names them), from a run's records."""
-    from labkit.records.summary import reliability_block
-
-    return reliability_block(records)
-
-
 def racecheck_evidence(invocations: list[dict], plain_targets: list[dict]) -> dict:
     """What the minimal rings say about chain_stats_tma's racecheck reports.
 
@@ -488,3 +481,79 @@ def racecheck_evidence(invocations: list[dict], plain_targets: list[dict]) -> di
                      "not run); racecheck reports in chain_stats_tma would stay unexplained.")
     return {"rings": rings, "chain_stats_tma_errors": chain_full, "chain_stats_tma_loads_only_errors": loads_only,
             "deliberate_race_reported": race_seen, "explained": explained, "conclusion": lines}
+
+
+# --- the run's summary and headline (labkit.studies.catalog dispatches here) -------------------------------------
+
+RUN_NAME = "reliability"
+NOTEBOOK = None  # a GPU step (scripts/gpu/reliability.sh), not a notebook
+
+
+def _sanitizer_errors(inv: dict, kernels: str) -> int:
+    """Errors of one finished invocation over our product kernels: the tool's own count when it instrumented only
+    our kernels (the kernel filter), else the errors its report attributes to a kernel matching `kernels`."""
+    import re
+
+    if inv.get("kernel_filter"):
+        return int(inv["errors"])
+    return sum(c["errors"] for k, c in inv.get("per_kernel", {}).items() if re.fullmatch(kernels, k))
+
+
+def reliability_block(records: dict) -> dict | None:
+    """Headline numbers of the reliability step (scripts/gpu/reliability.sh), keys as issue 15 item 8 names them.
+
+    sanitizer: per tool, errors over our product kernels in the invocations labelled "product..." that finished
+    (None when none finished); sanitizer_unattributed: per tool, errors whose report names no kernel the parser
+    knows (not counted above; the logs say whose they are); racecheck_unexplained: those racecheck errors less the ones in chain_stats_tma
+    when the racecheck evidence record marks them explained (a race-free minimal ring of the same protocol is
+    reported the same way); fuzz_*: cases run, distinct shapes, (case, method) checks not bit-identical or
+    raising; soak_*: calls after warm-up and growth of torch's allocated bytes over them."""
+    san = records.get("sanitizer")
+    fuzz, soak, evidence = records.get("fuzz"), records.get("soak"), records.get("racecheck_evidence", {})
+    if not (san or fuzz or soak):
+        return None
+    block: dict = {"sanitizer": {}, "racecheck_unexplained": None}
+    invocations = [i for i in (san or {}).get("invocations", []) if i["label"].startswith("product")]
+    kernels = (san or {}).get("product_kernels", ".*")
+    for tool in ("memcheck", "racecheck", "initcheck", "synccheck"):
+        done = [i for i in invocations if i["tool"] == tool and i["finished"]]
+        block["sanitizer"][tool] = sum(_sanitizer_errors(i, kernels) for i in done) if done else None
+        # errors no report block names a kernel for (could be anyone's): shown, never silently dropped
+        block.setdefault("sanitizer_unattributed", {})[tool] = sum(i.get("unattributed") or 0 for i in done
+                                                                 if not i.get("kernel_filter")) if done else None
+    race = block["sanitizer"]["racecheck"]
+    if race is not None:
+        explained = 0
+        # chain_stats_tma's reports are forgiven only while the race-free ring of its current protocol (every lane
+        # arrives: ring_all_arrive) is reported as well; ring_ok is the old protocol and says nothing about it now
+        current = ((evidence.get("rings") or {}).get("ring_all_arrive") or {}).get("racecheck_errors") or 0
+        if evidence.get("explained") and current > 0:
+            explained = sum(i.get("per_kernel", {}).get("chain_stats_tma", {}).get("errors", 0)
+                            for i in invocations if i["tool"] == "racecheck" and i["finished"])
+        block["racecheck_unexplained"] = max(0, race - explained)
+    cases = [c for c in (fuzz or {}).get("cases", []) if "skipped" not in c]
+    checks = [m for c in cases for m in c["methods"].values()]
+    block.update({"fuzz_cases": len(cases) if fuzz else None,
+                  "fuzz_shapes": len({tuple(c["shape"]) for c in cases}) if fuzz else None,
+                  "fuzz_mismatches": sum("error" in m or not all(m.values()) for m in checks) if fuzz else None,
+                  "soak_calls": soak.get("calls") if soak else None,
+                  "soak_mem_growth_bytes": soak.get("growth_bytes") if soak else None})
+    return block
+
+
+def reliability_line(r: dict) -> str:
+    san = ", ".join(f"{k} {v}" for k, v in r["sanitizer"].items())
+    other = sum(v or 0 for v in (r.get("sanitizer_unattributed") or {}).values())
+    san += f" (+{other} unattributed, see the logs)" if other else ""
+    return (f"reliability: sanitizer errors over our kernels {san}; racecheck unexplained {r['racecheck_unexplained']}; "
+            f"fuzz {r['fuzz_cases']} cases, {r['fuzz_shapes']} shapes, {r['fuzz_mismatches']} mismatch(es); soak "
+            f"{r['soak_calls']} calls, {r['soak_mem_growth_bytes']} bytes growth")
+
+
+def summary(records: dict, prov: dict) -> dict:
+    block = reliability_block(records)
+    return {"reliability": block} if block else {}
+
+
+def summary_lines(s: dict) -> list[str]:
+    return [reliability_line(s["reliability"])] if s.get("reliability") else []

@@ -23,12 +23,12 @@ from dataclasses import asdict, is_dataclass, replace
 from labkit import tasks
 from labkit.records.check import KERNELBENCH_PREDICATE, compare
 from labkit.studies import bench
+from labkit.studies.measure import COPY_CEILING_BYTES, copy_ceiling, default_timer, gbps, timeable
 from labkit.tasks import L1_40, UNEVEN_SHAPE, shape_key
 
 BASELINE = "native"
 DISTRIBUTION = "uniform"
 EPS = 1e-5
-COPY_CEILING_BYTES = 1 << 30  # the copied buffer: 1 GiB read + 1 GiB written per call
 ELEMENT_BYTES = 4
 BYTES_FORMULA = ("bytes = 4 * (rows*N + rows*N + 2*N): read x, write y, read gamma and beta once "
                  "(float32; N = normalized size). The minimum traffic of any LayerNorm; a method that reads x "
@@ -61,10 +61,6 @@ def byte_count(shape, normalized_shape=None) -> int:
     numel = math.prod(int(d) for d in shape)
     n = math.prod(int(d) for d in (normalized_shape if normalized_shape is not None else shape[1:]))
     return ELEMENT_BYTES * (2 * numel + 2 * n)
-
-
-def gbps(nbytes: int, ms: float) -> float:
-    return nbytes / (ms * 1e-3) / 1e9
 
 
 def _capped(rounds: int, cap: int | None) -> int:
@@ -117,71 +113,6 @@ def failure_text(row: dict) -> str:
 
 # --- timing machinery -------------------------------------------------------------------------------------------
 
-def _default_timer(protocol):
-    return bench.CudaEventTimer(protocol.flush_l2_bytes)
-
-
-def timeable(fns: dict, protocol, rows: dict, key: str, warmups: int) -> list[str]:
-    """The names in `fns` that `protocol` can time: all of them, or under graph replay those whose capture preflight
-    passes; each other one gets rows[name]["excluded"][key] = why."""
-    names = list(fns)
-    if protocol.graph:
-        for name in list(names):
-            err = graph_preflight(fns[name], warmups)
-            if err is not None:
-                rows[name]["excluded"][key] = f"CUDA graph capture failed: {err}"
-                names.remove(name)
-    return names
-
-
-def graph_preflight(fn, warmups: int) -> str | None:
-    """Warm `fn` up, capture it once in a CUDA graph and replay it; the error text if that fails, else None."""
-    import torch
-
-    try:
-        for _ in range(warmups):
-            fn()
-        torch.cuda.synchronize()
-        replay, alive = bench._graphed(fn)
-        replay()
-        torch.cuda.synchronize()
-        del replay, alive
-        return None
-    except Exception as exc:
-        try:
-            torch.cuda.synchronize()
-        except Exception:
-            pass
-        return f"{type(exc).__name__}: {str(exc).strip()[:400]}"
-
-
-def copy_ceiling(protocols: dict, nbytes: int = COPY_CEILING_BYTES, device="cuda", timer_factory=None) -> dict:
-    """The best of two device copies of an `nbytes` float32 buffer under each protocol, read + write counted:
-    `dst.copy_(src)`, and an elementwise kernel (`torch.mul(src, 1, out=dst)`). Both are kept because under graph
-    replay torch's copy_ becomes a memcpy node that can run on a copy engine, measured on the H200 at 2,760 GB/s
-    against 4,200 GB/s eager (run 20261129T151853Z): an SM kernel is the ceiling that LayerNorm kernels compete with."""
-    import torch
-
-    timer_factory = timer_factory or _default_timer
-    src = torch.ones(nbytes // ELEMENT_BYTES, dtype=torch.float32, device=device)
-    dst = torch.empty_like(src)
-    moved = 2 * src.numel() * ELEMENT_BYTES
-    out = {}
-    for key, protocol in protocols.items():
-        rec = bench.time_methods({"device_copy": lambda: dst.copy_(src),
-                                  "elementwise_copy": lambda: torch.mul(src, 1.0, out=dst)}, protocol, baseline=None,
-                                 timer=timer_factory(protocol))
-        best = min(rec.stats, key=lambda k: rec.stats[k]["median_ms"])
-        med = rec.stats[best]["median_ms"]
-        out[key] = {"buffer_bytes": src.numel() * ELEMENT_BYTES, "bytes_moved": moved, "median_ms": med,
-                    "median_gbps": gbps(moved, med), "ceiling_method": best,
-                    "by_method_median_ms": {k: v["median_ms"] for k, v in rec.stats.items()}, "timing": rec.to_json()}
-    del src, dst
-    if str(device).startswith("cuda"):
-        torch.cuda.empty_cache()
-    return out
-
-
 def run_case(case: dict, methods: list, protocols: dict, device="cuda", seed: int = 0, eps: float = EPS,
              ceiling: dict | None = None, timer_factory=None) -> dict:
     """Check and time every method on one case; returns the case's record (JSON-able)."""
@@ -193,7 +124,7 @@ def run_case(case: dict, methods: list, protocols: dict, device="cuda", seed: in
     cuda = str(device).startswith("cuda")
     if not cuda and any(p.graph for p in protocols.values()):
         raise ValueError("graph-replay protocols need a CUDA device")
-    timer_factory = timer_factory or _default_timer
+    timer_factory = timer_factory or default_timer
     t0 = time.perf_counter()
     shape, nshape = tuple(case["shape"]), tuple(case["normalized_shape"])
     x = make_input(DISTRIBUTION, shape, seed, device)
@@ -258,7 +189,7 @@ def run_case(case: dict, methods: list, protocols: dict, device="cuda", seed: in
 VERSIONED_PACKAGES = ("triton", "liger-kernel", "numpy", "cupy-cuda13x")  # besides torch, in the record
 
 
-def _versions() -> dict:
+def versions() -> dict:
     import torch
 
     from labkit.studies.methods import package_versions
@@ -288,7 +219,7 @@ def run_study(cases: list, protocols: dict, device="cuda", seed: int = 0, eps: f
     return {"schema": RECORD_SCHEMA, "baseline": BASELINE, "distribution": DISTRIBUTION, "seed": seed, "eps": eps,
             "byte_formula": BYTES_FORMULA, "protocols": {k: asdict(p) for k, p in protocols.items()},
             "methods": [m.to_json() for m in methods],
-            "versions": _versions(),
+            "versions": versions(),
             "clocks": "left alone: no clock locking, no persistence-mode or power-limit changes",
             "copy_ceiling": ceiling, "cases": done, "wall_s": time.perf_counter() - t0}
 
@@ -590,3 +521,98 @@ def verdict(record: dict | None, provenance: dict | None, source: str) -> str:
                          + (f"slower than native in at least 3/4 of rounds: {', '.join(slower)}." if slower
                             else "no method slower than native in at least 3/4 of rounds."))
     return "\n".join(lines + [_limits(prov)])
+
+
+# --- the run's summary and headline (labkit.studies.catalog dispatches here) -------------------------------------
+
+RUN_NAME = "timing"
+NOTEBOOK = "03_timing"
+
+
+def timing_block(records: dict) -> dict | None:
+    """Headline numbers of a `timing` record (notebook 03), read as recorded: per case ("<shape>/<affine>") and
+    method, protocol A's median [q25, q75] ms and the bit-equal fraction vs native. A method that was not timed
+    (unavailable, failed the official check) has null times and its status."""
+    cases = records.get("timing", {}).get("cases")
+    if not cases:
+        return None
+    out = {}
+    for case in cases:
+        stats = case.get("timing", {}).get("A", {}).get("stats", {})
+        block = out.setdefault(case["key"], {})
+        for name, row in case["methods"].items():
+            s = stats.get(name, {})
+            block[name] = {"median_ms": s.get("median_ms"), "q25_ms": s.get("q25_ms"), "q75_ms": s.get("q75_ms"),
+                           "bit_equal_fraction": (row.get("check") or {}).get("bit_equal_fraction"),
+                           "status": row.get("status")}
+    return out
+
+
+def timing_line(t: dict, shown: int = 3) -> str:
+    """The first case (the book's headline shape): bit-identical methods and the others apart, fastest first."""
+    case, methods = next(iter(t.items()))
+    timed = sorted(((m, v) for m, v in methods.items() if v.get("median_ms") is not None),
+                   key=lambda mv: mv[1]["median_ms"])
+    untimed = [m for m, v in methods.items() if v.get("median_ms") is None]
+
+    def listing(group: list) -> str:
+        text = ", ".join(f"{m} {v['median_ms']:.4g}" for m, v in group[:shown])
+        return text + (f", +{len(group) - shown} more" if len(group) > shown else "")
+
+    exact = [mv for mv in timed if mv[1].get("bit_equal_fraction") == 1.0]
+    other = [mv for mv in timed if mv[1].get("bit_equal_fraction") != 1.0]
+    parts = [f"bit-identical {listing(exact)}" if exact else "", f"others {listing(other)}" if other else "",
+             f"not timed {', '.join(untimed)}" if untimed else ""]
+    return (f"timing {case} ({len(t)} case(s)), median ms: " + "; ".join(p for p in parts if p))
+
+
+def summary(records: dict, prov: dict) -> dict:
+    from labkit.records import post_compare
+
+    out = {}
+    if block := timing_block(records):
+        out["timing"] = block
+    if records.get("timing"):
+        methods = [m["name"] for m in records["timing"].get("methods", [])]
+        out["post"] = post_compare.block(post_compare.timing_rows(records["timing"], prov, methods))
+    return out
+
+
+def summary_lines(s: dict) -> list[str]:
+    return [timing_line(s["timing"])] if s.get("timing") else []
+
+
+def l1_40_case(timing_record: dict) -> dict | None:
+    """The L1/40 case of a timing record (default affine first), else its first case."""
+    cases = timing_record.get("cases") or []
+    key = tasks.shape_key(tasks.L1_40)
+    at_shape = [c for c in cases if c["key"].split("/")[0] == key]
+    at_shape.sort(key=lambda c: not c["key"].endswith("/default"))
+    return (at_shape or cases or [None])[0]
+
+
+def case_name(case: dict) -> str:
+    return "L1/40" if case["key"].split("/")[0] == tasks.shape_key(tasks.L1_40) else case["key"].split("/")[0]
+
+
+def page_headline(records: dict, summary: dict) -> str:
+    from labkit.records.text import on_gpu, ratio
+
+    case = l1_40_case(records["timing"])
+    t = case["timing"].get("A") if case else None
+    if not t:
+        return f"no protocol A timing in the record {on_gpu(summary)}"
+    native = t["stats"]["native"]["median_ms"]
+    ratios = t["ratio_vs_baseline"]
+    timed = [m for m in t["stats"] if m != "native"]
+    identical = [m for m in timed if (case["methods"][m].get("check") or {}).get("bit_equal_fraction") == 1.0]
+    parts = [f"at {case_name(case)} native {native:.3g} ms"]
+    if identical:
+        best = max(identical, key=lambda m: ratios[m]["median"])
+        parts.append(f"fastest bit-identical: {best} {ratio(ratios[best]['median'])}")
+    if timed:
+        best = max(timed, key=lambda m: ratios[m]["median"])
+        if best not in identical:
+            parts.append(f"fastest passing the official check: {best} {ratio(ratios[best]['median'])} "
+                         "(not bit-identical)")
+    return "; ".join(parts) + f" {on_gpu(summary)}"

@@ -9,7 +9,7 @@ import traceback
 from pathlib import Path
 
 from labkit.records.run import Run
-from labkit.records.summary import reliability_block
+from labkit.studies.reliability import reliability_block
 from labkit.studies import reliability as rel
 
 SMALL_SHAPES = [(2, 64, 64, 64), (3, 64, 17, 19), (5, 1000), (3, 512 * 17), (2, 512 * (64 * 6 * 2 + 3))]

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from labkit.core.atomic import atomic_write_bytes
-from labkit.records.run import DATA_RUNS, load_run
+from labkit.records.run import DATA_RUNS
 from labkit.studies.catalog import run_headline, summarize_run
 
 BOOK_TITLE = "Wide LayerNorm lab book"

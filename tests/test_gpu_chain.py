@@ -79,8 +79,6 @@ def test_graph_replay_after_mutation_identical():
                          ids=lambda s: "x".join(map(str, s)))
 def test_tma_ring_shapes_bit_identical(config, shape):
     """Other ring shapes of the tma kernel keep the bits: the ring only schedules loads."""
-    import torch
-
     from labkit.core.device import device_info
     from labkit.ops import chain
     from labkit.ops.plans import execute

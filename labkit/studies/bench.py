@@ -111,7 +111,7 @@ class HostTimer:
         return (time.perf_counter() - t0) * 1e3 / repeats
 
 
-def _graphed(fn: Callable[[], object]) -> tuple[Callable[[], object], object]:
+def graphed(fn: Callable[[], object]) -> tuple[Callable[[], object], object]:
     """Capture one call of `fn` on a side stream; return the replay and what keeps the graph's memory alive."""
     import torch
 
@@ -136,7 +136,7 @@ def time_methods(methods: dict[str, Callable[[], object]], protocol: Protocol = 
         for _ in range(protocol.warmups):
             fn()
         if protocol.graph:
-            replay, alive = _graphed(fn)
+            replay, alive = graphed(fn)
             prepared[name] = replay
             keep.append(alive)
         else:

@@ -44,7 +44,7 @@ def graph_preflight(fn, warmups: int) -> str | None:
         for _ in range(warmups):
             fn()
         torch.cuda.synchronize()
-        replay, alive = bench._graphed(fn)
+        replay, alive = bench.graphed(fn)
         replay()
         torch.cuda.synchronize()
         del replay, alive

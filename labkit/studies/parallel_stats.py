@@ -3,7 +3,6 @@ behind the chain-parallel kernel (labkit.ops.chain). Records in, tables and figu
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np

@@ -163,16 +163,36 @@ def _other_call(target: str, x, w, b, eps) -> dict:
     return out
 
 
+def _settings(target: str):
+    from labkit.ops.chain import ChainSettings
+
+    return {"chain_tma": ChainSettings("chain", "tma"), "chain_w4": ChainSettings("chain", "w4"),
+            "chain_w1": ChainSettings("chain", "w1"), "chain_auto": ChainSettings(),
+            "rows_fused": ChainSettings("rows_fused")}[target]
+
+
+def takes(target: str, rows: int, n: int, device) -> bool:
+    """Whether a LayerNorm target's launch plan can take rows x N on `device` (labkit.core.device.Device): the
+    plan, not a copy of its limits, decides (the tma blocking's N % 512, grid.y rows, shared memory)."""
+    from labkit.ops import chain, reference_order
+
+    try:
+        if target == "reference_order":
+            reference_order.plan(rows, n, device)
+        else:
+            chain.schedule_plan(rows, n, device, _settings(target))
+    except ValueError:
+        return False
+    return True
+
+
 def _product_call(target: str, x, w, b, eps):
-    from labkit.ops.chain import ChainSettings, chain_layer_norm
+    from labkit.ops.chain import chain_layer_norm
     from labkit.ops.reference_order import reference_order_layer_norm
 
     if target == "reference_order":
         return reference_order_layer_norm(x, w, b, eps, return_stats=True)
-    settings = {"chain_tma": ChainSettings("chain", "tma"), "chain_w4": ChainSettings("chain", "w4"),
-                "chain_w1": ChainSettings("chain", "w1"), "chain_auto": ChainSettings(),
-                "rows_fused": ChainSettings("rows_fused")}[target]
-    return chain_layer_norm(x, w, b, eps, return_stats=True, settings=settings)
+    return chain_layer_norm(x, w, b, eps, return_stats=True, settings=_settings(target))
 
 
 def ring_tensor_map(x, rows: int, n: int):
@@ -327,9 +347,11 @@ def fuzz(n_cases: int, seed: int, time_budget_s: float, max_random_numel: int = 
     method that exists for the shape against torch.native_layer_norm, output/mean/rstd as int32 views."""
     import torch
 
+    from labkit.core.device import device_info
     from labkit.ops.reference import native_layer_norm
 
     rng = np.random.default_rng(seed)
+    device = device_info(torch.cuda.current_device())
     gen = torch.Generator(device="cuda").manual_seed(seed)
     start, cases = time.monotonic(), []
     shapes = [tuple(s) for s in edge_shapes]
@@ -345,7 +367,7 @@ def fuzz(n_cases: int, seed: int, time_budget_s: float, max_random_numel: int = 
             b = torch.randn(shape[1:], device="cuda", generator=gen)
             ref = native_layer_norm(x, w, b, eps)
             for method in FUZZ_METHODS:
-                if method == "chain_tma" and n % 512 or method in ("chain_tma", "chain_w4") and rows > 65535:
+                if not takes(method, rows, n, device):
                     continue
                 try:
                     case["methods"][method] = compare_bits(_product_call(method, x, w, b, eps), ref)
@@ -383,9 +405,11 @@ def soak(calls: int, seed: int, warmup: int = 200, pool: int = 48, sample_every:
     difference); every `sample_every`-th call is compared with torch bit for bit."""
     import torch
 
+    from labkit.core.device import device_info
     from labkit.ops.reference import native_layer_norm
 
     rng = np.random.default_rng(seed)
+    device = device_info(torch.cuda.current_device())
     gen = torch.Generator(device="cuda").manual_seed(seed)
     inputs = []
     for _ in range(pool):
@@ -402,8 +426,7 @@ def soak(calls: int, seed: int, warmup: int = 200, pool: int = 48, sample_every:
             baseline = torch.cuda.memory_allocated()
         x, w, b = inputs[int(rng.integers(pool))]
         rows, n = x.shape[0], math.prod(x.shape[1:])
-        options = [m for m in SOAK_METHODS if not (m == "chain_tma" and n % 512)
-                   and not (m in ("chain_tma", "chain_w4") and rows > 65535)]
+        options = [m for m in SOAK_METHODS if takes(m, rows, n, device)]
         method = options[int(rng.integers(len(options)))]
         try:
             got = _product_call(method, x, w, b, 1e-5)

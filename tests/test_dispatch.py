@@ -157,3 +157,12 @@ def test_pickable_paths_follow_the_table(arch):
         assert picked == ("native",)
     else:
         assert {"chain", "rows_fused", "reference_order"} <= set(picked)
+
+
+def test_every_study_in_the_catalog_has_its_readers():
+    from labkit.studies.catalog import STUDIES
+
+    for name, study in STUDIES.items():
+        assert study.RUN_NAME == name
+        for reader in ("summary", "summary_lines", "page_headline"):
+            assert callable(getattr(study, reader, None)), f"{study.__name__} has no {reader}"

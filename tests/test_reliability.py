@@ -205,9 +205,14 @@ def test_random_shapes_stay_in_bounds_and_targets_follow_n():
         shape = rel.random_shape(rng, 1 << 27)
         rows, n = shape[0], math.prod(shape[1:])
         assert 1 <= rows <= 70000 and 4 <= n <= 1 << 24 and n % 4 == 0 and rows * n <= 1 << 27
-    assert "chain_tma" in rel.targets_for((2, 64, 64, 64)) and "chain_tma" not in rel.targets_for((5, 1000))
-    assert {"channel_nchw", "channel_rows"} <= set(rel.targets_for((3, 64, 17, 19)))
-    assert not {"channel_nchw", "channel_rows"} & set(rel.targets_for((5, 1000)))
+    from labkit.core.device import Device
+
+    h200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
+    targets = lambda shape: rel.targets_for(shape, device=h200)  # noqa: E731
+    assert "chain_tma" in targets((2, 64, 64, 64)) and "chain_tma" not in targets((5, 1000))
+    assert {"channel_nchw", "channel_rows"} <= set(targets((3, 64, 17, 19)))
+    assert not {"channel_nchw", "channel_rows"} & set(targets((5, 1000)))
+    assert "chain_w4" not in targets((70000, 512)) and "rows_fused" in targets((70000, 512))  # grid.y holds 65535
     assert max(math.prod(s) for s in rel.EDGE_SHAPES) < 1 << 31
 
 

@@ -79,12 +79,12 @@ def test_torch_path_conditions():
     assert torch_path(flat[4:].view(2, 64), w, b)[0] == VECTORIZED  # 16 bytes off: still aligned
     for off in (1, 2, 3):
         path, why = torch_path(flat[off:off + 128].view(2, 64), w, b)
-        assert path == ROWWISE and "X is" in why and "16-byte" in why
+        assert path == ROWWISE and why.startswith("X must be 16-byte aligned") and f"got {4 * off} bytes past" in why
     g = torch.ones(65)[1:]
     assert torch_path(x, g, b) == (ROWWISE, "gamma must be 16-byte aligned: torch's can_vectorize fails and it "
-                                            "takes its other path (got gamma is 4 bytes off 16-byte alignment)")
-    assert "got beta is 4 bytes off" in torch_path(x, w, torch.zeros(65)[1:])[1]
-    assert "got Y is 4 bytes off" in torch_path(x, w, b, y=torch.empty(129)[1:].view(2, 64))[1]
+                                            "takes its other path (got 4 bytes past a 16-byte boundary)")
+    assert torch_path(x, w, torch.zeros(65)[1:])[1].startswith("beta must be 16-byte aligned")
+    assert torch_path(x, w, b, y=torch.empty(129)[1:].view(2, 64))[1].startswith("Y must be 16-byte aligned")
     assert torch_path(x, None, None, normalized_shape=(64,))[0] == VECTORIZED  # absent gamma/beta are fine
     assert torch_path(torch.rand(2, 6), torch.ones(6), torch.zeros(6))[0] == ROWWISE
     big = (1 << 24) + 4
@@ -104,9 +104,9 @@ def test_torch_path_conditions():
 
 
 @pytest.mark.parametrize("label,args,reason", [
-    ("misaligned x", lambda: (torch.rand(129)[1:].view(2, 64), torch.ones(64), torch.zeros(64)), "X is 4 bytes off"),
-    ("misaligned gamma", lambda: (torch.rand(2, 64), torch.ones(65)[1:], torch.zeros(64)), "gamma is 4 bytes off"),
-    ("misaligned beta", lambda: (torch.rand(2, 64), torch.ones(64), torch.zeros(65)[1:]), "beta is 4 bytes off"),
+    ("misaligned x", lambda: (torch.rand(129)[1:].view(2, 64), torch.ones(64), torch.zeros(64)), "x must be 16-byte"),
+    ("misaligned gamma", lambda: (torch.rand(2, 64), torch.ones(65)[1:], torch.zeros(64)), "weight must be 16-byte"),
+    ("misaligned beta", lambda: (torch.rand(2, 64), torch.ones(64), torch.zeros(65)[1:]), "bias must be 16-byte"),
     ("N % 4", lambda: (torch.rand(2, 6), torch.ones(6), torch.zeros(6)), "must be a multiple of 4"),
 ])
 def test_refusal_says_where_torch_takes_its_other_path(label, args, reason):

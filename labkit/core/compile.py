@@ -63,13 +63,15 @@ def available_kernels() -> list[str]:
 
 
 def device_arch(device_index: int | None = None) -> str:
-    """`sm_XY` of a CUDA device; raises ValueError when there is none (then pass `arch` explicitly)."""
+    """`sm_XY` of a CUDA device (default: the current one); raises ValueError when there is none (then pass `arch`
+    explicitly). Read as every launch reads it: labkit.core.device.device_info."""
     import torch
 
     if not torch.cuda.is_available():
         raise ValueError("no CUDA device: pass arch explicitly, e.g. arch='sm_90'")
-    major, minor = torch.cuda.get_device_capability(device_index)
-    return f"sm_{major}{minor}"
+    from labkit.core.device import device_info
+
+    return device_info(torch.cuda.current_device() if device_index is None else device_index).arch_name
 
 
 def kernel_sources(kernel: str) -> tuple[str, dict[str, str]]:

@@ -17,6 +17,7 @@ class Device:
     sm_count: int
     smem_optin_bytes: int  # the most dynamic shared memory one block may opt in to
     max_grid_y: int        # grid.y (and grid.z) limit; grid.x is 2**31 - 1 on every arch we build for
+    smem_block_bytes: int = 48 * 1024  # what a block gets without opting in (cudaDevAttrMaxSharedMemoryPerBlock)
 
     @property
     def arch_name(self) -> str:
@@ -44,7 +45,7 @@ def device_info(index: int) -> Device:
                 p = runtime.getDeviceProperties(index)
                 name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
                 d = _devices[index] = Device(name, p["major"] * 10 + p["minor"], p["multiProcessorCount"],
-                                             p["sharedMemPerBlockOptin"], p["maxGridSize"][1])
+                                             p["sharedMemPerBlockOptin"], p["maxGridSize"][1], p["sharedMemPerBlock"])
     return d
 
 

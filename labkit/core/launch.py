@@ -3,14 +3,18 @@
 The one launch path of the package. A `Kernel` describes a launch (which function of which kernels/*.cu, grid,
 block, dynamic shared memory, compile options); `prepare` turns it into a `Prepared` launch on one device, with
 everything that does not change between calls done once: the module compiled or read from the cubin cache and
-loaded, the function handle resolved, the shared-memory opt-in set. A call then only hands over its arguments
-and torch's current stream. Ops build their Kernels from the shape (labkit.ops.*.plan) and sequence them;
-`launch` is the general form for one-off kernels (floors, sanitizer rings), checking every tensor argument.
+loaded, the function handle resolved, the shared-memory opt-in raised to what it needs. A call then only hands over
+its arguments and torch's current stream. Ops build their Kernels from the shape (labkit.ops.*.plan) and sequence
+them inside `device_scope`; `launch` is the general form for one-off kernels (floors, sanitizer rings), checking
+every tensor argument.
 
-Tensor arguments reach kernels as raw device pointers, so every launch is legal inside `torch.cuda.graph` capture.
+Function handles are cached per (device, kernel, function, options), never per shape, so a model that sees many
+row counts loads each function once. Tensor arguments reach kernels as raw device pointers, so every launch is
+legal inside `torch.cuda.graph` capture.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from dataclasses import dataclass
@@ -20,11 +24,8 @@ from labkit.core.views import device_pointer
 
 _lock = threading.Lock()
 _loaded: dict[tuple, tuple[object, CompileRecord]] = {}
-_prepared: dict[tuple, "Prepared"] = {}
+_functions: dict[tuple, list] = {}  # (device, kernel, function, options) -> [cupy Function, opted-in bytes]
 _streams: dict[tuple[int, int], object] = {}
-
-# Dynamic shared memory a function may use without opting in (the same on every arch).
-DEFAULT_SMEM = 48 * 1024
 
 
 @dataclass(frozen=True)
@@ -62,47 +63,65 @@ def loaded_records() -> list[CompileRecord]:
         return [record for _, record in _loaded.values()]
 
 
+def function(kernel: str, name: str, device_index: int, options: tuple[str, ...] = (), shared_mem: int = 0):
+    """The cupy Function `name` of kernels/<kernel>.cu on a device, loaded once and opted in to at least
+    `shared_mem` bytes of dynamic shared memory (the opt-in only ever grows: a smaller launch of the same function
+    must not take away what a larger one needs)."""
+    key = (device_index, kernel, name, tuple(options))
+    entry = _functions.get(key)
+    if entry is None or entry[1] < shared_mem:
+        module, _ = load(kernel, device_index, options)
+        with _lock:
+            entry = _functions.get(key)
+            if entry is None:
+                entry = _functions[key] = [module.get_function(name), 0]
+            if entry[1] < shared_mem:
+                from labkit.core.device import device_info
+
+                if shared_mem > device_info(device_index).smem_block_bytes:
+                    import cupy as cp
+                    from cupy_backends.cuda.api import driver
+
+                    with cp.cuda.Device(device_index):
+                        driver.funcSetAttribute(entry[0].ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                shared_mem)
+                entry[1] = shared_mem
+    return entry[0]
+
+
 class Prepared:
     """A Kernel on one device: call it with the kernel's arguments (raw pointers and numpy scalars) and a stream
-    from `stream()`. Launches with the device made current if it is not (the common case costs one query)."""
+    from `stream()`, with the device current (`device_scope`)."""
 
-    __slots__ = ("spec", "device_index", "_fn", "_grid", "_block", "_smem", "_get_device", "_device")
+    __slots__ = ("spec", "device_index", "_fn", "_grid", "_block", "_smem")
 
     def __init__(self, spec: Kernel, device_index: int):
-        import cupy as cp
-
-        module, _ = load(spec.kernel, device_index, spec.options)
-        fn = module.get_function(spec.function)
-        if spec.shared_mem > DEFAULT_SMEM:
-            from cupy_backends.cuda.api import driver
-
-            with cp.cuda.Device(device_index):
-                driver.funcSetAttribute(fn.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                        spec.shared_mem)
-        self.spec, self.device_index, self._fn = spec, device_index, fn
+        self._fn = function(spec.kernel, spec.function, device_index, spec.options, spec.shared_mem)
+        self.spec, self.device_index = spec, device_index
         self._grid, self._block, self._smem = tuple(spec.grid), tuple(spec.block), spec.shared_mem
-        self._get_device, self._device = cp.cuda.runtime.getDevice, cp.cuda.Device
 
     def __call__(self, args: tuple, stream) -> None:
-        if self._get_device() == self.device_index:
-            self._fn(self._grid, self._block, args, shared_mem=self._smem, stream=stream)
-        else:
-            with self._device(self.device_index):
-                self._fn(self._grid, self._block, args, shared_mem=self._smem, stream=stream)
+        self._fn(self._grid, self._block, args, shared_mem=self._smem, stream=stream)
 
 
 def prepare(spec: Kernel, device_index: int) -> Prepared:
-    """The Prepared launch of `spec` on a device, made once per process."""
-    key = (spec, device_index)
-    p = _prepared.get(key)
-    if p is None:
-        with _lock:
-            p = _prepared.get(key)
-        if p is None:
-            p = Prepared(spec, device_index)
-            with _lock:
-                p = _prepared.setdefault(key, p)
-    return p
+    return Prepared(spec, device_index)
+
+
+_get_device = None
+
+
+def device_scope(device_index: int):
+    """A context that makes `device_index` the current device for what runs inside it (launches, memsets), or
+    nothing when it already is (the common case costs one query)."""
+    global _get_device
+    import cupy as cp
+
+    if _get_device is None:
+        _get_device = cp.cuda.runtime.getDevice
+    if _get_device() == device_index:
+        return contextlib.nullcontext()
+    return cp.cuda.Device(device_index)
 
 
 def _raw_stream_getter():
@@ -119,7 +138,7 @@ _raw_stream = None
 
 def stream(device_index: int):
     """(CuPy's handle on torch's current stream of the device, its raw handle): the capturing stream during graph
-    capture, the caller's stream on any thread. Handles are cached per raw stream."""
+    capture, the caller's stream on any thread. Handles are cached per (device, raw stream)."""
     global _raw_stream
     if _raw_stream is None:
         _raw_stream = _raw_stream_getter()
@@ -137,7 +156,7 @@ def stream(device_index: int):
 
 
 def memset_async(ptr: int, nbytes: int, stream_ptr: int) -> None:
-    """Zero device memory on a stream (a memset node under graph capture)."""
+    """Zero device memory on a stream of the current device (a memset node under graph capture)."""
     from cupy.cuda import runtime
 
     runtime.memsetAsync(ptr, 0, nbytes, stream_ptr)
@@ -151,5 +170,6 @@ def launch(kernel: str, function: str, grid, block, args, device, shared_mem: in
 
     index = current_index(device)
     converted = tuple(device_pointer(a, index) if hasattr(a, "data_ptr") else a for a in args)
-    prepare(Kernel(kernel, function, tuple(grid), tuple(block), shared_mem, tuple(options)), index)(
-        converted, stream(index)[0])
+    k = prepare(Kernel(kernel, function, tuple(grid), tuple(block), shared_mem, tuple(options)), index)
+    with device_scope(index):
+        k(converted, stream(index)[0])

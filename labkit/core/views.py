@@ -21,10 +21,3 @@ def device_pointer(t, device_index: int) -> np.uint64:
     if not t.is_contiguous():
         raise ValueError("kernel arguments must be contiguous tensors")
     return np.uint64(t.data_ptr())
-
-
-def torch_stream_ptr(device) -> int:
-    """The raw handle of torch's current stream on `device` (the capturing stream during graph capture)."""
-    import torch
-
-    return torch.cuda.current_stream(device).cuda_stream

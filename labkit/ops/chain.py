@@ -8,6 +8,7 @@ bits.
 """
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -208,9 +209,10 @@ class _Bound:
         self.output(x, mean, rstd, weight, bias, y, stream)
 
 
+@functools.lru_cache(maxsize=4096)
 def schedule_plan(rows: int, n: int, device: Device, settings: ChainSettings = DEFAULT_SETTINGS):
     """The plan chain_layer_norm runs: the chain schedule, rows_fused, or (auto) the one the dispatch rule picks
-    among those two that can take the shape."""
+    among those two that can take the shape. Cached: a repeated shape costs a dictionary lookup."""
     if settings.schedule == "rows_fused":
         return rows_fused.plan(rows, n, device)
     if settings.schedule == "chain":

@@ -42,8 +42,16 @@ CONDITIONS = PathConditions()
 MAX_NORMALIZED = CONDITIONS.max_n
 VECTOR = CONDITIONS.n_multiple               # float4 loads
 ALIGN_BYTES = CONDITIONS.alignment_bytes(4)  # float32
-ALIGN_MASK = ALIGN_BYTES - 1                 # for the drop-in's per-call address check
 MAX_NUMEL = (1 << 31) - 1                    # 32-bit element indices in the kernels
+
+
+def misaligned(*addresses: int) -> bool:
+    """Whether any address is off float4 alignment: the drop-in's per-call check (addresses are not part of a
+    plan's signature), torch's can_vectorize on X, gamma and beta."""
+    mask = 0
+    for a in addresses:
+        mask |= a
+    return bool(mask & (ALIGN_BYTES - 1))
 
 
 @dataclass(frozen=True)
@@ -64,7 +72,7 @@ class Policy:
 
     affine_required: bool  # weight and bias must be given (the kernel functions); else None is allowed
     autograd: bool         # the caller records autograd (the drop-in); else grad-requiring inputs are refused
-    addresses: bool        # check alignment now; else the caller checks each call's addresses (ALIGN_MASK)
+    addresses: bool        # check alignment now; else the caller checks each call's addresses (misaligned)
 
 
 KERNEL_FUNCTIONS = Policy(affine_required=True, autograd=False, addresses=True)
@@ -104,8 +112,7 @@ def _torch_alignment(buffers: dict, itemsize: int, cond: PathConditions, names=N
         if t.numel() and t.data_ptr() % align:
             label = (names or {}).get(name, name)
             return Reason(f"{label} must be {align}-byte aligned: torch's can_vectorize fails and it takes its "
-                          "other path", f"{name} is {t.data_ptr() % align} bytes off {align}-byte alignment",
-                          torch_path=True)
+                          "other path", f"{t.data_ptr() % align} bytes past a {align}-byte boundary", torch_path=True)
     return None
 
 

@@ -9,7 +9,8 @@ returns a callable on raw pointers:
     bound(x, weight, bias, y, mean, rstd, scratch, eps, stream)
 
 The public kernel functions run a plan through `execute` (fresh outputs, scratch from torch's allocator on the
-call's stream); the drop-in keeps one bound plan per input signature and calls it with its own buffers.
+call's stream); the drop-in's per-signature plans hold the same bound plan (`bound`, shared per plan and device)
+and call it with their own buffers. Callers make the device current around a bound call (`device_scope`).
 """
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.core.device import current_index
-from labkit.core.launch import stream
+from labkit.core.launch import device_scope, stream
 
 _lock = threading.Lock()
 _bound: dict[tuple, object] = {}
+MAX_BOUND = 1024  # bound plans kept (a model's few shapes fit; a sweep of row counts does not grow it forever)
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,14 @@ def bound(plan, device_index: int):
     if b is None:
         b = plan.bind(device_index)
         with _lock:
+            if len(_bound) >= MAX_BOUND:
+                _bound.clear()  # function handles stay loaded (labkit.core.launch); only the small bound objects go
             b = _bound.setdefault(key, b)
     return b
+
+
+def bound_plans() -> int:
+    return len(_bound)
 
 
 def scratch_for(plan, device):
@@ -73,8 +81,10 @@ def execute(plan, x, weight, bias, eps: float, out=None):
     mean = torch.empty(plan.rows, device=x.device, dtype=torch.float32)
     rstd = torch.empty(plan.rows, device=x.device, dtype=torch.float32)
     scratch = scratch_for(plan, x.device)
-    bound(plan, index)(x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), mean.data_ptr(),
-                       rstd.data_ptr(), _ptr(scratch), np.float32(eps), stream(index))
+    b = bound(plan, index)
+    with device_scope(index):
+        b(x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
+          _ptr(scratch), np.float32(eps), stream(index))
     return y, mean, rstd
 
 
@@ -82,12 +92,15 @@ def stats_only(plan, x, mean, rstd, eps: float) -> None:
     """The plan's statistics launch alone (stage-breakdown and sanitizer experiments)."""
     index = current_index(x.device)
     scratch = scratch_for(plan, x.device)
-    bound(plan, index).stats(x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), _ptr(scratch), np.float32(eps),
-                             stream(index))
+    b = bound(plan, index)
+    with device_scope(index):
+        b.stats(x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), _ptr(scratch), np.float32(eps), stream(index))
 
 
 def output_only(plan, x, mean, rstd, weight, bias, y) -> None:
     """The plan's output launch alone, from given statistics."""
     index = current_index(x.device)
-    bound(plan, index).output(x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), weight.data_ptr(), bias.data_ptr(),
-                              y.data_ptr(), stream(index))
+    b = bound(plan, index)
+    with device_scope(index):
+        b.output(x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(),
+                 stream(index))

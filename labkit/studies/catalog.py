@@ -23,9 +23,10 @@ def notebook_runs() -> dict[str, str]:
     return {m.NOTEBOOK: m.RUN_NAME for m in STUDIES.values() if m.NOTEBOOK}
 
 
-def summarize_run(path: Path) -> dict:
-    """The headline blocks of one run directory, read from its records (never recomputed)."""
-    run = load_run(path)
+def summarize_run(path: Path, run: dict | None = None) -> dict:
+    """The headline blocks of one run directory, read from its records (never recomputed); `run`: the directory
+    already loaded (labkit.records.run.load_run)."""
+    run = run or load_run(path)
     records = run["records"]
     meta = records["run"]
     prov = meta["provenance"]
@@ -86,8 +87,8 @@ def run_headline(run_dir: Path) -> str:
     """One line of what run `run_dir` shows, from its records (the owning study's page_headline); a run of no
     study gets its name and GPU."""
     run = load_run(run_dir)
-    s = summarize_run(run_dir)
+    s = summarize_run(run_dir, run)
     study = STUDIES.get(s["name"])
-    if study is None or not hasattr(study, "page_headline"):
+    if study is None:
         return f"run '{s['name']}' {on_gpu(s)}"
     return study.page_headline(run["records"], s)

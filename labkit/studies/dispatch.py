@@ -103,18 +103,19 @@ def module_path(sweep: dict):
 def table_rows(scores: dict, sm_count: int) -> list[dict]:
     """The measured points as a grid for display: one row per row level (rows per wave level on this GPU), one
     column per log2 N, the path the rule takes there."""
+    from labkit.ops.chain import BLOCKS_PER_ROW
     from labkit.ops.dispatch.rule import pick
 
-    short = {"native": "torch", "chain": "chain", "rows_fused": "rows", "reference_order": "ref"}
+    short = lambda p: "torch" if p == "native" else p.split("_")[0]  # noqa: E731  (chain, rows, reference)
     ys = sorted({y for level in scores.values() for y in level})
     out = []
     for x, level in sorted(scores.items()):
-        row = {"rows (on this GPU)": f"<= {max(1, round(sm_count * 2 ** x / 4))}"}
+        row = {"rows (on this GPU)": f"<= {max(1, round(sm_count * 2 ** x / BLOCKS_PER_ROW))}"}
         for y in ys:
             sc = level.get(y)
             if not sc:
                 row[f"2^{y}"] = ""
                 continue
-            row[f"2^{y}"] = short[pick(sc)]
+            row[f"2^{y}"] = short(pick(sc))
         out.append(row)
     return out

@@ -471,19 +471,6 @@ def dispatch_rows(sweep_record: dict | None) -> list[dict]:
     return rows
 
 
-def rule_table(shape_list, device) -> list[dict]:
-    """What the code's rule picks for each shape on `device` (a labkit.core.device.Device; no measurement)."""
-    from labkit.ops import paths
-    from labkit.ops.dispatch import rule
-
-    out = []
-    for shape in shape_list:
-        n = math.prod(shape[1:])
-        path, why = rule.choose(shape[0], n, device, tuple(paths.plannable(shape[0], n, device)))
-        out.append({"shape": shape_key(shape), "rows": shape[0], "N": n, "path": path, "why": why})
-    return out
-
-
 def rule_grid_rows() -> list[dict]:
     """Every committed dispatch table (labkit/ops/dispatch/tables/) as a grid: the path the rule takes at each
     measured point, on the GPU it was measured on."""

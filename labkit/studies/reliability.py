@@ -134,13 +134,25 @@ PRODUCT_TARGETS = LAYER_NORM_TARGETS + ("split_interleaved", "channel_nchw", "ch
 CHANNEL_TARGETS = ("channel_nchw", "channel_rows")  # notebook 09's kernels: NCHW shapes only
 
 
-def targets_for(shape, names=PRODUCT_TARGETS) -> list[str]:
-    """The targets that exist for a shape (the tma blocking needs N % 512 == 0; the channel kernels an NCHW shape
-    with at least two channels and two spatial positions)."""
-    n = math.prod(shape[1:])
+def targets_for(shape, names=PRODUCT_TARGETS, device=None) -> list[str]:
+    """The targets that exist for a shape on `device` (default: the current GPU): a LayerNorm target where its plan
+    takes the shape (`takes`), the rings where the tma plan does (they reproduce its protocol), the channel kernels
+    for an NCHW shape with at least two channels and two spatial positions."""
+    import torch
+
+    from labkit.core.device import device_info
+
+    device = device or device_info(torch.cuda.current_device())
+    rows, n = shape[0], math.prod(shape[1:])
     nchw = len(shape) >= 3 and 2 <= shape[1] < 256 and math.prod(shape[2:]) >= 2
-    return [t for t in names if (not (t.startswith("chain_tma") or t.startswith("ring_")) or n % 512 == 0)
-            and (t not in CHANNEL_TARGETS or nchw)]
+
+    def exists(t):
+        if t in CHANNEL_TARGETS:
+            return nchw
+        if t.startswith("ring_") or t.startswith("chain_tma"):
+            return takes("chain_tma", rows, n, device)
+        return t not in LAYER_NORM_TARGETS or takes(t, rows, n, device)
+    return [t for t in names if exists(t)]
 
 
 def _other_call(target: str, x, w, b, eps) -> dict:
@@ -196,9 +208,15 @@ def _product_call(target: str, x, w, b, eps):
 
 
 def ring_tensor_map(x, rows: int, n: int):
-    from labkit.core.tensormap import encode_tiled_f32
+    """The chain kernel's own tensor map for x (its plan's geometry, with the ring's box): the rings reproduce its
+    copy protocol."""
+    from labkit.core.device import device_info
+    from labkit.core.tensormap import TensorMapEncoder
+    from labkit.ops import chain
 
-    return encode_tiled_f32(x.data_ptr(), (128, 4, n // 512, rows), (512, 2048, 4 * n), (128, 1, RING_STEPS, 1))
+    p = chain.plan(rows, n, device_info(x.device.index),
+                   chain.ChainSettings("chain", "tma", chain.TmaConfig(RING_STEPS, RING_STAGES)))
+    return TensorMapEncoder(p.tensor_map)(x.data_ptr())
 
 
 def ring_expected(x, rows: int, n: int):
@@ -292,7 +310,6 @@ def run_targets(specs: list[dict], seed: int = 0) -> list[dict]:
 
 VALUE_CLASSES = ("normal", "offset_1000", "huge", "tiny", "subnormal", "mixed_scale", "constant_rows", "nonfinite")
 FUZZ_METHODS = ("reference_order", "chain_auto", "chain_tma", "chain_w4", "rows_fused")
-MAX_NUMEL = (1 << 31) - 1
 EDGE_SHAPES = ((1, 4), (70000, 4), (1, 1 << 24), (3, 64, 17, 19), (5, 1000), (2, 516), (65535, 512),
                (127, (1 << 24) - 4))  # the last: numel 2,130,706,924, just under 2**31
 
@@ -576,6 +593,13 @@ def reliability_line(r: dict) -> str:
 def summary(records: dict, prov: dict) -> dict:
     block = reliability_block(records)
     return {"reliability": block} if block else {}
+
+
+def page_headline(records: dict, summary: dict) -> str:
+    from labkit.records.text import on_gpu
+
+    r = summary.get("reliability")
+    return (reliability_line(r) if r else "reliability: no sanitizer, fuzz or soak record") + f" {on_gpu(summary)}"
 
 
 def summary_lines(s: dict) -> list[str]:

@@ -143,7 +143,7 @@ def needs_dispatcher(x, weight, bias) -> bool:
 def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optional[Tensor] = None,
                bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """torch.nn.functional.layer_norm with torch's eager bits on every input it accepts: our kernels where the
-    dispatch rule (labkit.ops.dropin.rule) says they are faster, torch's own kernel elsewhere.
+    dispatch rule (labkit.ops.dispatch.rule) says they are faster, torch's own kernel elsewhere.
     `explain(x, normalized_shape, weight, bias, eps)` says which path an input takes and why."""
     if _autocast(x):
         # autocast runs layer_norm in float32 (its cast policy); torch's own call keeps that policy exactly
@@ -163,29 +163,18 @@ def layer_norm_with(path: str, x: Tensor, normalized_shape, weight=None, bias=No
 
 def explain(x: Tensor, normalized_shape, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
             eps: float = 1e-5) -> dict:
-    """Which path serves this input and why: {"path", "reason", "torch_path", "rule_source"}. The per-call
-    alignment check is applied to these tensors' addresses too."""
-    import math
-
-    from labkit.core.device import device_info
+    """Which path serves this input and why: {"path", "reason", "torch_path", "rule_source"}: the plan the call
+    would get (labkit.ops.dropin.plan.make_plan), with the per-call alignment check applied to these tensors'
+    addresses."""
     from labkit.ops import eligibility, paths
-    from labkit.ops.dispatch import rule
 
     ns = _normalized(normalized_shape)
-    why_not = plans.refusal(x, ns, weight, bias, eps)
-    source = "no table consulted: torch's kernel serves every input our kernels do not take"
-    if why_not is not None:
-        path, reason = paths.NATIVE, why_not
-    elif any(t.data_ptr() & eligibility.ALIGN_MASK for t in (x, weight, bias) if t is not None):
+    p, _ = plans.make_plan(x, ns, weight, bias, eps)
+    path, reason = p.path, p.reason
+    if path != paths.NATIVE and eligibility.misaligned(*(t.data_ptr() for t in (x, weight, bias) if t is not None)):
         path, reason = paths.NATIVE, "a buffer is not 16-byte aligned: torch takes its other path for this call"
-    else:
-        dev = device_info(x.get_device())
-        n = math.prod(ns)
-        rows = x.numel() // n
-        path, reason = rule.choose(rows, n, dev, tuple(paths.plannable(rows, n, dev)))
-        source = rule.table_source(dev)
     try:
         tp = eligibility.torch_path(x, weight, bias, normalized_shape=ns)[0]
     except ValueError as exc:
         tp = f"undetermined: {exc}"
-    return {"path": path, "reason": reason, "torch_path": tp, "rule_source": source}
+    return {"path": path, "reason": reason, "torch_path": tp, "rule_source": p.rule_source}

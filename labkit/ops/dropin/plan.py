@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from labkit.core.device import device_info
-from labkit.core.launch import stream
+from labkit.core.launch import device_scope, stream
 from labkit.ops import eligibility, paths
 from labkit.ops.dispatch import rule
 from labkit.ops.plans import bound
@@ -43,9 +43,11 @@ class Plan:
     rstd shaped as torch.native_layer_norm's."""
 
     path = paths.NATIVE
+    NO_TABLE = "no table consulted: torch's kernel serves every input our kernels do not take"
 
-    def __init__(self, reason: str, normalized_shape: tuple, eps: float):
+    def __init__(self, reason: str, normalized_shape: tuple, eps: float, rule_source: str = NO_TABLE):
         self.reason, self.normalized_shape, self.eps = reason, normalized_shape, eps
+        self.rule_source = rule_source  # which dispatch table decided (labkit.explain shows it)
 
     def forward(self, x, weight, bias, stats: bool):
         import torch
@@ -58,10 +60,11 @@ class Plan:
 class KernelPlan(Plan):
     """Our kernels for an eligible signature; torch's for a call whose buffers are misaligned."""
 
-    def __init__(self, op_plan, reason: str, x, normalized_shape: tuple, weight, bias, eps: float):
+    def __init__(self, op_plan, reason: str, x, normalized_shape: tuple, weight, bias, eps: float,
+                 rule_source: str = Plan.NO_TABLE):
         import torch
 
-        super().__init__(reason, normalized_shape, eps)
+        super().__init__(reason, normalized_shape, eps, rule_source)
         self.op_plan, self.path = op_plan, op_plan.path
         self.torch, self.index, self.device = torch, x.get_device(), x.device
         self.shape = tuple(x.shape)
@@ -80,7 +83,7 @@ class KernelPlan(Plan):
         xp = x.data_ptr()
         wp = (weight if weight is not None else self.ones).data_ptr()
         bp = (bias if bias is not None else self.neg_zeros).data_ptr()
-        if (xp | wp | bp) & eligibility.ALIGN_MASK:  # torch's can_vectorize fails too: its other path serves
+        if eligibility.misaligned(xp, wp, bp):  # torch's can_vectorize fails too: its other path serves
             return Plan.forward(self, x, weight, bias, stats)
         torch, rows, device = self.torch, self.rows, self.device
         y = torch.empty(self.shape, dtype=torch.float32, device=device)
@@ -94,7 +97,8 @@ class KernelPlan(Plan):
             mp = scratch.data_ptr() + self.scratch_bytes
             rp = mp + 4 * rows
         sp = scratch.data_ptr() if scratch is not None else 0
-        self.launch(xp, wp, bp, y.data_ptr(), mp, rp, sp, self.eps_arg, stream(self.index))
+        with device_scope(self.index):
+            self.launch(xp, wp, bp, y.data_ptr(), mp, rp, sp, self.eps_arg, stream(self.index))
         return (y, mean, rstd) if stats else y
 
 
@@ -111,22 +115,23 @@ def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None =
     dev = device_info(x.get_device())
     n = math.prod(normalized_shape)
     rows = x.numel() // n
+    source = rule.table_source(dev)
     if force is None:
         available = paths.plannable(rows, n, dev)
         path, reason = rule.choose(rows, n, dev, tuple(available))
         op_plan = available.get(path)
     elif force == paths.NATIVE:
-        return Plan("forced (measurement)", normalized_shape, eps), True
+        return Plan("forced (measurement)", normalized_shape, eps, source), True
     else:
         op_plan, reason = paths.plan(force, rows, n, dev), "forced (measurement)"  # ValueError where it cannot
     if op_plan is None:
-        return Plan(reason, normalized_shape, eps), True
+        return Plan(reason, normalized_shape, eps, source), True
     if torch.cuda.is_current_stream_capturing():
         # loading modules, opting in to shared memory and building constants are not capturable: this call
         # serves through torch, and the plan is made at the first call outside capture
         return Plan("first call under CUDA graph capture: our kernels are prepared outside capture",
-                    normalized_shape, eps), False
-    return KernelPlan(op_plan, reason, x, normalized_shape, weight, bias, eps), True
+                    normalized_shape, eps, source), False
+    return KernelPlan(op_plan, reason, x, normalized_shape, weight, bias, eps, source), True
 
 
 def get_plan(x, normalized_shape: tuple, weight, bias, eps, needs_grad: bool = False,

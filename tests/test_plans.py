@@ -1,0 +1,100 @@
+"""The one kernel path on the CPU: what a bound plan hands each launch (argument order and types, the device made
+current, the per-row counters zeroed first), and that many shapes neither reload functions nor grow the caches
+without bound. The launches themselves are recorded, not run (there is no GPU here)."""
+import numpy as np
+import pytest
+import torch
+
+from labkit.core import launch
+from labkit.core.device import Device
+from labkit.ops import chain, plans, reference_order, rows_fused
+
+H200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Every function handle asked for, every launch and memset, and the device current at each."""
+    log = {"functions": [], "calls": [], "memsets": [], "device": [0]}
+
+    class FakeFunction:
+        def __init__(self, key):
+            self.key, self.ptr = key, 0
+
+        def __call__(self, grid, block, args, shared_mem=0, stream=None):
+            log["calls"].append((self.key[2], grid, block, args, shared_mem, log["device"][0]))
+
+    def fake_function(kernel, name, index, options=(), shared_mem=0):
+        log["functions"].append((index, kernel, name, options))
+        return FakeFunction((index, kernel, name))
+
+    class Scope:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            self.saved, log["device"][0] = log["device"][0], self.index
+
+        def __exit__(self, *exc):
+            log["device"][0] = self.saved
+
+    monkeypatch.setattr(launch, "function", fake_function)
+    monkeypatch.setattr(plans, "device_scope", Scope)
+    monkeypatch.setattr(chain, "memset_async", lambda ptr, n, s: log["memsets"].append((ptr, n, log["device"][0])))
+    monkeypatch.setattr(chain, "TensorMapEncoder", lambda geometry: (lambda address: ("map", geometry, address)))
+    monkeypatch.setattr(plans, "stream", lambda index: (f"stream{index}", 1000 + index))
+    plans._bound.clear()
+    yield log
+    plans._bound.clear()
+
+
+def test_chain_launches_hand_the_kernels_their_arguments_in_order(recorded):
+    p = chain.plan(16, 1 << 22, H200)
+    b = plans.bound(p, 1)
+    with plans.device_scope(1):
+        b(0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, np.float32(1e-5), ("s", 1001))
+    (ptr, nbytes, dev), = recorded["memsets"]
+    assert (ptr, nbytes, dev) == (0x7000 + 48 * 16, 4 * 16, 1)  # the row counters, zeroed on x's device first
+    (s_fn, s_grid, s_block, s_args, s_smem, s_dev), (o_fn, o_grid, _, o_args, _, o_dev) = recorded["calls"]
+    assert (s_fn, s_grid, s_block, s_smem, s_dev) == ("chain_stats_tma", (4, 16), (64,), p.stats.shared_mem, 1)
+    assert s_args[0] == ("map", p.tensor_map, 0x1000)
+    assert [int(a) for a in s_args[1:5]] == [0x7000, 0x7000 + 48 * 16, 0x5000, 0x6000]
+    assert s_args[5] == np.int32(1 << 22) and s_args[6] == np.float32(1e-5)
+    assert o_fn == "affine_columns" and o_dev == 1 and o_grid == p.output.grid
+    assert [int(a) for a in o_args[:6]] == [0x1000, 0x5000, 0x6000, 0x2000, 0x3000, 0x4000]
+    assert (o_args[6], o_args[7]) == (np.int32(16), np.int32((1 << 22) // 4))
+    assert all(isinstance(a, (np.uint64, np.int32, np.float32, tuple)) for a in s_args + o_args)
+
+
+def test_reference_order_and_rows_fused_argument_order(recorded):
+    for p in (reference_order.plan(8, 1024, H200), rows_fused.plan(8, 1024, H200)):
+        recorded["calls"].clear()
+        with plans.device_scope(0):
+            plans.bound(p, 0)(1, 2, 3, 4, 5, 6, 0, np.float32(0.5), ("s", 1000))
+        names = [c[0] for c in recorded["calls"]]
+        args = [[int(a) if isinstance(a, np.uint64) else a for a in c[3]] for c in recorded["calls"]]
+        if p.path == "reference_order":
+            assert names == ["reference_order_stats", "affine_rows_interleaved"]
+            assert args[0][:3] == [1, 5, 6] and args[1][:6] == [1, 5, 6, 2, 3, 4]
+        else:
+            assert names == ["rows_fused_reg2"] and args[0][:6] == [1, 2, 3, 4, 5, 6]
+            assert args[0][6] == np.int32(1024) and args[0][7] == np.float32(0.5)
+
+
+def test_execute_makes_x_device_current_around_every_launch(recorded, monkeypatch):
+    """x on cuda:1 while cuda:0 is current: the memset and both launches run with cuda:1 current."""
+    x = torch.empty(4, 1 << 20, device="meta")
+    monkeypatch.setattr(plans, "current_index", lambda device: 1)
+    monkeypatch.setattr(plans, "scratch_for", lambda plan, device: None)
+    fake = type("T", (), {"data_ptr": lambda self: 0x10})()
+    monkeypatch.setattr(torch, "empty_like", lambda t: fake)
+    monkeypatch.setattr(torch, "empty", lambda *a, **k: fake)
+    plans.execute(chain.plan(4, 1 << 20, H200), x, fake, fake, 1e-5)
+    assert [c[-1] for c in recorded["calls"]] == [1, 1] and [m[-1] for m in recorded["memsets"]] == [1]
+
+
+def test_many_row_counts_load_each_function_once_and_bound_plans_stay_bounded(recorded):
+    for rows in range(1, 3 * plans.MAX_BOUND):
+        plans.bound(rows_fused.plan(rows, 4096, H200), 0)
+    assert len(set(recorded["functions"])) == 1  # one handle for every row count
+    assert plans.bound_plans() <= plans.MAX_BOUND

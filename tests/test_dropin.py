@@ -166,18 +166,34 @@ def test_plan_is_cached_per_signature(monkeypatch):
     assert len(made) == 4 and plan.cached_plans() == 4
 
 
-def test_eager_without_autograd_skips_the_dispatcher(monkeypatch):
+def test_eager_skips_the_dispatcher_with_and_without_autograd(monkeypatch):
+    """Eager calls never pay the registered op's dispatch: without autograd the plan runs directly, with autograd
+    the _LayerNorm autograd.Function does; a dispatch mode (here FakeTensorMode's stand-in: a functorch transform)
+    still takes the op."""
     calls = []
     real = op.layer_norm_op
     monkeypatch.setattr(op, "layer_norm_op", lambda *a: calls.append(1) or real(*a))
     x, w = torch.randn(4, 8), torch.randn(8, requires_grad=True)
     with torch.no_grad():
         labkit.layer_norm(x, (8,), w)
-    assert calls == []
-    y = labkit.layer_norm(x, (8,), w)  # grad mode and a parameter that requires grad: through the op
-    assert calls == [1] and y.grad_fn is not None
-    labkit.layer_norm(x, (8,), w.detach())
-    assert calls == [1]
+    y = labkit.layer_norm(x, (8,), w)  # grad mode and a parameter that requires grad
+    assert calls == [] and type(y.grad_fn).__name__ == "_LayerNormBackward"
+    y.sum().backward()
+    assert w.grad is not None and calls == []
+    torch.func.vmap(lambda r: labkit.layer_norm(r, (8,), w.detach()))(x.unsqueeze(1))
+    assert calls  # a functorch transform takes the registered op (and its batching rule)
+
+
+def test_vmap_has_a_batching_rule_and_torchs_bits(capfd):
+    """vmap over inputs, and over per-sample affines (torch's rule: no-affine LayerNorm, then * weight + bias),
+    without torch's batched fallback (which warns "There is a performance drop" on stderr)."""
+    x, w, b = torch.randn(3, 4, 8), torch.randn(8), torch.randn(3, 8)
+    ours = torch.func.vmap(lambda r, bb: labkit.layer_norm(r, (8,), w, bb))(x, b)
+    ref = torch.func.vmap(lambda r, bb: torch.nn.functional.layer_norm(r, (8,), w, bb))(x, b)
+    assert torch.equal(_bits(ours), _bits(ref))
+    ours = torch.func.vmap(lambda r: labkit.layer_norm(r, (8,), w))(x)
+    assert torch.equal(_bits(ours), _bits(torch.func.vmap(lambda r: torch.nn.functional.layer_norm(r, (8,), w))(x)))
+    assert "performance drop" not in capfd.readouterr().err
 
 
 @pytest.mark.parametrize("rows,n,arch,expect", [

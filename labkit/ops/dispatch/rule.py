@@ -126,3 +126,18 @@ def pickable_paths(arch: int, sm_count: int) -> tuple[str, ...]:
 def pickable_kernels(arch: int, sm_count: int) -> tuple[str, ...]:
     """The kernels/*.cu files the rule may launch on a device (what must compile for it)."""
     return tuple(k for p in pickable_paths(arch, sm_count) for k in paths.kernels(p))
+
+
+BACKWARD = "grad"  # labkit.ops.backward's kernels
+
+
+def choose_backward(rows: int, n: int, device: Device) -> tuple[str, str]:
+    """(path, why) for a backward our kernels can take: "grad" where the device's table measured them more than
+    MARGIN faster than torch's backward (its BACKWARD scores: forward + backward time / torch's), else "native"."""
+    table, which = tables.for_device(device.arch, device.sm_count)
+    measured = getattr(table, "BACKWARD", None) if table is not None else None
+    if not measured:
+        return paths.NATIVE, f"backward unmeasured on this GPU ({which}): torch's backward serves"
+    sc = scores_in(measured, rows, n, device.sm_count)
+    path = BACKWARD if sc.get(BACKWARD, 1.0) < 1 - MARGIN else paths.NATIVE
+    return path, f"{rows} x {n}: backward time / native interpolated {sc.get(BACKWARD, float('nan')):.2f} ({which})"

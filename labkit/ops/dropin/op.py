@@ -3,11 +3,14 @@
 - forward op `labkit::layer_norm(x, normalized_shape, weight?, bias?, eps) -> (y, mean, rstd)`: the plan's path
   (ours or torch's); its fake implementation is torch's own native_layer_norm on fake tensors, so shapes, dtypes
   and strides agree with the real op by construction;
-- backward op `labkit::layer_norm_backward`: torch.ops.aten.native_layer_norm_backward fed with our mean and rstd
-  (bit-identical to torch's), wrapped as an opaque op so that under torch.compile Inductor cannot re-derive the
-  backward with its own reduction order;
-- layer_norm(): F.layer_norm's signature; in plain eager use with nothing to record (no autograd, no compile, no
-  dispatch mode, plain tensors) it calls the plan directly, skipping the dispatcher.
+- backward op `labkit::layer_norm_backward`: our backward kernels (labkit.ops.backward, torch's bits) where the
+  backward plan takes the input and the rule says they are faster, else torch.ops.aten.native_layer_norm_backward
+  fed with our mean and rstd; opaque, so that under torch.compile Inductor cannot re-derive the backward with its
+  own reduction order;
+- layer_norm(): F.layer_norm's signature. In plain eager use it skips the dispatcher: with nothing to record it
+  calls the plan directly; recording autograd, it goes through `_LayerNorm`, a torch.autograd.Function on the same
+  plan and backward (the registered op's Python dispatch cost ~80 us a call). Compiling, dispatch modes, functorch
+  transforms and tensor subclasses take the registered op.
 """
 from __future__ import annotations
 
@@ -41,8 +44,7 @@ def layer_norm_backward_op(grad_y: Tensor, x: Tensor, normalized_shape: List[int
                            weight: Optional[Tensor], bias: Optional[Tensor],
                            output_mask: List[bool]) -> tuple[Tensor, Tensor, Tensor]:
     """(grad_x, grad_weight, grad_bias); an output not asked for (or without its parameter) is an empty tensor."""
-    gx, gw, gb = torch.ops.aten.native_layer_norm_backward.default(grad_y, x, normalized_shape, mean, rstd, weight,
-                                                                   bias, output_mask)
+    gx, gw, gb = plans.backward(grad_y, x, tuple(normalized_shape), mean, rstd, weight, bias, tuple(output_mask))
     # a custom op returns defined tensors: an output not asked for is an empty one (aten's never alias inputs)
     return (gx if gx is not None else _empty_grad(x), gw if gw is not None else _empty_grad(x),
             gb if gb is not None else _empty_grad(x))
@@ -54,6 +56,71 @@ def _layer_norm_backward_fake(grad_y, x, normalized_shape, mean, rstd, weight, b
                                                                    bias, output_mask)
     return (gx if gx is not None else _empty_grad(x), gw if gw is not None else _empty_grad(x),
             gb if gb is not None else _empty_grad(x))
+
+
+# --- vmap: torch's own batching rules for native_layer_norm(_backward) (functorch BatchRulesNorm.cpp), written
+# with the same tensor ops on the physical tensors, so vmap gives the bits eager vmap of nn.LayerNorm gives.
+
+def _front(t, dim):
+    return t if t is None or dim is None else t.movedim(dim, 0)
+
+
+def _pad(t, batched: bool, logical_rank: int):
+    """functorch's maybePadToLogicalRank: singleton dims after the batch dim up to the logical rank."""
+    have = t.dim() - (1 if batched else 0)
+    if have >= logical_rank:
+        return t
+    shape = list(t.shape)
+    at = 1 if batched else 0
+    return t.reshape(shape[:at] + [1] * (logical_rank - have) + shape[at:])
+
+
+@torch.library.register_vmap("labkit::layer_norm")
+def _layer_norm_vmap(info, in_dims, x, normalized_shape, weight, bias, eps):
+    x_dim, _, w_dim, b_dim, _ = in_dims
+    x_ = _front(x, x_dim)
+    if w_dim is None and b_dim is None:
+        return layer_norm_op(x_, normalized_shape, weight, bias, eps), (0, 0, 0)
+    rank = x.dim() - (1 if x_dim is not None else 0)
+    y, mean, rstd = layer_norm_op(x_, normalized_shape, None, None, eps)
+    if weight is not None:
+        y = y * _pad(_front(weight, w_dim), w_dim is not None, rank)
+    if bias is not None:
+        y = y + _pad(_front(bias, b_dim), b_dim is not None, rank)
+    stats = 0 if x_dim is not None else None
+    return (y, mean, rstd), (0, stats, stats)
+
+
+@torch.library.register_vmap("labkit::layer_norm_backward")
+def _layer_norm_backward_vmap(info, in_dims, grad_y, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    gy_d, x_d, _, m_d, r_d, w_d, b_d, _ = in_dims
+    ns, size = list(normalized_shape), info.batch_size
+    gy, x_, m_, r_ = _front(grad_y, gy_d), _front(x, x_d), _front(mean, m_d), _front(rstd, r_d)
+    batched_out = gy_d is not None
+    rank = grad_y.dim() - (1 if batched_out else 0)
+    front = list(range(1 if batched_out else 0, (1 if batched_out else 0) + rank - len(ns)))
+    gx = gw = gb = None
+    if output_mask[2] and bias is not None:
+        gb = gy.sum(front) if front else gy
+    if output_mask[1] and weight is not None:
+        def lift(t, d):
+            return t.unsqueeze(0) if d is None and (x_d is not None or m_d is not None) else t
+        normalized = (lift(x_, x_d) - lift(m_, m_d)) * lift(r_, r_d)
+        expanded = normalized * gy
+        gw = expanded.sum(list(range(expanded.dim() - len(ns)))[1 if expanded.dim() - len(ns) > rank - len(ns) else 0:]) \
+            if expanded.dim() > len(ns) else expanded
+    if output_mask[0]:
+        gni = gy * _pad(_front(weight, w_d), w_d is not None, rank) if weight is not None else gy
+        def ensure(t, d):
+            return t if d is not None else t.unsqueeze(0).expand(size, *t.shape)
+        gni_b = gni if (batched_out or w_d is not None) else gni.unsqueeze(0).expand(size, *gni.shape)
+        gx = plans.backward(gni_b.contiguous(), ensure(x_, x_d).contiguous(), tuple(ns), ensure(m_, m_d).contiguous(),
+                            ensure(r_, r_d).contiguous(), None, None, (True, False, False))[0]
+    outs = (gx if gx is not None else _empty_grad(x), gw if gw is not None else _empty_grad(x),
+            gb if gb is not None else _empty_grad(x))
+    dims = (0 if gx is not None else None, 0 if gw is not None and gw.dim() > len(ns) else None,
+            0 if gb is not None and batched_out else None)
+    return outs, dims
 
 
 def _setup_context(ctx, inputs, output):
@@ -83,6 +150,31 @@ def _backward(ctx, grad_y, _grad_mean, _grad_rstd):
 
 
 layer_norm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _LayerNorm(torch.autograd.Function):
+    """The eager autograd path: the plan's forward and `plans.backward`, with no dispatcher in between."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, ns, eps):
+        y, mean, rstd = plans.get_plan(x, ns, weight, bias, eps, True).forward(x, weight, bias, True)
+        ctx.save_for_backward(x, mean, rstd, weight, bias)
+        ctx.ns, ctx.eps = ns, eps
+        ctx.mark_non_differentiable(mean, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, mean, rstd, weight, bias = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        if torch.is_grad_enabled():  # create_graph=True: through torch's twice-differentiable layer_norm
+            wanted = [t for t, need in ((x, need_x), (weight, need_w), (bias, need_b)) if need]
+            y = torch.nn.functional.layer_norm(x, ctx.ns, weight, bias, ctx.eps)
+            grads = iter(torch.autograd.grad(y, wanted, grad_y, create_graph=True))
+            return (next(grads) if need_x else None, next(grads) if need_w else None,
+                    next(grads) if need_b else None, None, None)
+        gx, gw, gb = plans.backward(grad_y, x, ctx.ns, mean, rstd, weight, bias, (need_x, need_w, need_b))
+        return gx, gw, gb, None, None
 
 
 def _normalized(normalized_shape) -> tuple:
@@ -128,16 +220,18 @@ def _plain(t) -> bool:
 
 
 def needs_dispatcher(x, weight, bias) -> bool:
-    """True when the call must go through the registered op: compiling, recording autograd, a dispatch mode or
-    functorch transform is active, or a tensor is a subclass (fake, functional, DTensor ...)."""
+    """True when the call must go through the registered op: compiling, a dispatch mode or functorch transform is
+    active, or a tensor is a subclass (fake, functional, DTensor ...)."""
     if _is_compiling():
         return True
     if not (type(x) in _PLAIN and _plain(weight) and _plain(bias)):
         return True
-    if _is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
-                               or (bias is not None and bias.requires_grad)):
-        return True
     return _functorch_active() or _dispatch_mode_active()
+
+
+def _records_autograd(x, weight, bias) -> bool:
+    return _is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
+                                   or (bias is not None and bias.requires_grad))
 
 
 def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optional[Tensor] = None,
@@ -149,8 +243,10 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
         # autocast runs layer_norm in float32 (its cast policy); torch's own call keeps that policy exactly
         return torch.nn.functional.layer_norm(x, _normalized(normalized_shape), weight, bias, eps)
     ns = _normalized(normalized_shape)
-    if needs_dispatcher(x, weight, bias):  # compiling, autograd to record, a mode, a transform or a subclass
+    if needs_dispatcher(x, weight, bias):  # compiling, a mode, a transform or a subclass
         return layer_norm_op(x, list(ns), weight, bias, eps)[0]
+    if _records_autograd(x, weight, bias):
+        return _LayerNorm.apply(x, weight, bias, ns, eps)
     return plans.get_plan(x, ns, weight, bias, eps, False).forward(x, weight, bias, False)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from labkit.core.device import device_info
 from labkit.core.launch import device_scope, stream
+from labkit.ops import backward as grad
 from labkit.ops import eligibility, paths
 from labkit.ops.dispatch import rule
 from labkit.ops.plans import bound
@@ -155,3 +156,70 @@ def clear() -> None:
 
 def cached_plans() -> int:
     return len(_plans)
+
+
+# --- the backward --------------------------------------------------------------------------------------------------
+
+_grad_plans: dict[tuple, tuple] = {}
+_forced_backward: list[str | None] = [None]
+
+
+class forced_backward:
+    """`with forced_backward("grad"):` (or "native") overrides the backward rule, for measuring both against each
+    other; our kernels still serve only inputs their predicate takes."""
+
+    def __init__(self, path: str | None):
+        if path not in (None, paths.NATIVE, rule.BACKWARD):
+            raise ValueError(f"path must be {paths.NATIVE!r} or {rule.BACKWARD!r}, got {path!r}")
+        self.path = path
+
+    def __enter__(self):
+        self.saved, _forced_backward[0] = _forced_backward[0], self.path
+        return self
+
+    def __exit__(self, *exc):
+        _forced_backward[0] = self.saved
+
+
+def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
+    """(GradPlan, ones for an absent weight) where our backward serves this call, else None: the inputs pass its
+    predicate (labkit.ops.backward.refusal) and the rule picks it (labkit.ops.dispatch.rule.choose_backward).
+    Cached per signature like the forward's plans; the per-call address checks run every time."""
+    import torch
+
+    forced = _forced_backward[0]
+    key = (x.shape, x.stride(), x.get_device(), ns, dy.stride(), None if weight is None else weight.shape,
+           None if bias is None else bias.shape, forced)
+    hit = _grad_plans.get(key)
+    if hit is None:
+        hit = (None, None)
+        if grad.refusal(dy, x, ns, mean, rstd, weight, bias, addresses=False) is None and \
+                not torch.cuda.is_current_stream_capturing():
+            dev = device_info(x.get_device())
+            n = math.prod(ns)
+            rows = x.numel() // n
+            if (forced or rule.choose_backward(rows, n, dev)[0]) != paths.NATIVE:
+                ones = torch.ones(ns, device=x.device) if weight is None else None
+                hit = (grad.plan(rows, n, dev), ones)
+        if len(_grad_plans) >= MAX_PLANS:
+            _grad_plans.clear()
+        _grad_plans[key] = hit
+    p, ones = hit
+    if p is None or eligibility.misaligned(x.data_ptr(), dy.data_ptr(), *(t.data_ptr() for t in (weight,) if t
+                                                                           is not None)):
+        return None
+    return p, ones
+
+
+def backward(dy, x, ns: tuple, mean, rstd, weight, bias, mask):
+    """(dx, dweight, dbias) with torch's bits: our kernels where grad_plan says so, torch's backward elsewhere."""
+    import torch
+
+    if dy.device.type == "cuda" and not dy.is_contiguous():
+        dy = dy.contiguous()  # what torch's backward does first (LayerNormBackwardKernelImpl)
+    found = grad_plan(dy, x, ns, mean, rstd, weight, bias) if dy.device.type == "cuda" else None
+    if found is None:
+        return torch.ops.aten.native_layer_norm_backward.default(dy, x, list(ns), mean, rstd, weight, bias,
+                                                                 list(mask))
+    p, ones = found
+    return grad.run(p, dy, x, ns, mean.reshape(-1), rstd.reshape(-1), weight, bias, mask, x.get_device(), ones)

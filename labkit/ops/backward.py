@@ -1,0 +1,212 @@
+"""LayerNorm backward with torch's bits: dX, dgamma and dbeta as torch.ops.aten.native_layer_norm_backward computes
+them on its vectorized path, on a schedule that reads x and dy twice where torch reads them three times.
+
+Two launches (labkit.core.launch Kernels, planned from (rows, n, device)):
+- the row sums of torch's dX kernel (kernels/grad_row_sums.cu: torch's one 128-thread block per row; or, for few
+  long rows, kernels/grad_chain_sums.cu: the same 128 chains of a row spread over four blocks fed by tensor maps);
+- kernels/grad_columns.cu: dX, dgamma and dbeta from one more read of x and dy, in the order of torch's
+  GammaBetaBackwardCUDAKernelTemplate for this (rows, N) (`gamma_beta_template`); where torch leaves partial sums
+  for its own `.sum(0)`, so does this, and `backward` runs that same `.sum(0)`.
+The arithmetic is held in kernels/grad_ln.cuh and described, with what it was checked against, by
+labkit.studies.backward_contract.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from labkit.core.device import Device, current_index, device_info
+from labkit.core.launch import Kernel, device_scope, memset_async, prepare, stream
+from labkit.core.tensormap import TensorMapEncoder, TensorMapGeometry
+from labkit.ops import eligibility
+from labkit.ops.plans import Scratch, bound
+
+PATH = "grad"
+KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_columns")
+MIN_ARCH = 80  # grad_row_sums and grad_columns; the chain schedule needs tensor maps (sm_90)
+SUMS_THREADS = 128  # torch's num_threads() for the dX kernel
+CHAIN_STEPS, CHAIN_STAGES = 32, 4  # kernels/grad_chain_sums.cu's defaults
+COLUMN_THREADS = 256  # kernels/grad_columns.cu: (256 / G float4 columns) x G groups
+SCHEDULES = ("auto", "rows", "chain")
+
+
+@dataclass(frozen=True)
+class GammaBetaTemplate:
+    """Which GammaBetaBackwardCUDAKernelTemplate torch launches for (M, N) on a GPU with `sm_count` SMs:
+    `groups` per block (block_dim_y), `rows_per_group` (rows_per_block_y / block_dim_y), and `partial_groups`
+    (blocks.y of the M >> N form, whose partials torch sums with .sum(0); 1 otherwise)."""
+
+    groups: int
+    rows_per_group: int
+    partial_groups: int = 1
+
+
+def gamma_beta_template(rows: int, n: int, sm_count: int) -> GammaBetaTemplate:
+    """torch v2.11.0's LaunchGammaBetaBackwardCUDAKernel, decided as its host code decides."""
+    block_dim_x = 32
+    if rows > 64 * 1024 and n // block_dim_x < sm_count // 2:
+        blocks_x = -(-n // block_dim_x)
+        return GammaBetaTemplate(1, 32, min((64 * 1024 // 2) // blocks_x, -(-rows // 32)))
+    if rows < 64:
+        return GammaBetaTemplate(1, 8)
+    if rows < 128:
+        return GammaBetaTemplate(8, 8)
+    if rows < 256:
+        return GammaBetaTemplate(16, 8)
+    return GammaBetaTemplate(32, 8)
+
+
+@dataclass(frozen=True)
+class GradPlan:
+    rows: int
+    n: int
+    schedule: str                        # "rows" or "chain"
+    sums: Kernel
+    columns: Kernel
+    template: GammaBetaTemplate
+    tensor_map: TensorMapGeometry | None  # chain: x and dy as [rows][steps][4 warps][128 floats]
+    scratch: Scratch                     # s1, s2 [rows]; chain: warp sums [rows, 4, 2], then row counters (zeroed)
+    path: str = PATH
+
+    def bind(self, device_index: int) -> "_Bound":
+        return _Bound(self, device_index)
+
+
+def choose_schedule(rows: int, n: int, device: Device) -> str:
+    """The chain schedule while a row's four blocks fit about two per SM (and its tensor maps can: N % 512 == 0,
+    sm_90); torch's one block per row otherwise."""
+    if device.tensor_maps and n % 512 == 0 and rows * 4 <= 2 * device.sm_count and rows <= device.max_grid_y:
+        return "chain"
+    return "rows"
+
+
+def plan(rows: int, n: int, device: Device, schedule: str = "auto") -> GradPlan:
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if device.arch < MIN_ARCH:
+        raise ValueError(f"the backward kernels are built for sm_{MIN_ARCH} and later, device is {device.arch_name}")
+    if schedule == "auto":
+        schedule = choose_schedule(rows, n, device)
+    n4 = n // 4
+    t = gamma_beta_template(rows, n, device.sm_count)
+    cx = COLUMN_THREADS // t.groups
+    columns = Kernel("grad_columns", f"grad_columns_g{t.groups}", (-(-n4 // cx), t.partial_groups), (cx, t.groups))
+    if t.partial_groups > device.max_grid_y:
+        raise ValueError(f"{t.partial_groups} partial groups exceed grid.y ({device.max_grid_y})")
+    sums_bytes = 8 * rows
+    if schedule == "chain":
+        if not (device.tensor_maps and n % 512 == 0):
+            raise ValueError(f"the chain schedule needs tensor maps (sm_90) and N % 512 == 0, got N={n} on "
+                             f"{device.arch_name}")
+        if rows > device.max_grid_y:
+            raise ValueError(f"the chain schedule puts rows in grid.y, which holds at most {device.max_grid_y} "
+                             f"(got rows={rows})")
+        smem = CHAIN_STAGES * 3 * CHAIN_STEPS * 512
+        if smem > device.smem_optin_bytes:
+            raise ValueError(f"the chain schedule needs {smem} bytes of shared memory per block, the device "
+                             f"allows {device.smem_optin_bytes}")
+        sums = Kernel("grad_chain_sums", "grad_chain_sums", (4, rows), (64,), smem)
+        geometry = TensorMapGeometry((128, 4, n // 512, rows), (512, 2048, 4 * n), (128, 1, CHAIN_STEPS, 1))
+        scratch = Scratch(sums_bytes + 36 * rows, zeroed_at=sums_bytes + 32 * rows, zeroed_bytes=4 * rows)
+    else:
+        sums = Kernel("grad_row_sums", "grad_row_sums", (rows,), (SUMS_THREADS,))
+        geometry, scratch = None, Scratch(sums_bytes)
+    return GradPlan(rows, n, schedule, sums, columns, t, geometry, scratch)
+
+
+class _Bound:
+    def __init__(self, p: GradPlan, device_index: int):
+        self.plan = p
+        self._sums, self._columns = prepare(p.sums, device_index), prepare(p.columns, device_index)
+        self._x_map = TensorMapEncoder(p.tensor_map) if p.tensor_map else None
+        self._g_map = (TensorMapEncoder(TensorMapGeometry(p.tensor_map.dims[:3] + (1,), p.tensor_map.strides_bytes,
+                                                          p.tensor_map.box)) if p.tensor_map else None)
+        self._rows, self._n, self._n4 = np.int32(p.rows), np.int32(p.n), np.int32(p.n // 4)
+        self._rpg = np.int32(p.template.rows_per_group)
+
+    def __call__(self, dy, x, mean, rstd, weight, dx, dgamma, dbeta, scratch, stream) -> None:
+        """Raw pointers; `weight` is ones where the forward had none; dgamma/dbeta 0 where not wanted (or, in the
+        partial form, [partial_groups, N] buffers for the caller's .sum(0))."""
+        u = np.uint64
+        s, s_ptr = stream
+        s1, s2 = scratch, scratch + 4 * self.plan.rows
+        if self._x_map is not None:
+            warp_sums = scratch + 8 * self.plan.rows
+            done = scratch + self.plan.scratch.zeroed_at
+            memset_async(done, self.plan.scratch.zeroed_bytes, s_ptr)
+            self._sums((self._x_map(x), self._x_map(dy), self._g_map(weight), u(mean), u(rstd), u(warp_sums),
+                        u(done), u(s1), u(s2), self._n), s)
+        else:
+            self._sums((u(x), u(dy), u(weight), u(mean), u(rstd), u(s1), u(s2), self._n4), s)
+        self._columns((u(x), u(dy), u(weight), u(mean), u(rstd), u(s1), u(s2), u(dx), u(dgamma), u(dbeta),
+                       self._rows, self._n4, self._rpg), s)
+
+
+def refusal(dy, x, normalized_shape, mean, rstd, weight, bias, addresses: bool = True) -> str | None:
+    """Why our backward may not take these tensors (None: it may). x/weight/bias as the drop-in's forward takes
+    them (labkit.ops.eligibility, affine optional); dy like x, as torch's vectorized dX kernel needs it (float32,
+    contiguous, 16-byte aligned); mean and rstd float32 with one value per row. `addresses=False` leaves the
+    alignment checks to the caller (the drop-in checks each call's addresses)."""
+    import math
+
+    import torch
+
+    why = eligibility.refusal(x, weight, bias, 0.0, normalized_shape,
+                              policy=eligibility.Policy(affine_required=False, autograd=True, addresses=addresses))
+    if why is not None:
+        return str(why)
+    if not isinstance(dy, torch.Tensor) or dy.dtype != torch.float32 or dy.shape != x.shape or \
+            dy.device != x.device:
+        return f"grad_y must be a float32 tensor shaped like x on {x.device}"
+    if not dy.is_contiguous() or (addresses and eligibility.misaligned(dy.data_ptr())):
+        return "grad_y must be contiguous and 16-byte aligned (torch's vectorized dX kernel needs it)"
+    rows = x.numel() // math.prod(normalized_shape)
+    for name, t in (("mean", mean), ("rstd", rstd)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.numel() != rows or not t.is_contiguous():
+            return f"{name} must be a contiguous float32 tensor with one value per row ({rows})"
+    return None
+
+
+def backward(dy, x, normalized_shape, mean, rstd, weight, bias, mask=(True, True, True), schedule: str = "auto"):
+    """(dx, dweight, dbias) as torch.ops.aten.native_layer_norm_backward returns them (None where `mask` or the
+    absent parameter says so), bit for bit. ValueError naming the condition where our kernels cannot take it."""
+    import math
+
+    import torch
+
+    ns = tuple(int(d) for d in normalized_shape)
+    why = refusal(dy, x, ns, mean, rstd, weight, bias)
+    if why is not None:
+        raise ValueError(why)
+    n = math.prod(ns)
+    rows = x.numel() // n
+    index = current_index(x.device)
+    p = plan(rows, n, device_info(index), schedule)
+    return run(p, dy, x, ns, mean, rstd, weight, bias, mask, index)
+
+
+def run(p: GradPlan, dy, x, ns, mean, rstd, weight, bias, mask, index: int, ones=None):
+    """Launch plan `p` on validated tensors. `ones`: a cached ones tensor of shape ns for an absent weight."""
+    import torch
+
+    want_x, want_w, want_b = mask[0], mask[1] and weight is not None, mask[2] and bias is not None
+    g = weight if weight is not None else (ones if ones is not None else torch.ones(ns, device=x.device))
+    dx = torch.empty_like(x)
+    scratch = torch.empty(p.scratch.nbytes, dtype=torch.uint8, device=x.device)
+    parts = p.template.partial_groups
+    if parts > 1:
+        dgp = torch.empty(parts, p.n, device=x.device) if want_w else None
+        dbp = torch.empty(parts, p.n, device=x.device) if want_b else None
+    else:
+        dgp = torch.empty(ns, device=x.device) if want_w else None
+        dbp = torch.empty(ns, device=x.device) if want_b else None
+    ptr = (lambda t: t.data_ptr() if t is not None else 0)
+    b = bound(p, index)
+    with device_scope(index):
+        b(dy.data_ptr(), x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), g.data_ptr(), dx.data_ptr(), ptr(dgp),
+          ptr(dbp), scratch.data_ptr(), stream(index))
+    if parts > 1:  # torch's own .sum(0) of the same partials, as LaunchGammaBetaBackwardCUDAKernel does
+        dgp = dgp.sum(0).view(ns) if dgp is not None else None
+        dbp = dbp.sum(0).view(ns) if dbp is not None else None
+    return (dx if want_x else None), dgp, dbp

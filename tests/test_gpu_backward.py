@@ -1,0 +1,144 @@
+"""The backward kernels on the GPU (marker gpu): dx, dweight and dbias bit-identical (int32 views) to
+torch.ops.aten.native_layer_norm_backward on the installed torch at shapes that take every GammaBeta template
+(M < 64, < 128, < 256, >= 256, and M > 64K with small N: the partial sums), both row-sum schedules, ragged and
+tiny N, no affine, eps 0 and 0.1, non-finite inputs, zero dy and zero gamma; streams, graph capture; the drop-in's
+backward through autograd with our kernels forced."""
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _bits(t):
+    import torch
+
+    return None if t is None else t.contiguous().view(torch.int32)
+
+
+def _inputs(shape, seed=0, kind="normal", affine="both", eps=1e-5):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    n = shape[1:]
+    x = torch.randn(shape, generator=g) * 3 + 1
+    dy = torch.randn(shape, generator=g)
+    w = torch.randn(n, generator=g) if affine in ("both", "weight") else None
+    b = torch.randn(n, generator=g) if affine == "both" else None
+    if kind == "nonfinite":
+        flat = x.view(-1)
+        flat[::97] = float("inf")
+        flat[5::101] = float("nan")
+    if kind == "zero_dy":
+        dy.zero_()
+    if kind == "zero_gamma" and w is not None:
+        w.zero_()
+    cuda = lambda t: None if t is None else t.cuda()  # noqa: E731
+    return cuda(x), cuda(dy), cuda(w), cuda(b), eps
+
+
+def _compare(shape, schedule="auto", **kw):
+    import torch
+
+    from labkit.ops import backward
+
+    x, dy, w, b, eps = _inputs(shape, **kw)
+    ns = tuple(shape[1:])
+    _, mean, rstd = torch.native_layer_norm(x, ns, w, b, eps)
+    mask = [True, w is not None, b is not None]
+    ref = torch.ops.aten.native_layer_norm_backward(dy, x, list(ns), mean, rstd, w, b, mask)
+    got = backward.backward(dy, x, ns, mean, rstd, w, b, tuple(mask), schedule=schedule)
+    for name, a, c in zip(("dx", "dweight", "dbias"), got, ref):
+        if c is None:
+            assert a is None, name
+            continue
+        assert a.shape == c.shape and torch.equal(_bits(a), _bits(c)), (shape, schedule, kw, name)
+
+
+@pytest.mark.parametrize("shape", [
+    (1, 1 << 24),          # one row at torch's vectorized limit: chain schedule, G = 1
+    (16, 64 * 256 * 256),  # L1/40
+    (2, 1 << 20), (3, 512 * 33),
+    (5, 1000), (1, 4), (7, 516),                       # ragged N: the rows schedule
+    (64, 256), (100, 768), (130, 1000), (255, 512),    # the 8- and 16-group templates
+    (300, 4096), (4096, 768), (8192, 1024), (1024, 16384),  # 32 groups
+    (70000, 64), (65537, 512), (100000, 256),         # M > 64K: partial sums for small N, 32 groups otherwise
+])
+def test_backward_bits_equal_torchs(shape):
+    _compare(shape)
+
+
+@pytest.mark.parametrize("shape", [(2, 1 << 20), (4, 512 * 7), (32, 4096)])
+@pytest.mark.parametrize("schedule", ["rows", "chain"])
+def test_both_row_sum_schedules_keep_the_bits(shape, schedule):
+    _compare(shape, schedule)
+
+
+@pytest.mark.parametrize("kind", ["nonfinite", "zero_dy", "zero_gamma"])
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+def test_edge_values_and_affines(kind, affine):
+    _compare((300, 1024), kind=kind, affine=affine)
+    _compare((2, 1 << 18), kind=kind, affine=affine)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_other_eps(eps):
+    _compare((130, 2048), eps=eps)
+    _compare((3, 1 << 19), eps=eps)
+
+
+def test_refusals_name_the_condition():
+    import torch
+
+    from labkit.ops import backward
+
+    x, dy, w, b, eps = _inputs((4, 1024))
+    _, mean, rstd = torch.native_layer_norm(x, (1024,), w, b, eps)
+    with pytest.raises(ValueError, match="grad_y must be contiguous"):
+        backward.backward(dy.t().contiguous().t(), x, (1024,), mean, rstd, w, b)
+    with pytest.raises(ValueError, match="multiple of 4"):
+        backward.backward(dy[:, :1022], x[:, :1022].contiguous(), (1022,), mean, rstd, None, None)
+
+
+def test_streams_and_graph_capture():
+    import torch
+
+    from labkit.ops import backward
+
+    x, dy, w, b, eps = _inputs((4, 1 << 20))
+    ns = (1 << 20,)
+    _, mean, rstd = torch.native_layer_norm(x, ns, w, b, eps)
+    ref = torch.ops.aten.native_layer_norm_backward(dy, x, list(ns), mean, rstd, w, b, [True, True, True])
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        got = backward.backward(dy, x, ns, mean, rstd, w, b)
+    s.synchronize()
+    assert all(torch.equal(_bits(a), _bits(c)) for a, c in zip(got, ref))
+    backward.backward(dy, x, ns, mean, rstd, w, b)  # bind outside capture first
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = backward.backward(dy, x, ns, mean, rstd, w, b)
+    dy.mul_(0.5)
+    g.replay()
+    torch.cuda.synchronize()
+    ref = torch.ops.aten.native_layer_norm_backward(dy, x, list(ns), mean, rstd, w, b, [True, True, True])
+    assert all(torch.equal(_bits(a), _bits(c)) for a, c in zip(out, ref))
+
+
+@pytest.mark.parametrize("shape", [(16, 64, 256, 256), (4096, 768), (3, 64, 17, 19), (70000, 64)])
+def test_drop_in_training_step_with_our_backward_forced(shape):
+    """labkit.layer_norm forward + backward (our kernels forced) against F.layer_norm's, all three gradients."""
+    import torch
+
+    import labkit
+    from labkit.ops.dropin.plan import forced_backward
+
+    x, dy, w, b, eps = _inputs(shape)
+    ns = tuple(shape[1:])
+    grads = []
+    for fn, path in ((torch.nn.functional.layer_norm, None), (labkit.layer_norm, "grad")):
+        xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+        with forced_backward(path):
+            y = fn(xs, ns, ws, bs, eps)
+            y.backward(dy)
+        grads.append([y.detach(), xs.grad, ws.grad, bs.grad])
+    for a, c in zip(*grads):
+        assert torch.equal(_bits(a), _bits(c)), shape

@@ -14,7 +14,7 @@ SWEEP = tuple((1 << k, 1 << (24 - k)) for k in range(0, 17, 2))
 ORDINARY = ((4096, 768), (8192, 1024), (8192, 4096), (16384, 4096), (32768, 2048), (2048, 16384), (1024, 16384))
 WIDE = (L1_40, (4, 1 << 22), (1, 8, 1024, 1024))
 QUICK = ((1, 1 << 20), (64, 1 << 14), (4096, 768), (16, 64, 32, 32))
-METHODS = ("native", "dropin", "dropin_torch_backward", "native_compiled", "dropin_compiled")
+METHODS = ("native", "dropin", "dropin_our_backward", "dropin_torch_backward", "native_compiled", "dropin_compiled")
 
 
 def shapes(mode: str) -> list[tuple[int, ...]]:
@@ -44,7 +44,7 @@ def step(fn, x, w, b, dy, ns, eps):
 
 def methods(x, w, b, dy, eps: float, compiled: bool = True) -> dict:
     """Zero-argument forward + backward callables: torch's eager F.layer_norm, the drop-in as dispatched, the
-    drop-in with torch's backward forced, and both under torch.compile (static shapes)."""
+    drop-in with our backward and with torch's backward forced, and both under torch.compile (static shapes)."""
     import torch
 
     import labkit
@@ -53,13 +53,15 @@ def methods(x, w, b, dy, eps: float, compiled: bool = True) -> dict:
     ns = tuple(w.shape)
     w, b = w.detach().requires_grad_(), b.detach().requires_grad_()
 
-    def torch_backward(*a):
-        with forced_backward("native"):
-            return step(labkit.layer_norm, *a)
+    def forced(path):
+        def call():
+            with forced_backward(path):
+                return step(labkit.layer_norm, x, w, b, dy, ns, eps)
+        return call
 
     m = {"native": lambda: step(torch.nn.functional.layer_norm, x, w, b, dy, ns, eps),
          "dropin": lambda: step(labkit.layer_norm, x, w, b, dy, ns, eps),
-         "dropin_torch_backward": lambda: torch_backward(x, w, b, dy, ns, eps)}
+         "dropin_our_backward": forced("grad"), "dropin_torch_backward": forced("native")}
     if compiled:
         cn = torch.compile(lambda xx, ns_, ww, bb, e: torch.nn.functional.layer_norm(xx, ns_, ww, bb, e),
                            fullgraph=True)

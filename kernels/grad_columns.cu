@@ -14,6 +14,7 @@
 #include "grad_ln.cuh"
 
 // G: groups in the block (threadIdx.y); a grid with gridDim.y > 1 is the partial form (G must be 1 there).
+// dx null: dgamma/dbeta only (grad_rows_fused.cu wrote dX), torch's own GammaBeta pass.
 // grid: (ceil(n4 / CX), partial groups or 1); block: (CX, G) with CX = 256 / G float4 columns.
 template <int G>
 __device__ __forceinline__ void grad_columns(const float4* __restrict__ x, const float4* __restrict__ dy,
@@ -37,11 +38,12 @@ __device__ __forceinline__ void grad_columns(const float4* __restrict__ x, const
         const float4 g = gamma[j4];
         for (int base = group * rows_per_group; base < rows; base += stride) {
             const int end = min(base + rows_per_group, rows);
+#pragma unroll 8
             for (int r = base; r < end; ++r) {
                 const size_t at = (size_t)r * n4 + j4;
                 const float4 vx = x[at], vd = dy[at];
                 const float m = mean[r], rs = rstd[r];
-                dx[at] = grad_input4(vx, vd, g, m, rs, s1[r], s2[r], fh, __fmul_rn(rs, inv));
+                if (dx) dx[at] = grad_input4(vx, vd, g, m, rs, s1[r], s2[r], fh, __fmul_rn(rs, inv));
                 gamma_beta_push(dg.x, db.x, vx.x, vd.x, m, rs);
                 gamma_beta_push(dg.y, db.y, vx.y, vd.y, m, rs);
                 gamma_beta_push(dg.z, db.z, vx.z, vd.z, m, rs);

@@ -67,7 +67,7 @@ def test_backward_bits_equal_torchs(shape):
 
 
 @pytest.mark.parametrize("shape", [(2, 1 << 20), (4, 512 * 7), (32, 4096)])
-@pytest.mark.parametrize("schedule", ["rows", "chain"])
+@pytest.mark.parametrize("schedule", ["rows", "chain", "split"])
 def test_both_row_sum_schedules_keep_the_bits(shape, schedule):
     _compare(shape, schedule)
 
@@ -142,3 +142,8 @@ def test_drop_in_training_step_with_our_backward_forced(shape):
         grads.append([y.detach(), xs.grad, ws.grad, bs.grad])
     for a, c in zip(*grads):
         assert torch.equal(_bits(a), _bits(c)), shape
+
+
+@pytest.mark.parametrize("shape", [(4096, 768), (8192, 1024), (65536, 256), (70000, 64), (300, 70000)])
+def test_split_schedule_keeps_the_bits(shape):
+    _compare(shape, "split")

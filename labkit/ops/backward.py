@@ -1,12 +1,18 @@
 """LayerNorm backward with torch's bits: dX, dgamma and dbeta as torch.ops.aten.native_layer_norm_backward computes
 them on its vectorized path, on a schedule that reads x and dy twice where torch reads them three times.
 
-Two launches (labkit.core.launch Kernels, planned from (rows, n, device)):
-- the row sums of torch's dX kernel (kernels/grad_row_sums.cu: torch's one 128-thread block per row; or, for few
-  long rows, kernels/grad_chain_sums.cu: the same 128 chains of a row spread over four blocks fed by tensor maps);
-- kernels/grad_columns.cu: dX, dgamma and dbeta from one more read of x and dy, in the order of torch's
-  GammaBetaBackwardCUDAKernelTemplate for this (rows, N) (`gamma_beta_template`); where torch leaves partial sums
-  for its own `.sum(0)`, so does this, and `backward` runs that same `.sum(0)`.
+Two launches (labkit.core.launch Kernels, planned from (rows, n, device)), in one of three schedules:
+- "chain" (few long rows): the row sums of torch's dX kernel with a row's 128 chains spread over four blocks fed
+  by tensor maps (kernels/grad_chain_sums.cu), then kernels/grad_columns.cu: dX, dgamma and dbeta from one more
+  read of x and dy, in the order of torch's GammaBetaBackwardCUDAKernelTemplate for this (rows, N)
+  (`gamma_beta_template`);
+- "rows" (wide rows, where that template's grid of N/32 column blocks fills the GPU): torch's one 128-thread
+  block per row for the sums (kernels/grad_row_sums.cu), then grad_columns as above;
+- "split" (narrow rows, where the template's grid is too small to carry dX too): kernels/grad_rows_fused.cu, torch's
+  dX schedule with x and dy kept in registers (one read for sums and dX), then grad_columns with dX off (torch's
+  GammaBeta pass, at torch's own parallelism).
+Where torch leaves partial dgamma/dbeta sums for its own `.sum(0)` (M > 64K, small N), so does this, and `run`
+runs that same `.sum(0)`.
 The arithmetic is held in kernels/grad_ln.cuh and described, with what it was checked against, by
 labkit.studies.backward_contract.
 """
@@ -23,12 +29,13 @@ from labkit.ops import eligibility
 from labkit.ops.plans import Scratch, bound
 
 PATH = "grad"
-KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_columns")
+KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns")
 MIN_ARCH = 80  # grad_row_sums and grad_columns; the chain schedule needs tensor maps (sm_90)
 SUMS_THREADS = 128  # torch's num_threads() for the dX kernel
 CHAIN_STEPS, CHAIN_STAGES = 32, 4  # kernels/grad_chain_sums.cu's defaults
 COLUMN_THREADS = 256  # kernels/grad_columns.cu: (256 / G float4 columns) x G groups
-SCHEDULES = ("auto", "rows", "chain")
+SCHEDULES = ("auto", "chain", "rows", "split")
+FUSED_VECTORS = (2, 4, 8)  # kernels/grad_rows_fused.cu's entry points: float4 vectors of x and dy kept per thread
 
 
 @dataclass(frozen=True)
@@ -75,10 +82,17 @@ class GradPlan:
 
 def choose_schedule(rows: int, n: int, device: Device) -> str:
     """The chain schedule while a row's four blocks fit about two per SM (and its tensor maps can: N % 512 == 0,
-    sm_90); torch's one block per row otherwise."""
+    sm_90); else "rows" where the GammaBeta template's N/32 column blocks fill the GPU twice, "split" below."""
     if device.tensor_maps and n % 512 == 0 and rows * 4 <= 2 * device.sm_count and rows <= device.max_grid_y:
         return "chain"
-    return "rows"
+    return "rows" if -(-n // 32) >= 2 * device.sm_count else "split"
+
+
+def fused_function(n: int) -> str:
+    """grad_rows_fused's entry point with the fewest registers that keeps a whole row (else the largest)."""
+    n4 = n // 4
+    k = next((k for k in FUSED_VECTORS if n4 <= SUMS_THREADS * k), FUSED_VECTORS[-1])
+    return f"grad_rows_fused_reg{k}"
 
 
 def plan(rows: int, n: int, device: Device, schedule: str = "auto") -> GradPlan:
@@ -109,9 +123,12 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto") -> GradPlan:
         sums = Kernel("grad_chain_sums", "grad_chain_sums", (4, rows), (64,), smem)
         geometry = TensorMapGeometry((128, 4, n // 512, rows), (512, 2048, 4 * n), (128, 1, CHAIN_STEPS, 1))
         scratch = Scratch(sums_bytes + 36 * rows, zeroed_at=sums_bytes + 32 * rows, zeroed_bytes=4 * rows)
-    else:
+    elif schedule == "rows":
         sums = Kernel("grad_row_sums", "grad_row_sums", (rows,), (SUMS_THREADS,))
         geometry, scratch = None, Scratch(sums_bytes)
+    else:
+        sums = Kernel("grad_rows_fused", fused_function(n), (rows,), (SUMS_THREADS,))
+        geometry, scratch = None, Scratch(0)
     return GradPlan(rows, n, schedule, sums, columns, t, geometry, scratch)
 
 
@@ -131,6 +148,11 @@ class _Bound:
         u = np.uint64
         s, s_ptr = stream
         s1, s2 = scratch, scratch + 4 * self.plan.rows
+        if self.plan.schedule == "split":  # sums and dX in one pass; the GammaBeta pass then writes no dX
+            self._sums((u(x), u(dy), u(weight), u(mean), u(rstd), u(dx), self._n4), s)
+            self._columns((u(x), u(dy), u(weight), u(mean), u(rstd), u(0), u(0), u(0), u(dgamma), u(dbeta),
+                           self._rows, self._n4, self._rpg), s)
+            return
         if self._x_map is not None:
             warp_sums = scratch + 8 * self.plan.rows
             done = scratch + self.plan.scratch.zeroed_at
@@ -193,7 +215,7 @@ def run(p: GradPlan, dy, x, ns, mean, rstd, weight, bias, mask, index: int, ones
     want_x, want_w, want_b = mask[0], mask[1] and weight is not None, mask[2] and bias is not None
     g = weight if weight is not None else (ones if ones is not None else torch.ones(ns, device=x.device))
     dx = torch.empty_like(x)
-    scratch = torch.empty(p.scratch.nbytes, dtype=torch.uint8, device=x.device)
+    scratch = torch.empty(p.scratch.nbytes, dtype=torch.uint8, device=x.device) if p.scratch.nbytes else None
     parts = p.template.partial_groups
     if parts > 1:
         dgp = torch.empty(parts, p.n, device=x.device) if want_w else None
@@ -205,7 +227,7 @@ def run(p: GradPlan, dy, x, ns, mean, rstd, weight, bias, mask, index: int, ones
     b = bound(p, index)
     with device_scope(index):
         b(dy.data_ptr(), x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), g.data_ptr(), dx.data_ptr(), ptr(dgp),
-          ptr(dbp), scratch.data_ptr(), stream(index))
+          ptr(dbp), ptr(scratch), stream(index))
     if parts > 1:  # torch's own .sum(0) of the same partials, as LaunchGammaBetaBackwardCUDAKernel does
         dgp = dgp.sum(0).view(ns) if dgp is not None else None
         dbp = dbp.sum(0).view(ns) if dbp is not None else None

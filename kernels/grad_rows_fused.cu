@@ -1,0 +1,75 @@
+// LayerNorm dX for many rows in torch's own schedule (one 128-thread block per row, thread t on float4 vectors
+// t, t+128, ...), with each thread's vectors of x and dy kept in registers between the row sums and the output,
+// so x and dy are read once where torch's layer_norm_grad_input_kernel_vectorized reads them twice. dgamma/dbeta
+// come from grad_columns.cu's GammaBeta pass (dX off) on the same template torch uses.
+//
+// Contract kept: grad_ln.cuh's arithmetic in torch's order: the sums push a thread's vectors in order (kept ones
+// first, then the rest of a long row from memory), BlockReduceSum, then dX elementwise.
+#include "grad_ln.cuh"
+
+template <int kMaxVec>
+__device__ __forceinline__ void grad_rows_fused(const float4* __restrict__ x, const float4* __restrict__ dy,
+                                                const float4* __restrict__ gamma, const float* __restrict__ mean,
+                                                const float* __restrict__ rstd, float4* __restrict__ dx, int n4) {
+    __shared__ float warp_sums[2][4];
+    __shared__ float sums[2];
+    const int tid = threadIdx.x;
+    const size_t row = blockIdx.x;
+    const float4* xr = x + row * n4;
+    const float4* dr = dy + row * n4;
+    const float m = mean[row];
+    const float r = rstd[row];
+    float4 kx[kMaxVec], kd[kMaxVec];
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i) {
+        const int j = tid + 128 * i;
+        if (j < n4) {
+            kx[i] = xr[j];
+            kd[i] = dr[j];
+        }
+    }
+    float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+        if (tid + 128 * i < n4) grad_push4(s1, s2, kx[i], kd[i], gamma[tid + 128 * i], m, r);
+    for (int j = tid + 128 * kMaxVec; j < n4; j += 128) grad_push4(s1, s2, xr[j], dr[j], gamma[j], m, r);
+    s1 = grad_warp_sum(s1);
+    s2 = grad_warp_sum(s2);
+    if ((tid & 31) == 0) {
+        warp_sums[0][tid >> 5] = s1;
+        warp_sums[1][tid >> 5] = s2;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        sums[0] = grad_block_sum4(warp_sums[0][0], warp_sums[0][1], warp_sums[0][2], warp_sums[0][3]);
+        sums[1] = grad_block_sum4(warp_sums[1][0], warp_sums[1][1], warp_sums[1][2], warp_sums[1][3]);
+    }
+    __syncthreads();
+    const float t1 = sums[0], t2 = sums[1];
+    const float fh = (float)(4 * n4);
+    const float term1 = __fmul_rn(r, __frcp_rn(fh));
+    float4* out = dx + row * n4;
+    for (int i = 0, j = tid; j < n4; ++i, j += 128) {
+        float4 vx, vd;
+        if (i < kMaxVec) {
+#pragma unroll
+            for (int c = 0; c < kMaxVec; ++c)
+                if (c == i) vx = kx[c], vd = kd[c];  // register-indexed without local memory
+        } else {
+            vx = xr[j];
+            vd = dr[j];
+        }
+        out[j] = grad_input4(vx, vd, gamma[j], m, r, t1, t2, fh, term1);
+    }
+}
+
+// grid: (rows); block: 128. One entry point per register budget (the plan takes the smallest that holds a row).
+#define GRAD_ROWS_FUSED(K, MIN_BLOCKS)                                                                         \
+    extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) grad_rows_fused_reg##K(                       \
+        const float4* x, const float4* dy, const float4* gamma, const float* mean, const float* rstd,          \
+        float4* dx, int n4) {                                                                                   \
+        grad_rows_fused<K>(x, dy, gamma, mean, rstd, dx, n4);                                                   \
+    }
+GRAD_ROWS_FUSED(2, 8)
+GRAD_ROWS_FUSED(4, 6)
+GRAD_ROWS_FUSED(8, 4)

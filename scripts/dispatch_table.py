@@ -33,6 +33,8 @@ def main(argv=None) -> int:
     ap.add_argument("--module", default=None, help="where to write the generated table (default: the device's "
                     "module in labkit/ops/dispatch/tables/)")
     ap.add_argument("--copy-to", default=os.environ.get("OUT"), help="also copy the module here (a GPU machine's $OUT)")
+    ap.add_argument("--backward", action="store_true", help="measure the backward's paths instead (a run of its own; "
+                    "the module keeps its forward table and gains BACKWARD)")
     args = ap.parse_args(argv)
     root = Path(os.environ.get("LABKIT_RUNS_ROOT", "build/runs"))
     run = Run.create(root, "dispatch_table", vars(args), device="cuda")
@@ -40,15 +42,29 @@ def main(argv=None) -> int:
     warm = dispatch.warm_up(args.warmup_s)
     shapes = dispatch.grid_shapes()
     random.Random(args.seed).shuffle(shapes)
-    sweep = dropin.sweep(shapes, args.rounds, compiled=False, log=print)
-    run.write("dropin_sweep", sweep)
-    scores = dispatch.derive_scores(sweep)
+    if args.backward:
+        from labkit.ops.dispatch import tables
+        from labkit.ops.dispatch.rule import BACKWARD_PATHS
+
+        sweep = dispatch.backward_sweep(shapes, args.rounds, log=print)
+        run.write("backward_sweep", sweep)
+        scores = dispatch.derive_scores(sweep, ("native", *BACKWARD_PATHS))
+        table, _ = tables.for_device(sweep["device"]["arch"], sweep["device"]["sm_count"])
+        forward = (table.SCORES, table.RUN_ID, {"device": table.DEVICE})
+    else:
+        sweep = dropin.sweep(shapes, args.rounds, compiled=False, log=print)
+        run.write("dropin_sweep", sweep)
+        scores = dispatch.derive_scores(sweep)
     run.write("dispatch_table", {"warm_up": warm, "order_seed": args.seed, "seconds": time.perf_counter() - t0,
+                                 "backward": args.backward,
                                  "scores": {repr(x): {str(y): p for y, p in level.items()}
                                             for x, level in scores.items()}})
     run.close()
     module = Path(args.module) if args.module else dispatch.module_path(sweep)
-    module.write_text(dispatch.module_source(scores, run.run_id, sweep))
+    if args.backward:
+        module.write_text(dispatch.module_source(*forward, backward=scores, backward_run_id=run.run_id))
+    else:
+        module.write_text(dispatch.module_source(scores, run.run_id, sweep))
     if args.copy_to:
         shutil.copy(module, Path(args.copy_to) / module.name)
     print(f"run {run.path}; table written to {module}")

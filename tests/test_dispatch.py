@@ -89,7 +89,17 @@ def test_every_committed_table_is_what_its_committed_run_derives(table):
     assert dispatch.derive_scores(sweep) == table.SCORES
     assert table.DEVICE == {k: sweep["device"][k] for k in ("name", "arch", "sm_count")}
     assert dispatch.module_path(sweep).stem == table.__name__.rsplit(".", 1)[-1]
-    assert dispatch.module_path(sweep).read_text() == dispatch.module_source(table.SCORES, table.RUN_ID, sweep)
+    backward = None
+    if hasattr(table, "BACKWARD"):
+        from labkit.ops.dispatch.rule import BACKWARD_PATHS
+
+        brun = load_run(DATA_RUNS / table.BACKWARD_RUN_ID)
+        assert brun["complete"] and brun["records"]["run"]["name"] == "dispatch_table"
+        backward = dispatch.derive_scores(brun["records"]["backward_sweep"], ("native", *BACKWARD_PATHS))
+        assert backward == table.BACKWARD
+    assert dispatch.module_path(sweep).read_text() == dispatch.module_source(
+        table.SCORES, table.RUN_ID, sweep, backward=backward,
+        backward_run_id=getattr(table, "BACKWARD_RUN_ID", None))
 
 
 def test_pick_takes_the_fastest_beyond_the_margin():

@@ -88,6 +88,17 @@ def choose_schedule(rows: int, n: int, device: Device) -> str:
     return "rows" if -(-n // 32) >= 2 * device.sm_count else "split"
 
 
+def plannable(rows: int, n: int, device: Device) -> dict:
+    """{schedule: plan} for every schedule that can take rows x N on `device`."""
+    out = {}
+    for sch in SCHEDULES[1:]:
+        try:
+            out[sch] = plan(rows, n, device, sch)
+        except ValueError:
+            continue
+    return out
+
+
 def fused_function(n: int) -> str:
     """grad_rows_fused's entry point with the fewest registers that keeps a whole row (else the largest)."""
     n4 = n // 4

@@ -46,13 +46,14 @@ def warm_up(seconds: float = 3.0, device="cuda") -> dict:
     return {"seconds": time.perf_counter() - t0, "calls": calls, "shape": [16, 1 << 22]}
 
 
-def derive_scores(sweep: dict) -> dict[float, dict[int, dict[str, float]]]:
+def derive_scores(sweep: dict, order=None) -> dict[float, dict[int, dict[str, float]]]:
     """{row level: {log2 N: {path: eager time / native's}}} from a sweep record (labkit.studies.dropin.sweep's
-    format): row levels are labkit.ops.dispatch.rule.row_coord (rounded to 4 places); the shapes of one (level, N)
-    (e.g. 1 to 32 rows, all one wave) are combined by geometric mean; a path that failed at any of them is left
-    out of that point."""
+    format, or backward_sweep's with `order` = ("native", *BACKWARD_PATHS)): row levels are
+    labkit.ops.dispatch.rule.row_coord (rounded to 4 places); the shapes of one (level, N) (e.g. 1 to 32 rows, all
+    one wave) are combined by geometric mean; a path that failed at any of them is left out of that point."""
     from labkit.ops.dispatch.rule import ORDER, row_coord
 
+    order = order or ORDER
     sms = sweep["device"]["sm_count"]
     groups: dict[tuple[float, int], list[dict]] = {}
     for r in sweep["shapes"]:
@@ -61,7 +62,7 @@ def derive_scores(sweep: dict) -> dict[float, dict[int, dict[str, float]]]:
     out: dict[float, dict[int, dict[str, float]]] = {}
     for (x, y), times in sorted(groups.items()):
         point = {}
-        for path in ORDER:
+        for path in order:
             ratios = [t[path] / t["native"] for t in times if t.get(path) and t.get("native")]
             if len(ratios) == len(times):
                 point[path] = round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 4)
@@ -70,8 +71,60 @@ def derive_scores(sweep: dict) -> dict[float, dict[int, dict[str, float]]]:
     return out
 
 
-def module_source(scores: dict, run_id: str, sweep: dict) -> str:
-    """The device's generated table module (labkit/ops/dispatch/tables/) for `scores`, citing the run it came from."""
+def backward_sweep(shape_list, rounds: int = 9, seed: int = 0, eps: float = 1e-5, device="cuda", log=None) -> dict:
+    """The backward alone at each shape, eager per call (CUDA events around one call, L2 flushed), as the drop-in
+    serves it: torch's aten backward ("native") and each of our schedules forced through the drop-in's backward
+    (labkit.ops.dropin.plan.backward, host path included); a schedule that cannot take the shape is left out. The
+    `backward_sweep` record (labkit.studies.dropin.sweep's format)."""
+    import time as _time
+    from dataclasses import replace
+
+    import torch
+
+    from labkit.core.device import current_index, device_info
+    from labkit.inputs import make_affine, make_input
+    from labkit.ops.dispatch.rule import BACKWARD_PATHS
+    from labkit.ops.dropin.plan import backward, forced_backward
+    from labkit.studies.bench import PROTOCOL_B, time_methods
+    from labkit.tasks import shape_key
+
+    protocol = replace(PROTOCOL_B, rounds=rounds)
+    dev = device_info(current_index(torch.device(device)))
+    rows_out = []
+    for shape in shape_list:
+        t0 = _time.perf_counter()
+        x = make_input("uniform", shape, seed, device)
+        w, b = make_affine("random_normal", shape[1:], seed, device)
+        dy = torch.randn(shape, device=device, generator=torch.Generator(device=device).manual_seed(seed))
+        ns = tuple(shape[1:])
+        _, mean, rstd = torch.native_layer_norm(x, ns, w, b, eps)
+        mask = (True, True, True)
+        fns = {"native": lambda: torch.ops.aten.native_layer_norm_backward(dy, x, list(ns), mean, rstd, w, b,
+                                                                         list(mask))}
+
+        def ours(sch):
+            def call():
+                with forced_backward(sch):
+                    return backward(dy, x, ns, mean, rstd, w, b, mask)
+            return call
+        from labkit.ops import backward as grad
+        for sch in grad.plannable(x.numel() // w.numel(), w.numel(), dev):
+            fns[sch] = ours(sch)
+        rec = time_methods(fns, protocol, "native")
+        rows_out.append({"key": shape_key(shape), "shape": list(shape), "rows": x.numel() // w.numel(),
+                         "n": w.numel(), "eager": {k: v["median_ms"] for k, v in rec.stats.items()},
+                         "eager_stats": rec.stats, "seconds": _time.perf_counter() - t0})
+        del x, dy
+        if log:
+            log(f"{rows_out[-1]['key']}: {rows_out[-1]['seconds']:.1f} s")
+    return {"device": {"name": torch.cuda.get_device_name(), "arch": dev.arch, "sm_count": dev.sm_count},
+            "paths": ["native", *BACKWARD_PATHS], "protocol": protocol.__dict__, "shapes": rows_out}
+
+
+def module_source(scores: dict, run_id: str, sweep: dict, backward: dict | None = None,
+                  backward_run_id: str | None = None) -> str:
+    """The device's generated table module (labkit/ops/dispatch/tables/) for `scores`, citing the run it came from;
+    with `backward`, the backward's scores too (BACKWARD, citing BACKWARD_RUN_ID)."""
     dev = sweep["device"]
     lines = [f'"""The dispatch table measured on {dev["name"]} ({dev["sm_count"]} SMs, sm_{dev["arch"]}), generated by',
              "scripts/dispatch_table.py (labkit.studies.dispatch.derive_scores) from the run below; do not edit.",
@@ -87,6 +140,14 @@ def module_source(scores: dict, run_id: str, sweep: dict) -> str:
             lines.append(f"        {y}: {point!r},")
         lines.append("    },")
     lines.append("}")
+    if backward is not None:
+        lines += [f'BACKWARD_RUN_ID = "{backward_run_id}"', "BACKWARD = {"]
+        for x, level in sorted(backward.items()):
+            lines.append(f"    {x!r}: {{")
+            for y, point in sorted(level.items()):
+                lines.append(f"        {y}: {point!r},")
+            lines.append("    },")
+        lines.append("}")
     return "\n".join(lines) + "\n"
 
 

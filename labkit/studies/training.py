@@ -14,6 +14,8 @@ SWEEP = tuple((1 << k, 1 << (24 - k)) for k in range(0, 17, 2))
 ORDINARY = ((4096, 768), (8192, 1024), (8192, 4096), (16384, 4096), (32768, 2048), (2048, 16384), (1024, 16384))
 WIDE = (L1_40, (4, 1 << 22), (1, 8, 1024, 1024))
 QUICK = ((1, 1 << 20), (64, 1 << 14), (4096, 768), (16, 64, 32, 32))
+# Timed under torch.compile too (each costs two Inductor compiles, static shapes): the notebook's GPU budget.
+COMPILED = (*WIDE, (4096, 768), (8192, 4096), (1024, 16384), *QUICK)
 METHODS = ("native", "dropin", "dropin_our_backward", "dropin_torch_backward", "native_compiled", "dropin_compiled")
 
 
@@ -61,7 +63,7 @@ def methods(x, w, b, dy, eps: float, compiled: bool = True) -> dict:
 
     m = {"native": lambda: step(torch.nn.functional.layer_norm, x, w, b, dy, ns, eps),
          "dropin": lambda: step(labkit.layer_norm, x, w, b, dy, ns, eps),
-         "dropin_our_backward": forced("grad"), "dropin_torch_backward": forced("native")}
+         "dropin_our_backward": forced("auto"), "dropin_torch_backward": forced("native")}
     if compiled:
         cn = torch.compile(lambda xx, ns_, ww, bb, e: torch.nn.functional.layer_norm(xx, ns_, ww, bb, e),
                            fullgraph=True)
@@ -88,7 +90,10 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
         row = {"key": shape_key(shape), "shape": list(shape), "rows": x.numel() // w.numel(), "n": w.numel(),
                "l1_40": tuple(shape) == L1_40, "errors": {}}
         ok = {}
-        for name, fn in methods(x, w, b, dy, eps, compiled).items():
+        with_compile = compiled and tuple(shape) in COMPILED
+        if compiled and not with_compile:
+            row["errors"]["compiled"] = "not timed compiled (notebook budget: training.COMPILED)"
+        for name, fn in methods(x, w, b, dy, eps, with_compile).items():
             try:
                 fn()
                 torch.cuda.synchronize()
@@ -148,3 +153,483 @@ def host_cost(shape=(8, 256), calls: int = 2000, device="cuda") -> dict:
         with torch.no_grad():
             out[f"{label}_nograd_us"] = _per_call_us(lambda: fn(x, ns, w, b, 1e-5), calls, sync)
     return out
+
+
+# --- a model trained with and without the swap --------------------------------------------------------------------
+
+MODEL = {"vocab": 512, "d_model": 256, "heads": 4, "layers": 2, "batch": 8, "seq": 64, "steps": 3}
+
+
+def _bits_equal(a, b) -> bool:
+    import torch
+
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and torch.equal(a.detach().contiguous().view(torch.int32),
+                                              b.detach().contiguous().view(torch.int32))
+
+
+def make_transformer(device="cuda", seed: int = 0, **cfg):
+    """A small encoder-only transformer from torch's own modules (fp32, no dropout): embedding, TransformerEncoder
+    layers (each with two nn.LayerNorms), a final nn.LayerNorm and a linear head."""
+    import torch
+
+    c = {**MODEL, **cfg}
+    torch.manual_seed(seed)
+    layer = torch.nn.TransformerEncoderLayer(c["d_model"], c["heads"], 4 * c["d_model"], dropout=0.0,
+                                             batch_first=True)
+    model = torch.nn.Sequential(torch.nn.Embedding(c["vocab"], c["d_model"]),
+                                torch.nn.TransformerEncoder(layer, c["layers"], enable_nested_tensor=False),
+                                torch.nn.LayerNorm(c["d_model"]), torch.nn.Linear(c["d_model"], c["vocab"]))
+    with torch.no_grad():  # non-trivial affines, so a swap that ignored them would show
+        for m in model.modules():
+            if isinstance(m, torch.nn.LayerNorm):
+                m.weight.normal_(1.0, 0.2)
+                m.bias.normal_(0.0, 0.2)
+    return model.to(device)
+
+
+def _train(model, tokens, targets, steps: int, lr: float = 1e-3):
+    import torch
+
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    losses, grads = [], []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        logits = model(tokens)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+        loss.backward()
+        losses.append(loss.detach().clone())
+        grads.append([p.grad.detach().clone() for p in model.parameters()])
+        opt.step()
+    return losses, grads, [p.detach().clone() for p in model.parameters()]
+
+
+def model_steps(device="cuda", seed: int = 0, **cfg) -> dict:
+    """MODEL['steps'] Adam steps of the transformer with nn.LayerNorm and with the drop-in swapped in (the same
+    initial parameters and batch), under torch.use_deterministic_algorithms (without it torch's own model differs
+    from itself: matmul and embedding backward reduce in a nondeterministic order): losses, every gradient of every
+    step and the weights after the last, as int32 views. The `training_model` record."""
+    import copy
+    import os
+
+    import torch
+
+    from labkit import swap_layer_norms
+    from labkit.ops.dropin import explain
+
+    c = {**MODEL, **cfg}
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    was = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        ref = make_transformer(device, seed, **c)
+        ours = copy.deepcopy(ref)
+        swapped = swap_layer_norms(ours)
+        g = torch.Generator(device="cpu").manual_seed(seed + 1)
+        tokens = torch.randint(0, c["vocab"], (c["batch"], c["seq"]), generator=g).to(device)
+        targets = torch.randint(0, c["vocab"], (c["batch"], c["seq"]), generator=g).to(device)
+        r_loss, r_grads, r_w = _train(ref, tokens, targets, c["steps"])
+        o_loss, o_grads, o_w = _train(ours, tokens, targets, c["steps"])
+    finally:
+        torch.use_deterministic_algorithms(was)
+    ln = next(m for m in ours.modules() if type(m).__name__ == "LayerNorm")
+    path = explain(torch.empty(c["batch"] * c["seq"], c["d_model"], device=device), (c["d_model"],), ln.weight,
+                   ln.bias)
+    grad_pairs = [(a, b) for ga, gb in zip(r_grads, o_grads) for a, b in zip(ga, gb)]
+    return {**c, "swapped": swapped, "parameters": len(r_w), "ln_path": path["path"], "ln_reason": path["reason"],
+            "losses": [float(v) for v in r_loss], "losses_identical": f"{sum(map(_bits_equal, r_loss, o_loss))}/"
+                                                                      f"{len(r_loss)}",
+            "grads_identical": f"{sum(_bits_equal(a, b) for a, b in grad_pairs)}/{len(grad_pairs)}",
+            "weights_identical": f"{sum(map(_bits_equal, r_w, o_w))}/{len(r_w)}"}
+
+
+WIDE_MODEL = {"channels": 64, "height": 256, "width": 256, "batch": 16, "steps": 5}
+
+
+def wide_model(device="cuda", seed: int = 0, rounds: int = 10, **cfg) -> dict:
+    """A model with a LayerNorm over (C, H, W), as at L1/40: a 1x1 convolution, LayerNorm((C, H, W)), GELU and a
+    second 1x1 convolution, trained with SGD with nn.LayerNorm and with the drop-in: step times (CUDA events around
+    each whole step, median of `rounds`) and the gradients of the first step as int32 views. The `training_wide`
+    record."""
+    import copy
+
+    import torch
+
+    from labkit import swap_layer_norms
+
+    c = {**WIDE_MODEL, **cfg}
+    torch.manual_seed(seed)
+    shape = (c["channels"], c["height"], c["width"])
+    ref = torch.nn.Sequential(torch.nn.Conv2d(c["channels"], c["channels"], 1), torch.nn.LayerNorm(shape),
+                              torch.nn.GELU(), torch.nn.Conv2d(c["channels"], c["channels"], 1)).to(device)
+    ours = copy.deepcopy(ref)
+    swap_layer_norms(ours)
+    x = torch.randn(c["batch"], *shape, device=device, generator=torch.Generator(device=device).manual_seed(seed))
+    out = {**c}
+    first = []
+    for name, model in (("native", ref), ("dropin", ours)):
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        times = []
+        for i in range(rounds + 2):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            opt.zero_grad(set_to_none=True)
+            model(x).square().mean().backward()
+            if i == 0:
+                first.append([p.grad.detach().clone() for p in model.parameters()])
+            opt.step()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        out[f"{name}_step_ms"] = sorted(times[2:])[len(times[2:]) // 2]
+    out["first_step_grads_identical"] = f"{sum(map(_bits_equal, *first))}/{len(first[0])}"
+    return out
+
+
+# --- the backward's floor -------------------------------------------------------------------------------------------
+
+FLOOR_SHAPES = ((16, 64 * 256 * 256), (4, 1 << 22), (2, 1 << 23))
+CHAIN_CYCLES_PER_ELEMENT = 4  # grad_push: one dependent FADD (s1) and one FFMA (s2) per element, 4 cycles each
+
+
+def floor_check(rounds: int = 15, seed: int = 0, device="cuda") -> dict:
+    """The backward's floor at few long rows, measured parts in this run: the row sums cannot finish before their
+    chains do (CHAIN_CYCLES_PER_ELEMENT x N/128 cycles at the SM clock measured by labkit.studies.measure.chain_floor)
+    nor before x and dy are read once; the output pass reads x and dy again and writes dx. Floor = max(chain, sums'
+    bytes at the copy ceiling) + the output pass's bytes at the copy ceiling. Beside it, our backward alone (graph
+    replay). The `training_floor` record."""
+    from dataclasses import replace
+
+    import torch
+
+    from labkit.ops import backward as grad
+    from labkit.studies.bench import PROTOCOL_A, time_methods
+    from labkit.studies.measure import chain_floor, copy_ceiling_a
+
+    ceiling = copy_ceiling_a(rounds=rounds, device=device)
+    clock = chain_floor(rounds=rounds, device=device)["sm_clock_ghz_implied"]
+    gbps = ceiling["read_plus_write_gbps"]
+    rows_out = []
+    for rows, n in FLOOR_SHAPES:
+        x, w, b, dy = _tensors((rows, n), seed, device)
+        _, mean, rstd = torch.native_layer_norm(x, (n,), w, b, 1e-5)
+        rec = time_methods({"ours": lambda: grad.backward(dy, x, (n,), mean, rstd, w, b)},
+                           replace(PROTOCOL_A, rounds=rounds, repeats=3))
+        elems = rows * n
+        chain_ms = CHAIN_CYCLES_PER_ELEMENT * (n // 128) / (clock * 1e6)
+        sums_ms = 2 * 4 * elems / (gbps * 1e6)
+        output_ms = 3 * 4 * elems / (gbps * 1e6)
+        floor_ms = max(chain_ms, sums_ms) + output_ms
+        rows_out.append({"key": shape_key((rows, n)), "rows": rows, "n": n, "chain_ms": chain_ms, "sums_bytes_ms":
+                         sums_ms, "output_bytes_ms": output_ms, "floor_ms": floor_ms,
+                         "ours": rec.stats["ours"], "schedule": grad.plan(rows, n, _device(x)).schedule})
+        del x, dy
+    return {"ceiling": ceiling, "sm_clock_ghz": clock, "shapes": rows_out}
+
+
+def _device(x):
+    from labkit.core.device import current_index, device_info
+
+    return device_info(current_index(x.device))
+
+
+# --- bits of the backward at many inputs ------------------------------------------------------------------------------
+
+def identity(device="cuda", eps: float = 1e-5) -> dict:
+    """Forward and backward bits (y, grad of x, weight, bias; int32 views) of labkit.layer_norm with our backward
+    forced wherever its predicate takes the input, against F.layer_norm with autograd, on the drop-in's identity
+    cases (labkit.studies.dropin.identity_cases: our kernels' shapes and every input torch sends down another
+    path). The `training_identity` record."""
+    import torch
+
+    import labkit
+    from labkit.ops.dropin.plan import forced_backward
+    from labkit.studies.dropin import identity_cases
+
+    rows = []
+    for case in identity_cases(device):
+        x, ns, w, b = case["make"]()
+        row = {"case": case["case"], "shape": list(x.shape), "dtype": str(x.dtype).replace("torch.", "")}
+        try:
+            outs = []
+            for fn, path in ((torch.nn.functional.layer_norm, None), (labkit.layer_norm, "auto")):
+                ts = [t.detach().clone().requires_grad_() if t is not None else None for t in (x, w, b)]
+                with forced_backward(path):
+                    y = fn(ts[0], ns, ts[1], ts[2], eps)
+                    gy = torch.randn(y.shape, generator=torch.Generator().manual_seed(7)).to(y.dtype).to(y.device)
+                    if y.numel():
+                        y.backward(gy)
+                outs.append([y.detach()] + [t.grad if t is not None else None for t in ts])
+            equal = [_bits_equal_any(a, c) for a, c in zip(*outs)]
+            row.update({"forward": equal[0], "backward": all(equal[1:])})
+        except Exception as exc:  # a failure of the drop-in, recorded, never skipped
+            row.update({"forward": False, "backward": False, "error": f"{type(exc).__name__}: {exc}"})
+        rows.append(row)
+    return {"cases": rows}
+
+
+def _bits_equal_any(a, b) -> bool:
+    import torch
+
+    if a is None or b is None:
+        return a is None and b is None
+    view = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16,
+            torch.float64: torch.int64}[a.dtype]
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.contiguous().view(view),
+                                                                     b.contiguous().view(view))
+
+
+# --- readers: records -> rows, figure, verdict, summary ---------------------------------------------------------------
+
+RUN_NAME = "training"
+NOTEBOOK = "10_training"
+ORDINARY_KEYS = tuple(shape_key(s) for s in ORDINARY)
+NATIVE_FLOOR_MS = 0.200  # the goal: >= 1.0x eager native wherever native's forward+backward takes >= 200 us
+
+
+def _us(v):
+    return None if v is None else 1e3 * v
+
+
+def speed_rows(sweep_record: dict | None) -> list[dict]:
+    """Per shape: forward + backward medians (us) of torch eager, the drop-in, and both compiled, eager per call
+    (protocol B, L2 flushed) and the drop-in under graph replay (protocol A); ratios native / drop-in per protocol."""
+    rows = []
+    for r in (sweep_record or {}).get("shapes", []):
+        e, g = r.get("eager") or {}, r.get("graph") or {}
+        ratio = lambda d, a, b: (d[a] / d[b]) if d.get(a) and d.get(b) else None  # noqa: E731
+        rows.append({"shape": r["key"], "torch eager us": _us(e.get("native")), "drop-in eager us":
+                     _us(e.get("dropin")), "eager x torch": ratio(e, "native", "dropin"),
+                     "drop-in graph us": _us(g.get("dropin")), "graph x torch (graph)": ratio(g, "native", "dropin"),
+                     "torch.compile eager us": _us(e.get("native_compiled")),
+                     "compiled drop-in eager us": _us(e.get("dropin_compiled")),
+                     "x torch.compile (eager)": ratio(e, "native_compiled", "dropin")})
+    return rows
+
+
+def figure(sweep_record: dict | None, label: str = ""):
+    """Forward + backward time against elements per row (log axes), one line per method and protocol."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    shapes = [r for r in (sweep_record or {}).get("shapes", []) if r["rows"] * r["n"] == 1 << 24 and r.get("eager")]
+    if not shapes:
+        ax.text(0.5, 0.5, "no forward + backward timing in the record", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    shapes.sort(key=lambda r: r["n"])
+    n = [r["n"] for r in shapes]
+    for key, proto, name, style in (("native", "eager", "torch eager", "o-"), ("dropin", "eager", "drop-in eager",
+                                    "s-"), ("dropin", "graph", "drop-in graph replay", "s--"),
+                                    ("native_compiled", "eager", "torch.compile eager", "^-")):
+        ys = [(r.get(proto) or {}).get(key) for r in shapes]
+        if any(v is not None for v in ys):
+            ax.plot(n, [1e3 * v if v else float("nan") for v in ys], style, label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("N (elements per row); rows = 2**24 / N")
+    ax.set_ylabel("forward + backward, us (median)")
+    ax.set_title(label or "forward + backward, 2**24 elements")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def host_rows(host: dict | None) -> list[dict]:
+    if not host:
+        return []
+    return [{"call": what, "torch us": host.get(f"torch_{k}_us"), "drop-in us": host.get(f"dropin_{k}_us"),
+             "shape": shape_key(host["shape"]), "calls": host["calls"]}
+            for k, what in (("fwd_grad", "forward, grad on"), ("bwd", "backward (autograd.grad)"),
+                            ("nograd", "forward, no grad"))]
+
+
+def floor_rows(floor: dict | None) -> list[dict]:
+    return [{"shape": r["key"], "schedule": r["schedule"], "chain us": _us(r["chain_ms"]),
+             "sums bytes us": _us(r["sums_bytes_ms"]), "output bytes us": _us(r["output_bytes_ms"]),
+             "floor us": _us(r["floor_ms"]), "ours (graph) us": _us(r["ours"]["median_ms"]),
+             "ours / floor": r["ours"]["median_ms"] / r["floor_ms"]} for r in (floor or {}).get("shapes", [])]
+
+
+def _count(cases, key) -> str:
+    judged = [c[key] for c in cases if c.get(key) is not None]
+    return f"{sum(bool(v) for v in judged)}/{len(judged)}"
+
+
+def _sum_counts(*counts: str) -> str:
+    k = sum(int(c.split("/")[0]) for c in counts if c)
+    n = sum(int(c.split("/")[1]) for c in counts if c)
+    return f"{k}/{n}"
+
+
+def training_block(records: dict) -> dict | None:
+    """The `training` block of `labkit summary RUN --json` (issue 22 item 9), read from the run's records."""
+    sweep = records.get("training_sweep")
+    if not sweep:
+        return None
+    l1 = next((r for r in sweep["shapes"] if r.get("l1_40")), None) or {}
+    worst = (None, None)
+    for r in sweep["shapes"]:
+        e = r.get("eager") or {}
+        if e.get("native") and e.get("dropin") and e["native"] >= NATIVE_FLOOR_MS:
+            ratio = e["native"] / e["dropin"]
+            if worst[0] is None or ratio < worst[0]:
+                worst = (ratio, r["key"])
+    ordinary = [(r["graph"]["native"] / r["graph"]["dropin"]) for r in sweep["shapes"]
+                if r["key"] in ORDINARY_KEYS and (r.get("graph") or {}).get("dropin")]
+    host = records.get("training_host") or {}
+    model = records.get("training_model") or {}
+    ident = (records.get("training_identity") or {}).get("cases", [])
+    return {"l1_40_fwdbwd_ms": (l1.get("eager") or {}).get("dropin"),
+            "l1_40_graph_fwdbwd_ms": (l1.get("graph") or {}).get("dropin"),
+            "l1_40_compiled_fwdbwd_ms": (l1.get("eager") or {}).get("native_compiled"),
+            "l1_40_native_fwdbwd_ms": (l1.get("eager") or {}).get("native"),
+            "fwdbwd_worst_ratio_vs_native": worst[0], "fwdbwd_worst_shape": worst[1],
+            "ordinary_fwdbwd_worst_vs_native_graph": min(ordinary) if ordinary else None,
+            "backward_identical": _count(ident, "backward"),
+            "model_steps_identical": _sum_counts(model.get("losses_identical"), model.get("grads_identical"),
+                                                 model.get("weights_identical")) if model else "0/0",
+            "fuzz": fuzz_counts(records.get("training_fuzz")),
+            "host_us_fwd_grad": host.get("dropin_fwd_grad_us"), "torch_host_us_fwd_grad": host.get("torch_fwd_grad_us"),
+            "host_us_bwd": host.get("dropin_bwd_us"), "torch_host_us_bwd": host.get("torch_bwd_us")}
+
+
+def summary(records: dict, prov: dict) -> dict:
+    block = training_block(records)
+    return {"training": block} if block else {}
+
+
+def _fmt(v, f=".3g"):
+    return "n/a" if v is None else format(v, f)
+
+
+def summary_lines(s: dict) -> list[str]:
+    t = s.get("training")
+    if not t:
+        return []
+    return [f"training: L1/40 fwd+bwd {_fmt(t['l1_40_fwdbwd_ms'])} ms eager (graph {_fmt(t['l1_40_graph_fwdbwd_ms'])}"
+            f", torch.compile {_fmt(t['l1_40_compiled_fwdbwd_ms'])}, native {_fmt(t['l1_40_native_fwdbwd_ms'])}); "
+            f"worst eager x native {_fmt(t['fwdbwd_worst_ratio_vs_native'], '.2f')} at {t['fwdbwd_worst_shape']}; "
+            f"bits backward {t['backward_identical']}, model {t['model_steps_identical']}"]
+
+
+def page_headline(records: dict, s: dict) -> str:
+    from labkit.records.text import on_gpu, ratio
+
+    t = s.get("training")
+    if not t or t.get("l1_40_fwdbwd_ms") is None:
+        return f"training: no forward + backward timing in the record {on_gpu(s)}"
+    comp = t.get("l1_40_compiled_fwdbwd_ms")
+    vs = f", {ratio(comp / t['l1_40_fwdbwd_ms'])} torch.compile (eager per call)" if comp else ""
+    return (f"L1/40 forward + backward {t['l1_40_fwdbwd_ms']:.3g} ms eager per call{vs}; backward bits "
+            f"{t['backward_identical']}, model steps {t['model_steps_identical']} identical {on_gpu(s)}")
+
+
+def _met(ok) -> str:
+    return "met" if ok else "missed"
+
+
+def verdict_lines(records: dict, source: str) -> list[str]:
+    t = training_block(records)
+    if not t:
+        return [f"training: no GPU measurement to judge ({source})."]
+    l1, comp, nat = t["l1_40_fwdbwd_ms"], t["l1_40_compiled_fwdbwd_ms"], t["l1_40_native_fwdbwd_ms"]
+    lines = [f"training ({source}); ratios are eager per call (protocol B, L2 flushed) unless named:",
+             f"  L1/40 forward + backward {_fmt(l1)} ms (goal <= 0.70: {_met(l1 is not None and l1 <= 0.70)}); "
+             f"graph replay {_fmt(t['l1_40_graph_fwdbwd_ms'])} ms",
+             f"  vs torch.compile {_fmt(comp)} ms: {_fmt(comp / l1 if comp and l1 else None, '.2f')}x (goal >= 1.2x: "
+             f"{_met(comp and l1 and comp / l1 >= 1.2)})",
+             f"  vs eager native {_fmt(nat)} ms: {_fmt(nat / l1 if nat and l1 else None, '.1f')}x (goal >= 22x: "
+             f"{_met(nat and l1 and nat / l1 >= 22)})",
+             f"  worst eager x native where native >= 200 us: {_fmt(t['fwdbwd_worst_ratio_vs_native'], '.2f')}x at "
+             f"{t['fwdbwd_worst_shape']} (goal >= 1.0x: {_met((t['fwdbwd_worst_ratio_vs_native'] or 0) >= 1.0)})",
+             f"  ordinary shapes, graph replay, worst x native: {_fmt(t['ordinary_fwdbwd_worst_vs_native_graph'], '.2f')}"
+             f"x (goal >= 1.3x: {_met((t['ordinary_fwdbwd_worst_vs_native_graph'] or 0) >= 1.3)})",
+             f"  host: forward with grad {_fmt(t['host_us_fwd_grad'])} us vs torch {_fmt(t['torch_host_us_fwd_grad'])}"
+             f"; backward {_fmt(t['host_us_bwd'])} vs {_fmt(t['torch_host_us_bwd'])} (goal within 10 us each: "
+             f"{_met(_within(t, 'fwd_grad', 10) and _within(t, 'bwd', 10))})",
+             f"  bits: backward {t['backward_identical']}; model steps (losses, gradients, weights) "
+             f"{t['model_steps_identical']}; fuzz {t['fuzz']['cases']} cases, {t['fuzz']['checks']} schedule checks, "
+             f"{t['fuzz']['mismatches']} mismatch(es) (goal >= 2,000 cases, 0 mismatches: "
+             f"{_met(t['fuzz']['cases'] >= 2000 and t['fuzz']['mismatches'] == 0)})"]
+    for r in floor_rows(records.get("training_floor")):
+        lines.append(f"  backward at {r['shape']} ({r['schedule']}): {r['ours / floor']:.2f}x its floor (goal <= 1.15x: "
+                     f"{_met(r['ours / floor'] <= 1.15)})")
+    return lines
+
+
+def _within(t: dict, what: str, us: float) -> bool:
+    a, b = t.get(f"host_us_{what}"), t.get(f"torch_host_us_{what}")
+    return a is not None and b is not None and a <= b + us
+
+
+RECORDS = ("training_sweep", "training_host", "training_model", "training_wide", "training_floor", "training_identity",
+           "training_fuzz")
+
+
+def collect(session) -> dict:
+    return {name: session.record(name) for name in RECORDS}
+
+
+# --- fuzzing the backward against torch -------------------------------------------------------------------------------
+
+def fuzz(n_cases: int = 2000, seed: int = 0, time_budget_s: float = 120.0, max_numel: int = 1 << 22,
+         device="cuda") -> dict:
+    """Random (rows, N) with N % 4 == 0 (and some ragged N, which must route to torch), value classes (normal,
+    offset, huge, tiny, mixed scale, constant rows, non-finite), eps and affines: dx, dweight and dbias of our
+    backward (every schedule that takes the shape) against torch.ops.aten.native_layer_norm_backward, int32 views.
+    The `training_fuzz` record: per case the shape, values and each schedule's verdict."""
+    import numpy as np
+    import torch
+
+    from labkit.ops import backward as grad
+
+    rng = np.random.default_rng(seed)
+    dev = _device(torch.empty(0, device=device))
+    kinds = ("normal", "offset", "huge", "tiny", "mixed", "constant", "nonfinite")
+    cases, t0 = [], time.perf_counter()
+    while len(cases) < n_cases and time.perf_counter() - t0 < time_budget_s:
+        n = 4 * int(np.exp(rng.uniform(0, np.log(max_numel // 4))))
+        rows = max(1, int(np.exp(rng.uniform(0, np.log(max(1, max_numel // n))))))
+        kind = kinds[int(rng.integers(len(kinds)))]
+        eps = float(rng.choice([1e-5, 0.0, 1e-2]))
+        affine = str(rng.choice(["both", "weight", "none"]))
+        g = torch.Generator(device=device).manual_seed(int(rng.integers(1 << 30)))
+        x = torch.randn(rows, n, device=device, generator=g)
+        if kind == "offset":
+            x += 1000
+        elif kind == "huge":
+            x *= 1e30
+        elif kind == "tiny":
+            x *= 1e-30
+        elif kind == "mixed":
+            x *= torch.exp(8 * torch.randn(rows, n, device=device, generator=g))
+        elif kind == "constant":
+            x[:] = x[:, :1]
+        elif kind == "nonfinite":
+            x.view(-1)[:: 1 + int(rng.integers(50))] = float("inf")
+        dy = torch.randn(rows, n, device=device, generator=g)
+        w = torch.randn(n, device=device, generator=g) if affine != "none" else None
+        b = torch.randn(n, device=device, generator=g) if affine == "both" else None
+        _, mean, rstd = torch.native_layer_norm(x, (n,), w, b, eps)
+        mask = [True, w is not None, b is not None]
+        ref = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)
+        case = {"shape": [rows, n], "values": kind, "eps": eps, "affine": affine, "schedules": {}}
+        for sch in grad.plannable(rows, n, dev):
+            try:
+                got = grad.backward(dy, x, (n,), mean, rstd, w, b, tuple(mask), schedule=sch)
+                case["schedules"][sch] = all(_bits_equal_any(a, c) for a, c in zip(got, ref))
+            except Exception as exc:
+                case["schedules"][sch] = f"{type(exc).__name__}: {exc}"
+        cases.append(case)
+        del x, dy
+    return {"cases": cases, "seconds": time.perf_counter() - t0, "seed": seed}
+
+
+def fuzz_counts(record: dict | None) -> dict:
+    cases = (record or {}).get("cases", [])
+    checks = [v for c in cases for v in c["schedules"].values()]
+    return {"cases": len(cases), "shapes": len({tuple(c["shape"]) for c in cases}), "checks": len(checks),
+            "mismatches": sum(v is not True for v in checks)}

@@ -128,16 +128,20 @@ def pickable_kernels(arch: int, sm_count: int) -> tuple[str, ...]:
     return tuple(k for p in pickable_paths(arch, sm_count) for k in paths.kernels(p))
 
 
-BACKWARD = "grad"  # labkit.ops.backward's kernels
+BACKWARD_PATHS = ("chain", "rows", "split")  # labkit.ops.backward's schedules, each a path the backward rule weighs
 
 
-def choose_backward(rows: int, n: int, device: Device) -> tuple[str, str]:
-    """(path, why) for a backward our kernels can take: "grad" where the device's table measured them more than
-    MARGIN faster than torch's backward (its BACKWARD scores: forward + backward time / torch's), else "native"."""
+def choose_backward(rows: int, n: int, device: Device, available: tuple[str, ...] = BACKWARD_PATHS) -> tuple[str, str]:
+    """(path, why) for a backward our kernels can take: the fastest of torch's backward ("native") and our
+    schedules in `available`, by the device table's BACKWARD scores (backward time / torch's, eager per call),
+    leaving torch's only for more than MARGIN; "native" where the device has no backward table."""
     table, which = tables.for_device(device.arch, device.sm_count)
     measured = getattr(table, "BACKWARD", None) if table is not None else None
     if not measured:
         return paths.NATIVE, f"backward unmeasured on this GPU ({which}): torch's backward serves"
-    sc = scores_in(measured, rows, n, device.sm_count)
-    path = BACKWARD if sc.get(BACKWARD, 1.0) < 1 - MARGIN else paths.NATIVE
-    return path, f"{rows} x {n}: backward time / native interpolated {sc.get(BACKWARD, float('nan')):.2f} ({which})"
+    sc = {p: v for p, v in scores_in(measured, rows, n, device.sm_count).items()
+          if p == paths.NATIVE or p in available}
+    best = min(sc, key=lambda p: (sc[p], (paths.NATIVE, *BACKWARD_PATHS).index(p)))
+    path = best if best != paths.NATIVE and sc[best] < 1 - MARGIN else paths.NATIVE
+    shown = ", ".join(f"{p} {v:.2f}" for p, v in sorted(sc.items(), key=lambda kv: kv[1]))
+    return path, f"{rows} x {n}: backward time / native interpolated: {shown} ({which}, run {table.BACKWARD_RUN_ID})"

@@ -165,12 +165,15 @@ _forced_backward: list[str | None] = [None]
 
 
 class forced_backward:
-    """`with forced_backward("grad"):` (or "native") overrides the backward rule, for measuring both against each
-    other; our kernels still serve only inputs their predicate takes."""
+    """`with forced_backward("split"):` (a schedule of labkit.ops.backward, "auto" for its own choice, or "native")
+    overrides the backward rule, for measuring them against each other; our kernels still serve only inputs their
+    predicate and plan take."""
+
+    CHOICES = (paths.NATIVE, "auto", *rule.BACKWARD_PATHS)
 
     def __init__(self, path: str | None):
-        if path not in (None, paths.NATIVE, rule.BACKWARD):
-            raise ValueError(f"path must be {paths.NATIVE!r} or {rule.BACKWARD!r}, got {path!r}")
+        if path is not None and path not in self.CHOICES:
+            raise ValueError(f"path must be one of {self.CHOICES}, got {path!r}")
         self.path = path
 
     def __enter__(self):
@@ -198,9 +201,13 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
             dev = device_info(x.get_device())
             n = math.prod(ns)
             rows = x.numel() // n
-            if (forced or rule.choose_backward(rows, n, dev)[0]) != paths.NATIVE:
+            path = forced or rule.choose_backward(rows, n, dev, tuple(grad.plannable(rows, n, dev)))[0]
+            if path != paths.NATIVE:
                 ones = torch.ones(ns, device=x.device) if weight is None else None
-                hit = (grad.plan(rows, n, dev), ones)
+                try:
+                    hit = (grad.plan(rows, n, dev, path), ones)
+                except ValueError:  # a forced schedule that cannot take this shape: torch's backward
+                    hit = (None, None)
         if len(_grad_plans) >= MAX_PLANS:
             _grad_plans.clear()
         _grad_plans[key] = hit

@@ -205,3 +205,47 @@ def emulator_check(fix: dict) -> dict:
                 "output bits equal": float((y.view(np.int32) == fix["y"].view(np.int32)).mean())}
     except Exception as exc:  # the emulator is another module's contract; report, do not hide the table
         return {"fixture": fix["name"], "GPU bits": is_gpu_fixture(fix), "error": f"{type(exc).__name__}: {exc}"}
+
+
+# --- backward fixtures: torch's GPU gradients for the CPU emulator (labkit.exact.backward) ------------------------
+
+BACKWARD_DIR = FIXTURE_DIR / "backward"
+# (rows, N): one of each GammaBeta template (M < 64, < 128, < 256, >= 256), a ragged thread count, no affine.
+BACKWARD_SPECS = (((3, 516), "random_normal"), ((70, 256), "random_normal"), ((130, 128), "random_normal"),
+                  ((300, 64), "random_normal"), ((5, 2056), "random_normal"), ((40, 128), "none"))
+
+
+def record_backward_fixtures(out_dir=BACKWARD_DIR, specs=BACKWARD_SPECS, eps: float = 1e-5, seed: int = 0) -> list[Path]:
+    """One npz per spec: x, dy, gamma (absent: not stored), torch's GPU mean and rstd, and
+    torch.ops.aten.native_layer_norm_backward's dx, dgamma, dbeta on the GPU; plus manifest.json. Needs a GPU."""
+    import torch
+
+    from labkit.inputs import make_affine, make_input
+    from labkit.records.run import provenance
+
+    if not torch.cuda.is_available():
+        raise ValueError("backward fixtures are torch's GPU bits: record them on a CUDA GPU")
+    out_dir = Path(out_dir)
+    paths = []
+    for (rows, n), affine in specs:
+        x = make_input("normal_plus_1000", (rows, n), seed, "cuda")
+        g = torch.Generator().manual_seed(seed + rows)
+        dy = torch.randn(rows, n, generator=g).cuda()
+        w, b = make_affine("random_normal", (n,), seed, "cuda") if affine != "none" else (None, None)
+        _, mean, rstd = torch.native_layer_norm(x, (n,), w, b, eps)
+        dx, dw, db = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b,
+                                                               [True, w is not None, b is not None])
+        arrays = {"x": x, "dy": dy, "mean": mean.reshape(rows), "rstd": rstd.reshape(rows), "dx": dx}
+        if w is not None:
+            arrays.update({"gamma": w, "dgamma": dw, "dbeta": db})
+        out = {k: v.detach().cpu().numpy().astype(np.float32, copy=False) for k, v in arrays.items()}
+        out.update({"sm_count": np.int32(torch.cuda.get_device_properties(0).multi_processor_count),
+                    "torch_version": np.array(torch.__version__), "gpu": np.array(torch.cuda.get_device_name())})
+        path = out_dir / f"backward_{rows}x{n}_{affine}.npz"
+        atomic_write_bytes(path, _npz_bytes(out))
+        paths.append(path)
+    atomic_write_json(out_dir / "manifest.json", {
+        "what": "torch's GPU LayerNorm backward on small inputs (labkit/records/fixtures.py record_backward_fixtures)",
+        "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths},
+        "provenance": provenance("cuda")})
+    return paths

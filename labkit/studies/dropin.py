@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 
 from labkit.ops.paths import PATHS
+from labkit.studies.measure import host_us_per_call
 from labkit.tasks import L1_40, config, shape_key
 
 # (rows, N) from (1, 2**24) to (65536, 256): 64 MiB of float32 each, the row count doubling.
@@ -133,18 +134,6 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
             "protocols": {"eager": eager_p.__dict__, "graph": graph_p.__dict__}, "shapes": rows_out}
 
 
-def _per_call_us(fn, calls: int, sync) -> float:
-    for _ in range(100):
-        fn()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    sync()
-    return (t1 - t0) / calls * 1e6
-
-
 def host_cost(shape=HOST_SHAPE, calls: int = HOST_CALLS, device="cuda") -> dict:
     """Host time per call over `calls` back-to-back calls at a tiny shape (the GPU keeps up, so the loop's wall
     time is the host's): torch's F.layer_norm, the drop-in as dispatched, our kernel path forced, and the op
@@ -161,13 +150,13 @@ def host_cost(shape=HOST_SHAPE, calls: int = HOST_CALLS, device="cuda") -> dict:
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     with torch.no_grad():
         out = {"shape": list(shape), "calls": calls,
-               "torch_us": _per_call_us(lambda: torch.nn.functional.layer_norm(x, ns, w, b), calls, sync),
-               "dropin_us": _per_call_us(lambda: layer_norm(x, ns, w, b), calls, sync),
+               "torch_us": host_us_per_call(lambda: torch.nn.functional.layer_norm(x, ns, w, b), calls, sync),
+               "dropin_us": host_us_per_call(lambda: layer_norm(x, ns, w, b), calls, sync),
                "dropin_path": explain(x, ns, w, b)["path"],
-               "op_us": _per_call_us(lambda: layer_norm_op(x, list(ns), w, b, 1e-5), calls, sync)}
+               "op_us": host_us_per_call(lambda: layer_norm_op(x, list(ns), w, b, 1e-5), calls, sync)}
         for path in ("chain", "rows_fused"):
             try:
-                out[f"{path}_us"] = _per_call_us(lambda: layer_norm_with(path, x, ns, w, b), calls, sync)
+                out[f"{path}_us"] = host_us_per_call(lambda: layer_norm_with(path, x, ns, w, b), calls, sync)
             except ValueError as exc:
                 out[f"{path}_us"], out[f"{path}_error"] = None, str(exc)
     return out

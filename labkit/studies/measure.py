@@ -3,6 +3,7 @@ preflight that keeps out of protocol A what a CUDA graph cannot replay. Each ret
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -111,3 +112,17 @@ def chain_floor(pushes: int = FLOOR_PUSHES, blocks: int = 64, rounds: int = 35, 
     return {"pushes": pushes, "chains": blocks * 32, "ms": ms, "q25_ms": rec.stats["floor"]["q25_ms"],
             "q75_ms": rec.stats["floor"]["q75_ms"], "cycles_per_push": cyc / pushes,
             "sm_clock_ghz_implied": cyc / ms / 1e6}
+
+
+def host_us_per_call(fn, calls: int, sync, warmups: int = 100) -> float:
+    """Host microseconds per call over `calls` back-to-back calls after `warmups` (at a tiny shape the GPU keeps up,
+    so the loop's wall time is the host's); `sync` waits for the device before and after the timed loop."""
+    for _ in range(warmups):
+        fn()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    sync()
+    return (t1 - t0) / calls * 1e6

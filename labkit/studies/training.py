@@ -3,10 +3,10 @@ backward's floor, host cost per call, and a small transformer trained with and w
 Run functions return JSON-able records; rows/verdict functions read them."""
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 
+from labkit.studies.measure import host_us_per_call
 from labkit.tasks import L1_40, shape_key
 
 # (rows, N) from (1, 2**24) to (65536, 256), 64 MiB of float32 each, plus ordinary transformer shapes and L1/40.
@@ -118,18 +118,6 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
             "shapes": out}
 
 
-def _per_call_us(fn, calls: int, sync) -> float:
-    for _ in range(100):
-        fn()
-    sync()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    sync()
-    return (t1 - t0) / calls * 1e6
-
-
 def host_cost(shape=(8, 256), calls: int = 2000, device="cuda") -> dict:
     """Host microseconds per call at a tiny shape (the GPU keeps up, so the loop's wall time is the host's), torch
     beside the drop-in in the same run: a forward with grad on, a backward (torch.autograd.grad of one forward's
@@ -145,13 +133,13 @@ def host_cost(shape=(8, 256), calls: int = 2000, device="cuda") -> dict:
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     out = {"shape": list(shape), "calls": calls}
     for label, fn in (("torch", torch.nn.functional.layer_norm), ("dropin", labkit.layer_norm)):
-        out[f"{label}_fwd_grad_us"] = _per_call_us(lambda: fn(xs, ns, w, b, 1e-5), calls, sync)
+        out[f"{label}_fwd_grad_us"] = host_us_per_call(lambda: fn(xs, ns, w, b, 1e-5), calls, sync)
         ys = [fn(xs, ns, w, b, 1e-5) for _ in range(calls + 100)]
         it = iter(ys)
-        out[f"{label}_bwd_us"] = _per_call_us(lambda: torch.autograd.grad(next(it), (xs, w, b), dy), calls, sync)
+        out[f"{label}_bwd_us"] = host_us_per_call(lambda: torch.autograd.grad(next(it), (xs, w, b), dy), calls, sync)
         del ys
         with torch.no_grad():
-            out[f"{label}_nograd_us"] = _per_call_us(lambda: fn(x, ns, w, b, 1e-5), calls, sync)
+            out[f"{label}_nograd_us"] = host_us_per_call(lambda: fn(x, ns, w, b, 1e-5), calls, sync)
     return out
 
 

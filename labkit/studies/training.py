@@ -20,7 +20,7 @@ METHODS = ("native", "dropin", "dropin_our_backward", "dropin_torch_backward", "
 
 
 def shapes(mode: str) -> list[tuple[int, ...]]:
-    return [*WIDE, *ORDINARY, *SWEEP] if mode == "full" else list(QUICK)
+    return list(dict.fromkeys([*WIDE, *ORDINARY, *SWEEP])) if mode == "full" else list(QUICK)
 
 
 def _tensors(shape, seed: int, device):

@@ -133,22 +133,20 @@ def module_source(scores: dict, run_id: str, sweep: dict, backward: dict | None 
              '"""',
              f'RUN_ID = "{run_id}"',
              f'DEVICE = {{"name": "{dev["name"]}", "arch": {dev["arch"]}, "sm_count": {dev["sm_count"]}}}',
-             "SCORES = {"]
-    for x, level in sorted(scores.items()):
-        lines.append(f"    {x!r}: {{")
-        for y, point in sorted(level.items()):
-            lines.append(f"        {y}: {point!r},")
-        lines.append("    },")
-    lines.append("}")
+             *_table_lines("SCORES", scores)]
     if backward is not None:
-        lines += [f'BACKWARD_RUN_ID = "{backward_run_id}"', "BACKWARD = {"]
-        for x, level in sorted(backward.items()):
-            lines.append(f"    {x!r}: {{")
-            for y, point in sorted(level.items()):
-                lines.append(f"        {y}: {point!r},")
-            lines.append("    },")
-        lines.append("}")
+        lines += [f'BACKWARD_RUN_ID = "{backward_run_id}"', *_table_lines("BACKWARD", backward)]
     return "\n".join(lines) + "\n"
+
+
+def _table_lines(name: str, table: dict) -> list[str]:
+    """`name = {row level: {log2 N: {path: score}}}` as sorted source lines, one log2 N per line."""
+    lines = [f"{name} = {{"]
+    for x, level in sorted(table.items()):
+        lines.append(f"    {x!r}: {{")
+        lines += [f"        {y}: {point!r}," for y, point in sorted(level.items())]
+        lines.append("    },")
+    return lines + ["}"]
 
 
 def module_path(sweep: dict):

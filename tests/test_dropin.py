@@ -167,9 +167,9 @@ def test_plan_is_cached_per_signature(monkeypatch):
 
 
 def test_eager_skips_the_dispatcher_with_and_without_autograd(monkeypatch):
-    """Eager calls never pay the registered op's dispatch: without autograd the plan runs directly, with autograd
-    the _LayerNorm autograd.Function does; a dispatch mode (here FakeTensorMode's stand-in: a functorch transform)
-    still takes the op."""
+    """Eager calls never pay the registered op's dispatch: without autograd the plan runs directly; with autograd
+    torch's own autograd node where torch serves both directions (here: a CPU tensor), else the _LayerNorm
+    autograd.Function; a dispatch mode (here FakeTensorMode's stand-in: a functorch transform) still takes the op."""
     calls = []
     real = op.layer_norm_op
     monkeypatch.setattr(op, "layer_norm_op", lambda *a: calls.append(1) or real(*a))
@@ -177,9 +177,19 @@ def test_eager_skips_the_dispatcher_with_and_without_autograd(monkeypatch):
     with torch.no_grad():
         labkit.layer_norm(x, (8,), w)
     y = labkit.layer_norm(x, (8,), w)  # grad mode and a parameter that requires grad
+    assert calls == [] and type(y.grad_fn).__name__ == "NativeLayerNormBackward0"
+    y.sum().backward()
+    ref = torch.randn(8).copy_(w.detach()).requires_grad_()
+    torch.nn.functional.layer_norm(x, (8,), ref).sum().backward()
+    assert torch.equal(_bits(w.grad), _bits(ref.grad)) and calls == []
+    w.grad = None
+    plan.clear()
+    monkeypatch.setattr(plan, "backward_is_torchs", lambda *a: False)  # as where our backward would serve
+    y = labkit.layer_norm(x, (8,), w)
     assert calls == [] and type(y.grad_fn).__name__ == "_LayerNormBackward"
     y.sum().backward()
-    assert w.grad is not None and calls == []
+    assert torch.equal(_bits(w.grad), _bits(ref.grad)) and calls == []
+    plan.clear()
     torch.func.vmap(lambda r: labkit.layer_norm(r, (8,), w.detach()))(x.unsqueeze(1))
     assert calls  # a functorch transform takes the registered op (and its batching rule)
 

@@ -144,6 +144,31 @@ def test_drop_in_training_step_with_our_backward_forced(shape):
         assert torch.equal(_bits(a), _bits(c)), shape
 
 
+@pytest.mark.parametrize("shape", [(16, 64, 256, 256), (4096, 768), (8192, 4096), (256, 65536), (3, 64, 17, 19)])
+def test_drop_in_hands_training_to_torch_only_where_torch_serves_both_ways(shape):
+    """Unforced, the drop-in records torch's own autograd node exactly where the rule gives torch both the forward
+    and the backward, and the _LayerNorm node elsewhere; torch's bits, all three gradients, either way."""
+    import torch
+
+    import labkit
+    from labkit.ops.dropin import plan
+
+    x, dy, w, b, eps = _inputs(shape)
+    ns = tuple(shape[1:])
+    grads, nodes = [], []
+    for fn in (torch.nn.functional.layer_norm, labkit.layer_norm):
+        xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+        y = fn(xs, ns, ws, bs, eps)
+        nodes.append(type(y.grad_fn).__name__)
+        y.backward(dy)
+        grads.append([y.detach(), xs.grad, ws.grad, bs.grad])
+    for a, c in zip(*grads):
+        assert torch.equal(_bits(a), _bits(c)), shape
+    served = plan.get_plan(x, ns, w.requires_grad_(), b.requires_grad_(), eps, True)
+    torch_both = served.path == "native" and plan.backward_is_torchs(x, ns, w, b)
+    assert nodes[1] == (nodes[0] if torch_both else "_LayerNormBackward"), (shape, served.reason)
+
+
 @pytest.mark.parametrize("shape", [(4096, 768), (8192, 1024), (65536, 256), (70000, 64), (300, 70000)])
 def test_split_schedule_keeps_the_bits(shape):
     _compare(shape, "split")

@@ -176,6 +176,13 @@ class _Bound:
                        self._rows, self._n4, self._rpg), s)
 
 
+def input_refusal(x, normalized_shape, weight, bias, addresses: bool = True) -> str | None:
+    """Why our backward may not take a forward's inputs, whatever grad_y, mean and rstd come (None: it may)."""
+    why = eligibility.refusal(x, weight, bias, 0.0, normalized_shape,
+                              policy=eligibility.Policy(affine_required=False, autograd=True, addresses=addresses))
+    return None if why is None else str(why)
+
+
 def refusal(dy, x, normalized_shape, mean, rstd, weight, bias, addresses: bool = True) -> str | None:
     """Why our backward may not take these tensors (None: it may). x/weight/bias as the drop-in's forward takes
     them (labkit.ops.eligibility, affine optional); dy like x, as torch's vectorized dX kernel needs it (float32,
@@ -185,10 +192,9 @@ def refusal(dy, x, normalized_shape, mean, rstd, weight, bias, addresses: bool =
 
     import torch
 
-    why = eligibility.refusal(x, weight, bias, 0.0, normalized_shape,
-                              policy=eligibility.Policy(affine_required=False, autograd=True, addresses=addresses))
+    why = input_refusal(x, normalized_shape, weight, bias, addresses)
     if why is not None:
-        return str(why)
+        return why
     if not isinstance(dy, torch.Tensor) or dy.dtype != torch.float32 or dy.shape != x.shape or \
             dy.device != x.device:
         return f"grad_y must be a float32 tensor shaped like x on {x.device}"

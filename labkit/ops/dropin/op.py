@@ -8,9 +8,10 @@
   fed with our mean and rstd; opaque, so that under torch.compile Inductor cannot re-derive the backward with its
   own reduction order;
 - layer_norm(): F.layer_norm's signature. In plain eager use it skips the dispatcher: with nothing to record it
-  calls the plan directly; recording autograd, it goes through `_LayerNorm`, a torch.autograd.Function on the same
-  plan and backward (the registered op's Python dispatch cost ~80 us a call). Compiling, dispatch modes, functorch
-  transforms and tensor subclasses take the registered op.
+  calls the plan directly; recording autograd where torch's kernels serve both directions (plan.torch_trains), it
+  is torch's own F.layer_norm and autograd node; else it goes through `_LayerNorm`, a torch.autograd.Function on
+  the same plan and backward (the registered op's Python dispatch cost ~80 us a call). Compiling, dispatch modes,
+  functorch transforms and tensor subclasses take the registered op.
 """
 from __future__ import annotations
 
@@ -156,8 +157,8 @@ class _LayerNorm(torch.autograd.Function):
     """The eager autograd path: the plan's forward and `plans.backward`, with no dispatcher in between."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, ns, eps):
-        y, mean, rstd = plans.get_plan(x, ns, weight, bias, eps, True).forward(x, weight, bias, True)
+    def forward(ctx, x, weight, bias, ns, eps, plan):
+        y, mean, rstd = plan.forward(x, weight, bias, True)
         ctx.save_for_backward(x, mean, rstd, weight, bias)
         ctx.ns, ctx.eps = ns, eps
         ctx.mark_non_differentiable(mean, rstd)
@@ -172,9 +173,9 @@ class _LayerNorm(torch.autograd.Function):
             y = torch.nn.functional.layer_norm(x, ctx.ns, weight, bias, ctx.eps)
             grads = iter(torch.autograd.grad(y, wanted, grad_y, create_graph=True))
             return (next(grads) if need_x else None, next(grads) if need_w else None,
-                    next(grads) if need_b else None, None, None)
+                    next(grads) if need_b else None, None, None, None)
         gx, gw, gb = plans.backward(grad_y, x, ctx.ns, mean, rstd, weight, bias, (need_x, need_w, need_b))
-        return gx, gw, gb, None, None
+        return gx, gw, gb, None, None, None
 
 
 def _normalized(normalized_shape) -> tuple:
@@ -246,7 +247,10 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
     if needs_dispatcher(x, weight, bias):  # compiling, a mode, a transform or a subclass
         return layer_norm_op(x, list(ns), weight, bias, eps)[0]
     if _records_autograd(x, weight, bias):
-        return _LayerNorm.apply(x, weight, bias, ns, eps)
+        plan = plans.get_plan(x, ns, weight, bias, eps, True)
+        if plan.torch_trains:  # torch's kernels both ways: its own autograd node, with no Python on the way back
+            return torch.nn.functional.layer_norm(x, ns, weight, bias, eps)
+        return _LayerNorm.apply(x, weight, bias, ns, eps, plan)
     return plans.get_plan(x, ns, weight, bias, eps, False).forward(x, weight, bias, False)
 
 

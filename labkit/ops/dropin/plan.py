@@ -45,6 +45,9 @@ class Plan:
 
     path = paths.NATIVE
     NO_TABLE = "no table consulted: torch's kernel serves every input our kernels do not take"
+    # True where torch serves the forward and will serve the backward too: the drop-in then hands the call to
+    # torch's own autograd (its C++ node), as cheap on the host as nn.LayerNorm. Set by get_plan for grad plans.
+    torch_trains = False
 
     def __init__(self, reason: str, normalized_shape: tuple, eps: float, rule_source: str = NO_TABLE):
         self.reason, self.normalized_shape, self.eps = reason, normalized_shape, eps
@@ -140,9 +143,13 @@ def get_plan(x, normalized_shape: tuple, weight, bias, eps, needs_grad: bool = F
     key = signature(x, normalized_shape, weight, bias, eps, needs_grad)
     if force is not None:
         key = key + (force,)
+    if needs_grad:
+        key = key + (_forced_backward[0],)  # the backward's choice is part of a grad plan (torch_trains)
     plan = _plans.get(key)
     if plan is None:
         plan, cacheable = make_plan(x, normalized_shape, weight, bias, eps, force)
+        if needs_grad and type(plan) is Plan:
+            plan.torch_trains = backward_is_torchs(x, normalized_shape, weight, bias)
         if cacheable:
             if len(_plans) >= MAX_PLANS:
                 _plans.clear()
@@ -182,6 +189,24 @@ class forced_backward:
 
     def __exit__(self, *exc):
         _forced_backward[0] = self.saved
+
+
+def backward_is_torchs(x, ns: tuple, weight, bias) -> bool:
+    """Whether torch's backward will serve every backward of a forward on inputs like these, whatever grad_y comes:
+    forced to, not on a GPU, inputs our backward cannot take (labkit.ops.backward.input_refusal), or the rule
+    picking torch's for this shape (labkit.ops.dispatch.rule.choose_backward). Read when the autograd graph is
+    recorded, so a `forced_backward` must be around the forward as well as the backward."""
+    forced = _forced_backward[0]
+    if forced == paths.NATIVE or x.device.type != "cuda":
+        return True
+    if grad.input_refusal(x, ns, weight, bias, addresses=False) is not None:
+        return True
+    if forced is not None:
+        return False
+    dev = device_info(x.get_device())
+    n = math.prod(ns)
+    rows = x.numel() // n
+    return rule.choose_backward(rows, n, dev, tuple(grad.plannable(rows, n, dev)))[0] == paths.NATIVE
 
 
 def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):

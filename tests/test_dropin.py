@@ -206,6 +206,22 @@ def test_vmap_has_a_batching_rule_and_torchs_bits(capfd):
     assert "performance drop" not in capfd.readouterr().err
 
 
+def test_functorch_grad_and_jvp_take_torchs_layer_norm():
+    """torch.func.grad, vmap(grad) and jvp work (a custom op's registered autograd has no functorch support, so the
+    drop-in hands those transforms to F.layer_norm) and give F.layer_norm's bits."""
+    x, w, b = torch.randn(3, 4, 8), torch.randn(8), torch.randn(8)
+    grads = [torch.func.vmap(torch.func.grad(lambda r, f=f: f(r, (8,), w, b).square().sum()))(x)
+             for f in (labkit.layer_norm, torch.nn.functional.layer_norm)]
+    assert torch.equal(_bits(grads[0]), _bits(grads[1]))
+    dw = [torch.func.grad(lambda ww, f=f: f(x, (8,), ww, b).square().sum())(w)
+          for f in (labkit.layer_norm, torch.nn.functional.layer_norm)]
+    assert torch.equal(_bits(dw[0]), _bits(dw[1]))
+    t = torch.randn_like(x)
+    jv = [torch.func.jvp(lambda r, f=f: f(r, (8,), w, b), (x,), (t,))[1]
+          for f in (labkit.layer_norm, torch.nn.functional.layer_norm)]
+    assert torch.equal(_bits(jv[0]), _bits(jv[1]))
+
+
 @pytest.mark.parametrize("rows,n,arch,expect", [
     (1, 1 << 24, 90, "chain"), (16, 1 << 22, 90, "chain"), (64, 1 << 20, 90, "chain"), (1, 1024, 90, "native"),
     (1, 1 << 24, 89, "native"), (1, 1 << 24, 86, "native"), (1, 1 << 24, 80, "native")])

@@ -108,6 +108,7 @@ def test_streams_and_graph_capture():
     _, mean, rstd = torch.native_layer_norm(x, ns, w, b, eps)
     ref = torch.ops.aten.native_layer_norm_backward(dy, x, list(ns), mean, rstd, w, b, [True, True, True])
     s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())  # the inputs were made on the default stream
     with torch.cuda.stream(s):
         got = backward.backward(dy, x, ns, mean, rstd, w, b)
     s.synchronize()

@@ -121,9 +121,11 @@ def test_sanitizer_argv_filters_our_kernels():
     assert argv[:2] == ["compute-sanitizer", "--tool=racecheck"] and argv[-2:] == ["python", "t.py"]
     pattern = argv[argv.index("--kernel-name") + 1].removeprefix("kre=")
     for ours in ("chain_stats_tma", "rows_fused_reg8", "reference_order_stats", "affine_columns", "ring_ok",
-                 "split_affine_interleaved", "nchw_rms_s1_v4", "rows_mean_abs"):
+                 "split_affine_interleaved", "nchw_rms_s1_v4", "rows_mean_abs", "grad_row_sums", "grad_chain_sums",
+                 "grad_rows_fused_reg4", "grad_columns_g32"):
         assert re.fullmatch(pattern, ours)
-    for theirs in ("vectorized_layer_norm_kernel", "distribution_elementwise_grid_stride_kernel", "rows_other"):
+    for theirs in ("vectorized_layer_norm_kernel", "distribution_elementwise_grid_stride_kernel", "rows_other",
+                   "layer_norm_grad_input_kernel_vectorized", "GammaBetaBackwardCUDAKernelTemplate"):
         assert not re.fullmatch(pattern, theirs)
     with pytest.raises(ValueError, match="tool"):
         rel.sanitizer_argv("leakcheck", [])
@@ -166,6 +168,13 @@ def test_reliability_block_has_the_issue_keys_and_counts():
     assert reliability_block(_records(ring_ok_errors=2, all_arrive_errors=1))["racecheck_unexplained"] == 0
     assert (block["fuzz_cases"], block["fuzz_shapes"], block["fuzz_mismatches"]) == (2, 1, 2)
     assert (block["soak_calls"], block["soak_mem_growth_bytes"]) == (10000, 0)
+    assert "soak_training_calls" not in block  # a soak without training calls claims nothing about them
+    records = _records(ring_ok_errors=2)
+    records["soak"].update({"method_calls": {"chain_auto": 9000, rel.TRAINING: 1000}, "sampled": 104,
+                            "sampled_mismatches": 1, "errors": 0})
+    trained = reliability_block(records)
+    assert (trained["soak_training_calls"], trained["soak_sampled_mismatches"]) == (1000, 1)
+    assert "1000 of them training calls; 1 of 104 sampled calls not bit-identical" in rel.reliability_line(trained)
 
 
 @pytest.mark.parametrize("ring_ok_errors,exact", [(0, True), (2, False)])
@@ -213,6 +222,9 @@ def test_random_shapes_stay_in_bounds_and_targets_follow_n():
     assert {"channel_nchw", "channel_rows"} <= set(targets((3, 64, 17, 19)))
     assert not {"channel_nchw", "channel_rows"} & set(targets((5, 1000)))
     assert "chain_w4" not in targets((70000, 512)) and "rows_fused" in targets((70000, 512))  # grid.y holds 65535
+    # the backward's schedules where their plans take the shape: chain needs N % 512, tensor maps and rows in grid.y
+    assert {"grad_chain", "grad_rows", "grad_split"} <= set(targets((2, 64, 64, 64)))
+    assert "grad_chain" not in targets((5, 1000)) and "grad_rows" in targets((5, 1000))
     assert max(math.prod(s) for s in rel.EDGE_SHAPES) < 1 << 31
 
 

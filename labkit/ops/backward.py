@@ -225,8 +225,9 @@ def backward(dy, x, normalized_shape, mean, rstd, weight, bias, mask=(True, True
     return run(p, dy, x, ns, mean, rstd, weight, bias, mask, index)
 
 
-def run(p: GradPlan, dy, x, ns, mean, rstd, weight, bias, mask, index: int, ones=None):
-    """Launch plan `p` on validated tensors. `ones`: a cached ones tensor of shape ns for an absent weight."""
+def run(p: GradPlan, dy, x, ns, mean, rstd, weight, bias, mask, index: int, ones=None, launcher=None):
+    """Launch plan `p` on validated tensors (mean and rstd contiguous, any shape with one value per row). `ones`: a
+    cached ones tensor of shape ns for an absent weight; `launcher`: `bound(p, index)`, where the caller keeps it."""
     import torch
 
     want_x, want_w, want_b = mask[0], mask[1] and weight is not None, mask[2] and bias is not None
@@ -241,7 +242,7 @@ def run(p: GradPlan, dy, x, ns, mean, rstd, weight, bias, mask, index: int, ones
         dgp = torch.empty(ns, device=x.device) if want_w else None
         dbp = torch.empty(ns, device=x.device) if want_b else None
     ptr = (lambda t: t.data_ptr() if t is not None else 0)
-    b = bound(p, index)
+    b = launcher if launcher is not None else bound(p, index)
     with device_scope(index):
         b(dy.data_ptr(), x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), g.data_ptr(), dx.data_ptr(), ptr(dgp),
           ptr(dbp), ptr(scratch), stream(index))

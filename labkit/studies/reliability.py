@@ -1,5 +1,6 @@
-"""Reliability evidence (issue 15): compute-sanitizer over our kernels, the racecheck experiment on minimal TMA
-rings, GPU fuzzing against torch bit for bit, and a soak of many calls.
+"""Reliability evidence (issues 15 and 22): compute-sanitizer over our kernels, forward and backward, the racecheck
+experiment on minimal TMA rings, GPU fuzzing against torch bit for bit, and a soak of many calls (training calls
+among them).
 
 Everything here returns JSON-able records; scripts/gpu/reliability.sh runs it on the H200 and writes a run. The
 parsing and summary functions are pure and run on any machine (tests feed them report text built in the test).
@@ -22,7 +23,8 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # only these, so torch's own kernels (input generation, the reference) neither slow it down nor count.
 PRODUCT_KERNELS = r"chain_stats_tma|chain_stats_w1|chain_stats_w4|reciprocal_table|affine_columns|rows_fused_reg\d+" \
                   r"|reference_order_stats|affine_rows_interleaved|split_affine_flat|split_affine_interleaved" \
-                  r"|nchw_\w+|rows_(?:rms|mean_abs|l2)"
+                  r"|nchw_\w+|rows_(?:rms|mean_abs|l2)" \
+                  r"|grad_row_sums|grad_chain_sums|grad_rows_fused_reg\d+|grad_columns_g\d+"
 RING_KERNELS = r"ring_\w+"
 OUR_KERNELS = rf"^({PRODUCT_KERNELS}|{RING_KERNELS})$"
 
@@ -130,7 +132,9 @@ def run_sanitizer(tool: str, target: list[str], timeout_s: float, log: Path, lab
 # ---------------------------------------------------------------------------------------------------------------
 
 LAYER_NORM_TARGETS = ("reference_order", "chain_tma", "chain_w4", "chain_w1", "rows_fused")  # torch's bits
-PRODUCT_TARGETS = LAYER_NORM_TARGETS + ("split_interleaved", "channel_nchw", "channel_rows")
+# the backward's schedules (labkit.ops.backward): dx, dweight and dbias against torch's native_layer_norm_backward
+BACKWARD_TARGETS = ("grad_chain", "grad_rows", "grad_split")
+PRODUCT_TARGETS = LAYER_NORM_TARGETS + BACKWARD_TARGETS + ("split_interleaved", "channel_nchw", "channel_rows")
 CHANNEL_TARGETS = ("channel_nchw", "channel_rows")  # notebook 09's kernels: NCHW shapes only
 
 
@@ -151,7 +155,7 @@ def targets_for(shape, names=PRODUCT_TARGETS, device=None) -> list[str]:
             return nchw
         if t.startswith("ring_") or t.startswith("chain_tma"):
             return takes("chain_tma", rows, n, device)
-        return t not in LAYER_NORM_TARGETS or takes(t, rows, n, device)
+        return t not in LAYER_NORM_TARGETS + BACKWARD_TARGETS or takes(t, rows, n, device)
     return [t for t in names if exists(t)]
 
 
@@ -186,10 +190,12 @@ def _settings(target: str):
 def takes(target: str, rows: int, n: int, device) -> bool:
     """Whether a LayerNorm target's launch plan can take rows x N on `device` (labkit.core.device.Device): the
     plan, not a copy of its limits, decides (the tma blocking's N % 512, grid.y rows, shared memory)."""
-    from labkit.ops import chain, reference_order
+    from labkit.ops import backward, chain, reference_order
 
     try:
-        if target == "reference_order":
+        if target in BACKWARD_TARGETS:
+            backward.plan(rows, n, device, target.removeprefix("grad_"))
+        elif target == "reference_order":
             reference_order.plan(rows, n, device)
         else:
             chain.schedule_plan(rows, n, device, _settings(target))
@@ -205,6 +211,20 @@ def _product_call(target: str, x, w, b, eps):
     if target == "reference_order":
         return reference_order_layer_norm(x, w, b, eps, return_stats=True)
     return chain_layer_norm(x, w, b, eps, return_stats=True, settings=_settings(target))
+
+
+def _backward_call(target: str, x, w, b, eps, gen) -> dict:
+    """dx, dweight and dbias of one backward schedule against torch's native_layer_norm_backward, bit for bit."""
+    import torch
+
+    from labkit.ops import backward
+
+    ns = tuple(x.shape[1:])
+    dy = torch.randn(x.shape, device=x.device, generator=gen)
+    _, mean, rstd = torch.native_layer_norm(x, ns, w, b, eps)
+    got = backward.backward(dy, x, ns, mean, rstd, w, b, schedule=target.removeprefix("grad_"))
+    ref = torch.ops.aten.native_layer_norm_backward(dy, x, list(ns), mean, rstd, w, b, [True, True, True])
+    return {name: bits_equal(g, r) for name, g, r in zip(("dx", "dweight", "dbias"), got, ref)}
 
 
 def ring_tensor_map(x, rows: int, n: int):
@@ -295,6 +315,8 @@ def run_targets(specs: list[dict], seed: int = 0) -> list[dict]:
                 b = torch.randn(shape[1:], device="cuda", generator=gen)
                 if target in LAYER_NORM_TARGETS:
                     rec["bits"] = compare_bits(_product_call(target, x, w, b, 1e-5), native_layer_norm(x, w, b, 1e-5))
+                elif target in BACKWARD_TARGETS:
+                    rec["bits"] = _backward_call(target, x, w, b, 1e-5, gen)
                 else:
                     rec["checks"] = _other_call(target, x, w, b, 1e-5)
             torch.cuda.synchronize()
@@ -412,15 +434,32 @@ def fuzz_counts(record: dict) -> dict:
 # Soak
 # ---------------------------------------------------------------------------------------------------------------
 
-SOAK_METHODS = ("reference_order", "chain_auto", "chain_w4", "chain_tma", "rows_fused")
+SOAK_METHODS = ("reference_order", "chain_auto", "chain_w4", "chain_tma", "rows_fused", "train_dropin")
+TRAINING = "train_dropin"  # a training call: labkit.layer_norm with grad on, autograd.grad, our backward forced
+
+
+def _training_call(fn, x, w, b, dy, forced: str | None):
+    """y and the grads of x, weight and bias from one forward with grad on and torch.autograd.grad."""
+    import torch
+
+    from labkit.ops.dropin.plan import forced_backward
+
+    ts = [t.detach().requires_grad_() for t in (x, w, b)]
+    with forced_backward(forced):
+        y = fn(ts[0], tuple(x.shape[1:]), ts[1], ts[2], 1e-5)
+        grads = torch.autograd.grad(y, ts, dy)
+    return (y.detach(), *grads)
 
 
 def soak(calls: int, seed: int, warmup: int = 200, pool: int = 48, sample_every: int = 97,
          max_numel: int = 1 << 21) -> dict:
-    """`calls` calls on random shapes (a pool of `pool` inputs drawn once) and random schedules. Memory: torch's
-    allocated bytes after warm-up and after the last call, with the call results released (growth = their
-    difference); every `sample_every`-th call is compared with torch bit for bit."""
+    """`calls` calls on random shapes (a pool of `pool` inputs drawn once) and random schedules, training calls
+    (TRAINING: the drop-in forward and our backward) among them. Memory: torch's allocated bytes after warm-up and
+    after the last call, with the call results released (growth = their difference); every `sample_every`-th
+    call is compared with torch bit for bit (a training call: y and all three gradients against F.layer_norm's)."""
     import torch
+
+    import labkit
 
     from labkit.core.device import device_info
     from labkit.ops.reference import native_layer_norm
@@ -433,7 +472,8 @@ def soak(calls: int, seed: int, warmup: int = 200, pool: int = 48, sample_every:
         shape = random_shape(rng, max_numel)
         inputs.append((torch.randn(shape, device="cuda", generator=gen) + 1.0,
                        torch.randn(shape[1:], device="cuda", generator=gen),
-                       torch.randn(shape[1:], device="cuda", generator=gen)))
+                       torch.randn(shape[1:], device="cuda", generator=gen),
+                       torch.randn(shape, device="cuda", generator=gen)))
     start = time.monotonic()
     errors, sampled, mismatched, baseline = [], 0, 0, None
     method_counts = {m: 0 for m in SOAK_METHODS}
@@ -441,17 +481,24 @@ def soak(calls: int, seed: int, warmup: int = 200, pool: int = 48, sample_every:
         if i == warmup:
             torch.cuda.synchronize()
             baseline = torch.cuda.memory_allocated()
-        x, w, b = inputs[int(rng.integers(pool))]
+        x, w, b, dy = inputs[int(rng.integers(pool))]
         rows, n = x.shape[0], math.prod(x.shape[1:])
-        options = [m for m in SOAK_METHODS if takes(m, rows, n, device)]
+        options = [m for m in SOAK_METHODS if m == TRAINING or takes(m, rows, n, device)]
         method = options[int(rng.integers(len(options)))]
         try:
-            got = _product_call(method, x, w, b, 1e-5)
+            if method == TRAINING:
+                got = _training_call(labkit.layer_norm, x, w, b, dy, "auto")
+            else:
+                got = _product_call(method, x, w, b, 1e-5)
             if i >= warmup:
                 method_counts[method] += 1
                 if (i - warmup) % sample_every == 0:
                     sampled += 1
-                    mismatched += not all(compare_bits(got, native_layer_norm(x, w, b, 1e-5)).values())
+                    if method == TRAINING:
+                        ref = _training_call(torch.nn.functional.layer_norm, x, w, b, dy, None)
+                        mismatched += not all(map(bits_equal, got, ref))
+                    else:
+                        mismatched += not all(compare_bits(got, native_layer_norm(x, w, b, 1e-5)).values())
             del got
         except Exception as exc:
             if len(errors) < 20:
@@ -578,6 +625,10 @@ def reliability_block(records: dict) -> dict | None:
                   "fuzz_mismatches": sum("error" in m or not all(m.values()) for m in checks) if fuzz else None,
                   "soak_calls": soak.get("calls") if soak else None,
                   "soak_mem_growth_bytes": soak.get("growth_bytes") if soak else None})
+    if soak and TRAINING in soak.get("method_calls", {}):  # runs from before the soak trained say nothing of it
+        block.update({"soak_training_calls": soak["method_calls"][TRAINING],
+                      "soak_sampled": soak.get("sampled"), "soak_sampled_mismatches": soak.get("sampled_mismatches"),
+                      "soak_errors": soak.get("errors")})
     return block
 
 
@@ -587,7 +638,10 @@ def reliability_line(r: dict) -> str:
     san += f" (+{other} unattributed, see the logs)" if other else ""
     return (f"reliability: sanitizer errors over our kernels {san}; racecheck unexplained {r['racecheck_unexplained']}; "
             f"fuzz {r['fuzz_cases']} cases, {r['fuzz_shapes']} shapes, {r['fuzz_mismatches']} mismatch(es); soak "
-            f"{r['soak_calls']} calls, {r['soak_mem_growth_bytes']} bytes growth")
+            f"{r['soak_calls']} calls, {r['soak_mem_growth_bytes']} bytes growth"
+            + (f" ({r['soak_training_calls']} of them training calls; {r['soak_sampled_mismatches']} of "
+               f"{r['soak_sampled']} sampled calls not bit-identical, {r['soak_errors']} errors)"
+               if "soak_training_calls" in r else ""))
 
 
 def summary(records: dict, prov: dict) -> dict:

@@ -118,20 +118,25 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
             "shapes": out}
 
 
-def host_cost(shape=(8, 256), calls: int = 2000, device="cuda") -> dict:
-    """Host microseconds per call at a tiny shape (the GPU keeps up, so the loop's wall time is the host's), torch
-    beside the drop-in in the same run: a forward with grad on, a backward (torch.autograd.grad of one forward's
-    output, the forward made before the clock starts), and a no-grad forward. The `training_host` record."""
+HOST_SHAPE = (8, 256)  # tiny: the GPU keeps up, so a loop's wall time is the host's; torch's kernels serve it
+# Candidates for a second host measurement where our kernels serve both directions (the first the dispatch routes
+# to them on this GPU): the cost of the drop-in's own path, which the tiny shape's hand-off to torch never pays.
+HOST_OURS_CANDIDATES = ((16, 1 << 16), (64, 1 << 16), (16, 1 << 18), (4, 1 << 20), (16, 1 << 20))
+
+
+def _host_one(shape, calls: int, device) -> dict:
     import torch
 
     import labkit
+    from labkit.ops.dropin import explain
 
     x, w, b, dy = _tensors(shape, 0, device)
     ns = tuple(w.shape)
     w, b = w.requires_grad_(), b.requires_grad_()
-    xs = x.requires_grad_()
+    xs = x.detach().clone().requires_grad_()
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-    out = {"shape": list(shape), "calls": calls}
+    out = {"shape": list(shape), "calls": calls, "forward_path": explain(x, ns, w, b)["path"],
+           "backward_ours": not _backward_is_torchs(x, ns, w, b)}
     for label, fn in (("torch", torch.nn.functional.layer_norm), ("dropin", labkit.layer_norm)):
         out[f"{label}_fwd_grad_us"] = host_us_per_call(lambda: fn(xs, ns, w, b, 1e-5), calls, sync)
         ys = [fn(xs, ns, w, b, 1e-5) for _ in range(calls + 100)]
@@ -141,6 +146,40 @@ def host_cost(shape=(8, 256), calls: int = 2000, device="cuda") -> dict:
         with torch.no_grad():
             out[f"{label}_nograd_us"] = host_us_per_call(lambda: fn(x, ns, w, b, 1e-5), calls, sync)
     return out
+
+
+def _backward_is_torchs(x, ns, w, b) -> bool:
+    from labkit.ops.dropin.plan import backward_is_torchs
+
+    return backward_is_torchs(x, ns, w, b)
+
+
+def host_cost(calls: int = 2000, device="cuda") -> dict:
+    """Host microseconds per call, torch beside the drop-in in the same run: a forward with grad on, a backward
+    (torch.autograd.grad of one forward's output, the forward made before the clock starts), and a no-grad
+    forward; at HOST_SHAPE (where the drop-in hands the call to torch) and at the first of HOST_OURS_CANDIDATES
+    where our kernels serve both directions (their own path's cost; absent where none does). The `training_host`
+    record: {"calls", "shapes": [per shape: the costs, "forward_path", "backward_ours"]}."""
+    import torch
+
+    from labkit.ops.dropin import explain
+
+    entries = [_host_one(HOST_SHAPE, calls, device)]
+    for shape in HOST_OURS_CANDIDATES:
+        x = torch.empty(shape, device=device)
+        ns, w = shape[1:], torch.empty(shape[1:], device=device)
+        if explain(x, ns, w, w)["path"] != "native" and not _backward_is_torchs(x, ns, w, w):
+            del x
+            entries.append(_host_one(shape, calls, device))
+            break
+    return {"calls": calls, "shapes": entries}
+
+
+def host_entries(host: dict | None) -> list[dict]:
+    """The per-shape entries of a `training_host` record (a run from before the second shape has one, flat)."""
+    if not host:
+        return []
+    return list(host["shapes"]) if "shapes" in host else [host]
 
 
 # --- a model trained with and without the swap --------------------------------------------------------------------
@@ -426,12 +465,15 @@ def figure(sweep_record: dict | None, label: str = ""):
 
 
 def host_rows(host: dict | None) -> list[dict]:
-    if not host:
-        return []
-    return [{"call": what, "torch us": host.get(f"torch_{k}_us"), "drop-in us": host.get(f"dropin_{k}_us"),
-             "shape": shape_key(host["shape"]), "calls": host["calls"]}
-            for k, what in (("fwd_grad", "forward, grad on"), ("bwd", "backward (autograd.grad)"),
-                            ("nograd", "forward, no grad"))]
+    rows = []
+    for e in host_entries(host):
+        served = (f"ours ({e['forward_path']}, our backward)" if e.get("backward_ours") else
+                  "torch's (the drop-in hands the call to F.layer_norm)") if "forward_path" in e else "not recorded"
+        rows += [{"shape": shape_key(e["shape"]), "kernels": served, "call": what, "torch us": e.get(f"torch_{k}_us"),
+                  "drop-in us": e.get(f"dropin_{k}_us"), "calls": e["calls"]}
+                 for k, what in (("fwd_grad", "forward, grad on"), ("bwd", "backward (autograd.grad)"),
+                                 ("nograd", "forward, no grad"))]
+    return rows
 
 
 def floor_rows(floor: dict | None) -> list[dict]:
@@ -467,7 +509,9 @@ def training_block(records: dict) -> dict | None:
                 worst = (ratio, r["key"])
     ordinary = [(r["graph"]["native"] / r["graph"]["dropin"]) for r in sweep["shapes"]
                 if r["key"] in ORDINARY_KEYS and (r.get("graph") or {}).get("dropin")]
-    host = records.get("training_host") or {}
+    entries = host_entries(records.get("training_host"))
+    host = entries[0] if entries else {}
+    ours = next((e for e in entries[1:] if e.get("backward_ours")), None)
     model = records.get("training_model") or {}
     ident = (records.get("training_identity") or {}).get("cases", [])
     return {"l1_40_fwdbwd_ms": (l1.get("eager") or {}).get("dropin"),
@@ -481,7 +525,12 @@ def training_block(records: dict) -> dict | None:
                                                  model.get("weights_identical")) if model else "0/0",
             "fuzz": fuzz_counts(records.get("training_fuzz")),
             "host_us_fwd_grad": host.get("dropin_fwd_grad_us"), "torch_host_us_fwd_grad": host.get("torch_fwd_grad_us"),
-            "host_us_bwd": host.get("dropin_bwd_us"), "torch_host_us_bwd": host.get("torch_bwd_us")}
+            "host_us_bwd": host.get("dropin_bwd_us"), "torch_host_us_bwd": host.get("torch_bwd_us"),
+            # where our kernels serve both directions (their own path's host cost), when the run measured it
+            "host_ours": None if ours is None else {
+                "shape": shape_key(ours["shape"]), "forward_path": ours["forward_path"],
+                **{f"{who}_{k}_us": ours.get(f"{label}_{k}_us") for who, label in (("ours", "dropin"), ("torch", "torch"))
+                   for k in ("fwd_grad", "bwd", "nograd")}}}
 
 
 def summary(records: dict, prov: dict) -> dict:
@@ -535,9 +584,10 @@ def verdict_lines(records: dict, source: str) -> list[str]:
              f"{t['fwdbwd_worst_shape']} (goal >= 1.0x: {_met((t['fwdbwd_worst_ratio_vs_native'] or 0) >= 1.0)})",
              f"  ordinary shapes, graph replay, worst x native: {_fmt(t['ordinary_fwdbwd_worst_vs_native_graph'], '.2f')}"
              f"x (goal >= 1.3x: {_met((t['ordinary_fwdbwd_worst_vs_native_graph'] or 0) >= 1.3)})",
-             f"  host: forward with grad {_fmt(t['host_us_fwd_grad'])} us vs torch {_fmt(t['torch_host_us_fwd_grad'])}"
+             f"  host at a tiny shape (torch's kernels, handed off): forward with grad {_fmt(t['host_us_fwd_grad'])} us vs torch {_fmt(t['torch_host_us_fwd_grad'])}"
              f"; backward {_fmt(t['host_us_bwd'])} vs {_fmt(t['torch_host_us_bwd'])} (goal within 10 us each: "
              f"{_met(_within(t, 'fwd_grad', 10) and _within(t, 'bwd', 10))})",
+             *_host_ours_lines(t),
              f"  bits: backward {t['backward_identical']}; model steps (losses, gradients, weights) "
              f"{t['model_steps_identical']}; fuzz {t['fuzz']['cases']} cases, {t['fuzz']['checks']} schedule checks, "
              f"{t['fuzz']['mismatches']} mismatch(es) (goal >= 2,000 cases, 0 mismatches: "
@@ -546,6 +596,17 @@ def verdict_lines(records: dict, source: str) -> list[str]:
         lines.append(f"  backward at {r['shape']} ({r['schedule']}): {r['ours / floor']:.2f}x its floor (goal <= 1.15x: "
                      f"{_met(r['ours / floor'] <= 1.15)})")
     return lines
+
+
+def _host_ours_lines(t: dict) -> list[str]:
+    o = t.get("host_ours")
+    if not o:
+        return ["  host where our kernels serve both directions: not measured in this run"]
+    ok = all(o[f"ours_{k}_us"] <= o[f"torch_{k}_us"] + 10 for k in ("fwd_grad", "bwd"))
+    return [f"  host where our kernels serve both ways ({o['shape']}, forward {o['forward_path']}): forward with "
+            f"grad {_fmt(o['ours_fwd_grad_us'])} us vs torch {_fmt(o['torch_fwd_grad_us'])}; backward "
+            f"{_fmt(o['ours_bwd_us'])} vs {_fmt(o['torch_bwd_us'])}; no grad {_fmt(o['ours_nograd_us'])} vs "
+            f"{_fmt(o['torch_nograd_us'])} (goal within 10 us each: {_met(ok)})"]
 
 
 def _within(t: dict, what: str, us: float) -> bool:

@@ -1,4 +1,4 @@
-"""Issue 15's H200 step (see reliability.sh): sanitizer invocations, the racecheck experiment, fuzz and soak,
+"""Issues 15 and 22's H200 step (see reliability.sh): sanitizer invocations (forward and backward kernels), the racecheck experiment, fuzz and soak,
 written as one run directory. Every part is guarded: a failure is recorded in the run, and the run is closed."""
 import argparse
 import json
@@ -51,7 +51,9 @@ def main() -> int:
              # not cost the other kernels' report
              ("product:l1_40_rows", specs([L1_40], ("reference_order", "rows_fused")), ("racecheck",),
               TIMEOUTS["l1_40"]),
-             ("product:l1_40_chain", specs([L1_40], ("chain_tma", "chain_w4")), ("racecheck",), TIMEOUTS["l1_40"])]
+             ("product:l1_40_chain", specs([L1_40], ("chain_tma", "chain_w4")), ("racecheck",), TIMEOUTS["l1_40"]),
+             # the backward's schedules at L1/40 (those whose plan takes it), every tool
+             ("product:backward_l1_40", specs([L1_40], rel.BACKWARD_TARGETS), rel.TOOLS, TIMEOUTS["l1_40"])]
     # Without a sanitizer first: compiles every kernel into the cache (so no tool times NVRTC) and gives the
     # ring checksums and bits as the hardware computes them at full speed.
     plain = []

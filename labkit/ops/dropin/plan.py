@@ -210,9 +210,9 @@ def backward_is_torchs(x, ns: tuple, weight, bias) -> bool:
 
 
 def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
-    """(GradPlan, ones for an absent weight) where our backward serves this call, else None: the inputs pass its
-    predicate (labkit.ops.backward.refusal) and the rule picks it (labkit.ops.dispatch.rule.choose_backward).
-    Cached per signature like the forward's plans; the per-call address checks run every time."""
+    """(GradPlan, ones for an absent weight, its bound launches) where our backward serves this call, else None:
+    the inputs pass its predicate (labkit.ops.backward.refusal) and the rule picks it
+    (labkit.ops.dispatch.rule.choose_backward). Cached per signature like the forward's plans; the per-call address checks run every time."""
     import torch
 
     forced = _forced_backward[0]
@@ -230,17 +230,17 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
             if path != paths.NATIVE:
                 ones = torch.ones(ns, device=x.device) if weight is None else None
                 try:
-                    hit = (grad.plan(rows, n, dev, path), ones)
+                    gp = grad.plan(rows, n, dev, path)
+                    hit = (gp, ones, bound(gp, x.get_device()))
                 except ValueError:  # a forced schedule that cannot take this shape: torch's backward
                     hit = (None, None)
         if len(_grad_plans) >= MAX_PLANS:
             _grad_plans.clear()
         _grad_plans[key] = hit
-    p, ones = hit
-    if p is None or eligibility.misaligned(x.data_ptr(), dy.data_ptr(), *(t.data_ptr() for t in (weight,) if t
+    if hit[0] is None or eligibility.misaligned(x.data_ptr(), dy.data_ptr(), *(t.data_ptr() for t in (weight,) if t
                                                                            is not None)):
         return None
-    return p, ones
+    return hit
 
 
 def backward(dy, x, ns: tuple, mean, rstd, weight, bias, mask):
@@ -253,5 +253,5 @@ def backward(dy, x, ns: tuple, mean, rstd, weight, bias, mask):
     if found is None:
         return torch.ops.aten.native_layer_norm_backward.default(dy, x, list(ns), mean, rstd, weight, bias,
                                                                  list(mask))
-    p, ones = found
-    return grad.run(p, dy, x, ns, mean.reshape(-1), rstd.reshape(-1), weight, bias, mask, x.get_device(), ones)
+    p, ones, launcher = found
+    return grad.run(p, dy, x, ns, mean, rstd, weight, bias, mask, x.get_device(), ones, launcher)

@@ -12,18 +12,21 @@ from pathlib import Path
 
 
 def cell_text(v) -> str:
-    """One value as table text: floats with 6 significant digits (thousands separated from a million on), lists
-    joined by commas, None as an em dash."""
+    """One value as table text: floats with 3 significant digits (a reader compares magnitudes; a value whose
+    digits matter is recorded in the run and shown as text by its study), thousands separated from 1,000 on,
+    booleans as check marks, lists joined by commas, dicts as "key: value; ...", None as an em dash."""
     if v is None:
         return "—"
     if isinstance(v, bool):
-        return str(v)
+        return "✓" if v else "✗"
     if isinstance(v, float):
-        if v == v and abs(v) >= 1e6 and abs(v) < 1e15:
+        if v == v and abs(v) >= 1e3 and abs(v) < 1e15:
             return f"{v:,.0f}"
-        return f"{v:.6g}"
+        return f"{v:.3g}"
     if isinstance(v, (list, tuple)):
         return ", ".join(cell_text(x) for x in v)
+    if isinstance(v, dict):  # counts by name, as a reader says them
+        return "; ".join(f"{k}: {cell_text(x)}" for k, x in v.items()) or "—"
     return str(v).replace("\n", " ")
 
 
@@ -83,9 +86,27 @@ def _display(html_text: str, plain: str) -> None:
     display({"text/html": html_text, "text/plain": plain}, raw=True)
 
 
+FOLD_OVER = 25  # rows: a longer table is shown folded, behind a one-line summary
+
+
+def fold_summary(rows: list[dict]) -> str:
+    """One line for a long table: its row count and, per yes/no column, how many rows say yes."""
+    counts = []
+    for c in _columns(rows, None):
+        values = [r.get(c) for r in rows if r.get(c) is not None]
+        if values and all(isinstance(v, bool) for v in values):
+            counts.append(f"{c}: {sum(values)}/{len(values)} ✓")
+    return f"{len(rows)} rows" + (f" — {'; '.join(counts)}" if counts else "") + " (open to read them all)"
+
+
 def show(rows: list[dict] | dict, columns: list[str] | None = None):
-    """Display records (a list of dicts, or one dict as key/value rows) as a table."""
-    _display(table_html(rows, columns), table_text(rows, columns))
+    """Display records (a list of dicts, or one dict as key/value rows) as a table; one of more than FOLD_OVER
+    rows folded behind its `fold_summary`, so a page reads as answers with the evidence one click away."""
+    rows = _rows(rows)
+    table = table_html(rows, columns)
+    if len(rows) > FOLD_OVER:
+        table = f"<details class='labkit-fold'><summary>{html.escape(fold_summary(rows))}</summary>{table}</details>"
+    _display(table, table_text(rows, columns))
 
 
 def write_rows(rows: list[dict], name: str, out_dir) -> tuple[Path, Path]:

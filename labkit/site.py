@@ -33,17 +33,6 @@ from labkit.studies.catalog import run_headline, summarize_run
 
 BOOK_TITLE = "Wide LayerNorm lab book"
 
-BOOK_INTRO = (
-    "A lab book about bit-identical FP32 LayerNorm on NVIDIA GPUs, at KernelBench's level-1 task 40 shape "
-    "(16, 64, 256, 256) normalized over its last three dimensions: 16 rows of 4,194,304 values. It checks that "
-    "custom CUDA kernels which keep PyTorch's order of arithmetic return exactly the bits of "
-    "<code>torch.native_layer_norm</code> (output, mean and rstd, compared as integers), measures how much faster "
-    "they are, and shows that a faster statistics pass changes the answer. Every number comes from a recorded run: "
-    "on a GPU the notebooks run live; on a machine without one they replay the committed GPU runs, and each page "
-    "says which.")
-
-
-
 # --- what a page is about: read from the executed notebook ------------------------------------------------------
 
 @dataclass
@@ -191,7 +180,11 @@ def banner_html(info: PageInfo, neighbours: tuple[str | None, str | None] = (Non
             f"<p><strong>Question:</strong> {html.escape(info.question)}</p>"
             f"<p><strong>Result:</strong> {headline_html(info)}{verdict}</p>"
             f"<p>{source_html(info)}</p>"
-            f"<p><strong>Parameters</strong> injected by papermill: {parameters_html(info.parameters)}; "
+            + (f"<details open class='labkit-verdict'><summary><strong>Verdict</strong>, generated from the "
+               f"records (the full cell is below)</summary><pre>{html.escape(info.verdict)}</pre></details>"
+               if info.verdict else "")
+            + f"<p><strong>Parameters</strong> injected by papermill: "
+            f"{parameters_html({k: v for k, v in info.parameters.items() if k != 'output_dir'})}; "
             f"every other parameter at the notebook's default.</p></section>")
 
 
@@ -201,6 +194,7 @@ body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
 .labkit-banner { margin: 0 16px 16px; padding: 10px 16px; border-left: 4px solid #1e88e5; background: #f3f8fd;
                  font-size: 14px; line-height: 1.5; }
 .labkit-banner p { margin: 4px 0; }
+.labkit-verdict pre { white-space: pre-wrap; font-size: 12.5px; margin: 4px 0; background: #fff; padding: 4px 8px; }
 .labkit-where { color: #666; font-size: 12px; }
 table.labkit-table { border-collapse: collapse; font-size: 12px; margin: 4px 0; }
 .jp-RenderedHTMLCommon table.labkit-table th, .jp-RenderedHTMLCommon table.labkit-table td,
@@ -271,7 +265,13 @@ def _exporter():
                 **self.lexer_options)
             return MarkdownWithMath(renderer=renderer).render(source)
 
+    from nbconvert.preprocessors import TagRemovePreprocessor
+
     exporter = PageExporter(template_name="lab", exclude_input_prompt=True, exclude_output_prompt=True)
+    # what a reader does not need on the page: the parameters cells (the banner lists what papermill injected)
+    # and the setup cell's code (imports, the session; its output, the live/replayed line, stays)
+    exporter.register_preprocessor(TagRemovePreprocessor(
+        remove_cell_tags={"parameters", "injected-parameters"}, remove_input_tags={"setup"}), enabled=True)
     exporter.raw_template = PAGE_TEMPLATE
     # no CDN URL may end up in a page even where a block would use it
     exporter.mathjax_url = exporter.require_js_url = exporter.widget_renderer_url = ""
@@ -322,7 +322,7 @@ def _entry_html(result, info: PageInfo | None) -> str:
 
 
 INDEX_CSS = SITE_CSS + """
-body { max-width: 60em; margin: 2em auto; padding: 0 1em; line-height: 1.5; color: #222; }
+body { max-width: 72em; margin: 1.2em auto; padding: 0 1em; line-height: 1.5; color: #222; }
 h1 { margin-bottom: 0.2em; }
 ol.labkit-book { padding-left: 0; list-style: none; }
 li.labkit-entry { border-top: 1px solid #ddd; padding: 0.6em 0; }
@@ -331,6 +331,20 @@ li.labkit-entry p { margin: 0.2em 0; }
 .labkit-files, .labkit-build { color: #555; font-size: 0.9em; }
 .labkit-failed { color: #b00; }
 details pre { white-space: pre-wrap; font-size: 12px; background: #f7f7f7; padding: 6px; }
+.labkit-answer p { margin: 0.4em 0; }
+table.labkit-headline { border-collapse: collapse; font-size: 13px; margin: 0.6em 0; width: 100%; }
+table.labkit-headline th, table.labkit-headline td { border-bottom: 1px solid #ddd; padding: 3px 6px;
+  text-align: left; }
+table.labkit-headline td:nth-child(n+3):nth-child(-n+5) { text-align: right; font-variant-numeric: tabular-nums; }
+.ok { color: #1a7f37; } .miss { color: #b00; }
+img.labkit-figure { width: 100%; max-width: 1140px; display: block; margin: 0.4em 0; }
+.labkit-two { display: grid; grid-template-columns: 3fr 2fr; gap: 1em; font-size: 12px; line-height: 1.35; }
+.labkit-box { background: #f7f7f7; padding: 0.2em 0.8em; border-radius: 4px; }
+.labkit-box h2 { font-size: 1em; margin: 0.4em 0; }
+.labkit-box dl { display: grid; grid-template-columns: max-content 1fr; gap: 0.1em 0.8em; margin: 0.3em 0; }
+.labkit-box dt { font-weight: 600; } .labkit-box dd { margin: 0; }
+.labkit-box pre { background: #fff; padding: 3px 6px; white-space: pre-wrap; margin: 0.2em 0; }
+.labkit-box p { margin: 0.2em 0; }
 """
 
 
@@ -357,9 +371,90 @@ def post_summary_html(results: list, infos: list) -> str:
             f"runs, with the ratio and a measured note per reversal:</p><ul>{''.join(items)}</ul></section>")
 
 
+# The README's two commands and the GPU pass, as the reproduce box prints them (a test holds them to the README).
+BOOK_COMMAND = 'pip install -e ".[book]" && labkit book --out build/book'
+TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -q'
+GPU_COMMAND = "LABKIT_GIT_COMMIT=$(git rev-parse HEAD) LABKIT_GIT_DIRTY=false scripts/h200_pass.sh"
+
+
+def _sig(v, digits: int = 3) -> str:
+    return "—" if v is None else f"{v:.{digits}g}"
+
+
+def headline_table_html(rows: list[dict]) -> str:
+    """The front page's results table: each ratio beside its protocol, met/missed as marks."""
+    e = html.escape
+    head = ("<tr><th>result (L1/40)</th><th>protocol</th><th>ms</th><th>x torch eager</th><th>x torch.compile</th>"
+            "<th>bit-identical</th><th>goal</th></tr>")
+    body = []
+    for r in rows:
+        mark = "" if r["met"] is None else (" <span class='ok'>✓ met</span>" if r["met"]
+                                            else " <span class='miss'>✗ missed</span>")
+        body.append(f"<tr><td>{e(r['result'])}</td><td>{e(r['protocol'])}</td><td>{_sig(r['ms'])}</td>"
+                    f"<td>{_sig(r['x torch eager'])}x</td><td>{_sig(r['x torch.compile'])}x</td>"
+                    f"<td>{e(str(r['bit-identical'] or '—'))}</td><td>{e(r['goal'] or '—')}{mark}</td></tr>")
+    return f"<table class='labkit-headline'>{head}{''.join(body)}</table>"
+
+
+def figure_html(fig, alt: str) -> str:
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    data = base64.b64encode(buf.getvalue()).decode()
+    return f"<img class='labkit-figure' alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
+
+
+def _terms_html(terms: dict) -> str:
+    return "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in terms.items())
+
+
+def reproduce_html(commit: str | None) -> str:
+    e = html.escape
+    at = f"commit <code>{e(commit)}</code>" if commit else "this checkout"
+    return (f"<section class='labkit-box'><h2>Reproduce</h2><p>From a clone of this repository at {at}:</p>"
+            f"<p>the book (CPU: replays the GPU runs):</p><pre>{e(BOOK_COMMAND)}</pre>"
+            f"<p>the tests:</p><pre>{e(TEST_COMMAND)}</pre>"
+            f"<p>on a GPU, the evidence pass (GPU tests, every notebook live), then <code>labkit curate</code>:</p>"
+            f"<pre>{e(GPU_COMMAND)}</pre></section>")
+
+
+def front_html(run_paths: dict) -> str:
+    """The post, the answer, the table and the figure, read from the runs (labkit.studies.front)."""
+    from labkit.studies import front
+
+    runs = front.runs_by_name(run_paths)
+    rows = front.headline_rows(runs)
+    fig = front.figure(runs)
+    sentences = "".join(f"<p>{html.escape(t)}</p>" for t in front.summary_sentences(runs))
+    ids = sorted({r["run"] for r in rows})
+    source = (f"<p class='labkit-build'>Table and figure from committed GPU runs "
+              f"{', '.join(f'<code>{html.escape(i)}</code>' for i in ids)}; every ratio is within one run and "
+              f"names its protocol.</p>") if ids else ""
+    return (f"<section class='labkit-answer'>{sentences}</section>{headline_table_html(rows)}"
+            + (figure_html(fig, "time against row shape, forward and forward + backward") if fig else "")
+            + source
+            + f"<div class='labkit-two'><section class='labkit-box'><h2>Words used throughout</h2><dl>"
+              f"{_terms_html(front.PROTOCOLS)}{_terms_html(front.GLOSSARY)}</dl></section>"
+              f"{reproduce_html(_commit())}</div>")
+
+
+def _commit() -> str | None:
+    """The build's commit, marked when the working tree differs from it."""
+    from labkit.records.run import _git
+
+    head = _git("rev-parse", "--short=12", "HEAD")
+    return head and head + (" (with uncommitted changes)" if _git("status", "--porcelain") else "")
+
+
 def write_index(out_dir: Path, results: list, params: dict) -> Path:
-    """The front page (index.html): what the book shows, then per notebook in reading order its title (linking its
-    page), question, headline result and where the result comes from; and book.json for machines."""
+    """The front page (index.html): the post and what the book found (front_html), then per notebook in reading
+    order its title (linking its page), question, headline result and where the result comes from; and book.json
+    for machines."""
     out_dir = Path(out_dir)
     infos = []
     for r in results:
@@ -367,11 +462,13 @@ def write_index(out_dir: Path, results: list, params: dict) -> Path:
         infos.append(page_info(executed, out_dir) if executed.exists() else None)
     ok = sum(r.status == "ok" for r in results)
     build = {k: v for k, v in params.items() if k != "output_dir"}
+    run_paths = {i.run.name: i.run.path for i in infos if i and i.run}
     entries = "\n".join(_entry_html(r, i) for r, i in zip(results, infos))
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'><link rel='icon' href='data:,'>"
             f"<title>{html.escape(BOOK_TITLE)}</title><style>{INDEX_CSS}</style></head><body><main>"
-            f"<h1>{html.escape(BOOK_TITLE)}</h1><p>{BOOK_INTRO}</p>"
+            f"<h1>{html.escape(BOOK_TITLE)}</h1>{front_html(run_paths)}"
+            f"<h2 id='notebooks'>The notebooks</h2>"
             f"<p class='labkit-build'>Built {html.escape(_when(_dt.datetime.now(_dt.timezone.utc).isoformat()))} "
             f"with {parameters_html(build)}: {ok}/{len(results)} notebooks ran. Read in this order.</p>"
             f"{post_summary_html(results, infos)}<ol class='labkit-book'>{entries}</ol>"
@@ -380,6 +477,6 @@ def write_index(out_dir: Path, results: list, params: dict) -> Path:
     target = out_dir / "index.html"
     atomic_write_bytes(target, page.encode())
     notebooks = [{**asdict(r), "page": asdict(i) if i else None} for r, i in zip(results, infos)]
-    atomic_write_bytes(out_dir / "book.json", json.dumps({"params": params, "notebooks": notebooks},
+    atomic_write_bytes(out_dir / "book.json", json.dumps({"params": build, "notebooks": notebooks},
                                                          indent=1, default=str).encode())
     return target

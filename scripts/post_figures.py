@@ -225,6 +225,13 @@ def locate(lines: list[str], pattern: str, fid: str) -> tuple[int, str]:
     return line, token
 
 
+def metadata(lines: list[str]) -> dict:
+    """The post's title (its first line) and its byline "author · ISO time · forum" (the first line with two ' · ')."""
+    byline = next(line for line in lines if line.count(" · ") == 2)
+    author, when, forum = (part.strip() for part in byline.split(" · "))
+    return {"title": lines[0].strip(), "author": author, "date": when[:10], "forum": forum}
+
+
 def build(post_text: str, post_name: str) -> dict:
     lines = post_text.splitlines()
     figures, by_id = [], {}
@@ -246,7 +253,7 @@ def build(post_text: str, post_name: str) -> dict:
                         **{k: b[k] for k in ("affine", "protocol") if k in b},
                         "hardware": HARDWARE, "software": SOFTWARE,
                         "source": {"line": b["source"]["line"], "expression": expression, "from": [num, den]}})
-    return {"post": post_name, "hardware": HARDWARE, "software": SOFTWARE,
+    return {"post": post_name, **metadata(lines), "hardware": HARDWARE, "software": SOFTWARE,
             "generated_by": "scripts/post_figures.py", "figures": figures}
 
 

@@ -59,9 +59,9 @@ def test_no_rows_says_so(shown):
     assert "(no rows)" in shown[-1]["text/html"] and "<table" not in shown[-1]["text/html"]
 
 
-@pytest.mark.parametrize("value, text", [(0.1 + 0.2, "0.3"), (0.29912345678, "0.299123"), (26.8, "26.8"),
+@pytest.mark.parametrize("value, text", [(0.1 + 0.2, "0.3"), (0.29912345678, "0.299"), (26.8, "26.8"), (1234.5, "1,234"),
                                          (4194304.0, "4,194,304"), (1e-9, "1e-09"), (math.nan, "nan"),
-                                         (math.inf, "inf"), (3, "3"), (True, "True"), (None, "—"),
+                                         (math.inf, "inf"), (3, "3"), (True, "✓"), (False, "✗"), (None, "—"),
                                          ((16, 64), "16, 64"), ("two\nlines", "two lines")])
 def test_cell_text(value, text):
     assert display.cell_text(value) == text
@@ -109,3 +109,13 @@ def test_show_files_folds_each_file_once(monkeypatch):
     details = soup.find_all("details")
     assert [d.find("summary").get_text() for d in details] == ["a.cuh (1 lines)", "b.cu (1 lines)"]
     assert not any(d.has_attr("open") for d in details) and details[0].find("pre").get_text() == "x < y\n"
+
+
+def test_long_tables_fold_behind_a_summary(monkeypatch):
+    shown = []
+    monkeypatch.setattr(display, "_display", lambda h, p: shown.append(h))
+    rows = [{"case": i, "bits": i != 3} for i in range(display.FOLD_OVER + 1)]
+    display.show(rows)
+    assert shown[-1].startswith("<details") and f"{len(rows)} rows — bits: {len(rows) - 1}/{len(rows)} ✓" in shown[-1]
+    display.show(rows[:display.FOLD_OVER])
+    assert shown[-1].startswith("<table")

@@ -39,7 +39,7 @@ def test_replayed_evidence_from_the_committed_summary():
     resources = [{"kernel": "k", "function": "f", "spill stores (B)": 8, "spill loads (B)": 0,
                   "code identical": True}]
     lines = kd.verdict_lines(ev, resources)
-    assert lines[0].startswith("SAME FMA CONTRACTIONS") and lines[0].endswith(": True") and "REPLAYED" in lines[1]
+    assert lines[0].startswith("SAME FMA CONTRACTIONS") and lines[0].endswith(": yes") and "REPLAYED" in lines[1]
     assert lines[-1].endswith("spills: k/f")
 
 

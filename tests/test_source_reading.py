@@ -200,5 +200,5 @@ def test_machine_code_and_verdict_from_records(tmp_path):
     refusals = [{"names_condition": True}, {"names_condition": False}]
     lines = contract.verdict_lines(tc, refusals, rec)
     assert "SKIPPED: no headers" in lines[0] and "1/2 raise" in lines[3]
-    assert lines[4].endswith(f"same FMA contractions: {rec['verdict']['same_contractions']}.")
+    assert lines[4].endswith(f"same FMA contractions: {'yes' if rec['verdict']['same_contractions'] else 'no'}.")
     assert "no committed SASS comparison" in contract.verdict_lines(tc, refusals, None)[4]

@@ -76,6 +76,15 @@ def load(path: Path | None = None) -> dict:
     return _load(str(path or FIGURES_JSON))
 
 
+def about(path: Path | None = None) -> dict:
+    """The post itself: title, author, date, forum (read from its text by scripts/post_figures.py), the machine and
+    software it measured on, and its headline reference-order ratio at L1/40 as written (its token)."""
+    doc = load(path)
+    head = figure("ratio.reference_order.vs_native.16x64x256x256", path)
+    return {**{k: doc.get(k) for k in ("title", "author", "date", "forum", "hardware", "software")},
+            "reference_order_ratio": head["source"]["token"]}
+
+
 def figures(section: str | None = None, path: Path | None = None) -> list[dict]:
     """The figures (all, or one section's), in the post's order."""
     figs = load(path)["figures"]

@@ -409,11 +409,12 @@ def torchscript_report(record: dict | None, source: str) -> list[dict]:
         t = record["torchscript"]
         fusion = sorted({k for c in record["cases"] if c["method"] == "torchscript" for k in c.get("fusion") or []})
         rows.append({"where": source, "torch": t["torch"], "torch.jit.script works": t["available"],
-                     "error": t["error"] or "", "warnings": "; ".join(t["warnings"]),
+                     "error": t["error"] or "", "deprecated in that torch": bool(t["warnings"]),
                      "fusion nodes seen": ", ".join(fusion) or "none"})
     t = torchscript_status()
     rows.append({"where": "this machine, now", "torch": t["torch"], "torch.jit.script works": t["available"],
-                 "error": t["error"] or "", "warnings": "; ".join(t["warnings"]), "fusion nodes seen": "n/a"})
+                 "error": t["error"] or "", "deprecated in that torch": bool(t["warnings"]),
+                 "fusion nodes seen": "n/a"})
     return rows
 
 
@@ -424,7 +425,8 @@ def oracle_headline(record: dict | None, what: str) -> str:
     lines = []
     for c in record["cases"]:
         v = c["verdict"]
-        worst = {k: (p.get("max_abs_mean_ulp"), p.get("max_abs_rstd_ulp")) for k, p in c["candidates"].items()}
+        worst = "; ".join(f"{k} {p.get('max_abs_mean_ulp')} / {p.get('max_abs_rstd_ulp')}"
+                          for k, p in c["candidates"].items())
         lines.append(f"{c['distribution']} {tuple(c['shape'])} [{c['source']}]: mean closer: {v['mean']['closer']}; "
                      f"rstd closer: {v['rstd']['closer']}; output closer: {v.get('output', {}).get('closer')} "
                      f"(max |ulp| from the correctly rounded truth, mean/rstd: {worst})")

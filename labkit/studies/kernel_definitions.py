@@ -140,6 +140,17 @@ def torch_function_rows(evidence: dict) -> list[dict]:
             for k, v in evidence["torch"]["functions"].items()]
 
 
+def same_code_line(same: dict) -> str:
+    """Whether the cubins compiled here are byte-identical to those the committed SASS summary was made from, and
+    what a difference means: the verdict reads the SASS of the cubins compiled here, so it holds for them."""
+    differ = [k for k, v in same.items() if not v]
+    if not differ:
+        return f"our cubins are byte-identical to the committed summary's ({len(same)} of {len(same)})"
+    return (f"our cubins byte-identical to the committed summary's: {len(same) - len(differ)} of {len(same)}; "
+            f"{', '.join(differ)} differ (compiled here by this machine's NVRTC, the summary's by the toolchain in "
+            f"its provenance); the FMA verdict above reads the SASS compiled here, so it holds for these cubins")
+
+
 def verdict_lines(evidence: dict, resources: list[dict]) -> list[str]:
     """The FMA-contraction verdict and what ptxas reported, from the records."""
     t = evidence["torch"]
@@ -147,11 +158,11 @@ def verdict_lines(evidence: dict, resources: list[dict]) -> list[str]:
               if (r["spill stores (B)"] or 0) or (r["spill loads (B)"] or 0)]
     # the FMA verdict first: it is the answer the front page shows
     lines = [f"SAME FMA CONTRACTIONS as torch {t['torch_version']}'s {t['arch']} cubin: "
-             f"{evidence['verdict']['same_contractions']}",
+             f"{'yes' if evidence['verdict']['same_contractions'] else 'NO'}",
              f"torch {t['torch_version']} ({t['wheel']}, sha256 {t['wheel_sha256'][:16]}…), {t['arch']} cubin "
              f"{t['cubin']} vs {evidence['source']}"]
     if evidence["same_code"] is not None:
-        lines.append(f"our cubins identical to the committed summary's: {evidence['same_code']}")
+        lines.append(same_code_line(evidence["same_code"]))
     lines += [f"- {note}" for note in evidence["verdict"]["notes"]]
     lines.append(f"ptxas: {len(resources)} functions, machine code identical to the cached cubins: "
                  f"{all(r['code identical'] for r in resources)}; spills: {', '.join(spills) or 'none'}")

@@ -23,6 +23,10 @@ from labkit.records.audit import AuditReport, official_from_figures
 # allclose trials per seed and device
 
 
+def _margin(m) -> str:
+    return "n/a" if m is None else f"{m:.3g}"
+
+
 def _pf(v) -> str:
     return "-" if v is None else ("pass" if v else "FAIL")
 
@@ -379,7 +383,7 @@ def verdict(witnesses: list[Witness], agreement: list[dict], report: AuditReport
     lines = [
         # the audit first: it is the answer the front page shows
         f"Audit of committed runs: {s['runs']} run(s), {s['records']} check record(s), {s['flips']} flip(s), "
-        f"min margin to a flip {s['min_margin']}, {s['inconsistent']} inconsistent record(s).",
+        f"min margin to a flip {_margin(s['min_margin'])}, {s['inconsistent']} inconsistent record(s).",
         f"Direction witnesses: {len(witnesses)} verified, directions {', '.join(dirs)}, with torch.allclose itself.",
         f"Official predicate vs torch.allclose: {n_agree}/{n_trials} identical verdicts (compare and saved "
         f"figures), {n_exact} rows exactly on the boundary (ratio 1.0).",

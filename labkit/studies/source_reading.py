@@ -454,7 +454,7 @@ def verdict_lines(tc: dict, refusals: list[dict], sass_record: dict | None,
     else:
         t = sass_record["torch"]
         lines.append(f"Machine code ({sass_record['file']}): torch {t['torch_version']} ({t['wheel']}) and ours, "
-                     f"same FMA contractions: {sass_record['verdict']['same_contractions']}.")
+                     f"same FMA contractions: {'yes' if sass_record['verdict']['same_contractions'] else 'no'}.")
     return lines
 
 

@@ -16,6 +16,8 @@ labkit.tasks.
 """
 from __future__ import annotations
 
+import re
+
 import math
 import time
 from dataclasses import asdict, is_dataclass, replace
@@ -98,10 +100,29 @@ def eligible_names(method_rows: dict) -> list[str]:
             if row.get("error") is None and row.get("check") and row["check"].get("official_pass") is True]
 
 
+_MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def error_text(error: str) -> str:
+    """A recorded error as a reader needs it: a missing package named as such, anything else as recorded."""
+    if m := _MISSING_MODULE.search(error):
+        return f"not timed: {m.group(1).split('.')[0]} is not installed where this ran"
+    return error
+
+
+def note_text(row: dict) -> str:
+    """A method's note: how it was built when that matters (torch.jit.script, whose deprecation notice the run
+    keeps in its notes) or its error."""
+    notes = row.get("notes", {})
+    if notes.get("deprecation"):
+        return "built with torch.jit.script, the post's TorchScript route (torch marks it deprecated)"
+    return error_text(row["error"]) if row.get("error") else ""
+
+
 def failure_text(row: dict) -> str:
     """Why a method is not in the timing table, from its row."""
     if row.get("error"):
-        return row["error"]
+        return error_text(row["error"])
     if row.get("status") == "eligible":
         return "passed the official check but was not timed: see the protocol errors of this case"
     c = row.get("check")
@@ -333,11 +354,10 @@ def check_rows(record: dict, key: str) -> list[dict]:
     out = []
     for name, row in case["methods"].items():
         c = row["check"] or {}
-        notes = row.get("notes", {})
         out.append({"method": name, "official pass": c.get("official_pass"),
                     "bit-equal fraction": c.get("bit_equal_fraction"), "max abs diff": c.get("max_abs_error"),
                     "over budget": c.get("bad_finite_candidate_scale"), "build+first call s": round(row["build_s"], 2),
-                    "note": "; ".join(notes.get("deprecation", [])) or (row["error"] or "")})
+                    "note": note_text(row)})
     return out
 
 

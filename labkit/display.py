@@ -109,6 +109,46 @@ def show(rows: list[dict] | dict, columns: list[str] | None = None):
     _display(table, table_text(rows, columns))
 
 
+COMPARABLE_UNITS = ("ms", "us", "x", "GB/s")  # times and speedups: a ratio of two of them means something
+
+
+def post_table_html(rows: list[dict]) -> str:
+    """Post-vs-here rows (labkit.records.post.compare_row) as a reader compares them: the figure, the post's value
+    as it wrote it, ours, ours/post only for times and speedups (never for counts), the note under its row."""
+    e = html.escape
+    if not rows:
+        return "<p><em>(no rows)</em></p>"
+    hw = sorted({r["post_hw"] for r in rows})
+    here = sorted({r["here"] for r in rows if r.get("here")})
+    caption = f"post: {', '.join(hw)}" + (f"; here: {', '.join(here)}" if here else "")
+    body = []
+    for r in rows:
+        ratio = r["ours/post"] if r.get("unit") in COMPARABLE_UNITS else None
+        unit = f" {r['unit']}" if r.get("unit") and r["unit"] != "x" else ("x" if r.get("unit") == "x" else "")
+        what = r["figure"] + (f" ({r['shape']})" if r.get("shape") else "")
+        written = str(r["post_token"])
+        post = cell_text(r["post"]) if "/" in written else written  # a derived figure: its value, not its formula
+        body.append(f"<tr><td>{e(what)}</td><td>{e(post)}{e(unit)}</td>"
+                    f"<td>{e(cell_text(r['ours']))}{e(unit) if r['ours'] is not None else ''}</td>"
+                    f"<td>{e(cell_text(ratio)) if ratio is not None else ''}</td></tr>")
+        if r.get("note"):
+            body.append(f"<tr class='labkit-note'><td colspan='4'>{e(r['note'])}</td></tr>")
+    return (f"<table class='labkit-table labkit-post'><caption>{e(caption)}</caption><thead><tr><th>figure</th>"
+            f"<th>post</th><th>ours</th><th>ours / post</th></tr></thead><tbody>{''.join(body)}</tbody></table>"
+            "<style>table.labkit-post tr.labkit-note td { font-size: 0.85em; color: #555; padding-left: 2em; "
+            "border-top: none; } table.labkit-post caption { text-align: left; font-size: 0.9em; }</style>")
+
+
+def show_post(rows: list[dict]):
+    """The post beside this run (post_table_html), folded behind a one-line count when long."""
+    table = post_table_html(rows)
+    compared = sum(r.get("ours") is not None for r in rows)
+    if len(rows) > FOLD_OVER:
+        table = (f"<details class='labkit-fold'><summary>{compared} of {len(rows)} post figures set beside this "
+                 f"run's (open to read them all)</summary>{table}</details>")
+    _display(table, table_text(rows, ["figure", "post_token", "ours", "ours/post", "note"]))
+
+
 def write_rows(rows: list[dict], name: str, out_dir) -> tuple[Path, Path]:
     """Write every row to `<out_dir>/<name>.csv` (display strings) and `<name>.json` (values as recorded)."""
     if not name or "/" in name or name.startswith("."):

@@ -33,6 +33,30 @@ from labkit.studies.catalog import run_headline, summarize_run
 
 BOOK_TITLE = "Wide LayerNorm lab book"
 
+# --- what a reader must never see -----------------------------------------------------------------------------
+
+_LEAKS = {
+    "a warning": re.compile(r"\b[A-Z]\w*Warning\b:"),
+    "a traceback": re.compile(r"Traceback \(most recent call last\)"),
+    "an import error": re.compile(r"ModuleNotFoundError|No module named"),
+    "a raw dict": re.compile(r"\{'[^'\n]{1,80}': "),
+    "a build path": re.compile(r"\.staging-|/tmp/|site-packages/"),
+    # 12+ decimals: a float printed whole (0.913771909794152); the audit's 10 significant digits are deliberate
+    # (a ratio of 1.00000007 must not print as 1), and a witness's torch.tensor([...]) literal is code to copy
+    "an unrounded float": re.compile(r"(?<!tensor\(\[)\b\d+\.\d{12,}\b"),
+}
+
+
+def leaks(text: str) -> list[str]:
+    """What a page's readable text (outputs, banners, prose; not code) shows that a reader must not meet: warnings,
+    tracebacks, import errors, raw dict reprs, build paths, unrounded floats; each with its context."""
+    out = []
+    for what, pattern in _LEAKS.items():
+        for m in pattern.finditer(text):
+            out.append(f"{what}: ...{text[max(0, m.start() - 60):m.end() + 40]}...".replace("\n", " "))
+    return out
+
+
 # --- what a page is about: read from the executed notebook ------------------------------------------------------
 
 @dataclass

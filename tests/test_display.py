@@ -119,3 +119,13 @@ def test_long_tables_fold_behind_a_summary(monkeypatch):
     assert shown[-1].startswith("<details") and f"{len(rows)} rows — bits: {len(rows) - 1}/{len(rows)} ✓" in shown[-1]
     display.show(rows[:display.FOLD_OVER])
     assert shown[-1].startswith("<table")
+
+
+def test_post_table_gives_ratios_only_for_times_and_speedups():
+    rows = [{"figure": "median", "shape": "16x4", "post": 7.2, "post_token": "7.2", "post_hw": "RTX 3090, torch 2.5.1",
+             "ours": 8.3, "here": "H200", "ours/post": 1.15, "note": "why it differs", "unit": "ms"},
+            {"figure": "cases", "shape": "", "post": 30, "post_token": "30", "post_hw": "RTX 3090, torch 2.5.1",
+             "ours": 40, "here": "H200", "ours/post": 1.3333, "note": "", "unit": "count"}]
+    page = display.post_table_html(rows)
+    assert "<td>1.15</td>" in page and "1.33" not in page and "why it differs" in page
+    assert page.count("<tr class='labkit-note'>") == 1 and "post: RTX 3090, torch 2.5.1; here: H200" in page

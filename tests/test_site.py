@@ -128,6 +128,49 @@ def test_front_page_headlines_and_sources(book_dir):
 
 
 @pytest.mark.notebook
+def test_front_page_is_the_post_with_numbers_from_the_runs(book_dir):
+    """The post named, the answer in sentences, the headline table and figure from the runs' records, the
+    protocols and glossary defined, the reproduce box with the README's commands."""
+    from labkit.records.post import about
+    from labkit.studies import front
+
+    index = (book_dir / "index.html").read_text()
+    post = about()
+    assert site.html.escape(post["title"]) in index and post["date"] in index
+    rows = front.headline_rows(front.runs_by_name())
+    assert {r["protocol"] for r in rows} == {"graph replay", "eager per call"}
+    for r in rows:  # each row's numbers as the table prints them, from the record
+        assert f"<td>{site._sig(r['ms'])}</td><td>{site._sig(r['x torch eager'])}x</td>" in index, r
+    assert "<img class='labkit-figure'" in index
+    for term in (*front.PROTOCOLS, *front.GLOSSARY):
+        assert f"<dt>{site.html.escape(term)}</dt>" in index
+    readme = (book.REPO_ROOT / "README.md").read_text()
+    for command in (site.BOOK_COMMAND, site.TEST_COMMAND, site.GPU_COMMAND):
+        assert command in readme and site.html.escape(command) in index
+    assert index.index("labkit-headline") < index.index("id='notebooks'")
+
+
+def test_leak_check_flags_a_planted_warning(tmp_path):
+    """A page whose output carries a warning (or a traceback, an import error, a build path) fails the check."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# 99 — Planted?\n\nQuestion: does the check see a warning?"),
+                nbformat.v4.new_code_cell("x = 1", outputs=[nbformat.v4.new_output(
+                    "stream", name="stderr", text="/tmp/x.py:3: DeprecationWarning: planted\n")])]
+    executed = tmp_path / "99_planted.ipynb"
+    nbformat.write(nb, executed)
+    page = site.export_page(executed, tmp_path)
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(page.read_text(), "html.parser")
+    for tag in soup(["style", "script"]) + soup.select(".jp-InputArea"):
+        tag.decompose()
+    found = site.leaks(soup.get_text(" "))
+    assert any(f.startswith("a warning") for f in found) and any(f.startswith("a build path") for f in found)
+    assert site.leaks("mean 0.299 ms, 27.8x; torch.tensor([0.00010000000474974513])") == []
+    assert site.leaks("min margin 0.913771909794152")
+
+
+@pytest.mark.notebook
 def test_replaying_notebooks_name_the_newest_committed_run(book_dir):
     owned = notebook_runs()
     for path in NOTEBOOKS:
@@ -206,7 +249,15 @@ PAGE_FACTS = """() => {
   }).map(t => t.outerHTML.slice(0, 200));
   const maths = [...document.querySelectorAll('math')];
   const body = document.body.innerText;
+  const readable = document.body.cloneNode(true);
+  readable.querySelectorAll('.jp-InputArea, style, script').forEach(e => e.remove());
   return {
+    readable: readable.textContent,
+    boolCells: [...document.querySelectorAll('td')].filter(td => /^(True|False)$/.test(td.innerText.trim())).length,
+    wideTables: [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().right >
+                                                            window.innerWidth + 1).length,
+    width: document.documentElement.scrollWidth,
+    notebooksAt: (e => e ? e.getBoundingClientRect().top + window.scrollY : null)(document.getElementById('notebooks')),
     links, ids: [...ids], images, pipeParagraphs, raggedTables,
     tables: document.querySelectorAll('table').length,
     maths: maths.length, flatMaths: maths.filter(m => m.getBoundingClientRect().width === 0).length,
@@ -264,6 +315,10 @@ def _link_problems(facts: dict, page_file: Path, book_dir: Path) -> list[str]:
     return problems
 
 
+VIEWPORT = {"width": 1400, "height": 900}  # a reader's screen (issue 23)
+MAX_PAGE_PX = 12000
+
+
 def _page_problems(name: str, facts: dict) -> list[str]:
     problems = [f"image did not render: {i['src']}" for i in facts["images"] if not i["ok"]]
     problems += [f"table syntax left as text: {t[:80]!r}" for t in facts["pipeParagraphs"]]
@@ -271,6 +326,17 @@ def _page_problems(name: str, facts: dict) -> list[str]:
     if facts["texFallbacks"] or facts["rawTex"] or facts["flatMaths"]:
         problems.append(f"formulas not rendered: {facts['texFallbacks']} TeX fallbacks, {facts['rawTex']} raw TeX "
                         f"fragments, {facts['flatMaths']} empty <math> boxes")
+    problems += site.leaks(facts["readable"])
+    if facts["boolCells"]:
+        problems.append(f"{facts['boolCells']} table cells say True/False (check marks expected)")
+    if facts["wideTables"] or facts["width"] > VIEWPORT["width"]:
+        problems.append(f"scrolls sideways at {VIEWPORT['width']} px: {facts['wideTables']} tables wider, page "
+                        f"{facts['width']} px")
+    if facts["height"] > MAX_PAGE_PX:
+        problems.append(f"{facts['height']} px tall (at most {MAX_PAGE_PX} at {VIEWPORT['width']} px)")
+    if name == "index" and (facts["notebooksAt"] or 0) > 1.5 * VIEWPORT["height"]:
+        problems.append(f"the front page's notebook list starts at {facts['notebooksAt']:.0f} px (at most 1.5 "
+                        f"screens, {1.5 * VIEWPORT['height']:.0f} px)")
     if name != "index" and not (facts["banner"] and "Parameters" in facts["banner"]
                                 and re.search(r"Replays|Ran live|Computed when|No GPU run", facts["banner"])):
         problems.append(f"no banner saying live/replayed and the parameters: {facts['banner']!r}")
@@ -283,7 +349,7 @@ def test_site_in_headless_chromium(book_dir, server, browser):
     shots = book_dir / "screenshots"
     shots.mkdir(exist_ok=True)
     netloc = urlparse(server).netloc
-    page = browser.new_page(viewport={"width": 1280, "height": 1600})
+    page = browser.new_page(viewport=VIEWPORT)
     problems, seen = {}, {}
     names = ["index"] + [p.stem for p in NOTEBOOKS]
     for name in names:
@@ -295,8 +361,8 @@ def test_site_in_headless_chromium(book_dir, server, browser):
         seen[name] = facts
         if name == "index":
             page.screenshot(path=str(shots / "front.png"), full_page=True)
-        elif name == "03_timing":
-            page.screenshot(path=str(shots / "03_timing.png"))
+        elif name in ("03_timing", "08_using_it"):
+            page.screenshot(path=str(shots / f"{name}.png"))
     # the same book from a folder (file://): nothing may reach a network at all
     for name in ("index", "04_protocol_correction"):
         facts, trouble = _visit(page, (book_dir / f"{name}.html").as_uri(), None)

@@ -124,7 +124,7 @@ def compare_row(fid: str, ours, note: str = "", label: str | None = None, here: 
             "shape": "x".join(str(d) for d in f["shape"]) if f.get("shape") else "",
             "post": post, "post_token": f["source"].get("token") or f["source"].get("expression"),
             "post_line": f["source"]["line"], "post_hw": f"{f['hardware']}, {f['software']}",
-            "ours": ours, "here": here or "", "ours/post": ratio, "note": note}
+            "ours": ours, "here": here or "", "ours/post": ratio, "note": note, "unit": f.get("unit")}
 
 
 def compare_rows(pairs: list[tuple], here: str | None = None, path: Path | None = None) -> list[dict]:

@@ -42,9 +42,11 @@ SOURCE_HASH = "compile record source_sha256 (the .cu and every header it include
 SMOKE_CANDIDATE = "reference_order_layer_norm"
 
 
-def _value(key: str, v) -> str:
+def _value(key: str, v):
     if v is None:
         return "—"
+    if isinstance(v, bool):
+        return v  # the table shows it as a check mark
     if key.endswith("_bytes") and isinstance(v, int):
         return f"{v / 2**30:.1f} GiB ({v:,} bytes)" if v >= 2**30 else f"{v / 2**20:.0f} MiB ({v:,} bytes)"
     if key == "nvrtc" and isinstance(v, (list, tuple)):

@@ -6,6 +6,8 @@ to keep); ours is disassembled now when cuobjdump or nvdisasm is present, otherw
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 
 from labkit.core import compile as kc
@@ -57,7 +59,7 @@ def resource_rows(records: list[kc.CompileRecord]) -> list[dict]:
 # ---------------------------------------------------------------------------------------- machine code ---
 
 def tool_rows() -> list[dict]:
-    return [{"tool": k, "found": v["path"] if v else None, "version": v["version"] if v else None}
+    return [{"tool": k, "found": Path(v["path"]).name if v else None, "version": v["version"] if v else None}
             for k, v in tools.tool_versions().items()]
 
 

@@ -197,18 +197,19 @@ def read_thread_constants(torch_module=None) -> dict:
     if inc is None:
         return {**base, "reason": "torch has no include/ directory (headers not installed)"}
     header = inc / "ATen" / "native" / "cuda" / "thread_constants.h"
+    shown = header.relative_to(inc.parent.parent)  # torch/include/...: where in the installed torch, not the machine
     if not header.is_file():
-        return {**base, "header": str(header), "reason": f"{header} is absent from this torch installation"}
+        return {**base, "header": str(shown), "reason": f"{shown} is absent from this torch installation"}
     text = header.read_text()
     lines = text.splitlines()
     heads = _non_rocm_definitions(text, re.compile(r"\bnum_threads\(\)\s*\{"))
     if not heads:
-        return {**base, "header": str(header), "reason": "no non-ROCm num_threads() definition found"}
+        return {**base, "header": str(shown), "reason": "no non-ROCm num_threads() definition found"}
     lineno = heads[0][0]
     tail = " ".join(lines[lineno - 1:lineno + 3])
     m = re.search(r"num_threads\(\)\s*\{\s*return\s+([^;]+);", tail)
     if m is None:
-        return {**base, "header": str(header), "line": lineno, "reason": "num_threads() body not understood"}
+        return {**base, "header": str(shown), "line": lineno, "reason": "num_threads() body not understood"}
     expr = m.group(1).strip()
     end = next((i for i in range(lineno - 1, min(len(lines), lineno + 3)) if "}" in lines[i]), lineno)
     raw_lines = "\n".join(lines[lineno - 1:end + 1]).strip()
@@ -227,10 +228,10 @@ def read_thread_constants(torch_module=None) -> dict:
         if warp is not None:
             break
     if warp is None:
-        return {**base, "header": str(header), "line": lineno, "raw": raw_lines, "expression": expr,
+        return {**base, "header": str(shown), "line": lineno, "raw": raw_lines, "expression": expr,
                 "reason": "C10_WARP_SIZE's CUDA definition not found in the installed headers"}
     threads = _ast_eval(expr, {"C10_WARP_SIZE": warp})
-    return {**base, "header": str(header), "line": lineno, "raw": raw_lines, "expression": expr,
+    return {**base, "header": str(shown), "line": lineno, "raw": raw_lines, "expression": expr,
             "warp_size": warp, "warp_size_source": warp_src, "num_threads": threads,
             "block": (warp, threads // warp)}
 

@@ -196,6 +196,19 @@ def _neighbour_links(neighbours: tuple[str | None, str | None]) -> str:
     return f" <span class='labkit-pager'>{' · '.join(links)}</span>" if links else ""
 
 
+def departures_html(stem: str | None) -> str:
+    """Where the book departs from the post's protocol on this page (all of them on the front page)."""
+    from labkit.records.post import departures
+
+    found = departures(stem)
+    if not found:
+        return ""
+    items = "".join(f"<li>The post: {html.escape(d['post'])}. Here: {html.escape(d['book'])}"
+                    + (" (the post's way is run too)" if d["follows"] else "") + ".</li>" for d in found)
+    return (f"<details class='labkit-departures'><summary><strong>Departs from the post</strong> in "
+            f"{len(found)} place{'s' if len(found) > 1 else ''}</summary><ul>{items}</ul></details>")
+
+
 def banner_html(info: PageInfo, neighbours: tuple[str | None, str | None] = (None, None)) -> str:
     verdict = (f" <a href='#{html.escape(info.verdict_anchor)}'>Verdict ↓</a>" if info.verdict_anchor else "")
     return (f"<nav class='labkit-nav'><a href='index.html'>{html.escape(BOOK_TITLE)}</a> › "
@@ -207,6 +220,7 @@ def banner_html(info: PageInfo, neighbours: tuple[str | None, str | None] = (Non
             + (f"<details open class='labkit-verdict'><summary><strong>Verdict</strong>, generated from the "
                f"records (the full cell is below)</summary><pre>{html.escape(info.verdict)}</pre></details>"
                if info.verdict else "")
+            + departures_html(info.stem)
             + f"<p><strong>Parameters</strong> injected by papermill: "
             f"{parameters_html({k: v for k, v in info.parameters.items() if k != 'output_dir'})}; "
             f"every other parameter at the notebook's default.</p></section>")
@@ -374,25 +388,39 @@ img.labkit-figure { width: 100%; max-width: 1140px; display: block; margin: 0.4e
 
 def post_summary_html(results: list, infos: list) -> str:
     """The post beside the book: per notebook whose run reproduces post figures, how many of its post figures the
-    run sets beside its own (the summary's "post" block), linking the page; '' when none does."""
+    run sets beside its own (the summary's "post" block), linking the page; distinct figures over the book (runs
+    share some), those no run answers by section, and where the book departs from the post's protocol."""
+    from collections import Counter
+
+    from labkit.records import post
+
     e = html.escape
-    items, figs, compared = [], 0, 0
+    items, ids = [], set()
     for r, info in zip(results, infos):
         if not info or not info.run:
             continue
         block = summarize_run(Path(info.run.path)).get("post")
         if not block:
             continue
-        figs += block["figures"]
-        compared += block["compared"]
+        ids |= set(block.get("ids", []))
         page = Path(r.html).name if r.html else None
         name = f"<a href='{e(page)}#The-post-beside-this-run'>{e(info.title)}</a>" if page else e(info.title)
-        items.append(f"<li>{name}: {block['compared']}/{block['figures']} post figures set beside this run's</li>")
+        items.append(f"<li>{name}: {block['compared']} of its {block['figures']} post figures set beside this "
+                     f"run's</li>")
     if not items:
         return ""
-    return (f"<section class='labkit-post'><h2>The post beside the book</h2><p>{compared} of the original post's "
-            f"{figs} figures in scope (RTX 3090, torch 2.5.1; data/post/figures.json) are set beside this book's "
-            f"runs, with the ratio and a measured note per reversal:</p><ul>{''.join(items)}</ul></section>")
+    every = post.figures()
+    rest = Counter(f["section"] for f in every if f["id"] not in ids)
+    about = post.about()
+    return (f"<section class='labkit-post'><h2>The post beside the book</h2><p>{len(ids)} distinct figures of the "
+            f"{len(every)} the post states ({e(about['hardware'])}, {e(about['software'])}; data/post/figures.json) "
+            f"are set beside a committed run's, each with its ratio where the quantity is a time or a speedup and a "
+            f"note where they differ:</p><ul>{''.join(items)}</ul><p class='labkit-build'>Not set beside a run's "
+            f"number ({sum(rest.values())}), by section of the post: "
+            + ", ".join(f"{e(k)} {v}" for k, v in sorted(rest.items()))
+            + ". These are protocol settings, input definitions, quartiles, the post's per-block medians of other "
+              "blocks, and its scope statements; pages 04, 05 and 09 set their own post rows beside "
+              "those they answer.</p>" + departures_html(None) + "</section>")
 
 
 # The README's two commands and the GPU pass, as the reproduce box prints them (a test holds them to the README).

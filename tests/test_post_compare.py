@@ -49,7 +49,7 @@ def test_reversal_rule_on_a_record_built_here():
 def test_missing_records_are_not_compared():
     rows = pc.timing_rows(None) + pc.fast_stats_rows(None) + pc.bit_identity_rows(None, None, None)
     assert rows and all(r["ours"] is None and r["ours/post"] is None for r in rows)
-    assert pc.block(rows) == {"figures": len(rows), "compared": 0}
+    assert pc.block(rows) == {"figures": len(rows), "compared": 0, "ids": []}
 
 
 def test_fast_stats_rows_match_the_record():
@@ -138,7 +138,8 @@ def test_front_page_post_summary():
     res = [NS(html="/x/03_timing.html"), NS(html=None)]
     infos = [NS(title="03 — timing", run=NS(path=run["path"])), None]
     text = site.post_summary_html(res, infos)
-    assert f"{block['compared']}/{block['figures']} post figures" in text and "03_timing.html#" in text
+    assert f"{block['compared']} of its {block['figures']} post figures" in text and "03_timing.html#" in text
+    assert f"{len(block['ids'])} distinct figures of the" in text
     assert site.post_summary_html(res[1:], infos[1:]) == ""
 
 

@@ -76,6 +76,42 @@ def load(path: Path | None = None) -> dict:
     return _load(str(path or FIGURES_JSON))
 
 
+# Where this book departs from the post's protocol, said beside the figures it touches (each notebook's banner) and
+# on the front page. `follows`: whether the book also runs the post's way. Facts about the two protocols, checked
+# against the post's text and this repository's code; no measured number is typed here.
+DEPARTURES = (
+    {"notebooks": ("02_fast_stats_counterexamples", "03_timing"), "follows": False,
+     "post": "its fast-statistics affine kernel was compiled with --fmad=false and took tiles of 256 scalars",
+     "book": "kernels/split_affine.cu is compiled with the book's one flag set (--fmad=true, as torch's build, "
+             "labkit.core.compile) and takes float4 tiles of 1,024 elements (256 threads x 4)"},
+    {"notebooks": ("02_fast_stats_counterexamples", "03_timing"), "follows": False,
+     "post": "its TorchScript baselines froze a trace (torch.jit.trace)",
+     "book": "TorchScript baselines use torch.jit.script (labkit.ops.scripted), which the installed torch marks "
+             "deprecated; notebook 03's 'TorchScript on the code that is timed' checks them after profiling"},
+    {"notebooks": ("03_timing",), "follows": False,
+     "post": "it timed three separate randomized blocks (the reference-order block with 35 rounds, the extra-shape "
+             "blocks with 25 and 30)",
+     "book": "notebook 03 times one block of every registered method per case with the same rounds for all "
+             "(35 under graph replay, protocol A)"},
+    {"notebooks": ("05_pytorch_source_reading", "08_using_it"), "follows": False,
+     "post": "its kernel supported normalized sizes N <= 65535*256 over every non-batch dimension",
+     "book": "the kernels take N up to 2**24 (torch's vectorized-path bound) and any trailing normalized_shape "
+             "(labkit.ops.eligibility)"},
+    {"notebooks": ("03_timing",), "follows": False,
+     "post": "the no-affine + TorchScript-affine alternative was generally not bit-identical",
+     "book": "the same alternative is timed and checked here; notebook 03's no-affine section shows where it is "
+             "bit-identical on this torch and GPU (a finding, not a change of protocol)"},
+    {"notebooks": ("09_layout_boundary",), "follows": False,
+     "post": "144 ordinary correctness cases across 32/64/128 channels, not broken down per case in the text",
+     "book": "180 correctness cases (its own grid), each listed; the two counts are not reconciled case by case"},
+)
+
+
+def departures(notebook: str | None = None) -> list[dict]:
+    """The departures touching one notebook (by stem), or all."""
+    return [d for d in DEPARTURES if notebook is None or notebook in d["notebooks"]]
+
+
 def about(path: Path | None = None) -> dict:
     """The post itself: title, author, date, forum (read from its text by scripts/post_figures.py), the machine and
     software it measured on, and its headline reference-order ratio at L1/40 as written (its token)."""

@@ -117,6 +117,24 @@ def timing_pairs(record: dict | None, l2_bytes=None) -> list[tuple]:
                       explain(case, "split_interleaved", post.figure(fid)["value"], l2_bytes), "split_interleaved speedup"))
     # the no-affine baselines (post: random affine, L1/40)
     case = _case(record, L1_40, "random_normal")
+    # the post's headline ratios and its independent scout, beside this run's own (random affine, protocol A): a
+    # second measurement of the same quantity (notebook 07's run is the book's second, 03's the first)
+    for method in ("native", "reference_order"):
+        pairs.append((f"timing.{method}.{FULL}.scout", _stat(case, "A", method),
+                      "the post's independent scout beside this run's median" if case else NOT_IN_RUN,
+                      f"{method} median ms (the post's scout)"))
+    pairs.append(("ratio.reference_order.vs_native.16x64x256x256", _ratio(case, "A", "reference_order"),
+                  "" if case else NOT_IN_RUN, "reference_order speedup vs native (the post's headline range)"))
+    pairs.append(("ratio.fast_stats.vs_native.16x64x256x256", _ratio(case, "A", "split_interleaved"),
+                  "" if case else NOT_IN_RUN, "split_interleaved speedup vs native (ordinary inputs)"))
+    others = {m: _stat(case, "A", m) for m in ("split_eager", "split_torchscript", "split_flat")}
+    others = {m: v for m, v in others.items() if v}
+    fast = _stat(case, "A", "split_interleaved")
+    strongest = min(others, key=others.get) if others else None
+    pairs.append(("ratio.fast_stats.vs_strongest.16x64x256x256",
+                  others[strongest] / fast if strongest and fast else None,
+                  f"the strongest other fast-statistics method here: {strongest} ({others[strongest]:.3g} ms)"
+                  if strongest and fast else NOT_IN_RUN, "split_interleaved vs the strongest alternative in its block"))
     for method in ("noaffine_eager_affine", "noaffine_torchscript_affine"):
         fid = f"timing.{method}.{FULL}.ratio"
         pairs.append((fid, _ratio(case, "A", method), explain(case, method, post.figure(fid)["value"], l2_bytes),
@@ -191,8 +209,10 @@ def bit_identity_rows(bit: dict | None, uneven: dict | None, edge: dict | None,
 
 
 def block(rows: list[dict]) -> dict:
-    """{"figures": post figures in scope, "compared": how many this run sets beside its own}."""
-    return {"figures": len(rows), "compared": post.compared_count(rows)}
+    """{"figures": post figures in scope, "compared": how many this run sets beside its own, "ids": those
+    figures' ids (runs share figures, so a book counts distinct ids)}."""
+    return {"figures": len(rows), "compared": post.compared_count(rows),
+            "ids": sorted(r["id"] for r in rows if r.get("ours") is not None)}
 
 
 def reversals(rows: list[dict]) -> list[dict]:

@@ -149,6 +149,13 @@ def show_post(rows: list[dict]):
     _display(table, table_text(rows, ["figure", "post_token", "ours", "ours/post", "note"]))
 
 
+def show_code(code: str, printed: list[str] | None, where: str):
+    """Code a reader can copy, and what it printed where it ran (`where`: the run it comes from)."""
+    out = "\n".join(printed) if printed is not None else "(not run: see where)"
+    _display(f"<pre class='labkit-code'><code>{html.escape(code)}</code></pre><p>It printed ({html.escape(where)}):"
+             f"</p><pre>{html.escape(out)}</pre>", f"{code}\n--- printed ({where}):\n{out}")
+
+
 def write_rows(rows: list[dict], name: str, out_dir) -> tuple[Path, Path]:
     """Write every row to `<out_dir>/<name>.csv` (display strings) and `<name>.json` (values as recorded)."""
     if not name or "/" in name or name.startswith("."):

@@ -18,7 +18,11 @@ EAGER_METHODS = ("native", "dropin", *PATHS)  # torch, the drop-in as dispatched
 HOST_SHAPE = (8, 256)   # "a tiny shape": the kernel is shorter than the host's part of a call
 HOST_CALLS = 10_000
 NEAR_MAX_SHAPE = (4, 768)
-BLOCK = {"d_model": 256, "heads": 4, "seq": 64, "batch": 4}
+# The swapped block's sizes: the first of these whose LayerNorm input the GPU's dispatch sends to our kernels (a
+# demo of torch's kernel serving would show nothing), the first where none does (a CPU, an unmeasured GPU).
+BLOCKS = ({"d_model": 256, "heads": 4, "seq": 64, "batch": 4}, {"d_model": 1024, "heads": 16, "seq": 1024, "batch": 8},
+          {"d_model": 4096, "heads": 32, "seq": 1024, "batch": 8})
+BLOCK = BLOCKS[0]
 
 
 def shapes(mode: str) -> list[tuple[int, ...]]:
@@ -278,6 +282,20 @@ def identity(device="cuda", eps: float = 1e-5, compiled: bool = True) -> dict:
     return {"cases": cases, "compiled": comp}
 
 
+def block_config(device) -> dict:
+    """The first of BLOCKS whose LayerNorm input (batch * seq rows of d_model) our kernels serve on `device`."""
+    import torch
+
+    from labkit.ops.dropin import explain
+
+    for cfg in BLOCKS:
+        x = torch.empty(cfg["batch"] * cfg["seq"], cfg["d_model"], device=device)
+        w = torch.empty(cfg["d_model"], device=device)
+        if explain(x, (cfg["d_model"],), w, w)["path"] != "native":
+            return dict(cfg)
+    return dict(BLOCKS[0])
+
+
 def make_block(d_model: int = BLOCK["d_model"], heads: int = BLOCK["heads"], device="cpu", seed: int = 0):
     """A small pre-norm transformer block (attention + MLP, two nn.LayerNorms)."""
     import torch
@@ -306,8 +324,9 @@ def make_block(d_model: int = BLOCK["d_model"], heads: int = BLOCK["heads"], dev
 
 
 def block_swap(device="cuda", compiled: bool = True) -> dict:
-    """Swap the block's LayerNorms; forward output and every gradient (input and parameters) against the original
-    block, as int32 views; the swapped block under torch.compile(fullgraph=True). The `dropin_block` record."""
+    """Swap the block's LayerNorms (sizes: block_config); forward output and every gradient (input and parameters)
+    against the original block, as int32 views; the swapped block under torch.compile(fullgraph=True). The
+    `dropin_block` record."""
     import copy
 
     import torch
@@ -315,13 +334,14 @@ def block_swap(device="cuda", compiled: bool = True) -> dict:
     from labkit import swap_layer_norms
     from labkit.ops.dropin import explain
 
-    ref = make_block(device=device)
+    cfg = block_config(device)
+    ref = make_block(cfg["d_model"], cfg["heads"], device=device)
     ours = copy.deepcopy(ref)
     swapped = swap_layer_norms(ours)
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(BLOCK["batch"], BLOCK["seq"], BLOCK["d_model"], generator=g).to(device)
+    x = torch.randn(cfg["batch"], cfg["seq"], cfg["d_model"], generator=g).to(device)
     out = {"swapped": swapped, "state_dict_keys_equal": list(ref.state_dict()) == list(ours.state_dict()),
-           "ln_path": explain(x, (BLOCK["d_model"],), ours.ln1.weight, ours.ln1.bias), **BLOCK}
+           "ln_path": explain(x, (cfg["d_model"],), ours.ln1.weight, ours.ln1.bias), **cfg}
     outs, grads = [], []
     for model in (ref, ours):
         xi = x.clone().requires_grad_()
@@ -531,19 +551,56 @@ def verdict_lines(records: dict, source: str) -> list[str]:
 RECORDS = ("dropin_block", "dropin_identity", "dropin_host", "dropin_sweep", "dropin_floor", "dropin_near_max")
 
 
+# What a reader copies: the page shows this text and, beside it, what it printed when the GPU run executed it.
+USAGE = """\
+import torch
+import labkit
+
+model = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.LayerNorm(4096)).to(device)
+print("swapped:", labkit.swap_layer_norms(model))  # in place: the same Parameters, the same state_dict
+x = torch.randn(8192, 4096, device=device)
+h = model[0](x)
+print("path:", labkit.explain(h, (4096,), model[1].weight, model[1].bias)["path"])
+model(x).square().mean().backward()  # gradients with torch's eager bits
+print("grad of the LayerNorm's weight:", tuple(model[1].weight.grad.shape))
+"""
+
+
+def run_usage(device: str) -> dict:
+    """Execute USAGE as a reader would (with `device` bound) and keep what it printed. The `dropin_usage` record."""
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(USAGE, "<labkit usage>", "exec"), {"device": device})  # noqa: S102 - the shown code, run
+    return {"code": USAGE, "device": device, "printed": buf.getvalue().splitlines()}
+
+
+def training_rows() -> tuple[str, list[dict]]:
+    """(which run, rows): forward + backward per shape from the newest committed training run (notebook 10)."""
+    from labkit.records.session import newest_complete_run
+    from labkit.studies import training
+
+    run = newest_complete_run(training.RUN_NAME)
+    if run is None:
+        return "no committed training run", []
+    rid = run["records"]["run"]["run_id"]
+    return f"committed training run {rid}", training.speed_rows(run["records"].get("training_sweep"))
+
+
 def explain_rows(device: str) -> list[dict]:
-    """Which path serves a few inputs on this machine, and why (labkit.explain)."""
+    """Which path serves a few inputs on `device`, and why (labkit.explain). The `dropin_explain` record: on a
+    CPU the page shows the GPU run's."""
     import torch
 
     from labkit import explain
 
-    def xwb(shape):
-        return torch.rand(shape, device=device), torch.ones(shape[1:], device=device), torch.zeros(shape[1:],
-                                                                                                  device=device)
     rows = []
     for label, shape in (("L1/40", L1_40), ("one long row", (1, 1 << 22)), ("transformer activations", (512, 768)),
-                         ("N % 4 != 0", (8, 1001))):
-        x, w, b = xwb(shape) if math.prod(shape) <= (1 << 24) else (torch.empty(shape, device="meta"),) * 3
+                         ("wide transformer activations", (8192, 4096)), ("N % 4 != 0", (8, 1001))):
+        # the path depends on the shape, strides, dtype, device and alignment, never the values: empty tensors
+        x, w, b = (torch.empty(s, device=device) for s in (shape, shape[1:], shape[1:]))
         e = explain(x, shape[1:], w, b)
         rows.append({"input": label, "shape": shape_key(shape), "path": e["path"], "why": e["reason"]})
     return rows

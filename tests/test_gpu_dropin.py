@@ -155,5 +155,6 @@ def test_state_dict_round_trip():
 def test_block_swap_and_host_cost_records():
     blk = study.block_swap("cuda", compiled=False)
     assert blk["forward_identical"] and blk["grads_identical"] == "13/13" and blk["swapped"] == 2
+    assert blk["control_original_twice"] == "13/13" and blk["ln_path"]["path"] != "native"  # ours, on the H200
     host = study.host_cost(calls=200)
     assert host["torch_us"] > 0 and host["dropin_us"] > 0 and host["chain_us"] is not None

@@ -101,12 +101,16 @@ def eligible_names(method_rows: dict) -> list[str]:
 
 
 _MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
+_TRITON_BLOCK = re.compile(r"n = (\d+) exceeds the recommended Triton blocksize = (\d+)")
 
 
 def error_text(error: str) -> str:
     """A recorded error as a reader needs it: a missing package named as such, anything else as recorded."""
     if m := _MISSING_MODULE.search(error):
         return f"not timed: {m.group(1).split('.')[0]} is not installed where this ran"
+    if m := _TRITON_BLOCK.search(error):  # Liger's own row-size limit
+        return (f"refused by the peer itself: its Triton kernel takes rows of at most {int(m.group(2)):,} "
+                f"elements, these have {int(m.group(1)):,}")
     return error
 
 

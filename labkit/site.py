@@ -68,6 +68,8 @@ class RunRef:
     torch: str | None
     date_utc: str | None
     path: str
+    commit: str | None = None
+    python: str | None = None
 
 
 @dataclass
@@ -116,7 +118,7 @@ def _find_run(run_id: str, out_dir: Path, extra_roots=()) -> RunRef | None:
             meta = json.loads((path / "run.json").read_text())
             prov = meta.get("provenance", {})
             return RunRef(run_id, meta.get("name", ""), live, prov.get("gpu"), prov.get("torch"),
-                          prov.get("date_utc"), str(path))
+                          prov.get("date_utc"), str(path), prov.get("git_commit"), prov.get("python"))
     return None
 
 
@@ -169,12 +171,34 @@ def source_html(info: PageInfo) -> str:
     if info.run:
         return (f"<strong>Replays</strong> committed GPU run <code>{e(info.run.run_id)}</code>: "
                 f"{e(str(info.run.gpu))}, torch {e(str(info.run.torch))}, recorded {e(_when(info.run.date_utc))}; "
-                f"executed here {e(_when(info.executed_utc))}.")
+                f"executed here {e(_when(info.executed_utc))}. {_build_vs_run(info.run)}")
     if info.missing_run:
         return (f"<strong>No GPU run</strong>: no committed '{e(info.missing_run)}' run to replay, so this page "
                 f"shows no GPU result; executed {e(_when(info.executed_utc))}.")
     return (f"<strong>Computed when the book was built</strong> ({e(_when(info.executed_utc))}), on this machine; "
             "this notebook replays no GPU run.")
+
+
+def _build_vs_run(run: RunRef) -> str:
+    """Why a replayed page's machine differs from the run's, said where it shows."""
+    import platform
+
+    try:
+        import torch
+
+        here_torch = torch.__version__
+    except ImportError:
+        here_torch = "none"
+    e = html.escape
+    commit = _commit()
+    same = commit and run.commit and run.commit.startswith(commit.split()[0])
+    return (f"<span class='labkit-where'>This page was executed with Python {e(platform.python_version())} and "
+            f"torch {e(here_torch)} at commit {e(str(commit))}; the run with Python {e(str(run.python))} and torch "
+            f"{e(str(run.torch))} at commit {e(str(run.commit)[:12])}"
+            + ("" if same else " (a later commit replays an earlier run; notebook 00 sets the run's kernel source "
+                                "hashes beside this checkout's)")
+            + ". GPU figures are the run's; what a page computes here (CPU checks, cubins compiled by this "
+              "machine's NVRTC, the installed torch's headers) is this machine's and says so.</span>")
 
 
 def parameters_html(params: dict) -> str:

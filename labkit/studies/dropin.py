@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 
-import math
 import time
 from dataclasses import replace
 
@@ -359,7 +358,7 @@ def block_swap(device="cuda", compiled: bool = True) -> dict:
     was = torch.use_deterministic_algorithms, torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
-        (y_ref, g_ref), (y_again, g_again), (y_ours, g_ours) = run(ref), run(ref), run(ours)
+        (y_ref, g_ref), (_, g_again), (y_ours, g_ours) = run(ref), run(ref), run(ours)
     finally:
         was[0](was[1])
     out["forward_identical"] = _bits_equal(y_ref, y_ours)
@@ -456,6 +455,13 @@ def _ratio(d: dict, base: str, name: str):
     if d and d.get(base) and d.get(name):
         return d[base] / d[name]
     return None
+
+
+def figure(sweep_record: dict | None):
+    """The sweep's forward time against row shape (labkit.studies.plots.time_vs_shape); None without a sweep."""
+    from labkit.studies.plots import time_vs_shape
+
+    return time_vs_shape([("forward", sweep_record, "compiled")])
 
 
 def speed_rows(sweep_record: dict | None) -> list[dict]:

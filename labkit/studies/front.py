@@ -14,6 +14,7 @@ from labkit.records.post import about as post_about
 from labkit.records.run import load_run
 from labkit.studies import dropin, parallel_stats, training
 from labkit.studies.catalog import summarize_run
+from labkit.studies.plots import time_vs_shape
 from labkit.tasks import L1_40, shape_key
 
 L1_KEY = shape_key(L1_40)
@@ -164,43 +165,13 @@ def summary_sentences(runs: dict[str, Path]) -> list[str]:
     return out
 
 
-def _line(ax, xs, ys, style, label):
-    pts = [(x, y * 1e3) for x, y in zip(xs, ys) if y]
-    if pts:
-        ax.plot(*zip(*pts), style, label=label, markersize=4)
-
-
 def figure(runs: dict[str, Path]):
     """Time against row shape at 2**24 elements (rows = 2**24 / N), log axes: the forward (notebook 08's sweep)
     and forward + backward (notebook 10's), for torch eager, the drop-in eager per call and under graph replay,
     and torch.compile (eager per call, where timed). None without either sweep."""
-    import matplotlib.pyplot as plt
-
     panels = []
     if p := runs.get(dropin.RUN_NAME):
-        panels.append(("forward", (_records(p).get("dropin_sweep") or {}).get("shapes", []), "compiled"))
+        panels.append(("forward", _records(p).get("dropin_sweep"), "compiled"))
     if p := runs.get(training.RUN_NAME):
-        panels.append(("forward + backward", (_records(p).get("training_sweep") or {}).get("shapes", []), "eager"))
-    panels = [(t, [r for r in rows if r.get("rows", 0) * r.get("n", 0) == 1 << 24 and r.get("eager")], c)
-              for t, rows, c in panels]
-    panels = [p for p in panels if p[1]]
-    if not panels:
-        return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 2.75), sharey=True, squeeze=False)
-    for ax, (title, rows, compiled_key) in zip(axes[0], panels):
-        rows = sorted(rows, key=lambda r: r["n"])
-        n = [r["n"] for r in rows]
-        get = lambda proto, m: [((r.get(proto) or {}).get(m)) for r in rows]  # noqa: E731
-        _line(ax, n, get("eager", "native"), "o-", "torch eager (eager per call)")
-        _line(ax, n, get("eager", "dropin"), "s-", "drop-in (eager per call)")
-        _line(ax, n, get("graph", "dropin"), "s--", "drop-in (graph replay)")
-        _line(ax, n, get(compiled_key, "native_compiled"), "^", "torch.compile (eager per call)")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_title(f"{title}, 2^24 float32 values", fontsize=10)
-        ax.set_xlabel("elements per row N (rows = 2^24 / N)", fontsize=9)
-        ax.grid(True, which="both", alpha=0.25)
-    axes[0][0].set_ylabel("median time, us")
-    axes[0][-1].legend(fontsize=7.5, loc="upper left")
-    fig.tight_layout()
-    return fig
+        panels.append(("forward + backward", _records(p).get("training_sweep"), "eager"))
+    return time_vs_shape(panels)

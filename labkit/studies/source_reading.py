@@ -405,8 +405,8 @@ def header_verdict(tc: dict, contract: ReferenceContract = TORCH_VECTORIZED_LN) 
     if tc["num_threads"] is None:
         return f"SKIPPED: {tc['reason']}"
     if tc["num_threads"] == contract.threads and tuple(tc["block"]) == contract.block:
-        return (f"installed torch {tc['torch']}: num_threads() = {tc['expression']} = {tc['num_threads']} "
-                f"-> block {tuple(tc['block'])}: matches the contract")
+        return (f"installed torch {tc['torch']} (where this ran): num_threads() = {tc['expression']} = "
+                f"{tc['num_threads']} -> block {tuple(tc['block'])}: matches the contract")
     return (f"MISMATCH: installed torch {tc['torch']} derives {tc['num_threads']} threads, block "
             f"{tuple(tc['block'])}; the contract says {contract.threads}, {contract.block}")
 

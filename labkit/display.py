@@ -20,9 +20,14 @@ def cell_text(v) -> str:
     if isinstance(v, bool):
         return "✓" if v else "✗"
     if isinstance(v, float):
-        if v == v and abs(v) >= 1e3 and abs(v) < 1e15:
+        if v != v or v in (float("inf"), float("-inf")):
+            return f"{v}"
+        short = f"{v:.3g}"
+        if float(short) == round(v) != v:  # 0.99982 must not read as 1: a near-miss keeps its digits
+            return f"{v:.6g}"
+        if 1e3 <= abs(float(short)) < 1e15:
             return f"{v:,.0f}"
-        return f"{v:.3g}"
+        return short
     if isinstance(v, (list, tuple)):
         return ", ".join(cell_text(x) for x in v)
     if isinstance(v, dict):  # counts by name, as a reader says them

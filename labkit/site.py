@@ -40,7 +40,7 @@ _LEAKS = {
     "a traceback": re.compile(r"Traceback \(most recent call last\)"),
     "an import error": re.compile(r"ModuleNotFoundError|No module named"),
     "a raw dict": re.compile(r"\{'[^'\n]{1,80}': "),
-    "a build path": re.compile(r"\.staging-|/tmp/|site-packages/"),
+    "a build path": re.compile(r"\.staging-|/tmp/|site-packages/|/work/|/root/|/home/|/opt/"),
     # 12+ decimals: a float printed whole (0.913771909794152); the audit's 10 significant digits are deliberate
     # (a ratio of 1.00000007 must not print as 1), and a witness's torch.tensor([...]) literal is code to copy
     "an unrounded float": re.compile(r"(?<!tensor\(\[)\b\d+\.\d{12,}\b"),
@@ -193,7 +193,7 @@ def _build_vs_run(run: RunRef) -> str:
     commit = _commit()
     same = commit and run.commit and run.commit.startswith(commit.split()[0])
     return (f"<span class='labkit-where'>This page was executed with Python {e(platform.python_version())} and "
-            f"torch {e(here_torch)} at commit {e(str(commit))}; the run with Python {e(str(run.python))} and torch "
+            f"torch {e(here_torch)} at commit {e(commit or 'unknown (no git here)')}; the run with Python {e(str(run.python))} and torch "
             f"{e(str(run.torch))} at commit {e(str(run.commit)[:12])}"
             + ("" if same else " (a later commit replays an earlier run; notebook 00 sets the run's kernel source "
                                 "hashes beside this checkout's)")
@@ -521,8 +521,12 @@ def front_html(run_paths: dict) -> str:
 
 def _commit() -> str | None:
     """The build's commit, marked when the working tree differs from it."""
+    import os
+
     from labkit.records.run import _git
 
+    if os.environ.get("LABKIT_GIT_COMMIT"):  # a copy of the tree: the launching side's commit wins, as for runs
+        return os.environ["LABKIT_GIT_COMMIT"][:12]
     head = _git("rev-parse", "--short=12", "HEAD")
     return head and head + (" (with uncommitted changes)" if _git("status", "--porcelain") else "")
 

@@ -91,8 +91,8 @@ DEPARTURES = (
     {"notebooks": ("03_timing",), "follows": False,
      "post": "it timed three separate randomized blocks (the reference-order block with 35 rounds, the extra-shape "
              "blocks with 25 and 30)",
-     "book": "notebook 03 times one block of every registered method per case with the same rounds for all "
-             "(35 under graph replay, protocol A)"},
+     "book": "notebook 03 times one block of every registered method per case, the same rounds for all (its "
+             "protocol table gives them)"},
     {"notebooks": ("05_pytorch_source_reading", "08_using_it"), "follows": False,
      "post": "its kernel supported normalized sizes N <= 65535*256 over every non-batch dimension",
      "book": "the kernels take N up to 2**24 (torch's vectorized-path bound) and any trailing normalized_shape "
@@ -103,7 +103,8 @@ DEPARTURES = (
              "bit-identical on this torch and GPU (a finding, not a change of protocol)"},
     {"notebooks": ("09_layout_boundary",), "follows": False,
      "post": "144 ordinary correctness cases across 32/64/128 channels, not broken down per case in the text",
-     "book": "180 correctness cases (its own grid), each listed; the two counts are not reconciled case by case"},
+     "book": "its own grid of correctness cases, each listed (notebook 09 counts them); the two counts are not "
+             "reconciled case by case"},
 )
 
 

@@ -23,6 +23,10 @@ _TIMING = {"native_torchscript": "native_torchscript", "reference_order": "refer
            "split_interleaved": "fast_stats_interleaved"}
 
 
+# figure ids whose method word is not a method name: the post's fast-statistics ratios are its interleaved kernel's
+_ID_METHOD = {"fast_stats": "fast_stats_interleaved"}
+
+
 def _case(record, shape, affine):
     key = f"{shape_key(shape)}/{affine}"
     for c in (record or {}).get("cases", []):
@@ -147,7 +151,7 @@ def timing_rows(record: dict | None, provenance: dict | None = None, methods=Non
     pairs = timing_pairs(record, (provenance or {}).get("gpu_l2_bytes"))
     if methods is not None:
         keep = {_TIMING.get(m, m) for m in methods}
-        pairs = [p for p in pairs if p[0].split(".")[1] in keep]
+        pairs = [p for p in pairs if _ID_METHOD.get(p[0].split(".")[1], p[0].split(".")[1]) in keep]
     return post.compare_rows(pairs, here=_here(provenance))
 
 

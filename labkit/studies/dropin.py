@@ -354,23 +354,31 @@ def block_swap(device="cuda", compiled: bool = True) -> dict:
     # Under deterministic algorithms: attention's backward (flash / memory-efficient SDPA) and some matmul
     # reductions are otherwise nondeterministic, and the original block would differ from itself. The control,
     # the original run twice, says whether the comparison can be trusted.
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    was = torch.use_deterministic_algorithms, torch.are_deterministic_algorithms_enabled()
+    was = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+           os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = was[2] or ":4096:8"
     torch.use_deterministic_algorithms(True)
     try:
         (y_ref, g_ref), (_, g_again), (y_ours, g_ours) = run(ref), run(ref), run(ours)
     finally:
-        was[0](was[1])
+        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+        if was[2] is None:
+            del os.environ["CUBLAS_WORKSPACE_CONFIG"]
     out["forward_identical"] = _bits_equal(y_ref, y_ours)
     pairs = list(zip(g_ref, g_ours))
     out["grads_identical"] = f"{sum(_bits_equal(a, b) for a, b in pairs)}/{len(pairs)}"
     out["control_original_twice"] = f"{sum(_bits_equal(a, b) for a, b in zip(g_ref, g_again))}/{len(g_ref)}"
     if compiled:
+        import warnings
+
         try:
-            c = torch.compile(ours, fullgraph=True)
-            y = c(x.clone().requires_grad_())
-            y.sum().backward()
+            with warnings.catch_warnings(record=True) as caught:  # kept in the record, not printed on the page
+                warnings.simplefilter("always")
+                c = torch.compile(ours, fullgraph=True)
+                y = c(x.clone().requires_grad_())
+                y.sum().backward()
             out["compiled_fullgraph"] = True
+            out["compile_warnings"] = sorted({f"{w.category.__name__}: {str(w.message)[:200]}" for w in caught})
         except Exception as exc:
             out["compiled_fullgraph"], out["compile_error"] = False, f"{type(exc).__name__}: {exc}"
     return out
@@ -596,6 +604,17 @@ def run_usage(device: str) -> dict:
     return {"code": USAGE, "device": device, "printed": buf.getvalue().splitlines()}
 
 
+def usage_shown(use: dict | None) -> tuple[str, list[str] | None]:
+    """(code, what it printed) from a `dropin_usage` record: the code the run executed, said so when it is no
+    longer this checkout's USAGE; USAGE itself, not run, without a record."""
+    if not use:
+        return USAGE, None
+    if use["code"] == USAGE:
+        return use["code"], use["printed"]
+    return (f"# the code the run executed (this checkout's labkit.studies.dropin.USAGE has changed since)\n"
+            f"{use['code']}", use["printed"])
+
+
 def training_rows() -> tuple[str, list[dict]]:
     """(which run, rows): forward + backward per shape from the newest committed training run (notebook 10)."""
     from labkit.records.session import newest_complete_run
@@ -655,7 +674,9 @@ def block_rows(blk: dict | None) -> list[dict]:
     """The swapped block's record as one row (the LayerNorms' path and why flattened in)."""
     if not blk:
         return []
-    row = {k: v for k, v in blk.items() if k != "ln_path"}
+    row = {k: v for k, v in blk.items() if k not in ("ln_path", "compile_warnings")}
+    if blk.get("compile_warnings"):
+        row["compile warnings"] = len(blk["compile_warnings"])  # their text is in the record
     row["ln path"] = blk["ln_path"]["path"]
     row["why"] = blk["ln_path"]["reason"]
     return [row]

@@ -494,7 +494,7 @@ def soak(calls: int, seed: int, warmup: int = 200, pool: int = 48, sample_every:
                 first_errors.append({"call": "first", "method": method, "shape": list(x.shape),
                                      "error": f"{type(exc).__name__}: {exc}"})
     start = time.monotonic()
-    errors, sampled, mismatched, baseline = first_errors[:20], 0, 0, None
+    errors, sampled, mismatched, baseline = first_errors[:20] + [None] * (len(first_errors) - 20), 0, 0, None
     method_counts = {m: 0 for m in SOAK_METHODS}
     for i in range(warmup + calls):
         if i == warmup:

@@ -137,12 +137,21 @@ def _host_one(shape, calls: int, device) -> dict:
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     out = {"shape": list(shape), "calls": calls, "forward_path": explain(x, ns, w, b)["path"],
            "backward_ours": not _backward_is_torchs(x, ns, w, b)}
+    # the backward alone needs forwards made before the clock; where keeping them all would take more than
+    # 1 GiB, it is the whole step's time less the forward's instead
+    keep_outputs = (calls + 100) * x.numel() * 4 <= 1 << 30
+    out["bwd_measured_as"] = "autograd.grad of kept forwards" if keep_outputs else "step minus forward"
     for label, fn in (("torch", torch.nn.functional.layer_norm), ("dropin", labkit.layer_norm)):
         out[f"{label}_fwd_grad_us"] = host_us_per_call(lambda: fn(xs, ns, w, b, 1e-5), calls, sync)
-        ys = [fn(xs, ns, w, b, 1e-5) for _ in range(calls + 100)]
-        it = iter(ys)
-        out[f"{label}_bwd_us"] = host_us_per_call(lambda: torch.autograd.grad(next(it), (xs, w, b), dy), calls, sync)
-        del ys
+        if keep_outputs:
+            ys = [fn(xs, ns, w, b, 1e-5) for _ in range(calls + 100)]
+            it = iter(ys)
+            out[f"{label}_bwd_us"] = host_us_per_call(lambda: torch.autograd.grad(next(it), (xs, w, b), dy), calls,
+                                                      sync)
+            del ys
+        else:
+            whole = host_us_per_call(lambda: torch.autograd.grad(fn(xs, ns, w, b, 1e-5), (xs, w, b), dy), calls, sync)
+            out[f"{label}_bwd_us"] = whole - out[f"{label}_fwd_grad_us"]
         with torch.no_grad():
             out[f"{label}_nograd_us"] = host_us_per_call(lambda: fn(x, ns, w, b, 1e-5), calls, sync)
     return out
@@ -527,6 +536,7 @@ def training_block(records: dict) -> dict | None:
             "fuzz": fuzz_counts(records.get("training_fuzz")),
             "host_us_fwd_grad": host.get("dropin_fwd_grad_us"), "torch_host_us_fwd_grad": host.get("torch_fwd_grad_us"),
             "host_us_bwd": host.get("dropin_bwd_us"), "torch_host_us_bwd": host.get("torch_bwd_us"),
+            "torch_host_us_nograd": host.get("torch_nograd_us"),
             # where our kernels serve both directions (their own path's host cost), when the run measured it
             "host_ours": None if ours is None else {
                 "shape": shape_key(ours["shape"]), "forward_path": ours["forward_path"],
@@ -600,15 +610,24 @@ def verdict_lines(records: dict, source: str) -> list[str]:
     return lines
 
 
+GPU_BOUND_FACTOR = 1.5  # torch's no-grad call this much slower than at the tiny shape: the GPU is in the time
+
+
 def _host_ours_lines(t: dict) -> list[str]:
     o = t.get("host_ours")
     if not o:
         return ["  host where our kernels serve both directions: not measured in this run"]
+    times = (f"forward with grad {_fmt(o['ours_fwd_grad_us'])} us vs torch {_fmt(o['torch_fwd_grad_us'])}; backward "
+             f"{_fmt(o['ours_bwd_us'])} vs {_fmt(o['torch_bwd_us'])}; no grad {_fmt(o['ours_nograd_us'])} vs "
+             f"{_fmt(o['torch_nograd_us'])}")
+    tiny = t.get("torch_host_us_nograd")
+    if tiny and o["torch_nograd_us"] > GPU_BOUND_FACTOR * tiny:
+        return [f"  per call where our kernels serve both ways ({o['shape']}, forward {o['forward_path']}): {times}; "
+                f"not a host-only measure (torch's own no-grad call takes {_fmt(o['torch_nograd_us'])} us here "
+                f"against {_fmt(tiny)} at the tiny shape, so GPU time is in it): the host goal is not judged here"]
     ok = all(o[f"ours_{k}_us"] <= o[f"torch_{k}_us"] + 10 for k in ("fwd_grad", "bwd"))
-    return [f"  host where our kernels serve both ways ({o['shape']}, forward {o['forward_path']}): forward with "
-            f"grad {_fmt(o['ours_fwd_grad_us'])} us vs torch {_fmt(o['torch_fwd_grad_us'])}; backward "
-            f"{_fmt(o['ours_bwd_us'])} vs {_fmt(o['torch_bwd_us'])}; no grad {_fmt(o['ours_nograd_us'])} vs "
-            f"{_fmt(o['torch_nograd_us'])} (goal within 10 us each: {_met(ok)})"]
+    return [f"  host where our kernels serve both ways ({o['shape']}, forward {o['forward_path']}): {times} "
+            f"(goal within 10 us each: {_met(ok)})"]
 
 
 def _within(t: dict, what: str, us: float) -> bool:

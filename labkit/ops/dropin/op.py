@@ -180,8 +180,9 @@ class _LayerNorm(torch.autograd.Function):
 
 
 # autograd.Function.apply's Python wrapper checks for functorch transforms and unwraps dead functorch wrappers on
-# every call (~1.9 us of 5.3 on this CPU for a six-argument Function); with no transform active and plain tensors
-# (the only way layer_norm reaches _LayerNorm) that is a no-op, so the eager path calls the C apply it ends in.
+# every call (~1.9 us of 5.3 on this CPU for a six-argument Function). layer_norm reaches _LayerNorm only with no
+# transform active, where that is a no-op for live tensors; a dead functorch wrapper (a tensor kept from a finished
+# transform) is the one input it would change, and this path does not unwrap it.
 _apply_layer_norm = torch._C._FunctionBase.__dict__["apply"].__get__(None, _LayerNorm)
 
 

@@ -254,4 +254,6 @@ def backward(dy, x, ns: tuple, mean, rstd, weight, bias, mask):
         return torch.ops.aten.native_layer_norm_backward.default(dy, x, list(ns), mean, rstd, weight, bias,
                                                                  list(mask))
     p, ones, launcher = found
-    return grad.run(p, dy, x, ns, mean, rstd, weight, bias, mask, x.get_device(), ones, launcher)
+    # reshape: a view when mean/rstd are contiguous (the forward's), a contiguous copy when a caller's are not
+    return grad.run(p, dy, x, ns, mean.reshape(-1), rstd.reshape(-1), weight, bias, mask, x.get_device(), ones,
+                    launcher)

@@ -506,7 +506,7 @@ def front_html(run_paths: dict) -> str:
     runs = front.runs_by_name(run_paths)
     rows = front.headline_rows(runs)
     fig = front.figure(runs)
-    sentences = "".join(f"<p>{html.escape(t)}</p>" for t in front.summary_sentences(runs))
+    sentences = "".join(f"<p>{html.escape(t)}</p>" for t in front.summary_sentences(runs, rows))
     ids = sorted({r["run"] for r in rows})
     source = (f"<p class='labkit-build'>Table and figure from committed GPU runs "
               f"{', '.join(f'<code>{html.escape(i)}</code>' for i in ids)}; every ratio is within one run and "
@@ -520,15 +520,13 @@ def front_html(run_paths: dict) -> str:
 
 
 def _commit() -> str | None:
-    """The build's commit, marked when the working tree differs from it."""
-    import os
+    """The build's commit as runs record theirs (labkit.records.run: LABKIT_GIT_COMMIT wins on a copied tree),
+    marked when the working tree differs from it."""
+    from labkit.records.run import _git_state
 
-    from labkit.records.run import _git
-
-    if os.environ.get("LABKIT_GIT_COMMIT"):  # a copy of the tree: the launching side's commit wins, as for runs
-        return os.environ["LABKIT_GIT_COMMIT"][:12]
-    head = _git("rev-parse", "--short=12", "HEAD")
-    return head and head + (" (with uncommitted changes)" if _git("status", "--porcelain") else "")
+    state = _git_state()
+    head = (state.get("git_commit") or "")[:12] or None
+    return head and head + (" (with uncommitted changes)" if state.get("git_dirty") else "")
 
 
 def write_index(out_dir: Path, results: list, params: dict) -> Path:

@@ -3,7 +3,6 @@ speed under the eager per-call protocol, graph replay and torch.compile, the dis
 float32 limit. Run functions return JSON-able records; table/verdict functions read them."""
 from __future__ import annotations
 
-import os
 
 import time
 from dataclasses import replace
@@ -354,16 +353,10 @@ def block_swap(device="cuda", compiled: bool = True) -> dict:
     # Under deterministic algorithms: attention's backward (flash / memory-efficient SDPA) and some matmul
     # reductions are otherwise nondeterministic, and the original block would differ from itself. The control,
     # the original run twice, says whether the comparison can be trusted.
-    was = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-           os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
-    os.environ["CUBLAS_WORKSPACE_CONFIG"] = was[2] or ":4096:8"
-    torch.use_deterministic_algorithms(True)
-    try:
+    from labkit.studies.measure import deterministic_algorithms
+
+    with deterministic_algorithms():
         (y_ref, g_ref), (_, g_again), (y_ours, g_ours) = run(ref), run(ref), run(ours)
-    finally:
-        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
-        if was[2] is None:
-            del os.environ["CUBLAS_WORKSPACE_CONFIG"]
     out["forward_identical"] = _bits_equal(y_ref, y_ours)
     pairs = list(zip(g_ref, g_ours))
     out["grads_identical"] = f"{sum(_bits_equal(a, b) for a, b in pairs)}/{len(pairs)}"

@@ -131,11 +131,12 @@ def _meta(path: Path | None) -> dict:
     return {"gpu": prov.get("gpu"), "torch": prov.get("torch")}
 
 
-def summary_sentences(runs: dict[str, Path]) -> list[str]:
-    """What was asked and what was found, in a few sentences, every number from `headline_rows`."""
+def summary_sentences(runs: dict[str, Path], rows: list[dict] | None = None) -> list[str]:
+    """What was asked and what was found, in a few sentences, every number from `headline_rows` (pass them when
+    already read)."""
     post = post_about()
     rows = {(r["result"].split(":")[0], r["result"].split(": ")[-1].split(" ")[0], r["protocol"]): r
-            for r in headline_rows(runs)}
+            for r in (headline_rows(runs) if rows is None else rows)}
     meta = next((m for m in (_meta(p) for p in runs.values()) if m), {})
     out = [f"The post \u201c{post['title']}\u201d ({post['author']}, {post['date']}) made PyTorch's FP32 LayerNorm at "
            f"L1/40 faster with tested bit identity: torch's arithmetic in torch's order, the output pass spread over "

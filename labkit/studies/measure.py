@@ -2,7 +2,9 @@
 preflight that keeps out of protocol A what a CUDA graph cannot replay. Each returns a JSON-able record."""
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import time
 from dataclasses import replace
 
@@ -126,3 +128,22 @@ def host_us_per_call(fn, calls: int, sync, warmups: int = 100) -> float:
     t1 = time.perf_counter()
     sync()
     return (t1 - t0) / calls * 1e6
+
+
+@contextlib.contextmanager
+def deterministic_algorithms():
+    """torch.use_deterministic_algorithms(True) for a comparison of two models' bits (attention's and some matmul
+    and embedding backwards reduce in a nondeterministic order otherwise, and a model would differ from itself),
+    with cuBLAS's deterministic workspace; the previous setting, warn_only and the environment restored after."""
+    import torch
+
+    was = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+           os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = was[2] or ":4096:8"
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
+        if was[2] is None:
+            del os.environ["CUBLAS_WORKSPACE_CONFIG"]

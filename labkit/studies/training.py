@@ -129,6 +129,7 @@ def _host_one(shape, calls: int, device) -> dict:
 
     import labkit
     from labkit.ops.dropin import explain
+    from labkit.ops.dropin.plan import backward_is_torchs
 
     x, w, b, dy = _tensors(shape, 0, device)
     ns = tuple(w.shape)
@@ -136,7 +137,7 @@ def _host_one(shape, calls: int, device) -> dict:
     xs = x.detach().clone().requires_grad_()
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     out = {"shape": list(shape), "calls": calls, "forward_path": explain(x, ns, w, b)["path"],
-           "backward_ours": not _backward_is_torchs(x, ns, w, b)}
+           "backward_ours": not backward_is_torchs(x, ns, w, b)}
     # the backward alone needs forwards made before the clock; where keeping them all would take more than
     # 1 GiB, it is the whole step's time less the forward's instead
     keep_outputs = (calls + 100) * x.numel() * 4 <= 1 << 30
@@ -157,12 +158,6 @@ def _host_one(shape, calls: int, device) -> dict:
     return out
 
 
-def _backward_is_torchs(x, ns, w, b) -> bool:
-    from labkit.ops.dropin.plan import backward_is_torchs
-
-    return backward_is_torchs(x, ns, w, b)
-
-
 def host_cost(calls: int = 2000, device="cuda") -> dict:
     """Host microseconds per call, torch beside the drop-in in the same run: a forward with grad on, a backward
     (torch.autograd.grad of one forward's output, the forward made before the clock starts), and a no-grad
@@ -172,12 +167,13 @@ def host_cost(calls: int = 2000, device="cuda") -> dict:
     import torch
 
     from labkit.ops.dropin import explain
+    from labkit.ops.dropin.plan import backward_is_torchs
 
     entries = [_host_one(HOST_SHAPE, calls, device)]
     for shape in HOST_OURS_CANDIDATES:
         x = torch.empty(shape, device=device)
         ns, w = shape[1:], torch.empty(shape[1:], device=device)
-        if explain(x, ns, w, w)["path"] != "native" and not _backward_is_torchs(x, ns, w, w):
+        if explain(x, ns, w, w)["path"] != "native" and not backward_is_torchs(x, ns, w, w):
             del x
             entries.append(_host_one(shape, calls, device))
             break
@@ -247,18 +243,14 @@ def model_steps(device="cuda", seed: int = 0, **cfg) -> dict:
     from itself: matmul and embedding backward reduce in a nondeterministic order): losses, every gradient of every
     step and the weights after the last, as int32 views. The `training_model` record."""
     import copy
-    import os
-
     import torch
 
     from labkit import swap_layer_norms
     from labkit.ops.dropin import explain
+    from labkit.studies.measure import deterministic_algorithms
 
     c = {**MODEL, **cfg}
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    was = torch.are_deterministic_algorithms_enabled()
-    torch.use_deterministic_algorithms(True)
-    try:
+    with deterministic_algorithms():
         ref = make_transformer(device, seed, **c)
         ours = copy.deepcopy(ref)
         swapped = swap_layer_norms(ours)
@@ -267,8 +259,6 @@ def model_steps(device="cuda", seed: int = 0, **cfg) -> dict:
         targets = torch.randint(0, c["vocab"], (c["batch"], c["seq"]), generator=g).to(device)
         r_loss, r_grads, r_w = _train(ref, tokens, targets, c["steps"])
         o_loss, o_grads, o_w = _train(ours, tokens, targets, c["steps"])
-    finally:
-        torch.use_deterministic_algorithms(was)
     ln = next(m for m in ours.modules() if type(m).__name__ == "LayerNorm")
     path = explain(torch.empty(c["batch"] * c["seq"], c["d_model"], device=device), (c["d_model"],), ln.weight,
                    ln.bias)
@@ -446,31 +436,17 @@ def speed_rows(sweep_record: dict | None) -> list[dict]:
 
 
 def figure(sweep_record: dict | None, label: str = ""):
-    """Forward + backward time against elements per row (log axes), one line per method and protocol."""
+    """Forward + backward time against elements per row (labkit.studies.plots.time_vs_shape, as the front page
+    draws it); a figure saying so when the record has no such timing."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.2))
-    shapes = [r for r in (sweep_record or {}).get("shapes", []) if r["rows"] * r["n"] == 1 << 24 and r.get("eager")]
-    if not shapes:
+    from labkit.studies.plots import time_vs_shape
+
+    fig = time_vs_shape([(label or "forward + backward", sweep_record, "eager")])
+    if fig is None:
+        fig, ax = plt.subplots(figsize=(8, 2))
         ax.text(0.5, 0.5, "no forward + backward timing in the record", ha="center", va="center")
         ax.set_axis_off()
-        return fig
-    shapes.sort(key=lambda r: r["n"])
-    n = [r["n"] for r in shapes]
-    for key, proto, name, style in (("native", "eager", "torch eager", "o-"), ("dropin", "eager", "drop-in eager",
-                                    "s-"), ("dropin", "graph", "drop-in graph replay", "s--"),
-                                    ("native_compiled", "eager", "torch.compile eager", "^-")):
-        ys = [(r.get(proto) or {}).get(key) for r in shapes]
-        if any(v is not None for v in ys):
-            ax.plot(n, [1e3 * v if v else float("nan") for v in ys], style, label=name)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("N (elements per row); rows = 2**24 / N")
-    ax.set_ylabel("forward + backward, us (median)")
-    ax.set_title(label or "forward + backward, 2**24 elements")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
     return fig
 
 

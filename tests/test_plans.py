@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from labkit.core import launch
+from labkit.core import launch, program
 from labkit.core.device import Device
 from labkit.ops import chain, plans, reference_order, rows_fused
 
@@ -40,8 +40,8 @@ def recorded(monkeypatch):
 
     monkeypatch.setattr(launch, "function", fake_function)
     monkeypatch.setattr(plans, "device_scope", Scope)
-    monkeypatch.setattr(chain, "memset_async", lambda ptr, n, s: log["memsets"].append((ptr, n, log["device"][0])))
-    monkeypatch.setattr(chain, "TensorMapEncoder", lambda geometry: (lambda address: ("map", geometry, address)))
+    monkeypatch.setattr(program, "memset_async", lambda ptr, n, s: log["memsets"].append((ptr, n, log["device"][0])))
+    monkeypatch.setattr(program, "TensorMapEncoder", lambda geometry: (lambda address: ("map", geometry, address)))
     monkeypatch.setattr(plans, "stream", lambda index: (f"stream{index}", 1000 + index))
     plans._bound.clear()
     yield log
@@ -52,7 +52,7 @@ def test_chain_launches_hand_the_kernels_their_arguments_in_order(recorded):
     p = chain.plan(16, 1 << 22, H200)
     b = plans.bound(p, 1)
     with plans.device_scope(1):
-        b(0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000, np.float32(1e-5), ("s", 1001))
+        b((0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000), np.float32(1e-5), ("s", 1001))
     (ptr, nbytes, dev), = recorded["memsets"]
     assert (ptr, nbytes, dev) == (0x7000 + 48 * 16, 4 * 16, 1)  # the row counters, zeroed on x's device first
     (s_fn, s_grid, s_block, s_args, s_smem, s_dev), (o_fn, o_grid, _, o_args, _, o_dev) = recorded["calls"]
@@ -70,7 +70,7 @@ def test_reference_order_and_rows_fused_argument_order(recorded):
     for p in (reference_order.plan(8, 1024, H200), rows_fused.plan(8, 1024, H200)):
         recorded["calls"].clear()
         with plans.device_scope(0):
-            plans.bound(p, 0)(1, 2, 3, 4, 5, 6, 0, np.float32(0.5), ("s", 1000))
+            plans.bound(p, 0)((1, 2, 3, 4, 5, 6, 0), np.float32(0.5), ("s", 1000))
         names = [c[0] for c in recorded["calls"]]
         args = [[int(a) if isinstance(a, np.uint64) else a for a in c[3]] for c in recorded["calls"]]
         if p.path == "reference_order":

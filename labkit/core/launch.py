@@ -103,6 +103,11 @@ class Prepared:
     def __call__(self, args: tuple, stream) -> None:
         self._fn(self._grid, self._block, args, shared_mem=self._smem, stream=stream)
 
+    @property
+    def function_handle(self) -> int:
+        """The driver's CUfunction, for the host extension's launches (labkit.core.program.native_steps)."""
+        return self._fn.ptr
+
 
 def prepare(spec: Kernel, device_index: int) -> Prepared:
     return Prepared(spec, device_index)

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.core.device import Device, current_index, device_info
-from labkit.core.launch import Kernel, device_scope, memset_async, prepare, stream
-from labkit.core.tensormap import TensorMapEncoder, TensorMapGeometry
+from labkit.core.launch import Kernel, device_scope, stream
+from labkit.core.program import BACKWARD_SLOTS, I32, U64, BoundProgram, Launch, Map, Memset, Program, Ptr
+from labkit.core.tensormap import TensorMapGeometry
 from labkit.ops import eligibility
 from labkit.ops.plans import Scratch, bound
 
@@ -76,8 +77,34 @@ class GradPlan:
     scratch: Scratch                     # s1, s2 [rows]; chain: warp sums [rows, 4, 2], then row counters (zeroed)
     path: str = PATH
 
-    def bind(self, device_index: int) -> "_Bound":
-        return _Bound(self, device_index)
+    def program(self, device_index: int) -> Program:
+        """dgamma/dbeta slots at address 0 where not wanted (or, in the partial form, [partial_groups, N] buffers
+        for the caller's .sum(0)); `weight` is ones where the forward had none."""
+        rows, n4 = self.rows, self.n // 4
+        rpg = I32(self.template.rows_per_group)
+        stats = (Ptr("mean"), Ptr("rstd"))
+        if self.schedule == "split":  # sums and dX in one pass; the GammaBeta pass then writes no dX
+            return Program(BACKWARD_SLOTS, (
+                Launch(self.sums, (Ptr("x"), Ptr("dy"), Ptr("weight")) + stats + (Ptr("dx"), I32(n4)), "sums"),
+                Launch(self.columns, (Ptr("x"), Ptr("dy"), Ptr("weight")) + stats + (U64(0), U64(0), U64(0),
+                       Ptr("dgamma"), Ptr("dbeta"), I32(rows), I32(n4), rpg), "columns")))
+        s1, s2 = Ptr("scratch"), Ptr("scratch", 4 * rows)
+        steps = []
+        if self.tensor_map is not None:
+            g = self.tensor_map
+            weight_map = TensorMapGeometry(g.dims[:3] + (1,), g.strides_bytes, g.box)
+            steps.append(Memset("scratch", self.scratch.zeroed_at, self.scratch.zeroed_bytes, "sums"))
+            steps.append(Launch(self.sums, (Map("x", g), Map("dy", g), Map("weight", weight_map)) + stats + (
+                Ptr("scratch", 8 * rows), Ptr("scratch", self.scratch.zeroed_at), s1, s2, I32(self.n)), "sums"))
+        else:
+            steps.append(Launch(self.sums, (Ptr("x"), Ptr("dy"), Ptr("weight")) + stats + (s1, s2, I32(n4)),
+                                "sums"))
+        steps.append(Launch(self.columns, (Ptr("x"), Ptr("dy"), Ptr("weight")) + stats + (
+            s1, s2, Ptr("dx"), Ptr("dgamma"), Ptr("dbeta"), I32(rows), I32(n4), rpg), "columns"))
+        return Program(BACKWARD_SLOTS, tuple(steps))
+
+    def bind(self, device_index: int) -> BoundProgram:
+        return BoundProgram(self.program(device_index), device_index)
 
 
 def choose_schedule(rows: int, n: int, device: Device) -> str:
@@ -143,39 +170,6 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto") -> GradPlan:
     return GradPlan(rows, n, schedule, sums, columns, t, geometry, scratch)
 
 
-class _Bound:
-    def __init__(self, p: GradPlan, device_index: int):
-        self.plan = p
-        self._sums, self._columns = prepare(p.sums, device_index), prepare(p.columns, device_index)
-        self._x_map = TensorMapEncoder(p.tensor_map) if p.tensor_map else None
-        self._g_map = (TensorMapEncoder(TensorMapGeometry(p.tensor_map.dims[:3] + (1,), p.tensor_map.strides_bytes,
-                                                          p.tensor_map.box)) if p.tensor_map else None)
-        self._rows, self._n, self._n4 = np.int32(p.rows), np.int32(p.n), np.int32(p.n // 4)
-        self._rpg = np.int32(p.template.rows_per_group)
-
-    def __call__(self, dy, x, mean, rstd, weight, dx, dgamma, dbeta, scratch, stream) -> None:
-        """Raw pointers; `weight` is ones where the forward had none; dgamma/dbeta 0 where not wanted (or, in the
-        partial form, [partial_groups, N] buffers for the caller's .sum(0))."""
-        u = np.uint64
-        s, s_ptr = stream
-        s1, s2 = scratch, scratch + 4 * self.plan.rows
-        if self.plan.schedule == "split":  # sums and dX in one pass; the GammaBeta pass then writes no dX
-            self._sums((u(x), u(dy), u(weight), u(mean), u(rstd), u(dx), self._n4), s)
-            self._columns((u(x), u(dy), u(weight), u(mean), u(rstd), u(0), u(0), u(0), u(dgamma), u(dbeta),
-                           self._rows, self._n4, self._rpg), s)
-            return
-        if self._x_map is not None:
-            warp_sums = scratch + 8 * self.plan.rows
-            done = scratch + self.plan.scratch.zeroed_at
-            memset_async(done, self.plan.scratch.zeroed_bytes, s_ptr)
-            self._sums((self._x_map(x), self._x_map(dy), self._g_map(weight), u(mean), u(rstd), u(warp_sums),
-                        u(done), u(s1), u(s2), self._n), s)
-        else:
-            self._sums((u(x), u(dy), u(weight), u(mean), u(rstd), u(s1), u(s2), self._n4), s)
-        self._columns((u(x), u(dy), u(weight), u(mean), u(rstd), u(s1), u(s2), u(dx), u(dgamma), u(dbeta),
-                       self._rows, self._n4, self._rpg), s)
-
-
 def input_refusal(x, normalized_shape, weight, bias, addresses: bool = True) -> str | None:
     """Why our backward may not take a forward's inputs, whatever grad_y, mean and rstd come (None: it may)."""
     why = eligibility.refusal(x, weight, bias, 0.0, normalized_shape,
@@ -225,6 +219,9 @@ def backward(dy, x, normalized_shape, mean, rstd, weight, bias, mask=(True, True
     return run(p, dy, x, ns, mean, rstd, weight, bias, mask, index)
 
 
+_NO_EPS = np.float32(0.0)  # the backward programs take no eps
+
+
 def run(p: GradPlan, dy, x, ns, mean, rstd, weight, bias, mask, index: int, ones=None, launcher=None):
     """Launch plan `p` on validated tensors (mean and rstd contiguous, any shape with one value per row). `ones`: a
     cached ones tensor of shape ns for an absent weight; `launcher`: `bound(p, index)`, where the caller keeps it."""
@@ -244,8 +241,8 @@ def run(p: GradPlan, dy, x, ns, mean, rstd, weight, bias, mask, index: int, ones
     ptr = (lambda t: t.data_ptr() if t is not None else 0)
     b = launcher if launcher is not None else bound(p, index)
     with device_scope(index):
-        b(dy.data_ptr(), x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), g.data_ptr(), dx.data_ptr(), ptr(dgp),
-          ptr(dbp), ptr(scratch), stream(index))
+        b((dy.data_ptr(), x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), g.data_ptr(), dx.data_ptr(), ptr(dgp),
+           ptr(dbp), ptr(scratch)), _NO_EPS, stream(index))
     if parts > 1:  # torch's own .sum(0) of the same partials, as LaunchGammaBetaBackwardCUDAKernel does
         dgp = dgp.sum(0).view(ns) if dgp is not None else None
         dbp = dbp.sum(0).view(ns) if dbp is not None else None

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.core.device import Device, current_index, device_info
-from labkit.core.launch import Kernel, launch, memset_async, prepare
-from labkit.core.tensormap import TensorMapEncoder, TensorMapGeometry
+from labkit.core.launch import Kernel, launch
+from labkit.core.program import EPS, FORWARD_SLOTS, I32, U64, BoundProgram, Launch, Map, Memset, Program, Ptr
+from labkit.core.tensormap import TensorMapGeometry
 from labkit.ops import eligibility, rows_fused
 from labkit.ops.plans import Scratch, execute
 
@@ -123,8 +124,22 @@ class ChainPlan:
     scratch: Scratch                     # per-warp states [rows, 4, 3] floats, then per-row counters [rows], zeroed
     path: str = PATH
 
-    def bind(self, device_index: int) -> "_Bound":
-        return _Bound(self, device_index)
+    def program(self, device_index: int) -> Program:
+        # the per-row counters: the kernel's last block per row resets its own, but a killed or faulted launch
+        # would not, so they are zeroed per call (a node of the graph under capture)
+        done = Ptr("scratch", self.scratch.zeroed_at)
+        if self.tensor_map is not None:
+            head = (Map("x", self.tensor_map),)
+        else:
+            head = (Ptr("x"), U64(reciprocal_table(device_index).data_ptr()))
+        return Program(FORWARD_SLOTS, (
+            Memset("scratch", self.scratch.zeroed_at, self.scratch.zeroed_bytes, "stats"),
+            Launch(self.stats, head + (Ptr("scratch"), done, Ptr("mean"), Ptr("rstd"), I32(self.n), EPS), "stats"),
+            Launch(self.output, (Ptr("x"), Ptr("mean"), Ptr("rstd"), Ptr("weight"), Ptr("bias"), Ptr("y"),
+                                 I32(self.rows), I32(self.n // 4)), "output")))
+
+    def bind(self, device_index: int) -> BoundProgram:
+        return BoundProgram(self.program(device_index), device_index)
 
 
 def plan(rows: int, n: int, device: Device, settings: ChainSettings = DEFAULT_SETTINGS) -> ChainPlan:
@@ -181,32 +196,6 @@ def reciprocal_table(device_index: int):
             torch.cuda.current_stream(device).synchronize()
             _recip_tables[device_index] = table
         return table
-
-
-class _Bound:
-    def __init__(self, p: ChainPlan, device_index: int):
-        self._stats, self._output = prepare(p.stats, device_index), prepare(p.output, device_index)
-        self._tmap = TensorMapEncoder(p.tensor_map) if p.tensor_map else None
-        self._recip = np.uint64(reciprocal_table(device_index).data_ptr()) if p.reciprocals else None
-        self._done_at, self._done_bytes = p.scratch.zeroed_at, p.scratch.zeroed_bytes
-        self._n, self._rows, self._n4 = np.int32(p.n), np.int32(p.rows), np.int32(p.n // 4)
-
-    def stats(self, x, mean, rstd, scratch, eps, stream) -> None:
-        u = np.uint64
-        s, s_ptr = stream
-        done = scratch + self._done_at
-        memset_async(done, self._done_bytes, s_ptr)  # the kernel's last block per row resets it, but a killed
-        # or faulted launch would not: zero per call, as a node of the graph under capture
-        head = (self._tmap(x),) if self._tmap is not None else (u(x), self._recip)
-        self._stats(head + (u(scratch), u(done), u(mean), u(rstd), self._n, eps), s)
-
-    def output(self, x, mean, rstd, weight, bias, y, stream) -> None:
-        u = np.uint64
-        self._output((u(x), u(mean), u(rstd), u(weight), u(bias), u(y), self._rows, self._n4), stream[0])
-
-    def __call__(self, x, weight, bias, y, mean, rstd, scratch, eps, stream) -> None:
-        self.stats(x, mean, rstd, scratch, eps, stream)
-        self.output(x, mean, rstd, weight, bias, y, stream)
 
 
 @functools.lru_cache(maxsize=4096)

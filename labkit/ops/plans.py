@@ -3,11 +3,13 @@
 Each kernel path (labkit.ops.reference_order, chain, rows_fused) exports `plan(rows, n, device)`: a frozen
 description of its launches computed from the shape and the device's limits (kernel functions, grid, block,
 shared memory, scratch layout, tensor-map geometry), raising ValueError where the path cannot take the shape.
-`plan.bind(device_index)` prepares it on a device (labkit.core.launch: function handles, shared-memory opt-in) and
-returns a callable on raw pointers:
+`plan.program(device_index)` is that call as data (labkit.core.program: slots x, weight, bias, y, mean, rstd,
+scratch; memsets and launches in stages "stats"/"output", or "fused"), and `plan.bind(device_index)` prepares it
+on a device as a BoundProgram (function handles, shared-memory opt-in), called on raw pointers:
 
-    bound(x, weight, bias, y, mean, rstd, scratch, eps, stream)
+    bound((x, weight, bias, y, mean, rstd, scratch), eps, stream)
 
+The drop-in's host extension runs the same programs from C++ (labkit.ops.dropin.host).
 The public kernel functions run a plan through `execute` (fresh outputs, scratch from torch's allocator on the
 call's stream); the drop-in's per-signature plans hold the same bound plan (`bound`, shared per plan and device)
 and call it with their own buffers. Callers make the device current around a bound call (`device_scope`).
@@ -83,8 +85,8 @@ def execute(plan, x, weight, bias, eps: float, out=None):
     scratch = scratch_for(plan, x.device)
     b = bound(plan, index)
     with device_scope(index):
-        b(x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
-          _ptr(scratch), np.float32(eps), stream(index))
+        b((x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
+           _ptr(scratch)), np.float32(eps), stream(index))
     return y, mean, rstd
 
 
@@ -94,7 +96,8 @@ def stats_only(plan, x, mean, rstd, eps: float) -> None:
     scratch = scratch_for(plan, x.device)
     b = bound(plan, index)
     with device_scope(index):
-        b.stats(x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), _ptr(scratch), np.float32(eps), stream(index))
+        b((x.data_ptr(), 0, 0, 0, mean.data_ptr(), rstd.data_ptr(), _ptr(scratch)), np.float32(eps), stream(index),
+          stage="stats")
 
 
 def output_only(plan, x, mean, rstd, weight, bias, y) -> None:
@@ -102,5 +105,5 @@ def output_only(plan, x, mean, rstd, weight, bias, y) -> None:
     index = current_index(x.device)
     b = bound(plan, index)
     with device_scope(index):
-        b.output(x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(),
-                 stream(index))
+        b((x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), mean.data_ptr(), rstd.data_ptr(), 0),
+          np.float32(0.0), stream(index), stage="output")

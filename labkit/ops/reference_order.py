@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from labkit.core.device import Device, current_index, device_info
-from labkit.core.launch import Kernel, prepare
+from labkit.core.launch import Kernel
+from labkit.core.program import EPS, FORWARD_SLOTS, I32, BoundProgram, Launch, Program, Ptr
 from labkit.ops import eligibility
 from labkit.ops.plans import NO_SCRATCH, Scratch, execute
 
@@ -29,8 +28,14 @@ class ReferenceOrderPlan:
     scratch: Scratch = NO_SCRATCH
     path: str = PATH
 
-    def bind(self, device_index: int) -> "_Bound":
-        return _Bound(self, device_index)
+    def program(self, device_index: int) -> Program:
+        return Program(FORWARD_SLOTS, (
+            Launch(self.stats, (Ptr("x"), Ptr("mean"), Ptr("rstd"), I32(self.n), EPS), "stats"),
+            Launch(self.output, (Ptr("x"), Ptr("mean"), Ptr("rstd"), Ptr("weight"), Ptr("bias"), Ptr("y"),
+                                 I32(self.n // 4)), "output")))
+
+    def bind(self, device_index: int) -> BoundProgram:
+        return BoundProgram(self.program(device_index), device_index)
 
 
 def plan(rows: int, n: int, device: Device) -> ReferenceOrderPlan:
@@ -44,24 +49,6 @@ def plan(rows: int, n: int, device: Device) -> ReferenceOrderPlan:
                          f"(got {tiles} tiles for N={n})")
     return ReferenceOrderPlan(rows, n, Kernel("reference_stats", "reference_order_stats", (rows,), (32, 4)),
                               Kernel("affine_rows", "affine_rows_interleaved", (rows, tiles), (THREADS_AFFINE,)))
-
-
-class _Bound:
-    def __init__(self, p: ReferenceOrderPlan, device_index: int):
-        self._stats, self._output = prepare(p.stats, device_index), prepare(p.output, device_index)
-        self._n, self._n4 = np.int32(p.n), np.int32(p.n // 4)
-
-    def stats(self, x, mean, rstd, scratch, eps, stream) -> None:
-        u = np.uint64
-        self._stats((u(x), u(mean), u(rstd), self._n, eps), stream[0])
-
-    def output(self, x, mean, rstd, weight, bias, y, stream) -> None:
-        u = np.uint64
-        self._output((u(x), u(mean), u(rstd), u(weight), u(bias), u(y), self._n4), stream[0])
-
-    def __call__(self, x, weight, bias, y, mean, rstd, scratch, eps, stream) -> None:
-        self.stats(x, mean, rstd, scratch, eps, stream)
-        self.output(x, mean, rstd, weight, bias, y, stream)
 
 
 def reference_order_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from labkit.core.device import Device
-from labkit.core.launch import Kernel, prepare
+from labkit.core.launch import Kernel
+from labkit.core.program import EPS, FORWARD_SLOTS, I32, BoundProgram, Launch, Program, Ptr
 from labkit.ops.plans import NO_SCRATCH, Scratch
 
 PATH = "rows_fused"
@@ -33,21 +32,15 @@ class RowsFusedPlan:
     scratch: Scratch = NO_SCRATCH
     path: str = PATH
 
-    def bind(self, device_index: int) -> "_Bound":
-        return _Bound(self, device_index)
+    def program(self, device_index: int) -> Program:
+        args = (Ptr("x"), Ptr("weight"), Ptr("bias"), Ptr("y"), Ptr("mean"), Ptr("rstd"), I32(self.n), EPS)
+        return Program(FORWARD_SLOTS, (Launch(self.kernel, args, "fused"),))  # statistics and output: one pass
+
+    def bind(self, device_index: int) -> BoundProgram:
+        return BoundProgram(self.program(device_index), device_index)
 
 
 def plan(rows: int, n: int, device: Device) -> RowsFusedPlan:
     if device.arch < MIN_ARCH:
         raise ValueError(f"rows_fused is built for sm_{MIN_ARCH} and later, device is {device.arch_name}")
     return RowsFusedPlan(rows, n, Kernel("rows_fused", function_for(n), (rows,), (32, 4)))
-
-
-class _Bound:
-    def __init__(self, p: RowsFusedPlan, device_index: int):
-        self._k = prepare(p.kernel, device_index)
-        self._n = np.int32(p.n)
-
-    def __call__(self, x, weight, bias, y, mean, rstd, scratch, eps, stream) -> None:
-        u = np.uint64
-        self._k((u(x), u(weight), u(bias), u(y), u(mean), u(rstd), self._n, eps), stream[0])

@@ -9,8 +9,9 @@
   own reduction order;
 - layer_norm(): F.layer_norm's signature. In plain eager use it skips the dispatcher: with nothing to record it
   calls the plan directly; recording autograd where torch's kernels serve both directions (plan.torch_trains), it
-  is torch's own F.layer_norm and autograd node; else it goes through `_LayerNorm`, a torch.autograd.Function on
-  the same plan and backward (the registered op's Python dispatch cost ~80 us a call). Compiling, dispatch modes,
+  is torch's own F.layer_norm and autograd node; else the host extension's C++ autograd node on the same plan's
+  programs (labkit.ops.dropin.host), or, where that extension does not serve, `_LayerNorm`, a
+  torch.autograd.Function on the same plan and backward (the registered op's Python dispatch cost ~80 us a call). Compiling, dispatch modes,
   vmap and tensor subclasses take the registered op; functorch's differentiating transforms (torch.func.grad,
   jvp, ...), which a custom op's autograd does not support, take torch's F.layer_norm.
 """
@@ -21,6 +22,7 @@ from typing import List, Optional, Sequence
 import torch
 from torch import Tensor
 
+from labkit.ops.dropin import host
 from labkit.ops.dropin import plan as plans
 
 
@@ -273,6 +275,8 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
         plan = plans.get_plan(x, ns, weight, bias, eps, True)
         if plan.torch_trains:  # torch's kernels both ways: its own autograd node, with no Python on the way back
             return torch.nn.functional.layer_norm(x, ns, weight, bias, eps)
+        if plan.host is not None:  # the host extension's C++ node: no Python after this call, none on the way back
+            return host.module().train(plan.host, x, weight, bias)
         return _apply_layer_norm(x, weight, bias, ns, eps, plan)
     return plans.get_plan(x, ns, weight, bias, eps, False).forward(x, weight, bias, False)
 

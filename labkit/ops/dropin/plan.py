@@ -18,6 +18,7 @@ from labkit.core.launch import device_scope, stream
 from labkit.ops import backward as grad
 from labkit.ops import eligibility, paths
 from labkit.ops.dispatch import rule
+from labkit.ops.dropin import host
 from labkit.ops.plans import bound
 
 MAX_PLANS = 4096
@@ -48,6 +49,9 @@ class Plan:
     # True where torch serves the forward and will serve the backward too: the drop-in then hands the call to
     # torch's own autograd (its C++ node), as cheap on the host as nn.LayerNorm. Set by get_plan for grad plans.
     torch_trains = False
+    # the signature as the host extension's LayerNormPlan (labkit.ops.dropin.host), where that serves: set by
+    # get_plan (`attach_host`), None where the Python runner serves or torch's kernels serve both ways
+    host = None
 
     def __init__(self, reason: str, normalized_shape: tuple, eps: float, rule_source: str = NO_TABLE):
         self.reason, self.normalized_shape, self.eps = reason, normalized_shape, eps
@@ -84,6 +88,10 @@ class KernelPlan(Plan):
         self.launch = bound(op_plan, self.index)
 
     def forward(self, x, weight, bias, stats: bool):
+        h = self.host
+        if h is not None:  # the same program from C++, with the same alignment check and fallback
+            m = host.module()
+            return m.forward_stats(h, x, weight, bias) if stats else m.forward(h, x, weight, bias)
         xp = x.data_ptr()
         wp = (weight if weight is not None else self.ones).data_ptr()
         bp = (bias if bias is not None else self.neg_zeros).data_ptr()
@@ -102,7 +110,7 @@ class KernelPlan(Plan):
             rp = mp + 4 * rows
         sp = scratch.data_ptr() if scratch is not None else 0
         with device_scope(self.index):
-            self.launch(xp, wp, bp, y.data_ptr(), mp, rp, sp, self.eps_arg, stream(self.index))
+            self.launch((xp, wp, bp, y.data_ptr(), mp, rp, sp), self.eps_arg, stream(self.index))
         return (y, mean, rstd) if stats else y
 
 
@@ -151,10 +159,43 @@ def get_plan(x, normalized_shape: tuple, weight, bias, eps, needs_grad: bool = F
         if needs_grad and type(plan) is Plan:
             plan.torch_trains = backward_is_torchs(x, normalized_shape, weight, bias)
         if cacheable:
+            plan.host = attach_host(plan, x, normalized_shape, weight, bias, eps, needs_grad)
             if len(_plans) >= MAX_PLANS:
                 _plans.clear()
             _plans[key] = plan
     return plan
+
+
+def attach_host(plan: Plan, x, ns: tuple, weight, bias, eps: float, needs_grad: bool):
+    """`plan` as the host extension's LayerNormPlan: its forward program (where ours serve) and, for a grad plan,
+    the backward program the rule picks (`backward_plan`); None where torch's kernels serve both ways, the input
+    is not on a GPU, a graph is being captured (programs are prepared outside capture), or the extension does not
+    serve on this device (`host.unavailable` says why)."""
+    import torch
+
+    if x.device.type != "cuda" or plan.torch_trains or torch.cuda.is_current_stream_capturing():
+        return None
+    index = x.get_device()
+    if host.unavailable(index) is not None:
+        return None
+    n = math.prod(ns)
+    rows = x.numel() // n
+    forward = host.program(plan.launch) if isinstance(plan, KernelPlan) else None
+    gp = backward_plan(x, ns, weight, bias) if needs_grad else None
+    if forward is None and gp is None:
+        return None
+    backward = host.program(bound(gp, index)) if gp is not None else None
+    ones = getattr(plan, "ones", None)
+    neg_zeros = getattr(plan, "neg_zeros", None)
+    if weight is None and ones is None:
+        ones = torch.ones(ns, device=x.device)
+    if bias is None and neg_zeros is None:
+        neg_zeros = torch.full(ns, -0.0, device=x.device)
+    stat_shape = tuple(x.shape[:x.dim() - len(ns)]) + (1,) * len(ns)
+    return host.module().LayerNormPlan(
+        forward, backward, list(ns), float(eps), list(stat_shape), rows, n,
+        plan.scratch_bytes if forward is not None else 0, gp.scratch.nbytes if gp is not None else 0,
+        gp.template.partial_groups if gp is not None else 1, ones, neg_zeros)
 
 
 def clear() -> None:
@@ -209,10 +250,26 @@ def backward_is_torchs(x, ns: tuple, weight, bias) -> bool:
     return rule.choose_backward(rows, n, dev, tuple(grad.plannable(rows, n, dev)))[0] == paths.NATIVE
 
 
+def backward_plan(x, ns: tuple, weight, bias):
+    """The GradPlan our backward runs for a forward on inputs like these (the forced schedule, else the rule's
+    choice), or None where torch's backward serves (`backward_is_torchs`, or a forced schedule that cannot take
+    the shape)."""
+    if backward_is_torchs(x, ns, weight, bias):
+        return None
+    dev = device_info(x.get_device())
+    n = math.prod(ns)
+    rows = x.numel() // n
+    path = _forced_backward[0] or rule.choose_backward(rows, n, dev, tuple(grad.plannable(rows, n, dev)))[0]
+    try:
+        return grad.plan(rows, n, dev, path)
+    except ValueError:  # a forced schedule that cannot take this shape: torch's backward
+        return None
+
+
 def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
     """(GradPlan, ones for an absent weight, its bound launches) where our backward serves this call, else None:
     the inputs pass its predicate (labkit.ops.backward.refusal) and the rule picks it
-    (labkit.ops.dispatch.rule.choose_backward). Cached per signature like the forward's plans; the per-call address checks run every time."""
+    (`backward_plan`). Cached per signature like the forward's plans; the per-call address checks run every time."""
     import torch
 
     forced = _forced_backward[0]
@@ -223,17 +280,10 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
         hit = (None, None)
         if grad.refusal(dy, x, ns, mean, rstd, weight, bias, addresses=False) is None and \
                 not torch.cuda.is_current_stream_capturing():
-            dev = device_info(x.get_device())
-            n = math.prod(ns)
-            rows = x.numel() // n
-            path = forced or rule.choose_backward(rows, n, dev, tuple(grad.plannable(rows, n, dev)))[0]
-            if path != paths.NATIVE:
+            gp = backward_plan(x, ns, weight, bias)
+            if gp is not None:
                 ones = torch.ones(ns, device=x.device) if weight is None else None
-                try:
-                    gp = grad.plan(rows, n, dev, path)
-                    hit = (gp, ones, bound(gp, x.get_device()))
-                except ValueError:  # a forced schedule that cannot take this shape: torch's backward
-                    hit = (None, None)
+                hit = (gp, ones, bound(gp, x.get_device()))
         if len(_grad_plans) >= MAX_PLANS:
             _grad_plans.clear()
         _grad_plans[key] = hit

@@ -1,0 +1,293 @@
+// The drop-in's eager calls from C++: a signature's plan (labkit.ops.dropin.plan) as a LayerNormPlan holding the
+// forward and backward Programs (host/launch_program.h) its dispatch chose, or none where torch's kernel serves,
+// and a C++ autograd node, so that recording autograd costs what torch's own node costs: no Python in the
+// forward after the plan lookup, none at all in the backward, which the engine runs without the GIL.
+//
+// What it computes is decided in Python, never here: the Programs are the plans' own (labkit.core.program), and
+// every input a Program may not take at this call (a misaligned buffer, grad_y not float32 like x) goes to
+// torch's native_layer_norm(_backward), as the Python path sends it. Double backward recomputes through torch's
+// layer_norm, as the Python node does (its backward is twice differentiable; ours is not).
+#include <torch/extension.h>
+
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <optional>
+#include <tuple>
+
+#include "launch_program.h"
+
+namespace py = pybind11;
+using at::Tensor;
+using labkit_host::Program;
+
+namespace {
+
+struct ProgramHolder : torch::CustomClassHolder {
+  Program program;
+};
+
+c10::intrusive_ptr<ProgramHolder> make_program(int slots, const py::list& steps) {
+  auto holder = c10::make_intrusive<ProgramHolder>();
+  Program& p = holder->program;
+  p.slots = slots;
+  for (const auto& item : steps) {
+    py::tuple t = item.cast<py::tuple>();
+    labkit_host::Step s;
+    std::string kind = t[0].cast<std::string>();
+    if (kind == "memset") {
+      s.memset = true;
+      s.slot = t[1].cast<int>();
+      s.offset = t[2].cast<int64_t>();
+      s.nbytes = t[3].cast<int64_t>();
+    } else if (kind == "launch") {
+      s.fn = reinterpret_cast<labkit_host::CUfunction>(t[1].cast<uint64_t>());
+      py::tuple grid = t[2].cast<py::tuple>(), block = t[3].cast<py::tuple>();
+      for (int i = 0; i < 3; ++i) {
+        s.grid[i] = grid[i].cast<unsigned>();
+        s.block[i] = block[i].cast<unsigned>();
+      }
+      s.shared_mem = t[4].cast<unsigned>();
+      for (const auto& a : t[5].cast<py::list>()) {
+        py::tuple at = a.cast<py::tuple>();
+        labkit_host::Arg arg;
+        arg.kind = at[0].cast<int>();
+        arg.slot = at[1].cast<int>();
+        if (arg.kind == labkit_host::kMap) {
+          py::tuple g = at[2].cast<py::tuple>();
+          py::tuple dims = g[0].cast<py::tuple>(), strides = g[1].cast<py::tuple>(), box = g[2].cast<py::tuple>();
+          auto m = std::make_unique<labkit_host::MapGeometry>();
+          m->rank = static_cast<unsigned>(dims.size());
+          TORCH_CHECK(m->rank >= 1 && m->rank <= 5 && strides.size() == m->rank - 1 && box.size() == m->rank,
+                      "tensor map rank mismatch");
+          for (unsigned i = 0; i < m->rank; ++i) {
+            m->dims[i] = dims[i].cast<unsigned long long>();
+            m->box[i] = box[i].cast<unsigned>();
+            if (i + 1 < m->rank) m->strides[i] = strides[i].cast<unsigned long long>();
+          }
+          arg.value = static_cast<int64_t>(p.maps.size());
+          p.maps.push_back(std::move(m));
+        } else {
+          arg.value = at[2].cast<int64_t>();
+        }
+        TORCH_CHECK(arg.kind >= 0 && arg.kind <= labkit_host::kEps, "unknown argument kind ", arg.kind);
+        TORCH_CHECK(arg.kind != labkit_host::kPtr && arg.kind != labkit_host::kMap ||
+                        (arg.slot >= 0 && arg.slot < slots),
+                    "argument slot ", arg.slot, " out of range");
+        s.args.push_back(arg);
+      }
+      TORCH_CHECK(s.args.size() <= static_cast<size_t>(Program::kMaxArgs), "too many kernel arguments");
+    } else {
+      TORCH_CHECK(false, "unknown step kind ", kind);
+    }
+    TORCH_CHECK(!s.memset || (s.slot >= 0 && s.slot < slots), "memset slot out of range");
+    p.steps.push_back(std::move(s));
+  }
+  return holder;
+}
+
+// torch's current stream of a CUDA device, as its raw handle (the capturing stream under graph capture).
+void* current_stream(const c10::Device& device) {
+  c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  return impl.getStreamNativeHandle(impl.getStream(device));
+}
+
+void run(const ProgramHolder& holder, const c10::Device& device, const uint64_t* ptrs, float eps) {
+  labkit_host::use_primary_context(device.index());
+  holder.program.run(ptrs, eps, current_stream(device));
+}
+
+inline uint64_t address(const Tensor& t) {
+  return t.defined() ? reinterpret_cast<uint64_t>(t.data_ptr()) : 0;
+}
+
+inline bool misaligned(const Tensor& a, const Tensor& b, const Tensor& c) {
+  return ((address(a) | address(b) | address(c)) & 15) != 0;
+}
+
+// One input signature of the drop-in (labkit.ops.dropin.plan.KernelPlan / Plan), as Python planned it.
+struct LayerNormPlan : torch::CustomClassHolder {
+  c10::intrusive_ptr<ProgramHolder> forward, backward;  // null: torch's kernel serves that direction
+  std::vector<int64_t> normalized_shape, stat_shape;
+  double eps = 1e-5;
+  int64_t rows = 0, n = 0, forward_scratch = 0, backward_scratch = 0, partial_groups = 1;
+  Tensor ones, neg_zeros;  // gamma 1 and beta -0.0 standing in for an absent weight and bias
+};
+
+std::tuple<Tensor, Tensor, Tensor> run_forward(const LayerNormPlan& p, const Tensor& x, const Tensor& w,
+                                               const Tensor& b, bool stats) {
+  const Tensor& g = w.defined() ? w : p.ones;
+  const Tensor& beta = b.defined() ? b : p.neg_zeros;
+  if (!p.forward || misaligned(x, g, beta)) {  // torch's can_vectorize fails too: its other path serves
+    if (stats) return at::native_layer_norm(x, p.normalized_shape, w, b, p.eps);
+    return {at::layer_norm(x, p.normalized_shape, w, b, p.eps), Tensor(), Tensor()};
+  }
+  c10::DeviceGuard guard(x.device());
+  auto f32 = x.options().dtype(at::kFloat);
+  Tensor y = at::empty(x.sizes(), f32);
+  Tensor mean, rstd, scratch;
+  uint64_t mp, rp, sp;
+  if (stats) {
+    mean = at::empty(p.stat_shape, f32);
+    rstd = at::empty(p.stat_shape, f32);
+    if (p.forward_scratch) scratch = at::empty({p.forward_scratch}, x.options().dtype(at::kByte));
+    mp = address(mean), rp = address(rstd);
+  } else {  // scratch with mean and rstd behind it: one allocation
+    scratch = at::empty({p.forward_scratch + 8 * p.rows}, x.options().dtype(at::kByte));
+    mp = address(scratch) + p.forward_scratch;
+    rp = mp + 4 * p.rows;
+  }
+  sp = address(scratch);
+  const uint64_t ptrs[7] = {address(x), address(g), address(beta), address(y), mp, rp, sp};
+  run(*p.forward, x.device(), ptrs, static_cast<float>(p.eps));
+  return {y, mean, rstd};
+}
+
+std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor dy, const Tensor& x,
+                                                const Tensor& mean, const Tensor& rstd, const Tensor& w,
+                                                const Tensor& b, std::array<bool, 3> mask) {
+  const Tensor& g = w.defined() ? w : p.ones;
+  bool ours = p.backward && dy.is_cuda() && dy.scalar_type() == at::kFloat && dy.sizes() == x.sizes() &&
+              mean.is_contiguous() && rstd.is_contiguous() && mean.numel() == p.rows && rstd.numel() == p.rows;
+  if (ours) {
+    dy = dy.contiguous();  // what torch's backward does first (LayerNormBackwardKernelImpl)
+    ours = !misaligned(x, dy, g);
+  }
+  if (!ours) return at::native_layer_norm_backward(dy, x, p.normalized_shape, mean, rstd, w, b, mask);
+  c10::DeviceGuard guard(x.device());
+  bool want_w = mask[1] && w.defined(), want_b = mask[2] && b.defined();
+  auto f32 = x.options().dtype(at::kFloat);
+  Tensor dx = at::empty(x.sizes(), f32);
+  Tensor scratch;
+  if (p.backward_scratch) scratch = at::empty({p.backward_scratch}, x.options().dtype(at::kByte));
+  Tensor dg, db;
+  if (p.partial_groups > 1) {
+    if (want_w) dg = at::empty({p.partial_groups, p.n}, f32);
+    if (want_b) db = at::empty({p.partial_groups, p.n}, f32);
+  } else {
+    if (want_w) dg = at::empty(p.normalized_shape, f32);
+    if (want_b) db = at::empty(p.normalized_shape, f32);
+  }
+  const uint64_t ptrs[9] = {address(dy), address(x), address(mean), address(rstd), address(g), address(dx),
+                            address(dg), address(db), address(scratch)};
+  run(*p.backward, x.device(), ptrs, 0.0f);
+  if (p.partial_groups > 1) {  // torch's own .sum(0) of the same partials (LaunchGammaBetaBackwardCUDAKernel)
+    if (dg.defined()) dg = dg.sum(0).view(p.normalized_shape);
+    if (db.defined()) db = db.sum(0).view(p.normalized_shape);
+  }
+  return {mask[0] ? dx : Tensor(), dg, db};
+}
+
+// Every input is a defined tensor (a C++ Function's input list holds no undefined ones on every torch version):
+// an absent weight or bias travels as the plan's placeholder (ones, -0.0), which requires no grad, with `affine`
+// saying which are real (bit 0 weight, bit 1 bias).
+struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
+  static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& w_in,
+                        const Tensor& b_in, int64_t affine, c10::intrusive_ptr<LayerNormPlan> plan) {
+    Tensor w = affine & 1 ? w_in : Tensor(), b = affine & 2 ? b_in : Tensor();
+    auto [y, mean, rstd] = run_forward(*plan, x, w, b, true);
+    ctx->save_for_backward({x, mean, rstd, w, b});
+    ctx->saved_data["need"] = static_cast<int64_t>(x.requires_grad() | (w.defined() && w.requires_grad()) << 1 |
+                                                   (b.defined() && b.requires_grad()) << 2);
+    ctx->saved_data["plan"] = c10::IValue::make_capsule(std::move(plan));
+    return y;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto plan = c10::static_intrusive_pointer_cast<LayerNormPlan>(ctx->saved_data["plan"].toCapsule());
+    int64_t need = ctx->saved_data["need"].toInt();
+    bool nx = need & 1, nw = need & 2, nb = need & 4;
+    auto saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &mean = saved[1], &rstd = saved[2], &w = saved[3], &b = saved[4];
+    const Tensor& gy = grads[0];
+    if (!gy.defined()) return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
+    if (torch::autograd::GradMode::is_enabled()) {
+      // create_graph=True: eager autograd differentiates torch's layer_norm twice; recomputing through it gives
+      // those grads and their graph
+      torch::autograd::variable_list wanted;
+      if (nx) wanted.push_back(x);
+      if (nw) wanted.push_back(w);
+      if (nb) wanted.push_back(b);
+      Tensor y = at::layer_norm(x, plan->normalized_shape, w, b, plan->eps);
+      auto g = torch::autograd::grad({y}, wanted, {gy}, /*retain_graph=*/true, /*create_graph=*/true);
+      size_t i = 0;
+      Tensor gx = nx ? g[i++] : Tensor();
+      Tensor gw = nw ? g[i++] : Tensor();
+      Tensor gb = nb ? g[i++] : Tensor();
+      return {gx, gw, gb, Tensor(), Tensor()};
+    }
+    auto [gx, gw, gb] = run_backward(*plan, gy, x, mean, rstd, w, b, {nx, nw, nb});
+    return {nx ? gx : Tensor(), nw ? gw : Tensor(), nb ? gb : Tensor(), Tensor(), Tensor()};
+  }
+};
+
+inline Tensor value_or_undefined(const std::optional<Tensor>& t) {
+  return t.has_value() ? *t : Tensor();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  py::class_<ProgramHolder, c10::intrusive_ptr<ProgramHolder>>(m, "Program")
+      .def(py::init(&make_program), py::arg("slots"), py::arg("steps"))
+      .def_property_readonly("steps", [](const ProgramHolder& h) { return h.program.steps.size(); });
+
+  py::class_<LayerNormPlan, c10::intrusive_ptr<LayerNormPlan>>(m, "LayerNormPlan")
+      .def(py::init([](std::optional<c10::intrusive_ptr<ProgramHolder>> forward,
+                       std::optional<c10::intrusive_ptr<ProgramHolder>> backward, std::vector<int64_t> ns,
+                       double eps, std::vector<int64_t> stat_shape, int64_t rows, int64_t n, int64_t forward_scratch,
+                       int64_t backward_scratch, int64_t partial_groups, std::optional<Tensor> ones,
+                       std::optional<Tensor> neg_zeros) {
+             auto p = c10::make_intrusive<LayerNormPlan>();
+             if (forward) p->forward = *forward;
+             if (backward) p->backward = *backward;
+             p->normalized_shape = std::move(ns);
+             p->stat_shape = std::move(stat_shape);
+             p->eps = eps;
+             p->rows = rows, p->n = n;
+             p->forward_scratch = forward_scratch, p->backward_scratch = backward_scratch;
+             p->partial_groups = partial_groups;
+             p->ones = value_or_undefined(ones);
+             p->neg_zeros = value_or_undefined(neg_zeros);
+             return p;
+           }),
+           py::arg("forward"), py::arg("backward"), py::arg("normalized_shape"), py::arg("eps"),
+           py::arg("stat_shape"), py::arg("rows"), py::arg("n"), py::arg("forward_scratch"),
+           py::arg("backward_scratch"), py::arg("partial_groups"), py::arg("ones"), py::arg("neg_zeros"))
+      .def_property_readonly("has_forward", [](const LayerNormPlan& p) { return bool(p.forward); })
+      .def_property_readonly("has_backward", [](const LayerNormPlan& p) { return bool(p.backward); });
+
+  m.def("forward", [](const LayerNormPlan& p, const Tensor& x, std::optional<Tensor> w, std::optional<Tensor> b) {
+    return std::get<0>(run_forward(p, x, value_or_undefined(w), value_or_undefined(b), false));
+  });
+  m.def("forward_stats",
+        [](const LayerNormPlan& p, const Tensor& x, std::optional<Tensor> w, std::optional<Tensor> b) {
+          return run_forward(p, x, value_or_undefined(w), value_or_undefined(b), true);
+        });
+  m.def("train", [](c10::intrusive_ptr<LayerNormPlan> p, const Tensor& x, std::optional<Tensor> w,
+                    std::optional<Tensor> b) {
+    TORCH_CHECK((w || p->ones.defined()) && (b || p->neg_zeros.defined()),
+                "a plan trained without weight or bias needs its placeholders (ones, neg_zeros)");
+    int64_t affine = (w ? 1 : 0) | (b ? 2 : 0);
+    const Tensor& wt = w ? *w : p->ones;
+    const Tensor& bt = b ? *b : p->neg_zeros;
+    return LayerNormFunction::apply(x, wt, bt, affine, std::move(p));
+  });
+  m.def("backward", [](const LayerNormPlan& p, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                       const Tensor& rstd, std::optional<Tensor> w, std::optional<Tensor> b, std::vector<bool> mask) {
+    TORCH_CHECK(mask.size() == 3, "output_mask needs 3 entries");
+    return run_backward(p, dy, x, mean, rstd, value_or_undefined(w), value_or_undefined(b),
+                        {mask[0], mask[1], mask[2]});
+  });
+  m.def("run", [](const ProgramHolder& h, int device, std::vector<uint64_t> ptrs, float eps) {
+    TORCH_CHECK(static_cast<int>(ptrs.size()) == h.program.slots, "one address per slot");
+    run(h, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)), ptrs.data(), eps);
+  });
+  m.def("current_stream", [](int device) {
+    return reinterpret_cast<uint64_t>(
+        current_stream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device))));
+  });
+  m.def("driver_error", []() { return labkit_host::Driver::get().error; });
+}

@@ -1,0 +1,111 @@
+"""The drop-in's host extension: host/layer_norm.cpp (with host/launch_program.h), built at first use with
+torch.utils.cpp_extension against the installed torch and cached by it (~/.cache/torch_extensions, keyed by the
+sources' hash), so a torch upgrade or an edited source rebuilds it.
+
+It runs a plan's Programs (labkit.core.program) from C++ and gives the drop-in a C++ autograd node: an eager call
+with autograd recording then costs about what torch's own node costs on the host, and the backward runs in the
+engine's thread with no Python (notebook 10 measures both). It needs only a C++ compiler and ninja: the CUDA
+driver is opened at run time.
+
+Where it cannot be built or loaded (no compiler, LABKIT_HOST=0), or its stream query disagrees with torch's on a
+device, `unavailable()` says why and the drop-in runs the same Programs from Python (labkit.core.program
+.BoundProgram) through `_LayerNorm`: the same kernels and bits, more host time per call.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+
+from labkit.core.compile import REPO_ROOT
+
+HOST_DIR = REPO_ROOT / "host"
+SOURCES = ("layer_norm.cpp", "launch_program.h")
+
+_lock = threading.Lock()
+_state: dict = {}
+_checked_devices: dict[int, str | None] = {}
+
+
+def source_hash() -> str:
+    h = hashlib.sha256()
+    for name in SOURCES:
+        h.update((HOST_DIR / name).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _build():
+    if os.environ.get("LABKIT_HOST", "1") == "0":
+        return None, "turned off (LABKIT_HOST=0)"
+    try:
+        import torch
+        from torch.utils import cpp_extension
+
+        name = f"labkit_host_{source_hash()}_{torch.__version__.replace('.', '_').replace('+', '_')}"
+        module = cpp_extension.load(name=name, sources=[str(HOST_DIR / "layer_norm.cpp")],
+                                    extra_include_paths=[str(HOST_DIR)], extra_cflags=["-O2"], verbose=False)
+        return module, None
+    except Exception as exc:  # no compiler, no ninja, a torch without headers: the Python runner serves
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return None, f"could not be built here ({type(exc).__name__}: {first[:200]})"
+
+
+def module():
+    """The extension module, or None (then `unavailable()` says why). Built once per process."""
+    if "module" not in _state:
+        with _lock:
+            if "module" not in _state:
+                _state["module"], _state["why"] = _build()
+    return _state["module"]
+
+
+class off:
+    """`with host.off():` plans made inside use the Python runner (for measuring one runner against the other;
+    plans already cached keep theirs, so clear labkit.ops.dropin.plan's cache around it)."""
+
+    def __enter__(self):
+        _state["off"] = _state.get("off", 0) + 1
+        return self
+
+    def __exit__(self, *exc):
+        _state["off"] -= 1
+
+
+def unavailable(device_index: int | None = None) -> str | None:
+    """Why the host extension does not serve (on this device, where given), or None where it does."""
+    if _state.get("off"):
+        return "turned off for this measurement (labkit.ops.dropin.host.off)"
+    if module() is None:
+        return _state["why"]
+    if device_index is None:
+        return None
+    why = _checked_devices.get(device_index, "unchecked")
+    if why == "unchecked":
+        why = _checked_devices[device_index] = _check_device(device_index)
+    return why
+
+
+def _check_device(index: int) -> str | None:
+    """The extension's launches go to the stream torch calls current: checked once per device, on the default
+    stream and on a side stream, against torch's own raw handle."""
+    import torch
+
+    m = module()
+    error = m.driver_error()
+    if error:
+        return error
+    try:
+        ok = m.current_stream(index) == torch._C._cuda_getCurrentRawStream(index)
+        side = torch.cuda.Stream(device=index)
+        with torch.cuda.stream(side):
+            ok = ok and m.current_stream(index) == side.cuda_stream
+    except Exception as exc:
+        return f"its stream query failed ({type(exc).__name__}: {exc})"
+    return None if ok else "its stream query disagrees with torch's current stream"
+
+
+def program(bound_program):
+    """A labkit.core.program.BoundProgram as the extension's Program."""
+    from labkit.core.program import native_steps
+
+    return module().Program(len(bound_program.program.slots), native_steps(bound_program))

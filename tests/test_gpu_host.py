@@ -1,0 +1,185 @@
+"""The host extension on the GPU (marker gpu): it serves here, its C++ autograd node records the drop-in's training
+calls, and what it computes is torch's, bit for bit (int32 views of y and of dx, dweight, dbias) against
+F.layer_norm and against the same plans run from Python — every forward path and backward schedule forced, affine
+present or absent, eps 0 and 0.1, a misaligned view (torch's other path), double backward, a side stream, many
+threads, and a training step captured in a CUDA graph and replayed."""
+import threading
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+def _bits(t):
+    import torch
+
+    return None if t is None else t.detach().contiguous().view(torch.int32)
+
+
+def _same(a, b) -> bool:
+    import torch
+
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+
+
+def _step(fn, x, ns, w, b, dy, eps):
+    import torch
+
+    xs = x.detach().requires_grad_()
+    wanted = [t for t in (xs, w, b) if t is not None]
+    y = fn(xs, ns, w, b, eps)
+    return (y, *torch.autograd.grad(y, wanted, dy))
+
+
+def _inputs(shape, seed=0, affine=True):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    ns = tuple(shape[1:])
+    x = torch.randn(shape, device="cuda", generator=g) * 2 + 0.5
+    dy = torch.randn(shape, device="cuda", generator=g)
+    w = (torch.randn(ns, device="cuda", generator=g) + 1).requires_grad_() if affine else None
+    b = torch.randn(ns, device="cuda", generator=g).requires_grad_() if affine else None
+    return x, ns, w, b, dy
+
+
+@pytest.fixture
+def fresh_plans():
+    from labkit.ops.dropin import plan
+
+    plan.clear()
+    yield
+    plan.clear()
+
+
+def test_the_host_extension_serves_on_this_gpu():
+    from labkit.ops.dropin import host
+
+    assert host.unavailable(0) is None
+
+
+@pytest.mark.parametrize("forward", ["reference_order", "chain", "rows_fused", None])
+@pytest.mark.parametrize("backward", ["chain", "rows", "split", "native"])
+@pytest.mark.parametrize("shape,affine,eps", [((16, 1 << 20), True, 1e-5), ((64, 4096), False, 0.0),
+                                              ((3, 17 * 512), True, 0.1), ((300, 1028), True, 1e-5)])
+def test_training_calls_keep_torchs_bits_through_the_cpp_node(fresh_plans, forward, backward, shape, affine, eps):
+    import torch
+
+    from labkit.ops.dropin import host
+    from labkit.ops.dropin import plan as plans
+
+    x, ns, w, b, dy = _inputs(shape, affine=affine)
+    ref = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy, eps)
+    with plans.forced_backward(backward):
+        try:
+            p = plans.get_plan(x, ns, w, b, eps, True, force=forward)
+        except ValueError:
+            pytest.skip(f"{forward} cannot take {shape}")
+        if p.host is None:
+            assert p.torch_trains, (forward, backward, shape)  # torch both ways: nothing for the node to do
+            return
+        got = _step(lambda xs, ns_, w_, b_, e: host.module().train(p.host, xs, w_, b_), x, ns, w, b, dy, eps)
+    assert type(got[0].grad_fn).__name__ == "CppFunction"
+    assert all(_same(a, c) for a, c in zip(got, ref)), (forward, backward, shape)
+
+
+def test_the_python_runner_and_the_cpp_node_agree(fresh_plans):
+    import torch
+
+    import labkit
+    from labkit.ops.dropin import host, plan
+
+    x, ns, w, b, dy = _inputs((8, 1 << 18))
+    fast = _step(labkit.layer_norm, x, ns, w, b, dy, 1e-5)
+    plan.clear()
+    with host.off():
+        slow = _step(labkit.layer_norm, x, ns, w, b, dy, 1e-5)
+        assert type(slow[0].grad_fn).__name__ != "CppFunction"
+    plan.clear()
+    ref = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy, 1e-5)
+    assert all(_same(a, c) and _same(a, r) for a, c, r in zip(fast, slow, ref))
+
+
+def test_a_misaligned_view_takes_torchs_other_path_in_cpp(fresh_plans):
+    import torch
+
+    import labkit
+
+    base, ns, w, b, _ = _inputs((16, 1 << 16))
+    flat = base.reshape(-1)
+    x = flat[1:1 + 16 * ((1 << 16) - 4)].view(16, (1 << 16) - 4)  # 4 bytes past an aligned address
+    w2, b2 = w[:-4].detach().clone().requires_grad_(), b[:-4].detach().clone().requires_grad_()
+    dy = torch.randn_like(x)
+    got = _step(labkit.layer_norm, x, x.shape[1:], w2, b2, dy, 1e-5)
+    ref = _step(torch.nn.functional.layer_norm, x, x.shape[1:], w2, b2, dy, 1e-5)
+    assert all(_same(a, c) for a, c in zip(got, ref))
+
+
+def test_double_backward_through_the_cpp_node(fresh_plans):
+    import torch
+
+    import labkit
+
+    x, ns, w, b, dy = _inputs((4, 1 << 16))
+    out = []
+    for fn in (labkit.layer_norm, torch.nn.functional.layer_norm):
+        xs = x.detach().requires_grad_()
+        gx, = torch.autograd.grad(fn(xs, ns, w, b, 1e-5), xs, dy, create_graph=True)
+        out.append((gx, *torch.autograd.grad((gx * gx).sum(), (xs, w, b))))
+    assert all(_same(a, c) for a, c in zip(*out))
+
+
+def test_side_streams_and_threads_get_their_own_bits(fresh_plans):
+    import torch
+
+    import labkit
+
+    x, ns, w, b, dy = _inputs((16, 1 << 18))
+    ref = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy, 1e-5)
+    torch.cuda.synchronize()
+    results, errors = {}, []
+
+    def work(i):
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.default_stream())
+            with torch.cuda.stream(s):
+                got = [_step(labkit.layer_norm, x, ns, w, b, dy, 1e-5) for _ in range(5)][-1]
+            s.synchronize()
+            results[i] = got
+        except Exception as exc:  # reported below, with the thread's index
+            errors.append((i, repr(exc)))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(all(_same(a, c) for a, c in zip(results[i], ref)) for i in range(4))
+
+
+def test_a_training_step_captured_in_a_graph_replays_torchs_bits(fresh_plans):
+    import torch
+
+    import labkit
+
+    x, ns, w, b, dy = _inputs((16, 1 << 20))
+    ref = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy, 1e-5)
+    xs = x.detach().clone().requires_grad_()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):  # plans and programs are made outside capture
+            torch.autograd.grad(labkit.layer_norm(xs, ns, w, b, 1e-5), (xs, w, b), dy)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = labkit.layer_norm(xs, ns, w, b, 1e-5)
+        grads = torch.autograd.grad(y, (xs, w, b), dy)
+    g.replay()
+    torch.cuda.synchronize()
+    assert type(y.grad_fn).__name__ == "CppFunction"
+    assert all(_same(a, c) for a, c in zip((y, *grads), ref))

@@ -1,0 +1,138 @@
+"""The host extension on the CPU: it builds here (a C++ compiler and ninja are all it needs), its autograd node
+gives torch's values and gradients bit for bit where torch's kernels serve (CPU tensors: no program), including
+absent weight or bias, a gradient asked for only some inputs and double backward; and every kernel path's Program
+converts into the extension's form (the launches themselves need a GPU: tests/test_gpu_host.py)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from labkit.core import launch, program
+from labkit.core.device import Device
+from labkit.ops import backward, chain, reference_order, rows_fused
+from labkit.ops.dropin import host
+
+H200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
+
+
+@pytest.fixture(scope="module")
+def ext():
+    m = host.module()
+    assert m is not None, host.unavailable()  # CI builds it: a failure here is a broken build, not a skip
+    return m
+
+
+def _plan(ext, ns, rows):
+    stat = [rows] + [1] * len(ns)
+    return ext.LayerNormPlan(None, None, list(ns), 1e-5, stat, rows, int(torch.tensor(ns).prod()), 0, 0, 1,
+                             torch.ones(ns), torch.full(ns, -0.0))
+
+
+def _bits(t):
+    return t.contiguous().view(torch.int32)
+
+
+@pytest.mark.parametrize("affine", ["both", "weight", "bias", "none"])
+def test_the_node_gives_torchs_values_and_gradients(ext, affine):
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(6, 5, 8, generator=g) * 3).requires_grad_()
+    w = torch.randn(5, 8, generator=g).requires_grad_() if affine in ("both", "weight") else None
+    b = torch.randn(5, 8, generator=g).requires_grad_() if affine in ("both", "bias") else None
+    dy = torch.randn(6, 5, 8, generator=g)
+    wanted = [t for t in (x, w, b) if t is not None]
+    y = ext.train(_plan(ext, (5, 8), 6), x, w, b)
+    ref = F.layer_norm(x, (5, 8), w, b, 1e-5)
+    assert type(y.grad_fn).__name__ == "CppFunction"
+    assert torch.equal(_bits(y), _bits(ref))
+    for a, c in zip(torch.autograd.grad(y, wanted, dy), torch.autograd.grad(ref, wanted, dy)):
+        assert torch.equal(_bits(a), _bits(c))
+
+
+def test_a_gradient_for_some_inputs_only(ext):
+    x = torch.randn(4, 16)
+    w = torch.randn(16, requires_grad=True)
+    b = torch.randn(16)  # no grad wanted
+    dy = torch.randn(4, 16)
+    y = ext.train(_plan(ext, (16,), 4), x, w, b)
+    gw, = torch.autograd.grad(y, w, dy)
+    assert torch.equal(_bits(gw), _bits(torch.autograd.grad(F.layer_norm(x, (16,), w, b), w, dy)[0]))
+
+
+def test_double_backward_recomputes_through_torch(ext):
+    g = torch.Generator().manual_seed(2)
+    x0, w = torch.randn(3, 32, generator=g), torch.randn(32, generator=g).requires_grad_()
+    dy = torch.randn(3, 32, generator=g)
+    out = []
+    for fn in (lambda x: ext.train(_plan(ext, (32,), 3), x, w, None), lambda x: F.layer_norm(x, (32,), w)):
+        x = x0.clone().requires_grad_()
+        gx, = torch.autograd.grad(fn(x), x, dy, create_graph=True)
+        out.append((gx, *torch.autograd.grad((gx ** 2).sum(), (x, w))))
+    assert all(torch.equal(_bits(a), _bits(c)) for a, c in zip(*out))
+
+
+def test_the_forward_and_backward_entry_points_fall_back_to_torch_without_programs(ext):
+    x, w = torch.randn(5, 12), torch.randn(12)
+    p = _plan(ext, (12,), 5)
+    y, mean, rstd = ext.forward_stats(p, x, w, None)
+    ry, rm, rr = torch.native_layer_norm(x, (12,), w, None, 1e-5)
+    assert all(torch.equal(_bits(a), _bits(c)) for a, c in ((y, ry), (mean, rm), (rstd, rr)))
+    assert torch.equal(_bits(ext.forward(p, x, w, None)), _bits(ry))
+    dy = torch.randn(5, 12)
+    got = ext.backward(p, dy, x, mean, rstd, w, None, [True, True, False])
+    ref = torch.ops.aten.native_layer_norm_backward(dy, x, [12], rm, rr, w, None, [True, True, False])
+    assert torch.equal(_bits(got[0]), _bits(ref[0])) and torch.equal(_bits(got[1]), _bits(ref[1]))
+    assert got[2] is None and ref[2] is None
+
+
+def test_a_plan_without_placeholders_refuses_a_call_without_affine(ext):
+    p = ext.LayerNormPlan(None, None, [8], 1e-5, [2, 1], 2, 8, 0, 0, 1, None, None)
+    with pytest.raises(RuntimeError, match="placeholders"):
+        ext.train(p, torch.randn(2, 8, requires_grad=True), None, None)
+
+
+@pytest.fixture
+def fake_functions(monkeypatch):
+    class FakeFunction:
+        ptr = 0x1234
+
+        def __call__(self, *a, **k):
+            raise AssertionError("no launch on the CPU")
+
+    monkeypatch.setattr(launch, "function", lambda *a, **k: FakeFunction())
+    monkeypatch.setattr(chain, "reciprocal_table", lambda index: torch.empty(1))
+    monkeypatch.setattr(program, "TensorMapEncoder", lambda geometry: (lambda address: None))  # needs the driver
+
+
+@pytest.mark.parametrize("make", [
+    lambda: chain.plan(16, 1 << 22, H200),             # tensor map, memset
+    lambda: chain.plan(3, 1000, H200),                 # w4 blocking: the reciprocal table's address
+    lambda: reference_order.plan(8, 1024, H200),
+    lambda: rows_fused.plan(4096, 768, H200),
+    lambda: backward.plan(16, 1 << 22, H200, "chain"),  # three tensor maps, a memset
+    lambda: backward.plan(64, 8192, H200, "rows"),
+    lambda: backward.plan(100000, 256, H200, "split"),  # partial GammaBeta groups
+])
+def test_every_paths_program_converts_to_the_extensions_form(ext, fake_functions, make):
+    p = make()
+    bp = program.BoundProgram(p.program(0), 0)
+    steps = program.native_steps(bp)
+    assert len(steps) == len(p.program(0).steps)
+    assert ext.Program(len(bp.program.slots), steps).steps == len(steps)
+    for step, described in zip(steps, p.program(0).steps):
+        assert step[0] == ("memset" if isinstance(described, program.Memset) else "launch")
+        if step[0] == "launch":
+            assert step[1] == 0x1234 and len(step[5]) == len(described.args)
+
+
+def test_a_program_naming_a_slot_it_lacks_is_refused(ext):
+    with pytest.raises(RuntimeError, match="slot"):
+        ext.Program(2, [("launch", 0, (1, 1, 1), (1, 1, 1), 0, [(0, 5, 0)])])
+    with pytest.raises(ValueError, match="names slot"):
+        program.Program(("x",), (program.Memset("y", 0, 4),))
+
+
+def test_on_the_cpu_the_dropin_never_asks_for_the_extension():
+    from labkit.ops.dropin import plan
+
+    x = torch.randn(4, 64, requires_grad=True)
+    p = plan.get_plan(x, (64,), None, None, 1e-5, True)
+    assert p.host is None and p.torch_trains

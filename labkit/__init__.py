@@ -24,5 +24,6 @@ def __getattr__(name):
     if name in _DROPIN:
         from labkit.ops import dropin
 
-        return getattr(dropin, name)
+        value = globals()[name] = getattr(dropin, name)  # later lookups skip this hook (a call's microsecond)
+        return value
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")

@@ -169,7 +169,7 @@ def test_plan_is_cached_per_signature(monkeypatch):
 def test_eager_skips_the_dispatcher_with_and_without_autograd(monkeypatch):
     """Eager calls never pay the registered op's dispatch: without autograd the plan runs directly; with autograd
     torch's own autograd node where torch serves both directions (here: a CPU tensor), else the _LayerNorm
-    autograd.Function; a dispatch mode (here FakeTensorMode's stand-in: a functorch transform) still takes the op."""
+    autograd.Function (the host extension's node serves GPU tensors only: tests/test_gpu_host.py); a dispatch mode (here FakeTensorMode's stand-in: a functorch transform) still takes the op."""
     calls = []
     real = op.layer_norm_op
     monkeypatch.setattr(op, "layer_norm_op", lambda *a: calls.append(1) or real(*a))
@@ -184,7 +184,7 @@ def test_eager_skips_the_dispatcher_with_and_without_autograd(monkeypatch):
     assert torch.equal(_bits(w.grad), _bits(ref.grad)) and calls == []
     w.grad = None
     plan.clear()
-    monkeypatch.setattr(plan, "backward_is_torchs", lambda *a: False)  # as where our backward would serve
+    monkeypatch.setattr(plan, "backward_plan", lambda *a: object())  # as where our backward would serve
     y = labkit.layer_norm(x, (8,), w)
     assert calls == [] and type(y.grad_fn).__name__ == "_LayerNormBackward"
     y.sum().backward()

@@ -177,7 +177,11 @@ def host_cost(calls: int = 2000, device="cuda") -> dict:
             del x
             entries.append(_host_one(shape, calls, device))
             break
-    return {"calls": calls, "shapes": entries}
+    from labkit.ops.dropin import host
+
+    why = host.unavailable(torch.device(device).index or 0) if torch.device(device).type == "cuda" else "CPU"
+    return {"calls": calls, "shapes": entries,
+            "host_extension": {"serves": why is None, "why_not": why, "source_hash": host.source_hash()}}
 
 
 def host_entries(host: dict | None) -> list[dict]:

@@ -194,6 +194,21 @@ def _normalized(normalized_shape) -> tuple:
     return tuple(int(d) for d in normalized_shape)
 
 
+_NORMALIZED: dict = {}  # int / tuple / torch.Size -> tuple of ints: one lookup a call where a model repeats it
+
+
+def _normalized_cached(normalized_shape) -> tuple:
+    try:
+        return _NORMALIZED[normalized_shape]
+    except KeyError:
+        ns = _normalized(normalized_shape)
+        if len(_NORMALIZED) < 1024:
+            _NORMALIZED[normalized_shape] = ns
+        return ns
+    except TypeError:  # a list: unhashable
+        return _normalized(normalized_shape)
+
+
 _is_compiling = torch.compiler.is_compiling
 _is_grad_enabled = torch.is_grad_enabled
 _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
@@ -239,23 +254,8 @@ def _functorch_differentiates() -> bool:
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # a module's weight is a Parameter: still a plain tensor
 
 
-def _plain(t) -> bool:
-    return t is None or type(t) in _PLAIN
-
-
-def needs_dispatcher(x, weight, bias) -> bool:
-    """True when the call must go through the registered op: compiling, a dispatch mode or functorch transform is
-    active, or a tensor is a subclass (fake, functional, DTensor ...)."""
-    if _is_compiling():
-        return True
-    if not (type(x) in _PLAIN and _plain(weight) and _plain(bias)):
-        return True
-    return _functorch_active() or _dispatch_mode_active()
-
-
-def _records_autograd(x, weight, bias) -> bool:
-    return _is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
-                                   or (bias is not None and bias.requires_grad))
+_layer_norm = torch.layer_norm  # F.layer_norm's own call, past its torch-function checks (done here)
+_Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 
 
 def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optional[Tensor] = None,
@@ -263,18 +263,26 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
     """torch.nn.functional.layer_norm with torch's eager bits on every input it accepts: our kernels where the
     dispatch rule (labkit.ops.dispatch.rule) says they are faster, torch's own kernel elsewhere.
     `explain(x, normalized_shape, weight, bias, eps)` says which path an input takes and why."""
+    # Every eager call runs this far, so it is written for the host's microseconds: one C call per condition,
+    # the common case (plain tensors, no mode, no transform, not compiling) first.
     if _autocast(x):
         # autocast runs layer_norm in float32 (its cast policy); torch's own call keeps that policy exactly
         return torch.nn.functional.layer_norm(x, _normalized(normalized_shape), weight, bias, eps)
-    ns = _normalized(normalized_shape)
-    if needs_dispatcher(x, weight, bias):  # compiling, a mode, a transform or a subclass
+    ns = _normalized_cached(normalized_shape)
+    tx = type(x)
+    plain = (tx is _Tensor or tx is _Parameter) and (weight is None or type(weight) in _PLAIN) and \
+        (bias is None or type(bias) in _PLAIN)
+    if not plain or _is_compiling() or _functorch_active() or _dispatch_mode_active():
+        # compiling, a mode, a transform or a subclass: the registered op (functorch's differentiating
+        # transforms: torch's F.layer_norm)
         if _functorch_active() and _functorch_differentiates():
             return torch.nn.functional.layer_norm(x, ns, weight, bias, eps)
         return layer_norm_op(x, list(ns), weight, bias, eps)[0]
-    if _records_autograd(x, weight, bias):
+    if _is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
+                               or (bias is not None and bias.requires_grad)):
         plan = plans.get_plan(x, ns, weight, bias, eps, True)
         if plan.torch_trains:  # torch's kernels both ways: its own autograd node, with no Python on the way back
-            return torch.nn.functional.layer_norm(x, ns, weight, bias, eps)
+            return _layer_norm(x, ns, weight, bias, eps)
         if plan.host is not None:  # the host extension's C++ node: no Python after this call, none on the way back
             return host.module().train(plan.host, x, weight, bias)
         return _apply_layer_norm(x, weight, bias, ns, eps, plan)
@@ -290,7 +298,8 @@ def layer_norm_with(path: str, x: Tensor, normalized_shape, weight=None, bias=No
 
 def explain(x: Tensor, normalized_shape, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
             eps: float = 1e-5) -> dict:
-    """Which path serves this input and why: {"path", "reason", "torch_path", "rule_source"}: the plan the call
+    """Which path serves this input and why: {"path", "reason", "torch_path", "rule_source", "launches"} (which
+    runner launches our kernels: the host extension's C++ or Python): the plan the call
     would get (labkit.ops.dropin.plan.make_plan), with the per-call alignment check applied to these tensors'
     addresses."""
     from labkit.ops import eligibility, paths
@@ -304,4 +313,9 @@ def explain(x: Tensor, normalized_shape, weight: Optional[Tensor] = None, bias: 
         tp = eligibility.torch_path(x, weight, bias, normalized_shape=ns)[0]
     except ValueError as exc:
         tp = f"undetermined: {exc}"
-    return {"path": path, "reason": reason, "torch_path": tp, "rule_source": p.rule_source}
+    if path == paths.NATIVE:
+        runner = "torch's own call"
+    else:
+        why = host.unavailable(x.get_device()) if x.device.type == "cuda" else "not a GPU tensor"
+        runner = "C++ (labkit host extension)" if why is None else f"Python (CuPy): the host extension {why}"
+    return {"path": path, "reason": reason, "torch_path": tp, "rule_source": p.rule_source, "launches": runner}

@@ -25,19 +25,31 @@ MAX_PLANS = 4096
 _plans: dict[tuple, "Plan"] = {}
 
 
-def _tensor_sig(t):
-    return None if t is None else (t.shape, t.stride(), t.dtype, t.get_device(), t.requires_grad)
-
-
 def signature(x, normalized_shape: tuple, weight, bias, eps: float, needs_grad: bool) -> tuple:
-    return (x.shape, x.stride(), x.dtype, x.get_device(), normalized_shape, eps, _tensor_sig(weight),
-            _tensor_sig(bias), needs_grad)
+    # built on every eager call: inline, no helper call per tensor
+    return (x.shape, x.stride(), x.dtype, x.get_device(), normalized_shape, eps,
+            None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device(),
+                                         weight.requires_grad),
+            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device(), bias.requires_grad),
+            needs_grad)
 
 
 def refusal(x, normalized_shape: tuple, weight, bias, eps) -> str | None:
     """Why our kernels may not take this input (None: they may, if its buffers are aligned). Never raises."""
     why = eligibility.refusal(x, weight, bias, eps, normalized_shape, policy=eligibility.DROP_IN)
     return None if why is None else str(why)
+
+
+_torch_module = []
+
+
+def _torch():
+    """torch, imported at first use (this module is imported where torch may not be wanted yet) and then held."""
+    if not _torch_module:
+        import torch
+
+        _torch_module.append(torch)
+    return _torch_module[0]
 
 
 class Plan:
@@ -58,8 +70,7 @@ class Plan:
         self.rule_source = rule_source  # which dispatch table decided (labkit.explain shows it)
 
     def forward(self, x, weight, bias, stats: bool):
-        import torch
-
+        torch = _torch()
         if stats:
             return torch.native_layer_norm(x, self.normalized_shape, weight, bias, self.eps)
         return torch.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
@@ -156,8 +167,8 @@ def get_plan(x, normalized_shape: tuple, weight, bias, eps, needs_grad: bool = F
     plan = _plans.get(key)
     if plan is None:
         plan, cacheable = make_plan(x, normalized_shape, weight, bias, eps, force)
-        if needs_grad and type(plan) is Plan:
-            plan.torch_trains = backward_is_torchs(x, normalized_shape, weight, bias)
+        if needs_grad and type(plan) is Plan:  # torch forward, and no backward plan of ours for it
+            plan.torch_trains = backward_plan(x, normalized_shape, weight, bias) is None
         if cacheable:
             plan.host = attach_host(plan, x, normalized_shape, weight, bias, eps, needs_grad)
             if len(_plans) >= MAX_PLANS:
@@ -283,7 +294,7 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
             gp = backward_plan(x, ns, weight, bias)
             if gp is not None:
                 ones = torch.ones(ns, device=x.device) if weight is None else None
-                hit = (gp, ones, bound(gp, x.get_device()))
+                hit = (gp, ones, bound(gp, x.get_device()), _host_backward(gp, x, ns, ones))
         if len(_grad_plans) >= MAX_PLANS:
             _grad_plans.clear()
         _grad_plans[key] = hit
@@ -303,7 +314,18 @@ def backward(dy, x, ns: tuple, mean, rstd, weight, bias, mask):
     if found is None:
         return torch.ops.aten.native_layer_norm_backward.default(dy, x, list(ns), mean, rstd, weight, bias,
                                                                  list(mask))
-    p, ones, launcher = found
+    p, ones, launcher, hp = found
     # reshape: a view when mean/rstd are contiguous (the forward's), a contiguous copy when a caller's are not
-    return grad.run(p, dy, x, ns, mean.reshape(-1), rstd.reshape(-1), weight, bias, mask, x.get_device(), ones,
-                    launcher)
+    mean, rstd = mean.reshape(-1), rstd.reshape(-1)
+    if hp is not None:  # the same program from C++ (the node's own backward entry point)
+        return host.module().backward(hp, dy, x, mean, rstd, weight, bias, list(mask))
+    return grad.run(p, dy, x, ns, mean, rstd, weight, bias, mask, x.get_device(), ones, launcher)
+
+
+def _host_backward(gp, x, ns: tuple, ones):
+    """A backward-only LayerNormPlan of the host extension for GradPlan `gp` (None where it does not serve)."""
+    index = x.get_device()
+    if host.unavailable(index) is not None:
+        return None
+    return host.module().LayerNormPlan(None, host.program(bound(gp, index)), list(ns), 0.0, [gp.rows], gp.rows, gp.n,
+                                       0, gp.scratch.nbytes, gp.template.partial_groups, ones, None)

@@ -516,7 +516,7 @@ def training_block(records: dict) -> dict | None:
             "fuzz": fuzz_counts(records.get("training_fuzz")),
             "host_us_fwd_grad": host.get("dropin_fwd_grad_us"), "torch_host_us_fwd_grad": host.get("torch_fwd_grad_us"),
             "host_us_bwd": host.get("dropin_bwd_us"), "torch_host_us_bwd": host.get("torch_bwd_us"),
-            "torch_host_us_nograd": host.get("torch_nograd_us"),
+            "torch_host_us_nograd": host.get("torch_nograd_us"), "host_us_nograd": host.get("dropin_nograd_us"),
             # where our kernels serve both directions (their own path's host cost), when the run measured it
             "host_ours": None if ours is None else {
                 "shape": shape_key(ours["shape"]), "forward_path": ours["forward_path"],
@@ -579,7 +579,10 @@ def verdict_lines(records: dict, source: str) -> list[str]:
              f"  host at a tiny shape (torch's kernels, handed off): forward with grad {_fmt(t['host_us_fwd_grad'])} us vs torch {_fmt(t['torch_host_us_fwd_grad'])}"
              f"; backward {_fmt(t['host_us_bwd'])} vs {_fmt(t['torch_host_us_bwd'])} (goal within 10 us each: "
              f"{_met(_within(t, 'fwd_grad', 10) and _within(t, 'bwd', 10))})",
+             f"  no grad at the tiny shape (torch's kernel serves): {_fmt(t.get('host_us_nograd'))} us vs torch "
+             f"{_fmt(t.get('torch_host_us_nograd'))} (goal within 3 us: {_met(_within(t, 'nograd', 3))})",
              *_host_ours_lines(t),
+             *_runner_lines(records.get("training_host")),
              f"  bits: backward {t['backward_identical']}; model steps (losses, gradients, weights) "
              f"{t['model_steps_identical']}; fuzz {t['fuzz']['cases']} cases, {t['fuzz']['checks']} schedule checks, "
              f"{t['fuzz']['mismatches']} mismatch(es) (goal >= 2,000 cases, 0 mismatches: "
@@ -608,6 +611,16 @@ def _host_ours_lines(t: dict) -> list[str]:
     ok = all(o[f"ours_{k}_us"] <= o[f"torch_{k}_us"] + 10 for k in ("fwd_grad", "bwd"))
     return [f"  host where our kernels serve both ways ({o['shape']}, forward {o['forward_path']}): {times} "
             f"(goal within 10 us each: {_met(ok)})"]
+
+
+def _runner_lines(host: dict | None) -> list[str]:
+    ext = (host or {}).get("host_extension")
+    if not ext:
+        return []
+    if ext["serves"]:
+        return ["  our kernels launched from C++ (the host extension and its autograd node, "
+                f"host/ sources {ext['source_hash']})"]
+    return [f"  our kernels launched from Python: the host extension {ext['why_not']}"]
 
 
 def _within(t: dict, what: str, us: float) -> bool:

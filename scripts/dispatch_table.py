@@ -52,9 +52,14 @@ def main(argv=None) -> int:
         table, _ = tables.for_device(sweep["device"]["arch"], sweep["device"]["sm_count"])
         forward = (table.SCORES, table.RUN_ID, {"device": table.DEVICE})
     else:
+        from labkit.ops.dispatch import tables
+
         sweep = dropin.sweep(shapes, args.rounds, compiled=False, log=print)
         run.write("dropin_sweep", sweep)
         scores = dispatch.derive_scores(sweep)
+        table, _ = tables.for_device(sweep["device"]["arch"], sweep["device"]["sm_count"])
+        # the device's backward table stays (a run of its own), as --backward keeps the forward's
+        kept = (getattr(table, "BACKWARD", None), getattr(table, "BACKWARD_RUN_ID", None)) if table else (None, None)
     run.write("dispatch_table", {"warm_up": warm, "order_seed": args.seed, "seconds": time.perf_counter() - t0,
                                  "backward": args.backward,
                                  "scores": {repr(x): {str(y): p for y, p in level.items()}
@@ -64,7 +69,7 @@ def main(argv=None) -> int:
     if args.backward:
         module.write_text(dispatch.module_source(*forward, backward=scores, backward_run_id=run.run_id))
     else:
-        module.write_text(dispatch.module_source(scores, run.run_id, sweep))
+        module.write_text(dispatch.module_source(scores, run.run_id, sweep, backward=kept[0], backward_run_id=kept[1]))
     if args.copy_to:
         shutil.copy(module, Path(args.copy_to) / module.name)
     print(f"run {run.path}; table written to {module}")

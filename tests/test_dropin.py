@@ -228,7 +228,7 @@ def test_functorch_grad_and_jvp_take_torchs_layer_norm(monkeypatch):
 
 
 @pytest.mark.parametrize("rows,n,arch,expect", [
-    (1, 1 << 24, 90, "chain"), (16, 1 << 22, 90, "chain"), (64, 1 << 20, 90, "chain"), (1, 1024, 90, "native"),
+    (1, 1 << 24, 90, "chain"), (16, 1 << 22, 90, "chain"), (64, 1 << 20, 90, "chain"), (32768, 2048, 90, "native"),
     (1, 1 << 24, 89, "native"), (1, 1 << 24, 86, "native"), (1, 1 << 24, 80, "native")])
 def test_rule(rows, n, arch, expect):
     path, why = _choose(rows, n, _device(arch))

@@ -337,12 +337,10 @@ def test_the_rule_agrees_with_the_committed_dropin_run():
     table, _ = tables.for_device(sweep["device"]["arch"], sweep["device"]["sm_count"])
     assert table.RUN_ID in sweep["rule_source"], "the committed dropin run timed another table than the code's"
     bad = [r["shape"] for r in study.dispatch_rows(sweep) if not r["agrees"]]
-    # Known, and owned by issue 24 (a dispatch measured per protocol that never loses): run a02dd2 times native
-    # 70 us against the rule's reference_order 95 us at 3x64x17x19, eager per call, where the table's run (1729ce)
-    # and run 78a8ca had reference_order ahead (56 vs 62 us): at host-bound shapes the table's margin is inside
-    # what differs between runs. Any other disagreement fails here, and so does this one's disappearing (then
-    # delete it from the list).
-    known = {"20261201T112043Z-nvidia-h200-dropin-a02dd2": ["3x64x17x19"]}
+    # Known disagreements, by run (none now: run a02dd2's one at 3x64x17x19, inside what differs between runs at
+    # host-bound shapes, went with the host extension and the tables re-measured under it). A new disagreement
+    # fails here; so does a listed one's disappearing (then delete it from the list).
+    known: dict[str, list[str]] = {}
     assert bad == known.get(run["records"]["run"]["run_id"], [])
 
 

@@ -663,16 +663,25 @@ def collect(session) -> dict:
     return {name: session.record(name) for name in RECORDS}
 
 
+_BLOCK_LABELS = {"swapped": "LayerNorms swapped", "state_dict_keys_equal": "state_dict keys unchanged",
+                 "d_model": "d_model", "heads": "heads", "seq": "sequence length", "batch": "batch",
+                 "forward_identical": "forward bit-identical", "grads_identical": "gradients bit-identical",
+                 "control_original_twice": "control: the original run twice", "compiled_fullgraph":
+                 "torch.compile(fullgraph=True) runs"}
+
+
 def block_rows(blk: dict | None) -> list[dict]:
-    """The swapped block's record as one row (the LayerNorms' path and why flattened in)."""
+    """The swapped block's record as label | value rows (one record: read down, not across), the LayerNorms'
+    path and why last."""
     if not blk:
         return []
-    row = {k: v for k, v in blk.items() if k not in ("ln_path", "compile_warnings")}
+    rows = [{"what": _BLOCK_LABELS.get(k, k.replace("_", " ")), "value": v} for k, v in blk.items()
+            if k not in ("ln_path", "compile_warnings")]
     if blk.get("compile_warnings"):
-        row["compile warnings"] = len(blk["compile_warnings"])  # their text is in the record
-    row["ln path"] = blk["ln_path"]["path"]
-    row["why"] = blk["ln_path"]["reason"]
-    return [row]
+        rows.append({"what": "compile warnings (their text is in the record)", "value": len(blk["compile_warnings"])})
+    rows.append({"what": "the LayerNorms' path", "value": blk["ln_path"]["path"]})
+    rows.append({"what": "why", "value": blk["ln_path"]["reason"]})
+    return rows
 
 
 # --- the run's summary and headline (labkit.studies.catalog dispatches here) -------------------------------------

@@ -59,7 +59,10 @@ def main(argv=None) -> int:
         scores = dispatch.derive_scores(sweep)
         table, _ = tables.for_device(sweep["device"]["arch"], sweep["device"]["sm_count"])
         # the device's backward table stays (a run of its own), as --backward keeps the forward's
-        kept = (getattr(table, "BACKWARD", None), getattr(table, "BACKWARD_RUN_ID", None)) if table else (None, None)
+        same_device = table is not None and (table.DEVICE["arch"], table.DEVICE["sm_count"]) == (
+            sweep["device"]["arch"], sweep["device"]["sm_count"])  # not another GPU's table, carried over
+        kept = (getattr(table, "BACKWARD", None), getattr(table, "BACKWARD_RUN_ID", None)) if same_device \
+            else (None, None)
     run.write("dispatch_table", {"warm_up": warm, "order_seed": args.seed, "seconds": time.perf_counter() - t0,
                                  "backward": args.backward,
                                  "scores": {repr(x): {str(y): p for y, p in level.items()}

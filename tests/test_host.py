@@ -98,7 +98,8 @@ def fake_functions(monkeypatch):
             raise AssertionError("no launch on the CPU")
 
     monkeypatch.setattr(launch, "function", lambda *a, **k: FakeFunction())
-    monkeypatch.setattr(chain, "reciprocal_table", lambda index: torch.empty(1))
+    table = torch.empty(1)
+    monkeypatch.setattr(chain, "reciprocal_table", lambda index: table)
     monkeypatch.setattr(program, "TensorMapEncoder", lambda geometry: (lambda address: None))  # needs the driver
 
 
@@ -117,10 +118,28 @@ def test_every_paths_program_converts_to_the_extensions_form(ext, fake_functions
     steps = program.native_steps(bp)
     assert len(steps) == len(p.program(0).steps)
     assert ext.Program(len(bp.program.slots), steps).steps == len(steps)
+    slots = {name: i for i, name in enumerate(bp.program.slots)}
+
+    def expected(a):
+        if isinstance(a, program.Ptr):
+            return (0, slots[a.slot], a.offset)
+        if isinstance(a, program.Map):
+            return (1, slots[a.slot], (a.geometry.dims, a.geometry.strides_bytes, a.geometry.box))
+        if isinstance(a, program.I32):
+            return (2, 0, a.value)
+        if isinstance(a, program.U64):
+            return (3, 0, a.value)
+        assert a is program.EPS
+        return (4, 0, 0)
+
     for step, described in zip(steps, p.program(0).steps):
-        assert step[0] == ("memset" if isinstance(described, program.Memset) else "launch")
-        if step[0] == "launch":
-            assert step[1] == 0x1234 and len(step[5]) == len(described.args)
+        if isinstance(described, program.Memset):
+            assert step == ("memset", slots[described.slot], described.offset, described.nbytes)
+            continue
+        k = described.kernel
+        assert step[:5] == ("launch", 0x1234, tuple(k.grid) + (1,) * (3 - len(k.grid)),
+                            tuple(k.block) + (1,) * (3 - len(k.block)), k.shared_mem)
+        assert [tuple(a) for a in step[5]] == [expected(a) for a in described.args]
 
 
 def test_a_program_naming_a_slot_it_lacks_is_refused(ext):
@@ -130,9 +149,18 @@ def test_a_program_naming_a_slot_it_lacks_is_refused(ext):
         program.Program(("x",), (program.Memset("y", 0, 4),))
 
 
-def test_on_the_cpu_the_dropin_never_asks_for_the_extension():
+def test_on_the_cpu_the_dropin_never_asks_for_the_extension(monkeypatch):
     from labkit.ops.dropin import plan
 
+    def asked(*a, **k):
+        raise AssertionError("the host extension was asked for on the CPU")
+    monkeypatch.setattr(host, "module", asked)
+    monkeypatch.setattr(host, "unavailable", asked)
+    plan.clear()
     x = torch.randn(4, 64, requires_grad=True)
+    import labkit
+    with torch.no_grad():
+        labkit.layer_norm(x, (64,))
+    labkit.layer_norm(x, (64,)).sum().backward()
     p = plan.get_plan(x, (64,), None, None, 1e-5, True)
     assert p.host is None and p.torch_trains

@@ -128,6 +128,8 @@ class BoundProgram:
             self._steps.append((prepare(step.kernel, device_index), step.stage, tuple(spec)))
 
     def __call__(self, ptrs, eps, stream, stage: str | None = None) -> None:
+        if stage is not None and all(st != stage for _, st, _ in self._steps):
+            raise ValueError(f"this program has no stage {stage!r}; its stages: {self.program.stages()}")
         s, s_ptr = stream
         u = np.uint64
         for fn, st, spec in self._steps:

@@ -198,15 +198,17 @@ _NORMALIZED: dict = {}  # int / tuple / torch.Size -> tuple of ints: one lookup 
 
 
 def _normalized_cached(normalized_shape) -> tuple:
-    try:
-        return _NORMALIZED[normalized_shape]
-    except KeyError:
+    """_normalized, looked up for an int, a torch.Size or a tuple of ints (their equality is exact: a float or bool
+    that compares equal to an int is left to _normalized and torch, as F.layer_norm leaves it)."""
+    t = type(normalized_shape)
+    if not (t is int or t is torch.Size or (t is tuple and all(type(d) is int for d in normalized_shape))):
+        return _normalized(normalized_shape)
+    ns = _NORMALIZED.get(normalized_shape)
+    if ns is None:
         ns = _normalized(normalized_shape)
         if len(_NORMALIZED) < 1024:
             _NORMALIZED[normalized_shape] = ns
-        return ns
-    except TypeError:  # a list: unhashable
-        return _normalized(normalized_shape)
+    return ns
 
 
 _is_compiling = torch.compiler.is_compiling

@@ -130,11 +130,14 @@ def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None =
     forced path raises ValueError, an ineligible chosen one serves through torch."""
     import torch
 
+    # a plan made under CUDA graph capture is never cached: it has no host plan (programs are prepared outside
+    # capture), and caching it would keep the Python path for that signature after capture ends
+    cacheable = not (x.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
     why_not = refusal(x, normalized_shape, weight, bias, eps)
     if why_not is not None:
         if force not in (None, paths.NATIVE):
             raise ValueError(f"path {force!r} cannot take this input: {why_not}")
-        return Plan(why_not, normalized_shape, eps), True
+        return Plan(why_not, normalized_shape, eps), cacheable
     dev = device_info(x.get_device())
     n = math.prod(normalized_shape)
     rows = x.numel() // n
@@ -144,12 +147,12 @@ def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None =
         path, reason = rule.choose(rows, n, dev, tuple(available))
         op_plan = available.get(path)
     elif force == paths.NATIVE:
-        return Plan("forced (measurement)", normalized_shape, eps, source), True
+        return Plan("forced (measurement)", normalized_shape, eps, source), cacheable
     else:
         op_plan, reason = paths.plan(force, rows, n, dev), "forced (measurement)"  # ValueError where it cannot
     if op_plan is None:
-        return Plan(reason, normalized_shape, eps, source), True
-    if torch.cuda.is_current_stream_capturing():
+        return Plan(reason, normalized_shape, eps, source), cacheable
+    if not cacheable:
         # loading modules, opting in to shared memory and building constants are not capturable: this call
         # serves through torch, and the plan is made at the first call outside capture
         return Plan("first call under CUDA graph capture: our kernels are prepared outside capture",
@@ -186,6 +189,8 @@ def attach_host(plan: Plan, x, ns: tuple, weight, bias, eps: float, needs_grad: 
 
     if x.device.type != "cuda" or plan.torch_trains or torch.cuda.is_current_stream_capturing():
         return None
+    if not (isinstance(plan, KernelPlan) or needs_grad):  # torch's call, no backward to serve: nothing to build
+        return None
     index = x.get_device()
     if host.unavailable(index) is not None:
         return None
@@ -211,6 +216,7 @@ def attach_host(plan: Plan, x, ns: tuple, weight, bias, eps: float, needs_grad: 
 
 def clear() -> None:
     _plans.clear()
+    _grad_plans.clear()
 
 
 def cached_plans() -> int:
@@ -284,8 +290,12 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
     import torch
 
     forced = _forced_backward[0]
-    key = (x.shape, x.stride(), x.get_device(), ns, dy.stride(), None if weight is None else weight.shape,
-           None if bias is None else bias.shape, forced)
+    # everything grad.refusal reads that is not checked per call (the registered op's backward may be called
+    # directly, with any dtypes and devices)
+    key = (x.shape, x.stride(), x.dtype, x.get_device(), ns, dy.stride(), dy.dtype, dy.get_device(), mean.dtype,
+           rstd.dtype, mean.numel(), mean.is_contiguous(), rstd.is_contiguous(),
+           None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device()),
+           None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()), forced)
     hit = _grad_plans.get(key)
     if hit is None:
         hit = (None, None)
@@ -295,9 +305,10 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
             if gp is not None:
                 ones = torch.ones(ns, device=x.device) if weight is None else None
                 hit = (gp, ones, bound(gp, x.get_device()), _host_backward(gp, x, ns, ones))
-        if len(_grad_plans) >= MAX_PLANS:
-            _grad_plans.clear()
-        _grad_plans[key] = hit
+        if not torch.cuda.is_current_stream_capturing():  # a refusal under capture is not the signature's answer
+            if len(_grad_plans) >= MAX_PLANS:
+                _grad_plans.clear()
+            _grad_plans[key] = hit
     if hit[0] is None or eligibility.misaligned(x.data_ptr(), dy.data_ptr(), *(t.data_ptr() for t in (weight,) if t
                                                                            is not None)):
         return None

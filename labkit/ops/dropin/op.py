@@ -11,8 +11,8 @@
   calls the plan directly; recording autograd where torch's kernels serve both directions (plan.torch_trains), it
   is torch's own F.layer_norm and autograd node; else the host extension's C++ autograd node on the same plan's
   programs (labkit.ops.dropin.host), or, where that extension does not serve, `_LayerNorm`, a
-  torch.autograd.Function on the same plan and backward (the registered op's Python dispatch cost ~80 us a call). Compiling, dispatch modes,
-  vmap and tensor subclasses take the registered op; functorch's differentiating transforms (torch.func.grad,
+  torch.autograd.Function on the same plan and backward (the registered op's Python dispatch cost ~80 us a
+  call). Compiling, dispatch modes, vmap and tensor subclasses take the registered op; functorch's differentiating transforms (torch.func.grad,
   jvp, ...), which a custom op's autograd does not support, take torch's F.layer_norm.
 """
 from __future__ import annotations
@@ -257,7 +257,6 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)  # a module's weight is a Parameter:
 
 
 _layer_norm = torch.layer_norm  # F.layer_norm's own call, past its torch-function checks (done here)
-_Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 
 
 def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optional[Tensor] = None,
@@ -271,8 +270,7 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
         # autocast runs layer_norm in float32 (its cast policy); torch's own call keeps that policy exactly
         return torch.nn.functional.layer_norm(x, _normalized(normalized_shape), weight, bias, eps)
     ns = _normalized_cached(normalized_shape)
-    tx = type(x)
-    plain = (tx is _Tensor or tx is _Parameter) and (weight is None or type(weight) in _PLAIN) and \
+    plain = type(x) in _PLAIN and (weight is None or type(weight) in _PLAIN) and \
         (bias is None or type(bias) in _PLAIN)
     if not plain or _is_compiling() or _functorch_active() or _dispatch_mode_active():
         # compiling, a mode, a transform or a subclass: the registered op (functorch's differentiating

@@ -183,24 +183,21 @@ def get_plan(x, normalized_shape: tuple, weight, bias, eps, needs_grad: bool = F
 def attach_host(plan: Plan, x, ns: tuple, weight, bias, eps: float, needs_grad: bool):
     """`plan` as the host extension's LayerNormPlan: its forward program (where ours serve) and, for a grad plan,
     the backward program the rule picks (`backward_plan`); None where torch's kernels serve both ways, the input
-    is not on a GPU, a graph is being captured (programs are prepared outside capture), or the extension does not
-    serve on this device (`host.unavailable` says why)."""
+    is not on a GPU, or the extension does not serve on this device (`host.unavailable` says why). get_plan
+    attaches only plans it caches, which are never made under graph capture (programs are prepared outside it)."""
     import torch
 
-    if x.device.type != "cuda" or plan.torch_trains or torch.cuda.is_current_stream_capturing():
+    if x.device.type != "cuda" or plan.torch_trains:
         return None
     if not (isinstance(plan, KernelPlan) or needs_grad):  # torch's call, no backward to serve: nothing to build
         return None
     index = x.get_device()
     if host.unavailable(index) is not None:
         return None
-    n = math.prod(ns)
-    rows = x.numel() // n
     forward = host.program(plan.launch) if isinstance(plan, KernelPlan) else None
     gp = backward_plan(x, ns, weight, bias) if needs_grad else None
     if forward is None and gp is None:
         return None
-    backward = host.program(bound(gp, index)) if gp is not None else None
     ones = getattr(plan, "ones", None)
     neg_zeros = getattr(plan, "neg_zeros", None)
     if weight is None and ones is None:
@@ -208,10 +205,20 @@ def attach_host(plan: Plan, x, ns: tuple, weight, bias, eps: float, needs_grad: 
     if bias is None and neg_zeros is None:
         neg_zeros = torch.full(ns, -0.0, device=x.device)
     stat_shape = tuple(x.shape[:x.dim() - len(ns)]) + (1,) * len(ns)
-    return host.module().LayerNormPlan(
-        forward, backward, list(ns), float(eps), list(stat_shape), rows, n,
-        plan.scratch_bytes if forward is not None else 0, gp.scratch.nbytes if gp is not None else 0,
-        gp.template.partial_groups if gp is not None else 1, ones, neg_zeros)
+    return _host_plan(index, forward, plan.scratch_bytes if forward is not None else 0, gp, ns, eps, stat_shape,
+                      x.numel() // math.prod(ns), ones, neg_zeros)
+
+
+def _host_plan(index: int, forward, forward_scratch: int, gp, ns: tuple, eps: float, stat_shape, rows: int, ones,
+               neg_zeros):
+    """The host extension's LayerNormPlan on device `index`: `forward` (an extension Program, or None for torch's
+    forward) and GradPlan `gp`'s backward program (None: torch's backward). The one place that knows the
+    constructor's arguments."""
+    backward = host.program(bound(gp, index)) if gp is not None else None
+    n = math.prod(ns)
+    return host.module().LayerNormPlan(forward, backward, list(ns), float(eps), list(stat_shape), rows, n,
+                                       forward_scratch, gp.scratch.nbytes if gp is not None else 0,
+                                       gp.template.partial_groups if gp is not None else 1, ones, neg_zeros)
 
 
 def clear() -> None:
@@ -249,38 +256,32 @@ class forced_backward:
         _forced_backward[0] = self.saved
 
 
-def backward_is_torchs(x, ns: tuple, weight, bias) -> bool:
-    """Whether torch's backward will serve every backward of a forward on inputs like these, whatever grad_y comes:
-    forced to, not on a GPU, inputs our backward cannot take (labkit.ops.backward.input_refusal), or the rule
-    picking torch's for this shape (labkit.ops.dispatch.rule.choose_backward). Read when the autograd graph is
-    recorded, so a `forced_backward` must be around the forward as well as the backward."""
+def backward_plan(x, ns: tuple, weight, bias):
+    """The GradPlan our backward runs for a forward on inputs like these, whatever grad_y comes, or None where
+    torch's backward serves: forced to, not on a GPU, inputs our backward cannot take
+    (labkit.ops.backward.input_refusal), the rule picking torch's for this shape
+    (labkit.ops.dispatch.rule.choose_backward), or a forced schedule that cannot take the shape. Read when the
+    autograd graph is recorded, so a `forced_backward` must be around the forward as well as the backward."""
     forced = _forced_backward[0]
     if forced == paths.NATIVE or x.device.type != "cuda":
-        return True
+        return None
     if grad.input_refusal(x, ns, weight, bias, addresses=False) is not None:
-        return True
-    if forced is not None:
-        return False
-    dev = device_info(x.get_device())
-    n = math.prod(ns)
-    rows = x.numel() // n
-    return rule.choose_backward(rows, n, dev, tuple(grad.plannable(rows, n, dev)))[0] == paths.NATIVE
-
-
-def backward_plan(x, ns: tuple, weight, bias):
-    """The GradPlan our backward runs for a forward on inputs like these (the forced schedule, else the rule's
-    choice), or None where torch's backward serves (`backward_is_torchs`, or a forced schedule that cannot take
-    the shape)."""
-    if backward_is_torchs(x, ns, weight, bias):
         return None
     dev = device_info(x.get_device())
     n = math.prod(ns)
     rows = x.numel() // n
-    path = _forced_backward[0] or rule.choose_backward(rows, n, dev, tuple(grad.plannable(rows, n, dev)))[0]
+    if forced is None:
+        available = grad.plannable(rows, n, dev)
+        return available.get(rule.choose_backward(rows, n, dev, tuple(available))[0])
     try:
-        return grad.plan(rows, n, dev, path)
+        return grad.plan(rows, n, dev, forced)
     except ValueError:  # a forced schedule that cannot take this shape: torch's backward
         return None
+
+
+def backward_is_torchs(x, ns: tuple, weight, bias) -> bool:
+    """Whether torch's backward will serve every backward of a forward on inputs like these (`backward_plan`)."""
+    return backward_plan(x, ns, weight, bias) is None
 
 
 def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
@@ -299,13 +300,15 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
     hit = _grad_plans.get(key)
     if hit is None:
         hit = (None, None)
-        if grad.refusal(dy, x, ns, mean, rstd, weight, bias, addresses=False) is None and \
-                not torch.cuda.is_current_stream_capturing():
+        capturing = torch.cuda.is_current_stream_capturing()
+        if not capturing and grad.refusal(dy, x, ns, mean, rstd, weight, bias, addresses=False) is None:
             gp = backward_plan(x, ns, weight, bias)
             if gp is not None:
                 ones = torch.ones(ns, device=x.device) if weight is None else None
-                hit = (gp, ones, bound(gp, x.get_device()), _host_backward(gp, x, ns, ones))
-        if not torch.cuda.is_current_stream_capturing():  # a refusal under capture is not the signature's answer
+                hp = None if host.unavailable(x.get_device()) is not None else \
+                    _host_plan(x.get_device(), None, 0, gp, ns, 0.0, [gp.rows], gp.rows, ones, None)
+                hit = (gp, ones, bound(gp, x.get_device()), hp)
+        if not capturing:  # a refusal under capture is not the signature's answer
             if len(_grad_plans) >= MAX_PLANS:
                 _grad_plans.clear()
             _grad_plans[key] = hit
@@ -331,12 +334,3 @@ def backward(dy, x, ns: tuple, mean, rstd, weight, bias, mask):
     if hp is not None:  # the same program from C++ (the node's own backward entry point)
         return host.module().backward(hp, dy, x, mean, rstd, weight, bias, list(mask))
     return grad.run(p, dy, x, ns, mean, rstd, weight, bias, mask, x.get_device(), ones, launcher)
-
-
-def _host_backward(gp, x, ns: tuple, ones):
-    """A backward-only LayerNormPlan of the host extension for GradPlan `gp` (None where it does not serve)."""
-    index = x.get_device()
-    if host.unavailable(index) is not None:
-        return None
-    return host.module().LayerNormPlan(None, host.program(bound(gp, index)), list(ns), 0.0, [gp.rows], gp.rows, gp.n,
-                                       0, gp.scratch.nbytes, gp.template.partial_groups, ones, None)

@@ -19,11 +19,16 @@ _DROPIN = ("layer_norm", "LayerNorm", "swap_layer_norms", "explain")
 
 
 def __getattr__(name):
-    """labkit.layer_norm / LayerNorm / swap_layer_norms / explain (labkit.ops.dropin), imported on first use so
-    that `import labkit` stays free of torch."""
+    """labkit.layer_norm / LayerNorm / swap_layer_norms / explain (labkit.ops.dropin) and labkit.tune
+    (labkit.studies.tune: this GPU's dispatch table), imported on first use so that `import labkit` stays free of
+    torch."""
     if name in _DROPIN:
         from labkit.ops import dropin
 
         value = globals()[name] = getattr(dropin, name)  # later lookups skip this hook (a call's microsecond)
         return value
+    if name == "tune":
+        from labkit.studies.tune import tune
+
+        return tune
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")

@@ -58,9 +58,47 @@ def _cmd_compile(args) -> int:
 
 
 def _cmd_env(args) -> int:
+    from labkit.core import toolkit
     from labkit.records.run import provenance
 
-    print(json.dumps(provenance(), indent=1))
+    info = provenance()
+    # the install rule's answer for this torch (README "On a GPU"), and why the installed extra is not it (or null)
+    try:
+        info["cuda_extra"] = toolkit.cuda_extra(info["torch_cuda"])
+        info["cuda_extra_mismatch"] = toolkit.mismatch(*toolkit.installed_versions())
+    except ValueError as exc:  # a torch for a CUDA major without an extra: still print the record
+        info["cuda_extra"], info["cuda_extra_mismatch"] = None, str(exc)
+    print(json.dumps(info, indent=1))
+    return 0
+
+
+def _cmd_tune(args) -> int:
+    from labkit.studies.tune import tune
+
+    done = tune(full=args.full, rounds=args.rounds, backward=not args.forward_only, progress=not args.quiet)
+    print(f"labkit tune: {done['shapes']} shapes x {done['rounds']} rounds on {done['device']} in "
+          f"{done['seconds']} s; table written to {done['path']}")
+    print(f"the rule now reads: {done['rule_source']}")
+    if args.json:
+        print(json.dumps(done))
+    return 0
+
+
+def _cmd_explain(args) -> int:
+    import torch
+
+    import labkit
+
+    if not torch.cuda.is_available():
+        raise ValueError("labkit explain asks the rule for an input on the GPU, and torch sees no CUDA device")
+    shape = tuple(int(v) for v in args.shape.split(","))
+    if len(shape) < 2:
+        raise ValueError(f"--shape needs rows and at least one normalized dimension, e.g. 16,4194304; got {args.shape!r}")
+    ns = shape[-args.dims:]
+    x = torch.empty(shape, device="cuda")
+    w = None if args.no_affine else torch.ones(ns, device="cuda")
+    b = None if args.no_affine else torch.zeros(ns, device="cuda")
+    print(json.dumps(labkit.explain(x, ns, w, b, args.eps), indent=1))
     return 0
 
 
@@ -157,6 +195,22 @@ def main(argv: list[str] | None = None) -> int:
 
     env = sub.add_parser("env", help="print this machine's provenance record")
     env.set_defaults(fn=_cmd_env)
+
+    tun = sub.add_parser("tune", help="measure every path on this GPU and write its dispatch table to the user's "
+                                      "cache (~/.cache/labkit/dispatch, or $LABKIT_TABLE_DIR); the rule uses it")
+    tun.add_argument("--full", action="store_true", help="the committed tables' whole grid (default: a short one)")
+    tun.add_argument("--rounds", type=int, default=None, help="samples per path and shape (default 7, full 9)")
+    tun.add_argument("--forward-only", action="store_true", help="leave the backward's table out")
+    tun.add_argument("--quiet", action="store_true", help="no progress bar")
+    tun.add_argument("--json", action="store_true", help="also print what was measured as one line of JSON")
+    tun.set_defaults(fn=_cmd_tune)
+
+    exp = sub.add_parser("explain", help="which path the drop-in takes for an input on this GPU, and which table said so")
+    exp.add_argument("--shape", default="16,4194304", help="comma-separated input shape (default: L1/40's rows)")
+    exp.add_argument("--dims", type=int, default=1, help="how many trailing dimensions are normalized")
+    exp.add_argument("--eps", type=float, default=1e-5)
+    exp.add_argument("--no-affine", action="store_true", help="no weight and bias")
+    exp.set_defaults(fn=_cmd_explain)
 
     summ = sub.add_parser("summary", help="summarize committed runs")
     summ.add_argument("run_dirs", nargs="+")

@@ -4,6 +4,9 @@ from pathlib import Path
 
 import pytest
 
+# Tests never read (or write) the user's own tuned dispatch tables (`labkit tune`): a private, empty table cache.
+os.environ["LABKIT_TABLE_DIR"] = tempfile.mkdtemp(prefix="labkit-tables-")
+
 try:  # the GPU machine has no notebook stack unless wheels are carried: leave the book's tests out, not erroring
     import nbformat  # noqa: F401
     import papermill  # noqa: F401
@@ -24,12 +27,32 @@ def _has_cuda() -> bool:
 HAS_CUDA = _has_cuda()
 
 
+# Path, schedule and blocking names whose kernels need sm_90 (the chain's bulk copies and mbarrier transactions,
+# the backward's chain sums fed by tensor maps): a GPU test parametrized by one of them, or marked sm90, is skipped
+# on a GPU that runs below sm_90 (another arch, or the H200 under LABKIT_ARCH=compute_80), saying why.
+SM90_NAMES = {"chain", "tma", "chain_tma", "chain_w4", "chain_w1", "grad_chain"}
+
+
 def pytest_collection_modifyitems(config, items):
-    if HAS_CUDA:
+    if not HAS_CUDA:
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the H200: python -m pytest -m gpu)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the H200: python -m pytest -m gpu)")
+    import torch
+
+    from labkit.core.device import device_info
+
+    device = device_info(torch.cuda.current_device())
+    if device.arch >= 90:
+        return
+    skip = pytest.mark.skip(reason=f"needs sm_90 (the chain kernels' bulk copies, mbarriers, tensor maps); this GPU is "
+                                   f"{device.label}")
     for item in items:
-        if "gpu" in item.keywords:
+        spec = getattr(item, "callspec", None)
+        named = {v for v in spec.params.values() if isinstance(v, str)} if spec else set()
+        if "gpu" in item.keywords and ("sm90" in item.keywords or named & SM90_NAMES):
             item.add_marker(skip)
 
 

@@ -7,14 +7,14 @@ a kernel that stops compiling anywhere else, or starts compiling there, shows.""
 import pytest
 
 from labkit.core import compile as kc
-from labkit.core.device import Device
+from labkit.core.device import ARCH_SMEM_OPTIN, Device
 from labkit.core.program import Launch
 from labkit.ops import backward, paths
 from labkit.sass.elf import resource_usage
 
-# opt-in shared memory per block, bytes (CUDA C++ Programming Guide, "Technical Specifications per Compute
-# Capability"); SM counts only shape the plans' grids
-ARCHES = {80: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 120: 99 * 1024}
+# opt-in shared memory per block (labkit.core.device.ARCH_SMEM_OPTIN, the programming guide's table); SM counts
+# only shape the plans' grids
+ARCHES = {a: ARCH_SMEM_OPTIN[a] for a in (80, 86, 89, 90, 100, 120)}
 SM90_ONLY = {"chain_stats", "chain_stats_tma", "grad_chain_sums"}
 SHAPES = ((16, 1 << 22), (1, 1 << 24), (3, 1000), (4096, 768), (8192, 4096), (100000, 256), (64, 65536))
 REGISTER_FILE = 65536

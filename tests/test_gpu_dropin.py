@@ -26,6 +26,7 @@ def _xwb(shape, seed=0):
     return x, torch.randn(shape[1:], generator=g).cuda(), torch.randn(shape[1:], generator=g).cuda()
 
 
+@pytest.mark.sm90
 def test_identity_cases_forward_and_backward():
     rec = study.identity("cuda", compiled=False)
     bad = [(c["case"], c.get("error", "")) for c in rec["cases"] if not (c["forward"] and c["backward"])]
@@ -51,6 +52,7 @@ def test_every_forced_path_keeps_the_bits(path, shape):
     assert m2.shape == mean.shape
 
 
+@pytest.mark.sm90
 def test_compiled_fullgraph_forward_and_backward_bits():
     import torch
 
@@ -89,6 +91,7 @@ def test_graph_capture_and_replay_after_mutation(shape):
         assert torch.equal(_bits(y), _bits(torch.nn.functional.layer_norm(x, shape[1:], w, b)))
 
 
+@pytest.mark.sm90
 def test_first_call_under_capture_serves_through_torch():
     import torch
 
@@ -106,6 +109,7 @@ def test_first_call_under_capture_serves_through_torch():
         assert torch.equal(_bits(labkit.layer_norm(x, ns, w, b)), _bits(y))
 
 
+@pytest.mark.sm90
 @pytest.mark.parametrize("affine", ["weight", "none"])
 @pytest.mark.parametrize("n", [1 << 18, 512 * 33 + 4])
 def test_chain_without_affine_keeps_the_bits(affine, n):
@@ -152,6 +156,7 @@ def test_state_dict_round_trip():
         assert torch.equal(_bits(ours(x)), _bits(ref(x)))
 
 
+@pytest.mark.sm90
 def test_block_swap_and_host_cost_records():
     blk = study.block_swap("cuda", compiled=False)
     assert blk["forward_identical"] and blk["grads_identical"] == "13/13" and blk["swapped"] == 2

@@ -19,6 +19,7 @@ def test_every_public_function_refuses_every_case_naming_it():
         assert {r["function"] for r in rows if r["case"] == case.case} == want, case.case
 
 
+@pytest.mark.sm90
 @pytest.mark.parametrize("variant", [v for v in rel.RING_VARIANTS if v not in rel.RING_DELIBERATE_RACES])
 @pytest.mark.parametrize("shape", [(2, 64, 64, 64), (3, 512 * 17), (2, 512 * (64 * 6 * 2 + 3)), (2, 512)])
 def test_race_free_rings_compute_their_exact_checksum(variant, shape):

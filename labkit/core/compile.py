@@ -5,7 +5,8 @@ the compile options, the NVRTC version and the target architecture. Inputs and o
 Entries are written atomically and carry a digest of their payload, so a truncated or corrupted entry is
 detected on read and rebuilt instead of being loaded.
 
-NVRTC needs no GPU: with an explicit `arch` the CPU machine builds the same sm_90 cubins the H200 runs.
+NVRTC needs no GPU: with an explicit `arch` the CPU machine builds the same sm_90 cubins the H200 runs. A
+`compute_XY` target (the arch override, labkit.core.device) gives PTX instead, which the driver JIT-compiles at load.
 """
 from __future__ import annotations
 
@@ -103,13 +104,23 @@ def _digest(*parts: str | bytes) -> str:
     return h.hexdigest()
 
 
+def sources_digest() -> str:
+    """One digest of every kernels/*.cu and the headers each includes: what a measurement of the kernels (a tuned
+    dispatch table) was made with."""
+    parts: list[str] = []
+    for k in available_kernels():
+        text, headers = kernel_sources(k)
+        parts += [k, text, *(f"{h}\n{t}" for h, t in headers.items())]
+    return _digest(*parts)
+
+
 def cache_dir() -> Path:
     root = os.environ.get("LABKIT_CACHE_DIR")
     return Path(root) if root else Path.home() / ".cache" / "labkit" / "cubin"
 
 
-def _read_entry(path: Path) -> bytes | None:
-    """The cached cubin, or None when the entry is missing or does not match its stored digest."""
+def _read_entry(path: Path, ptx: bool = False) -> bytes | None:
+    """The cached cubin (or PTX), or None when the entry is missing or does not match its stored digest."""
     try:
         blob = path.read_bytes()
     except FileNotFoundError:
@@ -118,7 +129,7 @@ def _read_entry(path: Path) -> bytes | None:
     if len(blob) <= head or not blob.startswith(_MAGIC):
         return None
     digest, payload = blob[len(_MAGIC):head].decode("ascii", "replace"), blob[head:]
-    if hashlib.sha256(payload).hexdigest() != digest or not payload.startswith(b"\x7fELF"):
+    if hashlib.sha256(payload).hexdigest() != digest or payload.startswith(b"\x7fELF") == ptx:
         return None
     return payload
 
@@ -127,10 +138,10 @@ def _write_entry(path: Path, cubin: bytes) -> None:
     atomic_write_bytes(path, _MAGIC + hashlib.sha256(cubin).hexdigest().encode() + cubin)
 
 
-def nvrtc_compile(kernel: str, options: tuple[str, ...], sources=None) -> tuple[bytes, str]:
-    """(cubin as NVRTC hands it over, program log) of kernels/<kernel>.cu compiled with exactly `options`, past the
-    cache. `sources`: (text, headers) as kernel_sources returns them, when the caller has read them already.
-    Raises RuntimeError with NVRTC's log when compilation fails."""
+def nvrtc_compile(kernel: str, options: tuple[str, ...], sources=None, ptx: bool = False) -> tuple[bytes, str]:
+    """(cubin as NVRTC hands it over, or with `ptx` the PTX text; program log) of kernels/<kernel>.cu compiled with
+    exactly `options`, past the cache. `sources`: (text, headers) as kernel_sources returns them, when the caller has
+    read them already. Raises RuntimeError with NVRTC's log when compilation fails."""
     from cupy_backends.cuda.libs import nvrtc
 
     source, headers = sources if sources is not None else kernel_sources(kernel)
@@ -142,29 +153,35 @@ def nvrtc_compile(kernel: str, options: tuple[str, ...], sources=None) -> tuple[
             nvrtc.compileProgram(prog, options)
         except nvrtc.NVRTCError as exc:
             raise RuntimeError(f"NVRTC failed on {kernel}.cu:\n{nvrtc.getProgramLog(prog)}") from exc
-        return nvrtc.getCUBIN(prog), nvrtc.getProgramLog(prog)
+        return (nvrtc.getPTX(prog) if ptx else nvrtc.getCUBIN(prog)), nvrtc.getProgramLog(prog)
     finally:
         nvrtc.destroyProgram(prog)
 
 
 def compile_kernel(kernel: str, arch: str | None = None, extra_options: tuple[str, ...] = ()) -> CompiledKernel:
-    """Compile `kernels/<kernel>.cu` for `arch` (default: the current device), through the cache."""
+    """Compile `kernels/<kernel>.cu` for `arch` (default: the current device), through the cache. `arch` is sm_XY
+    for a cubin, or compute_XY for PTX (the image then is the PTX text with its terminating NUL, as the driver's
+    module loader takes it)."""
     arch = arch or device_arch()
-    if not re.fullmatch(r"sm_\d{2,3}a?", arch):
-        raise ValueError(f"arch must look like 'sm_90', got {arch!r}")
+    if not re.fullmatch(r"(sm_\d{2,3}a?)|(compute_\d{2,3})", arch):
+        raise ValueError(f"arch must look like 'sm_90' (cubin) or 'compute_80' (PTX), got {arch!r}")
+    ptx = arch.startswith("compute_")
     options = BASE_OPTIONS + (f"--gpu-architecture={arch}",) + tuple(extra_options)
     source, headers = kernel_sources(kernel)
     version = nvrtc_version()
     source_sha = _digest(source, *(headers[n] for n in headers))
     key = _digest(source_sha, repr(options), repr(version), arch)
     path = cache_dir() / f"{kernel}-{key[:32]}.cubin"
-    cubin = _read_entry(path)
+    cubin = _read_entry(path, ptx)
     hit = cubin is not None
     if cubin is None:
-        cubin, _ = nvrtc_compile(kernel, options, (source, headers))
+        cubin, _ = nvrtc_compile(kernel, options, (source, headers), ptx)
         _write_entry(path, cubin)
-    # CuPy's getCUBIN drops the image's last (zero) byte; the driver does not mind, disassemblers and hashes do.
-    cubin, _ = complete_cubin(cubin)
+    if ptx:
+        cubin = cubin.rstrip(b"\0") + b"\0"
+    else:
+        # CuPy's getCUBIN drops the image's last (zero) byte; the driver does not mind, disassemblers and hashes do.
+        cubin, _ = complete_cubin(cubin)
     record = CompileRecord(kernel, source_sha, tuple(headers), options, version, arch,
                            hashlib.sha256(cubin).hexdigest(), hit)
     return CompiledKernel(record, cubin)

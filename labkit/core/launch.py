@@ -49,7 +49,7 @@ def load(kernel: str, device_index: int, options: tuple[str, ...] = ()):
 
             from labkit.core.device import device_info
 
-            compiled = compile_kernel(kernel, device_info(device_index).arch_name, tuple(options))
+            compiled = compile_kernel(kernel, device_info(device_index).target, tuple(options))
             with cp.cuda.Device(device_index):
                 module = cp.cuda.function.Module()
                 module.load(compiled.cubin)

@@ -100,6 +100,8 @@ def provenance(device: str = "auto") -> dict:
 
             limits = device_info(0)
             info["gpu_smem_optin_bytes"], info["gpu_max_grid_y"] = limits.smem_optin_bytes, limits.max_grid_y
+            if limits.ptx:  # the arch override (LABKIT_ARCH): the kernels this run launched were that arch's PTX
+                info["arch_override"] = limits.target
             info["cuda_runtime"] = cupy.cuda.runtime.runtimeGetVersion()
             info["cuda_driver_api"] = cupy.cuda.runtime.driverGetVersion()
         except Exception as exc:

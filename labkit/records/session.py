@@ -33,19 +33,42 @@ def mode_banner(device: str, replay_run: str | None = None) -> str:
     return f"CPU mode (no GPU): kernels compiled for sm_90 with NVRTC, arithmetic checked on CPU{suffix}"
 
 
-class RunSession:
-    """A notebook's source of records: live (a fresh run directory on the GPU) or REPLAYED (a committed run)."""
+def lacking(needs_arch: int | None, why: str = "") -> str | None:
+    """What the present GPU lacks for a notebook that needs sm_<needs_arch> (`why`: which feature), or None when it
+    has it (or nothing is needed). Read as the kernels' plans read the GPU (labkit.core.device, the arch override
+    included)."""
+    if needs_arch is None:
+        return None
+    import torch
 
-    def __init__(self, name: str, device: str, run=None, replay: dict | None = None):
-        self.name, self.device, self.run, self.replay = name, device, run, replay
+    from labkit.core.device import device_info
+
+    dev = device_info(torch.cuda.current_device())
+    if dev.arch >= needs_arch:
+        return None
+    return f"this GPU, {dev.label}, lacks what it measures: {why or f'sm_{needs_arch}'}"
+
+
+class RunSession:
+    """A notebook's source of records: live (a fresh run directory on the GPU) or REPLAYED (a committed run). A
+    notebook that measures something the GPU lacks (`needs_arch`) replays the committed run there too, saying so."""
+
+    def __init__(self, name: str, device: str, run=None, replay: dict | None = None, lacks: str | None = None):
+        self.name, self.device, self.run, self.replay, self.lacks = name, device, run, replay, lacks
         self._written: dict[str, object] = {}  # live: the records this session wrote, to read back
 
     @classmethod
     def open(cls, name: str, device: str, output_dir, params: dict | None = None,
-             runs_root=None) -> "RunSession":
-        """device is already resolved ('cuda' or 'cpu'). runs_root: where committed runs live (data/runs)."""
+             runs_root=None, needs_arch: int | None = None, why: str = "") -> "RunSession":
+        """device is already resolved ('cuda' or 'cpu'). runs_root: where committed runs live (data/runs).
+        needs_arch, why: the arch the notebook's kernels need and the feature, e.g. 90 and "the chain kernels'
+        bulk copies and mbarrier transactions (sm_90)": below it, the committed run is replayed, labelled."""
         if device == "cuda":
-            return cls(name, device, run=results.Run.create(Path(output_dir) / "runs", name, params, device="cuda"))
+            lacks = lacking(needs_arch, why)
+            if lacks is None:
+                return cls(name, device, run=results.Run.create(Path(output_dir) / "runs", name, params,
+                                                                device="cuda"))
+            return cls(name, device, replay=newest_complete_run(name, runs_root), lacks=lacks)
         return cls(name, device, replay=newest_complete_run(name, runs_root))
 
     @classmethod
@@ -86,6 +109,10 @@ class RunSession:
         return self.replay["records"]["run"]["provenance"] if self.replay else {}
 
     def banner(self) -> str:
+        if self.lacks:
+            shown = (f"the figures below are REPLAYED from committed GPU run {self.run_id}" if self.replay
+                     else self.source)
+            return f"GPU present, not measured live: {self.lacks}; {shown}"
         text = mode_banner(self.device, self.run_id if self.replay else None)
         return text if (self.live or self.replay) else text + f" — {self.source}"
 
@@ -93,7 +120,7 @@ class RunSession:
         """Which run this session is, for the executed notebook's metadata (labkit.book lifts it there; the site
         reads it): {"name", "run_id", "live", "missing"}; missing: no committed run of `name` to replay."""
         return {"name": self.name, "run_id": self.run_id, "live": self.live,
-                "missing": not self.live and self.replay is None}
+                "missing": not self.live and self.replay is None, "lacks": self.lacks}
 
     def record(self, name: str, compute=None):
         """Live: compute() and write it as `name`, or without `compute` the record `name` this session wrote

@@ -19,8 +19,38 @@ TORCH_VECTORIZED = "vectorized_layer_norm_kernel<float, float, false>"
 # ------------------------------------------------------------------------------------------- compiling ---
 
 def compile_records(arch: str) -> list[kc.CompileRecord]:
-    """Compile every kernel under kernels/ for `arch` (NVRTC: no GPU needed) and return the compile records."""
-    return kc.compile_all(arch)
+    """Compile every kernel under kernels/ that builds for `arch` (NVRTC: no GPU needed) and return the compile
+    records; `unbuilt(arch)` lists the others (below sm_90: the chain kernels)."""
+    return [r for r in map(lambda k: _record_or_none(k, arch), kc.available_kernels()) if r is not None]
+
+
+def _record_or_none(kernel: str, arch: str):
+    try:
+        return kc.compile_kernel(kernel, arch).record
+    except RuntimeError:
+        return None
+
+
+def unbuilt(arch: str) -> list[dict]:
+    """The kernels NVRTC refuses for `arch`, with the first error it gives (a one-line reason, not its log)."""
+    out = []
+    for k in kc.available_kernels():
+        try:
+            kc.compile_kernel(k, arch)
+        except RuntimeError as exc:
+            first = next((ln for ln in str(exc).splitlines() if "error" in ln), str(exc).splitlines()[-1])
+            out.append({"kernel": k, "arch": arch,
+                        "why not (NVRTC)": first.split("error", 1)[-1].lstrip(" :").strip()[:160]})
+    return out
+
+
+def unbuilt_line(arch: str) -> str:
+    rows = unbuilt(arch)
+    if not rows:
+        return f"every kernel in kernels/ compiles for {arch}"
+    reasons = "; ".join(dict.fromkeys(r["why not (NVRTC)"] for r in rows))
+    return (f"{len(rows)} kernel(s) do not compile for {arch}, and no path offers them there: "
+            f"{', '.join(r['kernel'] for r in rows)} (NVRTC: {reasons})")
 
 
 def sources(records: list[kc.CompileRecord]) -> list[tuple[str, str]]:

@@ -134,8 +134,13 @@ def _reference_order(x, weight, bias, eps):
 
 
 def _chain(x, weight, bias, eps):
-    from labkit.ops.chain import chain_layer_norm
+    from labkit.core.device import device_info
+    from labkit.ops.chain import MIN_ARCH, chain_layer_norm
 
+    dev = device_info(x.get_device()) if x.is_cuda else None
+    if dev is not None and dev.arch < MIN_ARCH:  # its automatic schedule would serve rows_fused under this name
+        raise ValueError(f"the chain kernels need sm_{MIN_ARCH} (bulk copies, mbarrier transactions); this GPU is "
+                         f"{dev.label}")
     return lambda: chain_layer_norm(x, weight, bias, eps)
 
 

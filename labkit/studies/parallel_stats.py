@@ -12,6 +12,9 @@ from labkit.records.check import identical_count
 from labkit.tasks import EXTRA_SHAPES, L1_40, shape_key
 
 DEV_LOG = REPO_ROOT / "data" / "dev" / "chain"
+# What notebook 07 measures needs (labkit.records.session.RunSession.open): on an older GPU it replays the H200 run.
+NEEDS_ARCH = 90  # labkit.ops.chain.MIN_ARCH (not imported here: the study reads no op at import)
+NEEDS = "the chain kernels' bulk copies, mbarrier transaction counts and tensor maps (sm_90 and later)"
 # The methods timed beside the chain kernel: native, the post's design, split statistics and Inductor.
 TIMED_METHODS = ("native", "reference_order", "split_interleaved", "inductor", "chain")
 

@@ -3,7 +3,10 @@ committed dispatch_table run; do not edit them). A module holds RUN_ID, DEVICE {
 SCORES[row level][log2 N] = {path: eager time / torch's}.
 
 Which table serves a device (`for_device`), as documented in README "Dispatch":
-  1. the table measured on a GPU of the same arch and SM count;
+  0. a table `labkit tune` measured on this GPU (same name, arch and SM count; a JSON file in the user's table
+     cache, `table_dir()`), if it was measured with the kernel sources installed now (else it is stale: ignored,
+     and the reason says so);
+  1. else the committed table measured on a GPU of the same arch and SM count;
   2. else one of the same arch (the nearest SM count): the row axis counts waves of the chain schedule's blocks,
      so it carries to another SM count, but the table was not measured there and the reason says so;
   3. else none: torch's own kernel serves the drop-in, and chain_layer_norm's automatic schedule falls back to the
@@ -12,10 +15,35 @@ Which table serves a device (`for_device`), as documented in README "Dispatch":
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import pkgutil
 import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
 
 _tables: list | None = None
+TABLE_DIR_ENV = "LABKIT_TABLE_DIR"
+TUNED_FORMAT = 1
+_tuned_lock = threading.Lock()
+_tuned: dict[Path, tuple[float, object]] = {}  # path -> (mtime, Tuned or the reason it is not used)
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """A table `labkit tune` measured (the committed modules' attributes, read from the JSON file `path`)."""
+
+    SCORES: dict
+    BACKWARD: dict | None
+    DEVICE: dict
+    RUN_ID: str            # "tuned <UTC time>": tuned tables are not committed runs
+    path: Path
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def BACKWARD_RUN_ID(self) -> str:  # noqa: N802  (the committed modules' name)
+        return self.RUN_ID
 
 
 def module_name(name: str, arch: int, sm_count: int) -> str:
@@ -31,8 +59,90 @@ def tables() -> list:
     return _tables
 
 
-def for_device(arch: int, sm_count: int) -> tuple[object | None, str]:
-    """(table module or None, which table serves and why) for a device."""
+def table_dir() -> Path:
+    """Where `labkit tune` writes tables and the rule looks for them: $LABKIT_TABLE_DIR, else
+    ~/.cache/labkit/dispatch (beside the cubin cache; never inside the package)."""
+    root = os.environ.get(TABLE_DIR_ENV)
+    return Path(root) if root else Path.home() / ".cache" / "labkit" / "dispatch"
+
+
+def tuned_path(name: str, arch: int, sm_count: int) -> Path:
+    return table_dir() / f"{module_name(name, arch, sm_count)}.json"
+
+
+def _sources_digest() -> str:
+    from labkit.core.compile import sources_digest
+
+    return sources_digest()
+
+
+def _scores_from_json(d: dict | None) -> dict | None:
+    if d is None:
+        return None
+    return {float(x): {int(y): dict(point) for y, point in level.items()} for x, level in d.items()}
+
+
+def scores_to_json(scores: dict | None) -> dict | None:
+    if scores is None:
+        return None
+    return {repr(x): {str(y): point for y, point in level.items()} for x, level in scores.items()}
+
+
+def _read_tuned(path: Path):
+    """The Tuned table in `path`, or a string saying why it is not used; cached until the file changes."""
+    try:
+        mtime = path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    with _tuned_lock:
+        hit = _tuned.get(path)
+        if hit is not None and hit[0] == mtime:
+            return hit[1]
+    try:
+        d = json.loads(path.read_text())
+        if d.get("format") != TUNED_FORMAT:
+            got = f"format {d.get('format')!r}, this labkit reads {TUNED_FORMAT}"
+            raise ValueError(got)
+        if d["kernels_sha256"] != _sources_digest():
+            value = f"tuned table {path} is stale (measured with other kernel sources): run `labkit tune` again"
+        else:
+            value = Tuned(_scores_from_json(d["scores"]), _scores_from_json(d.get("backward")), d["device"],
+                          f"tuned {d['created']}", path, {k: d[k] for k in ("torch", "grid", "rounds", "seconds")
+                                                          if k in d})
+    except (ValueError, KeyError, TypeError) as exc:
+        value = f"tuned table {path} is unreadable ({type(exc).__name__}: {exc}): run `labkit tune` again"
+    with _tuned_lock:
+        _tuned[path] = (mtime, value)
+    return value
+
+
+def write_tuned(device: dict, scores: dict, backward: dict | None, meta: dict) -> Path:
+    """Write a tuned table for `device` ({"name", "arch", "sm_count", ...}) atomically; returns its path."""
+    from labkit.core.atomic import atomic_write_bytes
+
+    path = tuned_path(device["name"], device["arch"], device["sm_count"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {"format": TUNED_FORMAT, "device": device, "kernels_sha256": _sources_digest(), **meta,
+            "scores": scores_to_json(scores), "backward": scores_to_json(backward)}
+    atomic_write_bytes(path, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode())
+    return path
+
+
+def for_device(arch: int, sm_count: int, name: str | None = None) -> tuple[object | None, str]:
+    """(table or None, which table serves and why) for a device; `name` (the GPU's name) lets a table `labkit
+    tune` measured on this GPU serve."""
+    stale = ""
+    if name is not None:
+        tuned = _read_tuned(tuned_path(name, arch, sm_count))
+        if isinstance(tuned, Tuned):
+            return tuned, (f"dispatch table tuned on this GPU ({name}, sm_{arch}, {sm_count} SMs) by `labkit tune` "
+                           f"at {tuned.RUN_ID.removeprefix('tuned ')}, read from {tuned.path}")
+        stale = f"{tuned}; " if tuned else ""
+    table, which = _committed(arch, sm_count)
+    return table, stale + which
+
+
+def _committed(arch: int, sm_count: int) -> tuple[object | None, str]:
     same_arch = [t for t in tables() if t.DEVICE["arch"] == arch]
     exact = [t for t in same_arch if t.DEVICE["sm_count"] == sm_count]
     if exact:

@@ -1,0 +1,90 @@
+"""`labkit tune`'s table on the CPU (issue 25 item 2): what it writes is what the rule reads for that GPU and no
+other, ahead of the committed tables; a table measured with other kernel sources, or one that cannot be read, is
+ignored and the reason says so; the short grid is a subset of the committed one. The measuring itself runs on the
+GPU (tests/test_gpu_tune.py)."""
+import json
+
+import pytest
+
+from labkit.core.device import Device
+from labkit.ops.dispatch import rule, tables
+from labkit.studies import dispatch, tune
+
+A100 = Device("NVIDIA A100-SXM4-80GB", 80, 108, 163 * 1024, 65535)
+# a made-up measurement (a fixture of this test, not data): rows_fused 20% faster than torch everywhere, the
+# reference order 10% slower
+SCORES = {0.0: {8: {"native": 1.0, "rows_fused": 0.8, "reference_order": 1.1},
+                24: {"native": 1.0, "rows_fused": 0.8, "reference_order": 1.1}},
+          4.0: {8: {"native": 1.0, "rows_fused": 0.8, "reference_order": 1.1},
+                24: {"native": 1.0, "rows_fused": 0.8, "reference_order": 1.1}}}
+BACKWARD = {0.0: {8: {"native": 1.0, "rows": 0.7, "split": 0.9}, 24: {"native": 1.0, "rows": 0.7, "split": 0.9}}}
+
+
+def _write(device=A100, scores=SCORES, backward=BACKWARD):
+    return tables.write_tuned({"name": device.name, "arch": device.arch, "sm_count": device.sm_count,
+                               "target": device.target}, scores, backward,
+                              {"created": "2026-12-01T15:00:00Z", "torch": "test", "grid": "short", "rounds": 3})
+
+
+@pytest.fixture
+def table_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(tables.TABLE_DIR_ENV, str(tmp_path))
+    return tmp_path
+
+
+def test_without_a_tuned_table_nothing_serves_an_unmeasured_arch(table_dir):
+    assert rule.choose(64, 4096, A100, ("rows_fused", "reference_order")) [0] == "native"
+    assert rule.table_source(A100) == "no dispatch table measured on sm_80"
+
+
+def test_a_tuned_table_serves_its_gpu_and_the_rule_reads_it(table_dir):
+    path = _write()
+    assert path.parent == table_dir and path.suffix == ".json"
+    assert json.loads(path.read_text())["device"]["name"] == A100.name
+    path_, why = rule.choose(64, 4096, A100, ("rows_fused", "reference_order"))
+    assert path_ == "rows_fused" and "tuned on this GPU" in why and str(path) in why
+    assert rule.choose_backward(64, 4096, A100, ("rows", "split"))[0] == "rows"
+    assert "labkit tune" in rule.table_source(A100)
+    # another GPU of the same arch and SM count does not get it: it was not measured there
+    other = Device("NVIDIA A800 80GB", 80, 108, 163 * 1024, 65535)
+    assert rule.table_source(other) == "no dispatch table measured on sm_80"
+
+
+def test_a_tuned_table_wins_over_the_committed_one_of_its_gpu(table_dir):
+    h200 = Device("NVIDIA H200", 90, 132, 227 * 1024, 65535)
+    committed = rule.table_source(h200)
+    assert "measured on NVIDIA H200" in committed
+    _write(h200, {0.0: {8: {"native": 1.0, "reference_order": 0.5}, 24: {"native": 1.0, "reference_order": 0.5}}})
+    assert rule.choose(4, 1 << 20, h200, ("chain", "reference_order"))[0] == "reference_order"
+    assert "labkit tune" in rule.table_source(h200)
+
+
+def test_a_stale_or_unreadable_table_is_ignored_and_said_so(table_dir, monkeypatch):
+    path = _write()
+    monkeypatch.setattr(tables, "_sources_digest", lambda: "0" * 64)  # the kernels changed since it was measured
+    assert rule.choose(64, 4096, A100, ("rows_fused",))[0] == "native"
+    assert "stale" in rule.table_source(A100) and "labkit tune" in rule.table_source(A100)
+    monkeypatch.undo()
+    monkeypatch.setenv(tables.TABLE_DIR_ENV, str(table_dir))
+    path.write_text("{ not json")
+    assert "unreadable" in rule.table_source(A100)
+    assert rule.choose(64, 4096, A100, ("rows_fused",))[0] == "native"
+
+
+def test_the_short_grid_is_a_spread_subset_of_the_committed_grid():
+    short, full = tune.grid(), tune.grid(full=True)
+    assert set(short) < set(full) == set(dispatch.grid_shapes())
+    assert {n.bit_length() - 1 for _, n in short} == set(tune.SHORT_LOG2_N)
+    assert {r for r, _ in short} == set(tune.SHORT_ROWS)
+    assert len(short) < len(full) / 2
+
+
+def test_tune_refuses_to_run_without_a_gpu_or_with_too_few_rounds():
+    import torch
+
+    with pytest.raises(ValueError, match="rounds must be at least 3, .*got 2|got 2"):
+        tune.tune(rounds=2)
+    if torch.cuda.is_available():
+        pytest.skip("the refusal without a GPU is checked on the CPU")
+    with pytest.raises(ValueError, match="no CUDA device"):
+        tune.tune()

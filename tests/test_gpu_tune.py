@@ -6,7 +6,16 @@ import pytest
 pytestmark = pytest.mark.gpu
 
 
-def test_tune_writes_a_table_the_rule_then_reads(tmp_path, monkeypatch):
+@pytest.fixture
+def fresh_plans():
+    from labkit.ops.dropin import plan
+
+    plan.clear()
+    yield
+    plan.clear()  # plans made by the tuned table must not serve the tests after this one
+
+
+def test_tune_writes_a_table_the_rule_then_reads(tmp_path, monkeypatch, fresh_plans):
     import torch
 
     import labkit

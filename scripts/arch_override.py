@@ -24,8 +24,8 @@ from labkit.studies import arch_override  # noqa: E402
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--fuzz-cases", type=int, default=1000)
-    ap.add_argument("--training-cases", type=int, default=1000)
+    ap.add_argument("--fuzz-cases", type=int, default=2000)
+    ap.add_argument("--training-cases", type=int, default=2000)
     ap.add_argument("--budget-s", type=float, default=90.0, help="time budget of each fuzz")
     ap.add_argument("--attach", nargs="*", default=[], help="files to add to the run (the override's test log)")
     args = ap.parse_args(argv)

@@ -100,12 +100,13 @@ def test_the_python_runner_and_the_cpp_node_agree(fresh_plans):
     from labkit.ops.dropin import host, plan
 
     x, ns, w, b, dy = _inputs((8, 1 << 18))
-    fast = _step(labkit.layer_norm, x, ns, w, b, dy, 1e-5)
-    assert _node(labkit.layer_norm, x, ns, w, b, 1e-5) == "CppFunction"
-    plan.clear()
-    with host.off():
-        slow = _step(labkit.layer_norm, x, ns, w, b, dy, 1e-5)
-        assert _node(labkit.layer_norm, x, ns, w, b, 1e-5) == "_LayerNormBackward"
+    with plan.forced_backward("rows"):  # ours on every arch, whatever the device's table says
+        fast = _step(labkit.layer_norm, x, ns, w, b, dy, 1e-5)
+        assert _node(labkit.layer_norm, x, ns, w, b, 1e-5) == "CppFunction"
+        plan.clear()
+        with host.off():
+            slow = _step(labkit.layer_norm, x, ns, w, b, dy, 1e-5)
+            assert _node(labkit.layer_norm, x, ns, w, b, 1e-5) == "_LayerNormBackward"
     plan.clear()
     ref = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy, 1e-5)
     assert all(_same(a, c) and _same(a, r) for a, c, r in zip(fast, slow, ref))
@@ -175,19 +176,22 @@ def test_a_training_step_captured_in_a_graph_replays_torchs_bits(fresh_plans):
 
     import labkit
 
+    from labkit.ops.dropin import plan
+
     x, ns, w, b, dy = _inputs((16, 1 << 20))
     ref = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy, 1e-5)
     xs = x.detach().clone().requires_grad_()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):  # plans and programs are made outside capture
-            torch.autograd.grad(labkit.layer_norm(xs, ns, w, b, 1e-5), (xs, w, b), dy)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        y = labkit.layer_norm(xs, ns, w, b, 1e-5)
-        grads = torch.autograd.grad(y, (xs, w, b), dy)
+    with plan.forced_backward("rows"):  # ours on every arch, whatever the device's table says
+        with torch.cuda.stream(s):
+            for _ in range(2):  # plans and programs are made outside capture
+                torch.autograd.grad(labkit.layer_norm(xs, ns, w, b, 1e-5), (xs, w, b), dy)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y = labkit.layer_norm(xs, ns, w, b, 1e-5)
+            grads = torch.autograd.grad(y, (xs, w, b), dy)
     g.replay()
     torch.cuda.synchronize()
     assert type(y.grad_fn).__name__ == "CppFunction"

@@ -88,3 +88,10 @@ def test_tune_refuses_to_run_without_a_gpu_or_with_too_few_rounds():
         pytest.skip("the refusal without a GPU is checked on the CPU")
     with pytest.raises(ValueError, match="no CUDA device"):
         tune.tune()
+
+
+def test_the_picks_table_reads_forward_and_backward_scores():
+    fwd = dispatch.table_rows(SCORES, A100.sm_count)
+    back = dispatch.table_rows(BACKWARD, A100.sm_count, backward=True)
+    assert {v for r in fwd for k, v in r.items() if k.startswith("2^")} == {"rows"}
+    assert {v for r in back for k, v in r.items() if k.startswith("2^")} == {"rows"}

@@ -52,7 +52,7 @@ def served(shapes=SHAPES, seed: int = 0) -> list[dict]:
     return out
 
 
-def run(session_run, fuzz_cases: int = 1000, training_cases: int = 1000, budget_s: float = 90.0, log=print) -> dict:
+def run(session_run, fuzz_cases: int = 2000, training_cases: int = 2000, budget_s: float = 90.0, log=print) -> dict:
     """Every record of the override run into `session_run` (a labkit.records.run.Run); returns the summary."""
     from labkit.studies import reliability as rel
     from labkit.studies import training

@@ -159,11 +159,11 @@ def module_path(sweep: dict):
     return Path(tables.__file__).parent / f"{tables.module_name(dev['name'], dev['arch'], dev['sm_count'])}.py"
 
 
-def table_rows(scores: dict, sm_count: int) -> list[dict]:
+def table_rows(scores: dict, sm_count: int, backward: bool = False) -> list[dict]:
     """The measured points as a grid for display: one row per row level (rows per wave level on this GPU), one
-    column per log2 N, the path the rule takes there."""
+    column per log2 N, the path the rule takes there (`backward`: the backward's schedules)."""
     from labkit.ops.chain import BLOCKS_PER_ROW
-    from labkit.ops.dispatch.rule import pick
+    from labkit.ops.dispatch.rule import BACKWARD_ORDER, ORDER, pick
 
     short = lambda p: "torch" if p == "native" else p.split("_")[0]  # noqa: E731  (chain, rows, reference)
     ys = sorted({y for level in scores.values() for y in level})
@@ -175,6 +175,6 @@ def table_rows(scores: dict, sm_count: int) -> list[dict]:
             if not sc:
                 row[f"2^{y}"] = ""
                 continue
-            row[f"2^{y}"] = short(pick(sc))
+            row[f"2^{y}"] = short(pick(sc, BACKWARD_ORDER if backward else ORDER))
         out.append(row)
     return out

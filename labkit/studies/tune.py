@@ -73,7 +73,7 @@ def tune(full: bool = False, rounds: int | None = None, backward: bool = True, p
     return {"path": str(path), "device": dev.label, "grid": "full" if full else "short", "shapes": len(shapes),
             "rounds": rounds, "seconds": seconds,
             "forward_picks": dispatch.table_rows(scores, dev.sm_count),
-            "backward_picks": dispatch.table_rows(back, dev.sm_count) if back else [],
+            "backward_picks": dispatch.table_rows(back, dev.sm_count, backward=True) if back else [],
             "rule_source": rule.table_source(dev)}
 
 

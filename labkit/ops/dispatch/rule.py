@@ -69,10 +69,11 @@ def scores_in(table: dict, rows: int, n: int, sm_count: int) -> dict:
     return _blend(at[lo], at[hi], t)
 
 
-def pick(sc: dict) -> str:
-    """The path a {path: time / native} map selects: the fastest (ties in ORDER), if it is not torch's and is more
-    than MARGIN faster than torch's; else native."""
-    best = min(sc, key=lambda p: (sc[p], ORDER.index(p)))
+def pick(sc: dict, order: tuple[str, ...] = ORDER) -> str:
+    """The path a {path: time / native} map selects: the fastest (ties in `order`: ORDER for the forward,
+    BACKWARD_ORDER for the backward), if it is not torch's and is more than MARGIN faster than torch's; else
+    native."""
+    best = min(sc, key=lambda p: (sc[p], order.index(p)))
     return best if best != paths.NATIVE and sc[best] < 1 - MARGIN else paths.NATIVE
 
 
@@ -129,6 +130,7 @@ def pickable_kernels(arch: int, sm_count: int) -> tuple[str, ...]:
 
 
 BACKWARD_PATHS = ("chain", "rows", "split")  # labkit.ops.backward's schedules, each a path the backward rule weighs
+BACKWARD_ORDER = (paths.NATIVE, *BACKWARD_PATHS)  # ties go to the earlier
 
 
 def choose_backward(rows: int, n: int, device: Device, available: tuple[str, ...] = BACKWARD_PATHS) -> tuple[str, str]:
@@ -141,7 +143,6 @@ def choose_backward(rows: int, n: int, device: Device, available: tuple[str, ...
         return paths.NATIVE, f"backward unmeasured on this GPU ({which}): torch's backward serves"
     sc = {p: v for p, v in scores_in(measured, rows, n, device.sm_count).items()
           if p == paths.NATIVE or p in available}
-    best = min(sc, key=lambda p: (sc[p], (paths.NATIVE, *BACKWARD_PATHS).index(p)))
-    path = best if best != paths.NATIVE and sc[best] < 1 - MARGIN else paths.NATIVE
+    path = pick(sc, BACKWARD_ORDER)
     shown = ", ".join(f"{p} {v:.2f}" for p, v in sorted(sc.items(), key=lambda kv: kv[1]))
     return path, f"{rows} x {n}: backward time / native interpolated: {shown} ({which}, run {table.BACKWARD_RUN_ID})"

@@ -80,7 +80,7 @@ def kernel_sources(kernel: str) -> tuple[str, dict[str, str]]:
     path = KERNEL_DIR / f"{kernel}.cu"
     if not path.is_file():
         raise ValueError(f"unknown kernel {kernel!r}: no {path}; available: {available_kernels()}")
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8")  # not the locale's: NVRTC 12.0-12.4 leaves it ASCII
     headers: dict[str, str] = {}
     pending = _INCLUDE.findall(text)
     while pending:
@@ -90,7 +90,7 @@ def kernel_sources(kernel: str) -> tuple[str, dict[str, str]]:
         header = KERNEL_DIR / name
         if not header.is_file():
             raise ValueError(f"kernel {kernel!r} includes {name!r}, which is not in {KERNEL_DIR}")
-        headers[name] = header.read_text()
+        headers[name] = header.read_text(encoding="utf-8")
         pending.extend(_INCLUDE.findall(headers[name]))
     return text, headers
 

@@ -86,3 +86,81 @@ def summary(records: dict) -> dict:
             "served_ours_after_tune": sum(r["path"] != "native" for r in after),
             "served_bits": f"{sum(all(r['bits'].values()) for r in after)}/{len(after)}",
             "table": (records.get("tune") or {}).get("path")}
+
+
+# --- reading the run back (notebook 08, README "Other GPUs") -----------------------------------------------------
+
+def _short_source(text: str) -> str:
+    """A rule_source without the GPU machine's directories: the tuned table by its file name."""
+    import re
+
+    return re.sub(r"read from \S*/([^/\s]+\.json)", r"read from the table cache's \1", text)
+
+
+def served_rows(session) -> list[dict]:
+    """What the drop-in served on the H200 as compute_80, before and after `labkit tune`, with its bits."""
+    before = {tuple(r["shape"]): r for r in session.record("served_before_tune") or []}
+    rows = []
+    for r in session.record("served_after_tune") or []:
+        b = before.get(tuple(r["shape"]), {})
+        rows.append({"shape": " x ".join(map(str, r["shape"])), "before tune": b.get("path", "—"),
+                     "after tune": r["path"], "launched by": r["launches"].split(" (")[0],
+                     "y, dx, dweight, dbias = torch's": "✓" if all(r["bits"].values()) else
+                     ", ".join(k for k, v in r["bits"].items() if not v) + " differ"})
+    return rows or [{"override run": session.source}]
+
+
+def picks_rows(session, backward: bool = False) -> list[dict]:
+    t = session.record("tune") or {}
+    return t.get("backward_picks" if backward else "forward_picks") or [{"override run": session.source}]
+
+
+def _tests_line(session) -> str:
+    """The override's GPU test counts and why tests were skipped, read from the log attached to the run."""
+    import re
+    from pathlib import Path
+
+    log = Path(session.replay_path or "") / "override_tests.log"
+    if not session.replay_path or not log.is_file():
+        return "GPU tests under the override: no log in the run"
+    text = log.read_text()
+    counts = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|skipped|error)", text.strip().splitlines()[-1])}
+    skips: dict[str, int] = {}
+    for n, reason in re.findall(r"^SKIPPED \[(\d+)\] [^:]+(?::\d+)?: (.*)$", text, re.M):
+        key = "need sm_90" if reason.startswith("needs sm_90") else reason
+        skips[key] = skips.get(key, 0) + int(n)
+    why = "; ".join(f"{n} {k}" for k, n in sorted(skips.items(), key=lambda kv: -kv[1]))
+    return (f"GPU tests under the override: {counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
+            f"{counts.get('skipped', 0)} skipped ({why or 'none'})")
+
+
+def verdict_lines(session) -> list[str]:
+    """The override run's findings, generated from its records."""
+    from labkit.studies import reliability as rel
+    from labkit.studies import training
+
+    dev = session.record("device")
+    if not dev:
+        return [f"the H200 as compute_80: {session.source}"]
+    fz, tf = rel.fuzz_counts(session.record("fuzz") or {}), training.fuzz_counts(session.record("training_fuzz"))
+    tune = session.record("tune") or {}
+    after = session.record("served_after_tune") or []
+    before = session.record("served_before_tune") or []
+    ours = [r for r in after if r["path"] != "native"]
+    offered = {p for o in dev["offered"] for p in o["forward"]}
+    return [f"{dev['label']}: kernels as {dev['target']} PTX JIT-compiled by the driver, tensor maps "
+            f"{'on' if dev['tensor_maps'] else 'off'}, {dev['smem_optin_bytes'] // 1024} KiB of shared memory per block "
+            f"({session.source})",
+            f"paths planned there: {', '.join(sorted(offered))} (the chain needs sm_90); backward schedules "
+            f"{', '.join(sorted({p for o in dev['offered'] for p in o['backward']}))}",
+            _tests_line(session),
+            f"forward fuzz: {fz['cases']} cases, {fz['checks']} path checks, {fz['mismatches']} mismatch(es) against "
+            f"torch.native_layer_norm (output, mean, rstd as int32 views)",
+            f"backward fuzz: {tf['cases']} cases, {tf['checks']} schedule checks, {tf['mismatches']} mismatch(es) against "
+            f"native_layer_norm_backward (dx, dweight, dbias)",
+            f"before `labkit tune` ({_short_source(before[0]['rule_source']) if before else 'n/a'}) torch's kernel served "
+            f"{sum(r['path'] == 'native' for r in before)} of {len(before)} shapes; `labkit tune` "
+            f"({tune.get('shapes', '?')} shapes, {tune.get('seconds', '?')} s) wrote this GPU's table, and then our kernels "
+            f"served {len(ours)} of {len(after)} shapes, with torch's bits in y and all three gradients at "
+            f"{sum(all(r['bits'].values()) for r in after)} of {len(after)}",
+            f"the rule's source after the tune: {_short_source(after[0]['rule_source']) if after else 'n/a'}"]

@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -78,22 +79,24 @@ inline void check(CUresult r, const char* what) {
 // runtime calls use. An autograd engine thread may never have made a runtime call that sets it.
 inline void use_primary_context(int device) {
   constexpr int kMaxDevices = 64;
-  static CUcontext primary[kMaxDevices] = {};
+  // atomics: threads read a device's entry while the first of them may be writing it (acquire pairs with release)
+  static std::atomic<CUcontext> primary[kMaxDevices] = {};
   static std::mutex mu;
   const Driver& d = Driver::get();
   if (!d.error.empty()) throw std::runtime_error(d.error);
   if (device < 0 || device >= kMaxDevices) throw std::runtime_error("device index out of range");
   CUcontext current = nullptr;
   check(d.ctx_get_current(&current), "cuCtxGetCurrent");
-  CUcontext want = primary[device];
+  CUcontext want = primary[device].load(std::memory_order_acquire);
   if (want == nullptr) {
     std::lock_guard<std::mutex> lock(mu);
-    if (primary[device] == nullptr) {
+    want = primary[device].load(std::memory_order_relaxed);
+    if (want == nullptr) {
       CUdevice dev = 0;
       check(d.device_get(&dev, device), "cuDeviceGet");
-      check(d.primary_ctx_retain(&primary[device], dev), "cuDevicePrimaryCtxRetain");
+      check(d.primary_ctx_retain(&want, dev), "cuDevicePrimaryCtxRetain");
+      primary[device].store(want, std::memory_order_release);
     }
-    want = primary[device];
   }
   if (current != want) check(d.ctx_set_current(want), "cuCtxSetCurrent");
 }

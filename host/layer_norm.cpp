@@ -106,6 +106,9 @@ inline bool misaligned(const Tensor& a, const Tensor& b, const Tensor& c) {
   return ((address(a) | address(b) | address(c)) & 15) != 0;
 }
 
+constexpr int kForwardSlots = 7;   // x, weight, bias, y, mean, rstd, scratch
+constexpr int kBackwardSlots = 9;  // dy, x, mean, rstd, weight, dx, dweight, dbias, scratch
+
 // One input signature of the drop-in (labkit.ops.dropin.plan.KernelPlan / Plan), as Python planned it.
 struct LayerNormPlan : torch::CustomClassHolder {
   c10::intrusive_ptr<ProgramHolder> forward, backward;  // null: torch's kernel serves that direction
@@ -198,7 +201,9 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
                                                  torch::autograd::variable_list grads) {
     auto plan = c10::static_intrusive_pointer_cast<LayerNormPlan>(ctx->saved_data["plan"].toCapsule());
     int64_t need = ctx->saved_data["need"].toInt();
-    bool nx = need & 1, nw = need & 2, nb = need & 4;
+    // what this backward pass asks for (autograd.grad(y, x) wants dx alone), within what the forward could give
+    bool nx = (need & 1) && ctx->needs_input_grad(0), nw = (need & 2) && ctx->needs_input_grad(1),
+         nb = (need & 4) && ctx->needs_input_grad(2);
     auto saved = ctx->get_saved_variables();
     const Tensor &x = saved[0], &mean = saved[1], &rstd = saved[2], &w = saved[3], &b = saved[4];
     const Tensor& gy = grads[0];
@@ -240,6 +245,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                        double eps, std::vector<int64_t> stat_shape, int64_t rows, int64_t n, int64_t forward_scratch,
                        int64_t backward_scratch, int64_t partial_groups, std::optional<Tensor> ones,
                        std::optional<Tensor> neg_zeros) {
+             // the slots run_forward / run_backward hand over (labkit.core.program FORWARD_SLOTS, BACKWARD_SLOTS)
+             TORCH_CHECK(!forward || (*forward)->program.slots == kForwardSlots, "a forward program has ",
+                         kForwardSlots, " slots, got ", (*forward)->program.slots);
+             TORCH_CHECK(!backward || (*backward)->program.slots == kBackwardSlots, "a backward program has ",
+                         kBackwardSlots, " slots, got ", (*backward)->program.slots);
              auto p = c10::make_intrusive<LayerNormPlan>();
              if (forward) p->forward = *forward;
              if (backward) p->backward = *backward;
@@ -283,7 +293,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("run", [](const ProgramHolder& h, int device, std::vector<uint64_t> ptrs, float eps) {
     TORCH_CHECK(static_cast<int>(ptrs.size()) == h.program.slots, "one address per slot");
-    run(h, c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)), ptrs.data(), eps);
+    c10::Device dev(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+    c10::DeviceGuard guard(dev);  // torch's current stream of that device, as the entry points above
+    run(h, dev, ptrs.data(), eps);
   });
   m.def("current_stream", [](int device) {
     return reinterpret_cast<uint64_t>(

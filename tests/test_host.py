@@ -164,3 +164,24 @@ def test_on_the_cpu_the_dropin_never_asks_for_the_extension(monkeypatch):
     labkit.layer_norm(x, (64,)).sum().backward()
     p = plan.get_plan(x, (64,), None, None, 1e-5, True)
     assert p.host is None and p.torch_trains
+
+
+def test_a_plan_whose_programs_have_other_slots_is_refused(ext):
+    three = ext.Program(3, [])
+    with pytest.raises(RuntimeError, match="forward program has 7 slots, got 3"):
+        ext.LayerNormPlan(three, None, [8], 1e-5, [2, 1], 2, 8, 0, 0, 1, None, None)
+    with pytest.raises(RuntimeError, match="backward program has 9 slots, got 3"):
+        ext.LayerNormPlan(None, three, [8], 1e-5, [2, 1], 2, 8, 0, 0, 1, None, None)
+
+
+def test_a_backward_pass_asking_for_dx_alone_gets_dx_alone(ext):
+    """Weight and bias require grad, but autograd.grad(y, x) wants dx only: the node asks for dx alone (at backward
+    time, needs_input_grad), and gives torch's dx."""
+    x = torch.randn(4, 16, requires_grad=True)
+    w = torch.randn(16, requires_grad=True)
+    b = torch.randn(16, requires_grad=True)
+    dy = torch.randn(4, 16)
+    y = ext.train(_plan(ext, (16,), 4), x, w, b)
+    gx, = torch.autograd.grad(y, x, dy)
+    ref, = torch.autograd.grad(F.layer_norm(x, (16,), w, b), x, dy)
+    assert torch.equal(_bits(gx), _bits(ref)) and w.grad is None and b.grad is None

@@ -91,6 +91,16 @@ def opcode_histogram(instrs: list[Instr]) -> dict[str, int]:
     return dict(sorted(hist.items()))
 
 
+def subroutine_start(instrs: list[Instr]) -> int | None:
+    """Address of the first called subroutine (the division/reciprocal slow paths, laid out after the kernel body),
+    or None. Only CALL targets past the body's last EXIT count: sm_80/86 code also uses a predicated
+    `@P0 CALL.REL.NOINC` to leave a loop, a jump to a target inside the body, not a call."""
+    exits = [i.addr for i in instrs if i.base == "EXIT"]
+    targets = [t for t in (branch_target(i) for i in instrs if i.base == "CALL") if t is not None]
+    body_end = max(exits) if exits else -1
+    return min((t for t in targets if t > body_end), default=None)
+
+
 def branch_target(ins: Instr) -> int | None:
     for o in reversed(ins.operands):
         m = re.search(r"0x([0-9a-f]+)$", o.split()[-1]) if o else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import struct
 
-from labkit.sass.parser import Instr, opcode_histogram
+from labkit.sass.parser import Instr, opcode_histogram, subroutine_start
 from labkit.sass.symbolic import LEAVES, RECEIVED, Evaluator, Node, const, is_const, render
 
 # The patterns of contract_report that a comparison puts side by side (summary.compare, summary.verdict).
@@ -192,7 +192,7 @@ def contract_report(instrs: list[Instr], max_listed: int = 12) -> dict:
     ev = Evaluator()
     for ins in instrs:
         ev.step(ins)
-    sub_start = min(ev.subroutines) if ev.subroutines else None
+    sub_start = subroutine_start(instrs)
     nodes = [(ins, node.args[0] if node.op == "sel" else node) for ins, node in ev.fp_nodes]
     report = {"push_mean": {}, "push_m2": 0, "merge": {}, "merge_m2": 0, "output": {}, "division": 0,
               "rsqrt": 0, "idiom_ffma": 0, "subroutine_ffma": 0, "examples": {}, "unexplained_ffma": [],

@@ -12,7 +12,7 @@ from pathlib import Path
 from labkit.core.compile import REPO_ROOT
 from labkit.core.cubin import complete_cubin
 from labkit.sass.elf import resource_usage
-from labkit.sass.parser import Instr, branch_target, fp_op_sequence, parse_sass
+from labkit.sass.parser import Instr, fp_op_sequence, parse_sass, subroutine_start
 from labkit.sass.patterns import CONTRACT_KEYS, contract_report
 from labkit.sass.symbolic import Node
 from labkit.sass.tools import disassemble, find_tool, run_tool, tool_versions
@@ -46,8 +46,7 @@ def regions(instrs: list[Instr]) -> dict[str, list[str]]:
     `block_tree_and_finish` (up to just past the first MUFU.RSQ), `output` (the rest of the kernel body) and
     `subroutines` (the division/reciprocal slow paths reached by CALL, after the body). A kernel without
     shuffles (output only) has `output` and `subroutines`."""
-    calls = [branch_target(i) for i in instrs if i.base == "CALL"]
-    sub = min((c for c in calls if c is not None), default=None)
+    sub = subroutine_start(instrs)
     end = sub if sub is not None else instrs[-1].addr + 0x10
     out: dict[str, list[str]] = {}
     shfl = [i.addr for i in instrs if i.opcode.startswith("SHFL.DOWN") and i.addr < end]
@@ -98,6 +97,47 @@ TORCH_FUNCTIONS = {
 }
 
 
+class KernelNotShipped(RuntimeError):
+    """The wheel's library has no cubin of the asked arch holding torch's LayerNorm kernels."""
+
+
+def shipped_sass_archs(listing: str) -> list[str]:
+    """The SASS archs of a `cuobjdump -lelf` listing (names like libtorch_cuda.2277.sm_90.cubin), sorted."""
+    archs = set(re.findall(r"\.(sm_\d+[a-z]?)\.cubin", listing))
+    return sorted(archs, key=lambda a: (int(re.search(r"\d+", a).group()), a))
+
+
+def loadable_archs(arch: str, shipped: list[str]) -> list[str]:
+    """The shipped cubin archs a device of `arch` can run, in the order the CUDA driver prefers them: its own, then
+    the lower minors of its major, highest first (an sm_XY cubin runs on sm_XZ for Z >= Y). Arch-specific sm_XYa
+    cubins are left out (in torch 2.11.0+cu130 they hold none of the LayerNorm kernels), and torch's wheels carry
+    no PTX, so a device with none of these runs no LayerNorm of this build."""
+    major, minor = divmod(int(arch.removeprefix("sm_")), 10)
+    plain = [a for a in shipped if re.fullmatch(r"sm_\d+", a)]
+    same = [a for a in plain if divmod(int(a[3:]), 10)[0] == major and divmod(int(a[3:]), 10)[1] <= minor]
+    return sorted(same, key=lambda a: -int(a[3:]))
+
+
+def torch_device_summary(wheel: Path, workdir: Path, arch: str = "sm_90") -> dict:
+    """torch_wheel_summary of the cubin torch runs on a device of `arch`: the `arch` cubin when one holds the
+    LayerNorm kernels, else the best loadable lower arch (an sm_89 device runs torch's sm_86 LayerNorm). Adds
+    `device_arch` (= `arch`); `arch` stays the cubin's."""
+    try:
+        return {**torch_wheel_summary(wheel, workdir, arch), "device_arch": arch}
+    except KernelNotShipped:
+        listing = run_tool("cuobjdump", "-lelf", str(Path(workdir) / "libtorch_cuda.so"))
+    tried = [arch]
+    for cand in loadable_archs(arch, shipped_sass_archs(listing)):
+        if cand in tried:
+            continue
+        tried.append(cand)
+        try:
+            return {**torch_wheel_summary(wheel, workdir, cand), "device_arch": arch}
+        except KernelNotShipped:
+            continue
+    raise KernelNotShipped(f"no cubin a {arch} device can load holds torch's LayerNorm (tried {tried})")
+
+
 def torch_wheel_summary(wheel: Path, workdir: Path, arch: str = "sm_90") -> dict:
     """Extract libtorch_cuda.so from a torch CUDA wheel, find the `arch` cubin holding the LayerNorm kernels,
     and summarise their SASS. Everything large stays in `workdir` (never commit it); the return value is small.
@@ -132,7 +172,7 @@ def torch_wheel_summary(wheel: Path, workdir: Path, arch: str = "sm_90") -> dict
             found = path
             break
     if found is None:
-        raise RuntimeError(f"no {arch} cubin in {lib} holds vectorized_layer_norm_kernel<float,float,false>")
+        raise KernelNotShipped(f"no {arch} cubin in {lib} holds vectorized_layer_norm_kernel<float,float,false>")
     text = disassemble(found.read_bytes())
     commands.append(f"cuobjdump -sass {found.name}")
     funcs = parse_sass(text)
@@ -211,11 +251,19 @@ def verdict(torch_fn: dict, ours_fns: list[dict]) -> dict:
         notes.append("ours: the compiler peels each thread's first float4, where the counts are known, and "
                      "folds its reciprocals (" + ", ".join(folded) + ") into constants: the correctly rounded "
                      "values the IEEE division gives at run time, so the same bits as torch's run-time division")
-    if t["output"].get("beta_only"):
+    torch_folded = [k for k in t["push_mean"] if k != rcp]
+    if torch_folded:
+        notes.append("torch: the compiler peels each thread's first float4 and folds its reciprocals ("
+                     + ", ".join(torch_folded) + ") into constants, the correctly rounded values of the run-time "
+                     "division: the same bits")
+    if t["output"].get("beta_only") and t["output"].get("beta_only_unfused"):
         notes.append(f"torch: in its gamma-less path (bias only) {t['output']['beta_only']} outputs are "
                      "fma(rstd, x - mean, beta) and " f"{t['output'].get('beta_only_unfused', 0)} are "
                      "round(rstd*(x - mean)) + beta (FMUL then FADD, the FMUL shared with the no-affine path): "
                      "one float4 component in four rounds twice there. Not used by affine LayerNorm")
+    elif t["output"].get("beta_only"):
+        notes.append(f"torch: in its gamma-less path (bias only) all {t['output']['beta_only']} outputs are "
+                     "fma(rstd, x - mean, beta), none round(rstd*(x - mean)) + beta. Not used by affine LayerNorm")
     return {"same_contractions": all(checks.values()), "checks": checks, "ours_totals": o, "notes": notes}
 
 
@@ -223,7 +271,7 @@ def build_comparison(wheel: Path, workdir: Path, arch: str = "sm_90") -> dict:
     """The committed record: torch's LayerNorm kernels from the wheel vs ours, and the verdict."""
     import datetime as _dt
 
-    torch_part = torch_wheel_summary(wheel, workdir, arch)
+    torch_part = torch_device_summary(wheel, workdir, arch)  # ours compile for the device: NVRTC targets it
     ours = our_kernels_summary(arch)
     stats = [v for v in ours.values()]
     vec = torch_part["functions"]["vectorized_layer_norm_kernel<float, float, false>"]
@@ -234,6 +282,19 @@ def build_comparison(wheel: Path, workdir: Path, arch: str = "sm_90") -> dict:
 
 def committed_comparisons(root: Path = SASS_DIR) -> list[Path]:
     return sorted(Path(root).glob("*.json"))
+
+
+def committed_comparison(arch: str, root: Path = SASS_DIR) -> Path | None:
+    """The committed comparison for a device of `arch` (sm_XY), of the newest torch version that has one, or None.
+    Pick by arch rather than committed_comparisons()[-1]: with one record per arch, the last file by name is
+    whichever arch sorts last (sm_90 after sm_120), not the device's."""
+    found = sorted(Path(root).glob(f"layernorm-torch-*-{arch}.json"))
+
+    def version(path: Path) -> tuple:
+        v = re.match(r"layernorm-torch-([\d.]+)", path.name).group(1)
+        return tuple(int(x) for x in v.strip(".").split("."))
+
+    return max(found, key=version, default=None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,19 +66,25 @@ def _hex_float(text: str) -> float:
     return struct.unpack("<f", struct.pack("<I", int(text, 16) & 0xFFFFFFFF))[0]
 
 
+_PRED_DEST = re.compile(r"!?U?P[0-6]|PR")  # a predicate among an instruction's first operands: written there
+
+
 class Evaluator:
     """Linear symbolic execution of one function: each register holds the Node of its latest definition in
     address order. Branches are not followed, with two corrections that keep the fast paths right: a block
     that starts right after an unconditional jump (the end of an if/else arm, e.g. a division's slow path that
     calls a subroutine) restarts from the state at the conditional branch that targets it; and writes made
     under predicate P are undone when the code falls through `@P BRA` (P was false there). Predicated writes
-    otherwise become sel(new, old)."""
+    otherwise become sel(new, old), except to an instruction under the same predicate P (P not redefined since),
+    which sees the new value: it runs only where P held, so where the write happened (sm_100/120 compute a whole
+    peeled float4 under one @P0)."""
 
     def __init__(self):
         self.env: dict[str, Node] = {}
         self.stores: list[tuple[Instr, list[Node]]] = []
         self.fp_nodes: list[tuple[Instr, Node]] = []
         self.pending: dict[str, list[tuple[str, Node]]] = {}
+        self.guarded: dict[str, tuple[str, Node, Node]] = {}  # reg -> (predicate, its sel node, the new value)
         self.snapshots: dict[int, dict[str, Node]] = {}
         self.prev_unconditional = False
         self.subroutines: set[int] = set()
@@ -97,6 +103,9 @@ class Evaluator:
             if o not in self.env:
                 self.env[o] = Node("in", (o,))
             n = self.env[o]
+            g = self.guarded.get(o)
+            if g is not None and ins.pred == g[0] and n is g[1]:
+                n = g[2]  # written under this instruction's own predicate: on its path, the write happened
         elif m := re.fullmatch(r"c\[0x0\]\[(0x[0-9a-f]+)\]", o):
             n = Node("param", (m.group(1),))
         elif re.fullmatch(r"0x[0-9a-f]+", o):
@@ -124,7 +133,8 @@ class Evaluator:
             if ins.pred is not None:
                 old = self.env.get(reg) or Node("in", (reg,))
                 self.pending.setdefault(ins.pred, []).append((reg, old))
-                value = Node("sel", (value, old), ins.addr)  # predicated: the new value or the old one
+                new, value = value, Node("sel", (value, old), ins.addr)  # predicated: the new value or the old one
+                self.guarded[reg] = (ins.pred, value, new)
             self.env[reg] = value
 
     def step(self, ins: Instr) -> None:
@@ -134,6 +144,8 @@ class Evaluator:
             # this block is reached from the conditional branch that skipped that arm, with its state.
             self.env = dict(self.snapshots[ins.addr])
             self.pending = {}
+        if any(_PRED_DEST.fullmatch(o) for o in ops[:2]):
+            self.guarded.clear()  # a predicate may be redefined (compares, carries, R2P): forget what it guarded
         self.prev_unconditional = (base in ("BRA", "EXIT", "RET") and ins.pred is None) or (
             base == "BRA" and ins.pred == "PT")
         if base == "BRA" and ins.pred is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from pathlib import Path
 
 
@@ -104,10 +105,37 @@ def fold_summary(rows: list[dict]) -> str:
     return f"{len(rows)} rows" + (f" — {'; '.join(counts)}" if counts else "") + " (open to read them all)"
 
 
+MERGE_AT = 3  # rows: from this many on, columns equal in every row are shown as one
+_AXIS = re.compile(r"^(2\^\d+|\d[\d.,e+-]*)$")  # a grid's axis label (2^12, 4096): its columns never merge
+
+
+def merge_repeated(rows: list[dict]) -> list[dict]:
+    """Rows with the columns that say the same in every row (as cell_text shows them) shown once, under the joined
+    header "a = b": three columns of 1s for output, mean and rstd read as one. Tables shorter than MERGE_AT rows
+    (where equality may be chance) and a grid's axis columns stay as they are."""
+    if len(rows) < MERGE_AT:
+        return rows
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    text = {k: [cell_text(r.get(k)) for r in rows] for k in keys}
+    groups: dict[tuple, list[str]] = {}
+    for k in keys:
+        if _AXIS.match(str(k)) or not any(v.strip() for v in text[k]):
+            groups[(k,)] = [k]
+        else:
+            groups.setdefault(tuple(text[k]), []).append(k)
+    if all(len(g) == 1 for g in groups.values()):
+        return rows
+    first = {g[0]: " = ".join(map(str, g)) for g in groups.values()}
+    return [{first[k]: r.get(k) for k in keys if k in first} for r in rows]
+
+
 def show(rows: list[dict] | dict, columns: list[str] | None = None):
-    """Display records (a list of dicts, or one dict as key/value rows) as a table; one of more than FOLD_OVER
-    rows folded behind its `fold_summary`, so a page reads as answers with the evidence one click away."""
+    """Display records (a list of dicts, or one dict as key/value rows) as a table, repeated columns merged
+    (merge_repeated); one of more than FOLD_OVER rows folded behind its `fold_summary`, so a page reads as answers
+    with the evidence one click away."""
     rows = _rows(rows)
+    if columns is None:
+        rows = merge_repeated(rows)
     table = table_html(rows, columns)
     if len(rows) > FOLD_OVER:
         table = f"<details class='labkit-fold'><summary>{html.escape(fold_summary(rows))}</summary>{table}</details>"
@@ -185,7 +213,8 @@ def show_long(rows: list[dict], name: str, out_dir, head: int = 10, columns: lis
             f"<a href=\"{html.escape(csv_path.name)}\">{html.escape(csv_path.name)}</a> (CSV), "
             f"<a href=\"{html.escape(json_path.name)}\">{html.escape(json_path.name)}</a> (JSON).</p>")
     plain = f"{len(rows)} rows; the first {shown} below; all of them: {csv_path} and {json_path}\n"
-    _display(note + table_html(rows[:head], columns), plain + table_text(rows[:head], columns))
+    shown_rows = rows[:head] if columns is not None else merge_repeated(rows[:head])  # the files keep every column
+    _display(note + table_html(shown_rows, columns), plain + table_text(shown_rows, columns))
 
 
 def show_files(files: list[tuple[str, str]]):

@@ -129,3 +129,14 @@ def test_post_table_gives_ratios_only_for_times_and_speedups():
     page = display.post_table_html(rows)
     assert "<td>1.15</td>" in page and "1.33" not in page and "why it differs" in page
     assert page.count("<tr class='labkit-note'>") == 1 and "post: RTX 3090, torch 2.5.1; here: H200" in page
+
+
+def test_columns_equal_in_every_row_are_shown_once():
+    from labkit.display import merge_repeated
+
+    rows = [{"case": c, "output": 1, "mean": 1, "rstd": r} for c, r in (("a", 1), ("b", 0.5), ("c", 1))]
+    assert merge_repeated(rows) == [{"case": c, "output = mean": 1, "rstd": r} for c, r in (("a", 1), ("b", 0.5),
+                                                                                             ("c", 1))]
+    assert merge_repeated(rows[:2]) == rows[:2]  # two rows: equal columns may be chance
+    grid = [{"rows": f"<= {n}", "2^8": "torch", "2^10": "torch"} for n in (1, 8, 64)]
+    assert merge_repeated(grid) == grid  # a grid's axis columns stay

@@ -247,6 +247,20 @@ PAGE_FACTS = """() => {
       const widths = [...t.rows].map(r => [...r.cells].reduce((n, c) => n + c.colSpan, 0));
       return t.rows.length === 0 || widths.some(w => w !== widths[0]);
   }).map(t => t.outerHTML.slice(0, 200));
+  // columns saying the same in every row of a table of 3+ rows (a grid's axis columns, 2^12 or 4096, aside)
+  const repeatedColumns = [...document.querySelectorAll('table')].flatMap(t => {
+      const head = [...(t.tHead?.rows[0]?.cells || [])].map(c => c.innerText.trim());
+      const rows = [...(t.tBodies[0]?.rows || [])].map(r => [...r.cells].map(c => c.innerText.trim()))
+          .filter(r => r.length === head.length);
+      if (rows.length < 3) return [];
+      const out = [];
+      head.forEach((h, i) => head.forEach((g, j) => {
+          if (j <= i || /^(2\^\d+|\d[\d.,e+-]*)$/.test(h) || /^(2\^\d+|\d[\d.,e+-]*)$/.test(g)) return;
+          const a = rows.map(r => r[i]);
+          if (a.some(v => v) && rows.every(r => r[j] === r[i])) out.push(`${h} = ${g}`);
+      }));
+      return out;
+  });
   const maths = [...document.querySelectorAll('math')];
   const body = document.body.innerText;
   const readable = document.body.cloneNode(true);
@@ -258,7 +272,7 @@ PAGE_FACTS = """() => {
                                                             window.innerWidth + 1).length,
     width: document.documentElement.scrollWidth,
     notebooksAt: (e => e ? e.getBoundingClientRect().top + window.scrollY : null)(document.getElementById('notebooks')),
-    links, ids: [...ids], images, pipeParagraphs, raggedTables,
+    links, ids: [...ids], images, pipeParagraphs, raggedTables, repeatedColumns,
     tables: document.querySelectorAll('table').length,
     maths: maths.length, flatMaths: maths.filter(m => m.getBoundingClientRect().width === 0).length,
     texFallbacks: document.querySelectorAll('code.tex-fallback').length,
@@ -323,6 +337,7 @@ def _page_problems(name: str, facts: dict) -> list[str]:
     problems = [f"image did not render: {i['src']}" for i in facts["images"] if not i["ok"]]
     problems += [f"table syntax left as text: {t[:80]!r}" for t in facts["pipeParagraphs"]]
     problems += [f"ragged table: {t}" for t in facts["raggedTables"]]
+    problems += [f"columns repeat each other: {c}" for c in facts["repeatedColumns"]]
     if facts["texFallbacks"] or facts["rawTex"] or facts["flatMaths"]:
         problems.append(f"formulas not rendered: {facts['texFallbacks']} TeX fallbacks, {facts['rawTex']} raw TeX "
                         f"fragments, {facts['flatMaths']} empty <math> boxes")

@@ -51,12 +51,14 @@ def main(argv=None) -> int:
         scores = dispatch.derive_scores(sweep, ("native", *BACKWARD_PATHS))
         table, _ = tables.for_device(sweep["device"]["arch"], sweep["device"]["sm_count"])
         forward = (table.SCORES, table.RUN_ID, {"device": table.DEVICE})
+        graph = getattr(table, "GRAPH", None)
     else:
         from labkit.ops.dispatch import tables
 
         sweep = dropin.sweep(shapes, args.rounds, compiled=False, log=print)
         run.write("dropin_sweep", sweep)
         scores = dispatch.derive_scores(sweep)
+        graph = dispatch.derive_scores(dispatch.graph_sweep(sweep))
         table, _ = tables.for_device(sweep["device"]["arch"], sweep["device"]["sm_count"])
         # the device's backward table stays (a run of its own), as --backward keeps the forward's
         same_device = table is not None and (table.DEVICE["arch"], table.DEVICE["sm_count"]) == (
@@ -70,9 +72,10 @@ def main(argv=None) -> int:
     run.close()
     module = Path(args.module) if args.module else dispatch.module_path(sweep)
     if args.backward:
-        module.write_text(dispatch.module_source(*forward, backward=scores, backward_run_id=run.run_id))
+        module.write_text(dispatch.module_source(*forward, backward=scores, backward_run_id=run.run_id, graph=graph))
     else:
-        module.write_text(dispatch.module_source(scores, run.run_id, sweep, backward=kept[0], backward_run_id=kept[1]))
+        module.write_text(dispatch.module_source(scores, run.run_id, sweep, backward=kept[0], backward_run_id=kept[1],
+                                                 graph=graph))
     if args.copy_to:
         shutil.copy(module, Path(args.copy_to) / module.name)
     print(f"run {run.path}; table written to {module}")

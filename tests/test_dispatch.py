@@ -97,9 +97,11 @@ def test_every_committed_table_is_what_its_committed_run_derives(table):
         assert brun["complete"] and brun["records"]["run"]["name"] == "dispatch_table"
         backward = dispatch.derive_scores(brun["records"]["backward_sweep"], ("native", *BACKWARD_PATHS))
         assert backward == table.BACKWARD
+    graph = dispatch.derive_scores(dispatch.graph_sweep(sweep))
+    assert graph == table.GRAPH  # the same run's graph-replay medians
     assert dispatch.module_path(sweep).read_text() == dispatch.module_source(
         table.SCORES, table.RUN_ID, sweep, backward=backward,
-        backward_run_id=getattr(table, "BACKWARD_RUN_ID", None))
+        backward_run_id=getattr(table, "BACKWARD_RUN_ID", None), graph=graph)
 
 
 def test_pick_takes_the_fastest_beyond_the_margin():
@@ -176,3 +178,22 @@ def test_every_study_in_the_catalog_has_its_readers():
         assert study.RUN_NAME == name
         for reader in ("summary", "summary_lines", "page_headline"):
             assert callable(getattr(study, reader, None)), f"{study.__name__} has no {reader}"
+
+
+def test_the_rule_picks_per_protocol_from_the_same_run():
+    """Under "graph" the rule reads the table's graph-replay scores (GRAPH, from the same committed run): at every
+    measured point it serves torch's kernel exactly where no path beats it there by the margin, and the two
+    protocols pick differently where host time decides (they do at some points of the H200's table)."""
+    differ = 0
+    for x, level in measured.GRAPH.items():
+        for y, sc in level.items():
+            rows = max(1, round(H200.sm_count * 2 ** x / 4))
+            n = 1 << y
+            available = tuple(p for p in paths.plannable(rows, n, H200))
+            g, why = rule.choose(rows, n, H200, available, "graph")
+            e, _ = rule.choose(rows, n, H200, available, "eager")
+            assert "graph replay scores" in why
+            differ += g != e
+    assert differ > 0
+    with pytest.raises(ValueError, match="protocol must be one of"):
+        rule.choose(4, 4096, H200, ("rows_fused",), "replay")

@@ -371,3 +371,15 @@ def test_autocast_keeps_torchs_cast_policy():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         a, b = ln(x), ours(x)
     assert a.dtype == b.dtype and torch.equal(a.float(), b.float())
+
+
+def test_the_dispatch_protocol_is_one_of_the_rules_and_restores_itself():
+    import labkit
+    from labkit.ops.dropin import plan
+
+    before = plan._protocol[0]
+    with labkit.dispatch_protocol("graph"):
+        assert plan._protocol[0] == "graph"
+    assert plan._protocol[0] == before
+    with pytest.raises(ValueError, match="protocol must be one of"):
+        labkit.dispatch_protocol("replayed")

@@ -163,3 +163,23 @@ def test_block_swap_and_host_cost_records():
     assert blk["control_original_twice"] == "13/13" and blk["ln_path"]["path"] != "native"  # ours, on the H200
     host = study.host_cost(calls=200)
     assert host["torch_us"] > 0 and host["dropin_us"] > 0 and host["chain_us"] is not None
+
+
+def test_the_graph_protocol_plans_by_the_graph_scores_and_keeps_the_bits():
+    import torch
+
+    from labkit.ops.dropin import plan
+
+    plan.clear()
+    try:
+        x, w, b = _xwb((64, 4096), 3)
+        with torch.no_grad():
+            eager = labkit.explain(x, (4096,), w, b)
+            with labkit.dispatch_protocol("graph"):
+                graph = labkit.explain(x, (4096,), w, b)
+                y = labkit.layer_norm(x, (4096,), w, b)
+        assert "graph replay scores" in graph["reason"] or graph["path"] == "native" and "unmeasured" in graph["reason"]
+        assert "eager scores" in eager["reason"] or eager["path"] == "native"
+        assert torch.equal(_bits(y), _bits(torch.nn.functional.layer_norm(x, (4096,), w, b)))
+    finally:
+        plan.clear()

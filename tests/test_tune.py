@@ -95,3 +95,14 @@ def test_the_picks_table_reads_forward_and_backward_scores():
     back = dispatch.table_rows(BACKWARD, A100.sm_count, backward=True)
     assert {v for r in fwd for k, v in r.items() if k.startswith("2^")} == {"rows"}
     assert {v for r in back for k, v in r.items() if k.startswith("2^")} == {"rows"}
+
+
+def test_a_tuned_table_serves_each_protocol(table_dir):
+    tables.write_tuned({"name": A100.name, "arch": 80, "sm_count": 108, "target": "sm_80"}, SCORES, None,
+                       {"created": "2026-12-01T15:00:00Z"},
+                       graph={0.0: {8: {"native": 1.0, "rows_fused": 1.2, "reference_order": 0.7},
+                                    24: {"native": 1.0, "rows_fused": 1.2, "reference_order": 0.7}}})
+    offered = ("rows_fused", "reference_order")
+    assert rule.choose(16, 4096, A100, offered, "eager")[0] == "rows_fused"
+    path, why = rule.choose(16, 4096, A100, offered, "graph")
+    assert path == "reference_order" and "graph replay scores" in why

@@ -500,6 +500,46 @@ def dispatch_rows(sweep_record: dict | None) -> list[dict]:
     return rows
 
 
+def protocol_picks(sweep_record: dict | None) -> list[dict]:
+    """Per shape of a sweep: the rule's pick under each protocol (labkit.ops.dispatch.rule.PROTOCOLS: "eager" is
+    what the run recorded, "graph" is the rule on the table's graph-replay scores) and what each pick measured in
+    the same run, as torch's time / the pick's (x native) under that protocol — and the eager pick under graph
+    replay, what a graph-captured model got before the rule knew the protocol."""
+    from labkit.core.device import Device
+    from labkit.ops import paths
+    from labkit.ops.dispatch import rule
+
+    if not sweep_record:
+        return []
+    d = sweep_record["device"]
+    dev = Device(d["name"], d["arch"], d["sm_count"], 227 * 1024, 65535)  # the rule reads name, arch and SM count
+    out = []
+    for r in sweep_record["shapes"]:
+        e, g = r.get("eager") or {}, r.get("graph") or {}
+        offered = tuple(p for p in PATHS if e.get(p) and g.get(p))
+        gpick = rule.choose(r["rows"], r["n"], dev, offered, "graph")[0]
+        ratio = lambda t, p: t["native"] / t[p] if t.get("native") and t.get(p) else None  # noqa: E731
+        out.append({"shape": r["key"], "eager pick": r["rule"], "x native, eager": ratio(e, r["rule"]),
+                    "graph pick": gpick, "x native, graph replay": ratio(g, gpick),
+                    "eager pick under graph replay, x native": ratio(g, r["rule"])})
+    return out
+
+
+def protocol_line(picks: list[dict], source: str) -> str:
+    """The worst x native of the rule's pick under each protocol, from protocol_picks."""
+    def worst(key):
+        have = [(r[key], r["shape"]) for r in picks if r[key] is not None]
+        return min(have) if have else (None, None)
+    (we, se), (wg, sg), (wx, sx) = (worst("x native, eager"), worst("x native, graph replay"),
+                                    worst("eager pick under graph replay, x native"))
+    if we is None:
+        return f"per protocol: {source}"
+    differ = sum(r["eager pick"] != r["graph pick"] for r in picks)
+    return (f"the rule per protocol over {len(picks)} shapes ({source}): the picks differ at {differ}; worst x native "
+            f"under eager per call {we:.3g}x at {se}; under graph replay with the graph pick {wg:.3g}x at {sg} "
+            f"(the eager pick there: {wx:.3g}x at {sx})")
+
+
 def rule_grid_rows() -> list[dict]:
     """Every committed dispatch table (labkit/ops/dispatch/tables/) as a grid: the path the rule takes at each
     measured point, on the GPU it was measured on."""

@@ -62,13 +62,14 @@ def tune(full: bool = False, rounds: int | None = None, backward: bool = True, p
             bwd += dispatch.backward_sweep([shape], rounds, device=device)["shapes"]
     described = {"name": dev.name, "arch": dev.arch, "sm_count": dev.sm_count, "target": dev.target}
     scores = dispatch.derive_scores({"device": described, "shapes": fwd})
+    graph = dispatch.derive_scores(dispatch.graph_sweep({"device": described, "shapes": fwd}))
     back = dispatch.derive_scores({"device": described, "shapes": bwd}, ("native", *BACKWARD_PATHS)) \
         if backward else None
     seconds = round(time.perf_counter() - t0, 1)
     path = tables.write_tuned(described, scores, back, {
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "torch": torch.__version__,
         "grid": "full" if full else "short", "rounds": rounds, "seconds": seconds, "warm_up": warm,
-        "shapes": [list(s) for s in sorted(shapes)]})
+        "shapes": [list(s) for s in sorted(shapes)]}, graph)
     plan.clear()  # the next call plans again, by the new table
     return {"path": str(path), "device": dev.label, "grid": "full" if full else "short", "shapes": len(shapes),
             "rounds": rounds, "seconds": seconds,

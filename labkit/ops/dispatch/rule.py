@@ -77,17 +77,37 @@ def pick(sc: dict, order: tuple[str, ...] = ORDER) -> str:
     return best if best != paths.NATIVE and sc[best] < 1 - MARGIN else paths.NATIVE
 
 
-def choose(rows: int, n: int, device: Device, available: tuple[str, ...]) -> tuple[str, str]:
+# The protocols a table is measured under (labkit.studies.bench): "eager", one call between CUDA events with the L2
+# flushed (host time counts: what an eager model pays), and "graph", replay of a captured CUDA graph (no host
+# time: what a model under CUDA graphs or torch.compile's cudagraphs pays). They disagree where host cost decides.
+PROTOCOLS = ("eager", "graph")
+
+
+def protocol_scores(table, protocol: str) -> tuple[dict, str]:
+    """(the SCORES mapping `table` holds for `protocol`, and a note when it falls back to the eager one)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+    if protocol == "graph":
+        graph = getattr(table, "GRAPH", None)
+        if graph:
+            return graph, "graph replay scores"
+        return table.SCORES, "eager scores: the table holds no graph replay ones"
+    return table.SCORES, "eager scores"
+
+
+def choose(rows: int, n: int, device: Device, available: tuple[str, ...], protocol: str = "eager") -> tuple[str, str]:
     """(path, why) for an input our kernels may take (labkit.ops.eligibility), among the paths in `available`
-    (those whose plan can take rows x N on `device`) and torch's own kernel."""
+    (those whose plan can take rows x N on `device`) and torch's own kernel, by the table's scores for `protocol`
+    (PROTOCOLS: how the calls will be made)."""
     table, which = tables.for_device(device.arch, device.sm_count, device.name)
     if table is None:
         return paths.NATIVE, f"{which}: torch's own kernel serves (our paths are unmeasured here)"
-    sc = {p: v for p, v in scores_in(table.SCORES, rows, n, device.sm_count).items()
+    scores, kind = protocol_scores(table, protocol)
+    sc = {p: v for p, v in scores_in(scores, rows, n, device.sm_count).items()
           if p == paths.NATIVE or p in available}
     path = pick(sc)
     shown = ", ".join(f"{p} {v:.2f}" for p, v in sorted(sc.items(), key=lambda kv: kv[1]))
-    where = f"{rows} x {n} on {device.sm_count} SMs, time / native interpolated from the table: {shown}"
+    where = f"{rows} x {n} on {device.sm_count} SMs, time / native interpolated from the table's {kind}: {shown}"
     if path != paths.NATIVE:
         return path, f"{where} ({which})"
     return paths.NATIVE, f"{where}: nothing more than {MARGIN:.0%} faster than torch's kernel ({which})"

@@ -5,5 +5,6 @@ each path's launch plan bound to the device.
 """
 from labkit.ops.dropin.module import LayerNorm, swap_layer_norms
 from labkit.ops.dropin.op import explain, layer_norm, layer_norm_with
+from labkit.ops.dropin.plan import dispatch_protocol
 
-__all__ = ["LayerNorm", "explain", "layer_norm", "layer_norm_with", "swap_layer_norms"]
+__all__ = ["LayerNorm", "dispatch_protocol", "explain", "layer_norm", "layer_norm_with", "swap_layer_norms"]

@@ -10,6 +10,7 @@ signature, so alignment (torch's own vectorized-path condition on X, gamma, beta
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -125,6 +126,30 @@ class KernelPlan(Plan):
         return (y, mean, rstd) if stats else y
 
 
+# How the drop-in's calls will be made, for the forward rule (labkit.ops.dispatch.rule.PROTOCOLS): "eager" by
+# default, "graph" for a model run under CUDA graphs (LABKIT_PROTOCOL=graph, or `with dispatch_protocol("graph")`).
+# Process-wide, as a model's calls are: a plan is cached per signature and protocol.
+_protocol: list[str] = [os.environ.get("LABKIT_PROTOCOL", "eager")]
+
+
+class dispatch_protocol:
+    """`with labkit.dispatch_protocol("graph"):` plans the calls made inside (capture warm-up included) by the
+    table's graph-replay scores instead of its eager ones; where the two measurements pick differently, this is
+    the one the model will pay. Outside it, LABKIT_PROTOCOL (default "eager") decides."""
+
+    def __init__(self, protocol: str):
+        if protocol not in rule.PROTOCOLS:
+            raise ValueError(f"protocol must be one of {rule.PROTOCOLS}, got {protocol!r}")
+        self.protocol = protocol
+
+    def __enter__(self):
+        self.saved, _protocol[0] = _protocol[0], self.protocol
+        return self
+
+    def __exit__(self, *exc):
+        _protocol[0] = self.saved
+
+
 def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None = None) -> tuple[Plan, bool]:
     """(plan, cacheable). `force` names a path to use where eligible (the measurement's candidates); an ineligible
     forced path raises ValueError, an ineligible chosen one serves through torch."""
@@ -144,7 +169,7 @@ def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None =
     source = rule.table_source(dev)
     if force is None:
         available = paths.plannable(rows, n, dev)
-        path, reason = rule.choose(rows, n, dev, tuple(available))
+        path, reason = rule.choose(rows, n, dev, tuple(available), _protocol[0])
         op_plan = available.get(path)
     elif force == paths.NATIVE:
         return Plan("forced (measurement)", normalized_shape, eps, source), cacheable
@@ -162,7 +187,7 @@ def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None =
 
 def get_plan(x, normalized_shape: tuple, weight, bias, eps, needs_grad: bool = False,
              force: str | None = None) -> Plan:
-    key = signature(x, normalized_shape, weight, bias, eps, needs_grad)
+    key = signature(x, normalized_shape, weight, bias, eps, needs_grad) + (_protocol[0],)
     if force is not None:
         key = key + (force,)
     if needs_grad:

@@ -40,6 +40,7 @@ class Tuned:
     RUN_ID: str            # "tuned <UTC time>": tuned tables are not committed runs
     path: Path
     meta: dict = field(default_factory=dict)
+    GRAPH: dict | None = None  # the same sweep's graph-replay scores
 
     @property
     def BACKWARD_RUN_ID(self) -> str:  # noqa: N802  (the committed modules' name)
@@ -108,7 +109,7 @@ def _read_tuned(path: Path):
         else:
             value = Tuned(_scores_from_json(d["scores"]), _scores_from_json(d.get("backward")), d["device"],
                           f"tuned {d['created']}", path, {k: d[k] for k in ("torch", "grid", "rounds", "seconds")
-                                                          if k in d})
+                                                          if k in d}, _scores_from_json(d.get("graph")))
     except (ValueError, KeyError, TypeError) as exc:
         value = f"tuned table {path} is unreadable ({type(exc).__name__}: {exc}): run `labkit tune` again"
     with _tuned_lock:
@@ -116,14 +117,15 @@ def _read_tuned(path: Path):
     return value
 
 
-def write_tuned(device: dict, scores: dict, backward: dict | None, meta: dict) -> Path:
-    """Write a tuned table for `device` ({"name", "arch", "sm_count", ...}) atomically; returns its path."""
+def write_tuned(device: dict, scores: dict, backward: dict | None, meta: dict, graph: dict | None = None) -> Path:
+    """Write a tuned table for `device` ({"name", "arch", "sm_count", ...}) atomically: its eager scores, the
+    backward's, the graph-replay ones; returns its path."""
     from labkit.core.atomic import atomic_write_bytes
 
     path = tuned_path(device["name"], device["arch"], device["sm_count"])
     path.parent.mkdir(parents=True, exist_ok=True)
     body = {"format": TUNED_FORMAT, "device": device, "kernels_sha256": _sources_digest(), **meta,
-            "scores": scores_to_json(scores), "backward": scores_to_json(backward)}
+            "scores": scores_to_json(scores), "backward": scores_to_json(backward), "graph": scores_to_json(graph)}
     atomic_write_bytes(path, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode())
     return path
 

@@ -2,6 +2,7 @@
 scripts/dispatch_table.py (labkit.studies.dispatch.derive_scores) from the run below; do not edit.
 
 SCORES[row level][log2 N] = {path: eager time / torch's}; row level = labkit.ops.dispatch.rule.row_coord.
+GRAPH: the same under graph replay (the same run); BACKWARD: the backward's eager scores.
 """
 RUN_ID = "20261201T131755Z-nvidia-h200-dispatch-table-9b141b"
 DEVICE = {"name": "NVIDIA H200", "arch": 90, "sm_count": 132}
@@ -96,6 +97,99 @@ SCORES = {
     10.9556: {
         8: {'native': 1.0, 'rows_fused': 0.7836, 'reference_order': 0.9249},
         10: {'native': 1.0, 'rows_fused': 0.7073, 'reference_order': 1.175},
+    },
+}
+GRAPH = {
+    0.0: {
+        8: {'native': 1.0, 'chain': 1.5252, 'rows_fused': 0.9951, 'reference_order': 1.0199},
+        10: {'native': 1.0, 'chain': 1.9385, 'rows_fused': 0.9719, 'reference_order': 1.0805},
+        12: {'native': 1.0, 'chain': 1.3276, 'rows_fused': 0.6998, 'reference_order': 0.8737},
+        13: {'native': 1.0, 'chain': 0.8835, 'rows_fused': 0.7849, 'reference_order': 0.7629},
+        14: {'native': 1.0, 'chain': 0.5439, 'rows_fused': 0.8317, 'reference_order': 0.6798},
+        15: {'native': 1.0, 'chain': 0.2836, 'rows_fused': 0.8724, 'reference_order': 0.623},
+        16: {'native': 1.0, 'chain': 0.1674, 'rows_fused': 0.8951, 'reference_order': 0.593},
+        17: {'native': 1.0, 'chain': 0.1122, 'rows_fused': 0.9032, 'reference_order': 0.5939},
+        18: {'native': 1.0, 'chain': 0.0713, 'rows_fused': 0.9091, 'reference_order': 0.5619},
+        20: {'native': 1.0, 'chain': 0.0436, 'rows_fused': 0.9316, 'reference_order': 0.5296},
+        22: {'native': 1.0, 'chain': 0.0279, 'rows_fused': 0.9412, 'reference_order': 0.4961},
+        24: {'native': 1.0, 'chain': 0.0206, 'rows_fused': 0.9457, 'reference_order': 0.4869},
+    },
+    0.9556: {
+        8: {'native': 1.0, 'chain': 3.1595, 'rows_fused': 0.997, 'reference_order': 1.1226},
+        10: {'native': 1.0, 'chain': 4.3942, 'rows_fused': 0.8984, 'reference_order': 1.1827},
+        12: {'native': 1.0, 'chain': 2.5493, 'rows_fused': 0.7238, 'reference_order': 0.9185},
+        13: {'native': 1.0, 'chain': 1.6761, 'rows_fused': 0.7917, 'reference_order': 0.8185},
+        14: {'native': 1.0, 'chain': 1.047, 'rows_fused': 0.8379, 'reference_order': 0.7279},
+        15: {'native': 1.0, 'chain': 0.5672, 'rows_fused': 0.874, 'reference_order': 0.6903},
+        16: {'native': 1.0, 'chain': 0.3498, 'rows_fused': 0.893, 'reference_order': 0.7062},
+        17: {'native': 1.0, 'chain': 0.1886, 'rows_fused': 0.9477, 'reference_order': 0.6162},
+        18: {'native': 1.0, 'chain': 0.1417, 'rows_fused': 0.9555, 'reference_order': 0.5931},
+        20: {'native': 1.0, 'chain': 0.1135, 'rows_fused': 0.95, 'reference_order': 0.5745},
+    },
+    1.9556: {
+        8: {'native': 1.0, 'chain': 4.8433, 'rows_fused': 0.9811, 'reference_order': 1.1655},
+        10: {'native': 1.0, 'chain': 5.2575, 'rows_fused': 0.9913, 'reference_order': 1.0077},
+        12: {'native': 1.0, 'chain': 4.2701, 'rows_fused': 0.7345, 'reference_order': 0.9729},
+        13: {'native': 1.0, 'chain': 2.8447, 'rows_fused': 0.7877, 'reference_order': 0.8531},
+        14: {'native': 1.0, 'chain': 1.7935, 'rows_fused': 0.8466, 'reference_order': 0.8156},
+        15: {'native': 1.0, 'chain': 1.0075, 'rows_fused': 0.8903, 'reference_order': 0.8092},
+        16: {'native': 1.0, 'chain': 0.4984, 'rows_fused': 0.9229, 'reference_order': 0.6771},
+        17: {'native': 1.0, 'chain': 0.3237, 'rows_fused': 0.9435, 'reference_order': 0.6414},
+        18: {'native': 1.0, 'chain': 0.2555, 'rows_fused': 0.9552, 'reference_order': 0.6326},
+    },
+    2.9556: {
+        8: {'native': 1.0, 'chain': 7.6957, 'rows_fused': 1.0027, 'reference_order': 1.1155},
+        10: {'native': 1.0, 'chain': 9.1885, 'rows_fused': 0.9735, 'reference_order': 0.9945},
+        12: {'native': 1.0, 'chain': 7.0401, 'rows_fused': 0.756, 'reference_order': 0.9655},
+        13: {'native': 1.0, 'chain': 5.0129, 'rows_fused': 0.8064, 'reference_order': 0.9695},
+        14: {'native': 1.0, 'chain': 3.4749, 'rows_fused': 0.8445, 'reference_order': 0.9534},
+        15: {'native': 1.0, 'chain': 1.4267, 'rows_fused': 0.9007, 'reference_order': 0.7777},
+        16: {'native': 1.0, 'chain': 0.851, 'rows_fused': 0.9432, 'reference_order': 0.7458},
+        17: {'native': 1.0, 'chain': 0.5671, 'rows_fused': 0.9476, 'reference_order': 0.7162},
+        18: {'native': 1.0, 'chain': 0.4435, 'rows_fused': 0.9482, 'reference_order': 0.7021},
+    },
+    3.9556: {
+        8: {'native': 1.0, 'chain': 15.9646, 'rows_fused': 0.9434, 'reference_order': 1.1726},
+        10: {'native': 1.0, 'chain': 21.1739, 'rows_fused': 0.8636, 'reference_order': 1.1466},
+        12: {'native': 1.0, 'chain': 11.9246, 'rows_fused': 0.7159, 'reference_order': 1.0249},
+        13: {'native': 1.0, 'chain': 9.2532, 'rows_fused': 0.7878, 'reference_order': 1.0623},
+        14: {'native': 1.0, 'chain': 4.3175, 'rows_fused': 0.8441, 'reference_order': 0.9196},
+        15: {'native': 1.0, 'chain': 2.351, 'rows_fused': 0.9292, 'reference_order': 0.881},
+        16: {'native': 1.0, 'chain': 1.4209, 'rows_fused': 0.9519, 'reference_order': 0.8567},
+        17: {'native': 1.0, 'chain': 0.9519, 'rows_fused': 0.9584, 'reference_order': 0.8358},
+    },
+    4.9556: {
+        8: {'native': 1.0, 'chain': 18.4641, 'rows_fused': 0.8631, 'reference_order': 0.8504},
+        10: {'native': 1.0, 'chain': 29.9596, 'rows_fused': 0.9934, 'reference_order': 1.0601},
+        12: {'native': 1.0, 'chain': 19.8935, 'rows_fused': 0.8535, 'reference_order': 1.0286},
+        13: {'native': 1.0, 'chain': 10.3712, 'rows_fused': 1.0437, 'reference_order': 1.0197},
+        14: {'native': 1.0, 'chain': 6.0145, 'rows_fused': 1.1693, 'reference_order': 0.9991},
+        15: {'native': 1.0, 'chain': 3.3352, 'rows_fused': 1.344, 'reference_order': 0.9795},
+        16: {'native': 1.0, 'chain': 2.0276, 'rows_fused': 1.4163, 'reference_order': 0.9714},
+    },
+    5.9556: {
+        8: {'native': 1.0, 'chain': 38.3006, 'rows_fused': 0.8281, 'reference_order': 1.0279},
+        10: {'native': 1.0, 'chain': 44.6533, 'rows_fused': 0.6966, 'reference_order': 1.0514},
+        12: {'native': 1.0, 'chain': 21.2929, 'rows_fused': 0.7382, 'reference_order': 0.9894},
+        13: {'native': 1.0, 'chain': 11.6383, 'rows_fused': 0.8237, 'reference_order': 0.8989},
+        14: {'native': 1.0, 'chain': 5.66, 'rows_fused': 0.9315, 'reference_order': 0.8016},
+        15: {'native': 1.0, 'chain': 2.9603, 'rows_fused': 1.0084, 'reference_order': 0.786},
+    },
+    6.9556: {
+        8: {'native': 1.0, 'chain': 52.7046, 'rows_fused': 0.7914, 'reference_order': 1.0381},
+        10: {'native': 1.0, 'chain': 65.6594, 'rows_fused': 0.6473, 'reference_order': 1.0024},
+        12: {'native': 1.0, 'chain': 27.1601, 'rows_fused': 0.7407, 'reference_order': 1.1543},
+        13: {'native': 1.0, 'chain': 13.2094, 'rows_fused': 0.7906, 'reference_order': 0.9516},
+        14: {'native': 1.0, 'chain': 6.9453, 'rows_fused': 1.0388, 'reference_order': 0.922},
+    },
+    8.9556: {
+        8: {'native': 1.0, 'chain': 86.89, 'rows_fused': 0.7475, 'reference_order': 0.9532},
+        10: {'native': 1.0, 'chain': 101.2387, 'rows_fused': 0.6905, 'reference_order': 1.1604},
+        12: {'native': 1.0, 'chain': 31.5911, 'rows_fused': 0.7576, 'reference_order': 1.163},
+    },
+    10.9556: {
+        8: {'native': 1.0, 'rows_fused': 0.7494, 'reference_order': 0.8982},
+        10: {'native': 1.0, 'rows_fused': 0.6878, 'reference_order': 1.1862},
     },
 }
 BACKWARD_RUN_ID = "20261201T123901Z-nvidia-h200-dispatch-table-ea0ece"

@@ -178,8 +178,8 @@ def test_the_graph_protocol_plans_by_the_graph_scores_and_keeps_the_bits():
             with labkit.dispatch_protocol("graph"):
                 graph = labkit.explain(x, (4096,), w, b)
                 y = labkit.layer_norm(x, (4096,), w, b)
-        assert "graph replay scores" in graph["reason"] or graph["path"] == "native" and "unmeasured" in graph["reason"]
-        assert "eager scores" in eager["reason"] or eager["path"] == "native"
+        measured = not graph["rule_source"].startswith("no dispatch table")  # a GPU without one: torch serves both
+        assert not measured or ("graph replay scores" in graph["reason"] and "eager scores" in eager["reason"])
         assert torch.equal(_bits(y), _bits(torch.nn.functional.layer_norm(x, (4096,), w, b)))
     finally:
         plan.clear()

@@ -1,0 +1,179 @@
+"""L1/40 timed as KernelBench's own evaluator times it (issue 24 item 4), beside graph replay in the same run.
+
+What the evaluator does, read from the pinned source (ScalingIntelligence/KernelBench at labkit.tasks.KERNELBENCH_COMMIT:
+src/kernelbench/timing.py `time_execution_with_cuda_event` and `get_timing_stats`, src/kernelbench/eval.py), and
+what `cuda_event_times` therefore does:
+  - warm-up: `num_warmup` calls, a device synchronize after each; then torch.cuda.empty_cache();
+  - trials: `num_trials + discard_first` of them, the first `discard_first` dropped; each one synchronizes the
+    device, makes two fresh timing events, thrashes the L2 by filling a new 32 x 1024 x 1024 int64 tensor (256 MiB)
+    with 42 and freeing it, records the start event on the current stream, makes one call, records the end event,
+    synchronizes, and reads the elapsed time;
+  - one program's trials all together, then the next program's (no interleaving);
+  - the figure it reports is the mean (rounded there to 3 significant figures; here every sample is kept).
+The evaluator times the candidate (ModelNew) and the reference with num_warmup=3 (the timing function's default);
+KernelBench's baseline times (measure_ref_program_time, which produces its torch.compile baselines) use
+num_warmup=5 and num_trials=100. This module's protocol B before (labkit.studies.bench.PROTOCOL_B) differed: it
+interleaved the methods per round in a seeded order, zeroed one persistent 256 MiB buffer instead of filling a new
+one, dropped no first trial and reported the median.
+
+The programs: KernelBench's Model for L1/40 (an nn.LayerNorm over (64, 256, 256), default affine), its
+torch.compile (Inductor, mode "default"), and ModelNew, the same Model with its LayerNorm swapped for
+labkit.LayerNorm; the input is KernelBench's (torch.rand after its set_seed(42), made on the CPU and moved).
+`blocks` repeats the whole sequence, rotating the order, so that the spread between repeats shows.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+EVAL_WARMUP = 3        # time_execution_with_cuda_event's default: eval_kernel_against_ref times both models so
+REF_PROGRAM_WARMUP = 5  # measure_ref_program_time: how KernelBench's torch.compile baselines are made
+NUM_TRIALS = 100
+DISCARD_FIRST = 1
+SEED = 42
+THRASH_SHAPE = (32, 1024, 1024)  # int64: 256 MiB, above every L2 the evaluator names
+METHODS = ("reference", "torch.compile", "ModelNew (labkit)")
+
+
+def cuda_event_times(fn, num_warmup: int = EVAL_WARMUP, num_trials: int = NUM_TRIALS,
+                     discard_first: int = DISCARD_FIRST) -> list[float]:
+    """Per-trial milliseconds of `fn()`, timed step for step as KernelBench's cuda_event method times a program."""
+    import torch
+
+    if num_trials < 1 or num_warmup < 0 or discard_first < 0:
+        raise ValueError(f"need num_trials >= 1, num_warmup >= 0, discard_first >= 0; got {num_trials}, "
+                         f"{num_warmup}, {discard_first}")
+    device = torch.cuda.current_device()
+    for _ in range(num_warmup):
+        fn()
+        torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    out = []
+    for trial in range(num_trials + discard_first):
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        thrash = torch.empty(THRASH_SHAPE, dtype=torch.int64, device=device)
+        thrash.fill_(42)
+        del thrash
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize(device)
+        if trial >= discard_first:
+            out.append(start.elapsed_time(end))
+    return out
+
+
+def stats(times: list[float]) -> dict:
+    """KernelBench's statistics (mean, std as numpy's population std, min, max) and the median and quartiles."""
+    q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
+    mean = statistics.fmean(times)
+    return {"mean_ms": mean, "std_ms": statistics.pstdev(times) if len(times) > 1 else 0.0, "min_ms": min(times),
+            "max_ms": max(times), "median_ms": q[1], "q1_ms": q[0], "q3_ms": q[2], "trials": len(times)}
+
+
+def _programs(device="cuda") -> tuple[dict, object]:
+    """{name: (callable, num_warmup)} for KernelBench's three programs at L1/40, and the input."""
+    import torch
+
+    import labkit
+    from labkit.tasks import LAYER_NORM_L1_40 as task
+
+    torch.manual_seed(SEED)  # KernelBench's set_seed: CPU and the current GPU
+    torch.cuda.manual_seed(SEED)
+    x = torch.rand(task.input_shape).to(device)
+    reference = task.make_model(device)
+    torch._dynamo.reset()  # as measure_ref_program_time does before it compiles
+    compiled = torch.compile(task.make_model(device), backend="inductor", mode="default")
+    ours = task.make_model(device)
+    if labkit.swap_layer_norms(ours) != 1:
+        raise RuntimeError("ModelNew: the task's model should hold exactly one nn.LayerNorm")
+    progs = {"reference": (lambda: reference(x), EVAL_WARMUP),
+             "torch.compile": (lambda: compiled(x), REF_PROGRAM_WARMUP),
+             "ModelNew (labkit)": (lambda: ours(x), EVAL_WARMUP)}
+    return progs, x
+
+
+def run(blocks: int = 3, num_trials: int = NUM_TRIALS, graph_rounds: int = 35, log=None) -> dict:
+    """The `kernelbench_timing` record: per block and program KernelBench's cuda_event samples, then the same
+    programs under graph replay (protocol A) in the same run, and each program's output checked bit for bit
+    against the reference (int32 views). Under torch.no_grad(), as the evaluator times."""
+    import torch
+
+    from labkit.studies.bench import PROTOCOL_A, time_methods
+
+    if blocks < 1:
+        raise ValueError(f"blocks must be at least 1, got {blocks}")
+    t0 = time.perf_counter()
+    progs, x = _programs()
+    with torch.no_grad():
+        ref = progs["reference"][0]()
+        bits = {name: bool(torch.equal(fn().view(torch.int32), ref.view(torch.int32))) for name, (fn, _) in progs.items()}
+        del ref
+        samples: dict[str, list[list[float]]] = {m: [] for m in METHODS}
+        orders = []
+        for b in range(blocks):
+            order = list(METHODS[b % len(METHODS):] + METHODS[:b % len(METHODS)])
+            orders.append(order)
+            for name in order:
+                fn, warm = progs[name]
+                samples[name].append(cuda_event_times(fn, warm, num_trials))
+                if log:
+                    log(f"[kernelbench] block {b + 1} {name}: mean {statistics.fmean(samples[name][-1]):.4f} ms")
+        graph = time_methods({n: fn for n, (fn, _) in progs.items()}, PROTOCOL_A, "reference")
+    import labkit
+
+    return {"shape": list(x.shape), "seed": SEED, "blocks": blocks, "num_trials": num_trials,
+            "discard_first": DISCARD_FIRST, "warmups": {n: w for n, (_, w) in progs.items()}, "orders": orders,
+            "thrash_bytes": 8 * THRASH_SHAPE[0] * THRASH_SHAPE[1] * THRASH_SHAPE[2],
+            "samples_ms": samples, "bits_equal_reference": bits,
+            "path": labkit.explain(x, (64, 256, 256), torch.ones(64, 256, 256, device=x.device),
+                                   torch.zeros(64, 256, 256, device=x.device))["path"],
+            "graph": {"protocol": graph.protocol, "stats": graph.stats, "ratio_vs_reference": graph.ratio_vs_baseline},
+            "seconds": time.perf_counter() - t0}
+
+
+# --- reading it back -----------------------------------------------------------------------------------------------
+
+def rows(record: dict | None) -> list[dict]:
+    """Per program: KernelBench's mean per block and over all, its median and quartiles, and graph replay's median."""
+    if not record:
+        return []
+    out = []
+    for name in METHODS:
+        blocks = record["samples_ms"][name]
+        allt = [t for b in blocks for t in b]
+        s = stats(allt)
+        g = record["graph"]["stats"].get(name, {})
+        out.append({"program": name, "KernelBench mean ms (per block)": " / ".join(f"{statistics.fmean(b):.3g}"
+                                                                                  for b in blocks),
+                    "mean ms": s["mean_ms"], "median ms [q1, q3]": f"{s['median_ms']:.3g} [{s['q1_ms']:.3g}, "
+                                                                  f"{s['q3_ms']:.3g}]",
+                    "graph replay median ms": g.get("median_ms"),
+                    "bits = reference": "✓" if record["bits_equal_reference"][name] else "✗"})
+    return out
+
+
+def verdict_lines(record: dict | None, source: str) -> list[str]:
+    """Ratios under KernelBench's own timing (means, as it reports) and under graph replay (medians), one run."""
+    if not record:
+        return [f"KernelBench's timing: {source}"]
+    mean = {n: statistics.fmean([t for b in record["samples_ms"][n] for t in b]) for n in METHODS}
+    ours, g = "ModelNew (labkit)", record["graph"]["stats"]
+    per_block = [statistics.fmean(record["samples_ms"]["torch.compile"][i]) /
+                 statistics.fmean(record["samples_ms"][ours][i]) for i in range(record["blocks"])]
+    return [f"L1/40 under KernelBench's cuda_event timing ({record['blocks']} blocks x {record['num_trials']} trials, "
+            f"means; {source}): ModelNew {mean[ours]:.3g} ms (path {record['path']}), torch.compile "
+            f"{mean['torch.compile']:.3g} ms, reference {mean['reference']:.3g} ms",
+            f"  x torch.compile {mean['torch.compile'] / mean[ours]:.3g}x (per block "
+            f"{', '.join(f'{r:.3g}' for r in per_block)}); x eager native (reference) "
+            f"{mean['reference'] / mean[ours]:.3g}x",
+            f"  graph replay in the same run (medians): ModelNew {g[ours]['median_ms']:.3g} ms, torch.compile "
+            f"{g['torch.compile']['median_ms']:.3g} ms: x torch.compile "
+            f"{g['torch.compile']['median_ms'] / g[ours]['median_ms']:.3g}x",
+            f"  issue 24's goals: <= 0.29 ms under KernelBench's timing "
+            f"({'met' if mean[ours] <= 0.29 else 'missed'}), >= 1.10x torch.compile there "
+            f"({'met' if mean['torch.compile'] / mean[ours] >= 1.10 else 'missed'}), >= 27x eager native there "
+            f"({'met' if mean['reference'] / mean[ours] >= 27 else 'missed'})",
+            f"  bits of each program's output against the reference (int32 views): "
+            f"{', '.join(f'{n} {chr(10003) if v else chr(10007)}' for n, v in record['bits_equal_reference'].items())}"]

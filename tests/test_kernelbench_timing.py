@@ -1,0 +1,45 @@
+"""KernelBench's timing as labkit.studies.kernelbench_timing reproduces it, on the CPU: the constants read from the
+pinned evaluator, the statistics, the refusals, and the tables and verdict from a hand-made record (a fixture of this
+test, not data). The timing itself runs on the GPU (scripts/kernelbench_timing.py)."""
+import pytest
+
+from labkit.studies import kernelbench_timing as kb
+
+
+def test_the_constants_are_the_evaluators():
+    assert (kb.EVAL_WARMUP, kb.REF_PROGRAM_WARMUP, kb.NUM_TRIALS, kb.DISCARD_FIRST, kb.SEED) == (3, 5, 100, 1, 42)
+    assert 8 * kb.THRASH_SHAPE[0] * kb.THRASH_SHAPE[1] * kb.THRASH_SHAPE[2] == 256 << 20
+
+
+def test_stats_are_kernelbenchs_and_the_quartiles():
+    s = kb.stats([1.0, 2.0, 3.0, 4.0])
+    assert s["mean_ms"] == 2.5 and s["min_ms"] == 1.0 and s["max_ms"] == 4.0 and s["trials"] == 4
+    assert s["std_ms"] == pytest.approx(1.118033988749895)  # numpy's np.std: the population deviation
+    assert s["median_ms"] == 2.5
+
+
+def test_bad_arguments_are_refused_before_any_launch():
+    with pytest.raises(ValueError, match="num_trials >= 1"):
+        kb.cuda_event_times(lambda: None, num_trials=0)
+    with pytest.raises(ValueError, match="blocks must be at least 1"):
+        kb.run(blocks=0)
+
+
+def _record(ours=0.30, compiled=0.32, ref=8.0):
+    per = {"reference": ref, "torch.compile": compiled, "ModelNew (labkit)": ours}
+    return {"blocks": 2, "num_trials": 3, "path": "chain",
+            "samples_ms": {n: [[v, v, v], [v * 1.01, v, v]] for n, v in per.items()},
+            "bits_equal_reference": {"reference": True, "torch.compile": False, "ModelNew (labkit)": True},
+            "graph": {"stats": {n: {"median_ms": v * 0.9} for n, v in per.items()}}}
+
+
+def test_rows_and_verdict_from_a_record():
+    rows = kb.rows(_record())
+    assert [r["program"] for r in rows] == list(kb.METHODS)
+    assert rows[2]["bits = reference"] == "✓" and rows[1]["bits = reference"] == "✗"
+    lines = kb.verdict_lines(_record(), "run X")
+    assert "KernelBench's cuda_event timing" in lines[0] and "run X" in lines[0]
+    assert "x torch.compile 1.07x" in lines[1]
+    assert "(missed)" in lines[3] and "<= 0.29 ms under KernelBench's timing (missed)" in lines[3]
+    assert "met" in kb.verdict_lines(_record(ours=0.2), "run X")[3]
+    assert kb.rows(None) == [] and "no run" in kb.verdict_lines(None, "no run")[0]

@@ -1,6 +1,7 @@
-"""The backward's contract on the CPU: every claim re-derived from torch's own committed sm_90 SASS, BlockReduceSum
-read from the installed header, the emulator bit-exact against torch's GPU gradients (golden fixtures), and the
-backward kernels compiling for every arch their plans allow."""
+"""The backward's contract on the CPU: every claim re-derived by dataflow from torch's own committed sm_90 SASS, and
+planted changes to it failing the claim they break; BlockReduceSum read from the installed header, the emulator
+bit-exact against torch's GPU gradients (golden fixtures), and the backward kernels compiling for every arch their
+plans allow. Every other arch's record: tests/test_sass_arches.py."""
 import copy
 import json
 from pathlib import Path
@@ -22,14 +23,78 @@ def test_every_claim_holds_in_torchs_own_sass():
     assert not failed, failed
 
 
+DX = "layer_norm_grad_input_kernel_vectorized<float, float, false>"
+GAMMA_BETA = "GammaBetaBackwardCUDAKernelTemplate<float, float, 32, 1, 8, true, true, false>"
+
+
+def _planted(function: str, old: str, new: str) -> dict:
+    """The sm_90 record's claims with the first instruction `old` of `function` replaced by `new`."""
+    record = copy.deepcopy(json.loads(bc.RECORD.read_text()))
+    ops = record["functions"][function]["fp_ops"]
+    ops[ops.index(old)] = new
+    return {c["claim"]: c["holds"] for c in bc.checks(record)}
+
+
 def test_a_contraction_torch_does_not_make_fails_its_claim():
     """Planted: stats_x1 fused (FFMA) instead of FADD-ing the rounded product — the check must say no."""
-    record = copy.deepcopy(json.loads(bc.RECORD.read_text()))
-    ops = record["functions"]["layer_norm_grad_input_kernel_vectorized<float, float, false>"]["fp_ops"]
-    i = next(i for i, o in enumerate(ops) if o.startswith("FADD R26, R27, R26"))
-    ops[i] = "FFMA R26, R4, R12, R26"
-    holds = {c["claim"]: c["holds"] for c in bc.checks(record)}
+    holds = _planted(DX, "FADD R26, R27, R26", "FFMA R26, R4, R12, R26")
     assert not holds["no other FFMA in the loop body (the product is not fused into stats_x1)"]
+    assert not holds["stats_x1 adds the rounded dy*gamma: four FADDs of FMUL results per float4"]
+
+
+# Each planted change breaks one arithmetic fact the claim states; the rest of the record is torch's own.
+PLANTED = [
+    # the accumulator as a multiplicand and the product as the addend: fma(rstd, stats_x2, p)
+    (DX, "FFMA R16, R19, R28, R16", "FFMA R16, R19, R16, R28",
+     "stats_x2 = fma(rstd, p, stats_x2): four FFMAs per float4, one multiplier, one accumulator"),
+    # stats_x2's chain starts from a value the float4 computed (stats_x1's first sum), not the carried accumulator
+    (DX, "FFMA R16, R19, R28, R16", "FFMA R16, R19, R28, R26",
+     "stats_x2 = fma(rstd, p, stats_x2): four FFMAs per float4, one multiplier, one accumulator"),
+    # the second stats_x1 link adds to a register that is not the first link's value: two chains, not one
+    (DX, "FADD R26, R26, R27", "FADD R26, R21, R27",
+     "stats_x1 adds the rounded dy*gamma: four FADDs of FMUL results per float4"),
+    # stats_x1 added to the fma's result instead of subtracted from it
+    (DX, "FADD R29, -R16, R29", "FADD R29, R16, R29",
+     "dx = term1 * (fma(dy, fH*gamma, -t) - stats_x1): FFMA with a negated register addend, FADD subtracting a "
+     "register from its result, FMUL of that"),
+    # the Newton step left out: MUFU.RCP's approximation times the error term, not refined
+    (DX, "FFMA R0, R0, R5, R0", "FMUL R0, R0, R5",
+     "1/fH by MUFU.RCP refined to the correctly rounded reciprocal (then FFMA steps)"),
+    # db adds the product dy*(x-mean) instead of dy
+    (GAMMA_BETA, "FADD R8, R15, R8", "FADD R8, R14, R8",
+     f"{GAMMA_BETA}: dg = fma(rstd, dy*(x-mean), dg); db = db + dy"),
+]
+
+
+@pytest.mark.parametrize("function,old,new,claim", PLANTED, ids=[c.split(":")[0][:40] for *_, c in PLANTED])
+def test_a_planted_change_fails_the_claim_it_breaks(function, old, new, claim):
+    holds = _planted(function, old, new)
+    assert not holds[claim]
+
+
+def test_an_accumulator_in_another_register_is_the_same_chain():
+    """The last stats_x1 link written to a fresh register (what torch's sm_86 allocator does): same arithmetic,
+    claims hold, although no link's destination names its accumulator any more."""
+    holds = _planted(DX, "FADD R26, R26, R15", "FADD R40, R26, R15")
+    assert all(holds.values()), holds
+
+
+def test_dataflow_resolves_each_source_to_its_writer():
+    flow = bc.dataflow(["FMUL R1, R2, R3",
+                        "FADD R1, R1, R4",      # reads the FMUL's R1, then overwrites it
+                        "@P0 FADD R4, R1, -R1",  # predicated: a later R4 is the new or the old value
+                        "FFMA R5, R1, R4, -1",
+                        "SHFL.DOWN PT, R6, R5, 0x1, 0x1f"])
+    assert flow[1].srcs == (0, "in:R4") and flow[2].neg == (False, True)
+    assert flow[3].srcs == (1, "sel:2", "imm:1") and flow[3].neg == (False, False, True)
+    assert flow[4].dst == "R6" and flow[4].srcs[0] == 3
+    wide = bc.dataflow(["LDG.E.128 R8, desc[UR4][R2.64]", "FADD R0, R9, R11"])
+    assert wide[1].srcs == ("part:0", "part:0")  # a load's later registers are its value too, not an input of ours
+
+
+def test_the_recorder_refuses_a_workdir_in_the_repository():
+    with pytest.raises(SystemExit, match="outside the repository"):
+        bc.main(["--wheel", "w.whl", "--workdir", str(bc.RECORD.parent), "--arch", "sm_90"])
 
 
 def test_block_reduce_sum_in_the_installed_header():

@@ -43,6 +43,24 @@ def test_replayed_evidence_from_the_committed_summary():
     assert lines[-1].endswith("spills: k/f")
 
 
+def test_evidence_reads_the_compile_targets_record():
+    # the notebook passes its compile target ("sm_80" on an A100): the sm_80 record, not the last file by name
+    ev = kd.contraction_evidence("sm_80", live=False)
+    assert ev["file"].endswith("-sm_80.json") and ev["note"] is None
+    assert ev["torch"]["device_arch"] == "sm_80" and ev["torch"]["arch"] == "sm_80"
+    assert {f["compile_record"]["arch"] for f in ev["ours"].values()} == {"sm_80"}
+    # sm_89: torch's sm_86 cubin (it ships no sm_89 LayerNorm), ours compiled for sm_89
+    ev89 = kd.contraction_evidence("sm_89", live=False)
+    assert ev89["file"].endswith("-sm_89.json") and ev89["torch"]["arch"] == "sm_86"
+
+
+def test_an_arch_without_a_record_falls_back_to_sm_90_and_says_so():
+    ev = kd.contraction_evidence("sm_103", live=False)
+    assert ev["file"].endswith("-sm_90.json") and "no committed SASS comparison for sm_103" in ev["note"]
+    lines = kd.verdict_lines(ev, [])
+    assert lines[2] == ev["note"]
+
+
 def test_no_committed_summary_is_an_error(tmp_path):
     with pytest.raises(RuntimeError, match="no committed SASS comparison"):
         kd.contraction_evidence("sm_90", live=False, root=tmp_path)
@@ -54,3 +72,5 @@ def test_live_evidence_when_a_disassembler_exists():
     ev = kd.contraction_evidence("sm_90")
     assert ev["source"] == "ours disassembled now" and set(ev["same_code"]) <= set(ev["ours"])
     assert ev["verdict"]["same_contractions"] is True
+    # a record of another arch holds that arch's cubins: no byte comparison with ours for sm_103
+    assert kd.contraction_evidence("sm_103")["same_code"] is None

@@ -4,8 +4,8 @@ data/sass/backward/*-sm_*.json), and the SASS-reading fixes those archs needed.
 The records' `same_contractions` verdicts are checked for every committed file by
 tests/test_sass.py::test_committed_summary_is_small_and_says_same_contractions; here: each record is the arch its
 name says, ours recompiled now for that arch still match torch's committed functions, the backward records' claims
-(and exactly which register-bound ones fail where the register allocation differs), and the parser fixes on
-hand-written SASS."""
+(checked by dataflow, so a register allocation that passes an accumulator through two registers is the same chain)
+with a planted contraction failing them on every arch, and the parser fixes on hand-written SASS."""
 import json
 import re
 from pathlib import Path
@@ -80,57 +80,9 @@ def test_loadable_archs_follow_cudas_binary_compatibility():
 
 # --- the backward: torch's own dX and GammaBeta SASS per arch --------------------------------------------------------
 
-# bc.checks matches the dX loop's accumulators by register (destination == addend). Where the register allocator
-# rotates an accumulator through two registers (first and last link of the float4's chain), those claims fail
-# although the arithmetic is the same chain: pinned here, and re-checked by dataflow below.
-REGISTER_BOUND_FAILURES = {
-    "sm_86": {"stats_x1 adds the rounded dy*gamma: four FADDs of FMUL results per float4",
-              "stats_x2 = fma(rstd, p, stats_x2): four FFMAs per float4, one multiplier, one accumulator",
-              "no other FFMA in the loop body (the product is not fused into stats_x1)"},
-    "sm_120": {"stats_x2 = fma(rstd, p, stats_x2): four FFMAs per float4, one multiplier, one accumulator",
-               "no other FFMA in the loop body (the product is not fused into stats_x1)"},
-}
-REGISTER_BOUND_FAILURES["sm_89"] = REGISTER_BOUND_FAILURES["sm_86"]  # an sm_89 device runs torch's sm_86 code
-
-
-def _backward_arch(rec: dict) -> str:
-    if "device_arch" in rec:
-        return rec["device_arch"]
-    return re.search(r"(sm_\d+) cubin", rec["produced_by"]).group(1)  # the first (sm_90) record names it only there
-
-
-def _ops(op: str) -> tuple[str, list[str]]:
-    name, _, rest = op.partition(" ")
-    return name, [r.strip() for r in rest.split(",")]
-
-
-def _chain(body: list[str], opcode: str, link) -> list[str]:
-    """The `opcode` instructions of `body` that `link(operands)` accepts, if they form one accumulator chain: each
-    one's accumulator operand is the previous one's destination, not rewritten in between."""
-    picked = [(i, _ops(o)[1]) for i, o in enumerate(body) if _ops(o)[0] == opcode and link(_ops(o)[1])]
-    for (i, prev), (j, cur) in zip(picked, picked[1:]):
-        acc = [r for r in cur[1:] if r == prev[0]]
-        rewritten = any(_ops(o)[1][0] == prev[0] for o in body[i + 1:j])
-        if not acc or rewritten:
-            return []
-    return [body[i] for i, _ in picked]
-
-
-def dataflow_checks(record: dict) -> dict[str, bool]:
-    """The dX loop's first float4 by dataflow, free of register names: stats_x1 is a chain of four FADDs of FMUL
-    results; stats_x2 a chain of four fma(rstd, FMUL result, acc) with one rstd register; no other FFMA."""
-    from labkit.studies import backward_contract as bc
-
-    dx = record["functions"]["layer_norm_grad_input_kernel_vectorized<float, float, false>"]["fp_ops"]
-    body = bc._first_vector(bc._first_loop(dx))
-    fmul = {_ops(o)[1][0] for o in body if o.startswith("FMUL ")}
-    s1 = _chain(body, "FADD", lambda r: not any(x.startswith("-") for x in r) and any(x in fmul for x in r[1:]))
-    s2 = _chain(body, "FFMA", lambda r: r[2] in fmul)
-    ffma = [o for o in body if o.startswith("FFMA ")]
-    return {"stats_x1: one chain of four FADDs of FMUL results": len(s1) == 4,
-            "stats_x2: one chain of four fma(rstd, FMUL result, acc)": len(s2) == 4
-            and len({_ops(o)[1][1] for o in s2}) == 1,
-            "no other FFMA in the float4": ffma == s2}
+DX = "layer_norm_grad_input_kernel_vectorized<float, float, false>"
+STATS_X1 = "stats_x1 adds the rounded dy*gamma: four FADDs of FMUL results per float4"
+NOT_FUSED = "no other FFMA in the loop body (the product is not fused into stats_x1)"
 
 
 @pytest.mark.parametrize("path", BACKWARD, ids=[p.stem for p in BACKWARD])
@@ -138,26 +90,35 @@ def test_backward_record_claims_per_arch(path):
     from labkit.studies import backward_contract as bc
 
     rec = json.loads(path.read_text())
-    arch = _backward_arch(rec)
-    assert arch == _arch_of(path) and set(rec["functions"]) == set(bc.TORCH_FUNCTIONS)
+    arch = _arch_of(path)
+    assert rec["device_arch"] == arch and set(rec["functions"]) == set(bc.TORCH_FUNCTIONS)
+    assert rec["cubin"].endswith(f".{rec['arch']}.cubin")
+    assert rec["produced_by"] == bc.command(rec["wheel"], arch)  # the command that rewrites this file
     forward = summary.SASS_DIR / path.name.replace("layernorm-backward-", "layernorm-")
     if forward.is_file():  # the same cubin as the forward's record for that arch (one translation unit)
-        assert rec["cubin_sha256"] == json.loads(forward.read_text())["torch"]["cubin_sha256"]
-    failed = {c["claim"] for c in bc.checks(rec) if not c["holds"]}
-    assert failed == REGISTER_BOUND_FAILURES.get(arch, set())
-    assert all(dataflow_checks(rec).values()), dataflow_checks(rec)
+        torch_part = json.loads(forward.read_text())["torch"]
+        assert (rec["cubin_sha256"], rec["cubin"]) == (torch_part["cubin_sha256"], torch_part["cubin"])
+    failed = [c["claim"] for c in bc.checks(rec) if not c["holds"]]
+    assert not failed, failed
 
 
-def test_dataflow_check_rejects_a_fused_stats_x1():
-    """Planted, as in test_backward_contract: stats_x1 fused into an FFMA; the dataflow check must say no."""
-    path = next((p for p in BACKWARD if _arch_of(p) == "sm_90"), None)
-    if path is None:
-        pytest.skip("no sm_90 backward record")
+@pytest.mark.parametrize("path", BACKWARD, ids=[p.stem for p in BACKWARD])
+def test_a_fused_stats_x1_fails_on_every_arch(path):
+    """Planted: the first float4's first stats_x1 link fused, fma(dy, gamma, stats_x1) instead of FADD-ing the
+    rounded product, with that arch's own registers."""
+    from labkit.studies import backward_contract as bc
+
     rec = json.loads(path.read_text())
-    ops = rec["functions"]["layer_norm_grad_input_kernel_vectorized<float, float, false>"]["fp_ops"]
-    i = next(i for i, o in enumerate(ops) if o.startswith("FADD R26, R27, R26"))
-    ops[i] = "FFMA R26, R4, R12, R26"
-    assert not all(dataflow_checks(rec).values())
+    ops = rec["functions"][DX]["fp_ops"]
+    first = next(c for c in bc.checks(rec) if c["claim"] == STATS_X1)["evidence"][0]
+    flow = bc.dataflow(ops)
+    link = flow[ops.index(first)]
+    mul = next(flow[v] for v in link.srcs if isinstance(v, int) and flow[v].opcode == "FMUL")
+    acc = next(r.strip() for r in first.split(" ", 1)[1].split(",")[1:] if r.strip() != mul.dst)
+    factors = [r.strip() for r in mul.text.split(" ", 1)[1].split(",")[1:]]
+    ops[ops.index(first)] = f"FFMA {link.dst}, {factors[0]}, {factors[1]}, {acc}"
+    holds = {c["claim"]: c["holds"] for c in bc.checks(rec)}
+    assert not holds[STATS_X1] and not holds[NOT_FUSED]
 
 
 # --- the SASS-reading fixes the other archs needed (hand-written SASS, no tool) ---------------------------------------

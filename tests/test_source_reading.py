@@ -192,9 +192,9 @@ def test_contract_rows_carry_the_evidence_read_now():
 
 
 def test_machine_code_and_verdict_from_records(tmp_path):
-    assert contract.machine_code_record(tmp_path) is None and contract.machine_code_rows(None) == []
-    rec = contract.machine_code_record()
-    assert rec is not None and rec["file"].endswith(".json")
+    assert contract.machine_code_record(root=tmp_path) is None and contract.machine_code_rows(None) == []
+    rec = contract.machine_code_record("sm_90")
+    assert rec is not None and rec["file"].endswith("-sm_90.json") and rec["note"] is None
     assert len(contract.machine_code_rows(rec)) == len(rec["verdict"]["checks"])
     tc = {"num_threads": None, "reason": "no headers"}
     refusals = [{"names_condition": True}, {"names_condition": False}]
@@ -202,3 +202,15 @@ def test_machine_code_and_verdict_from_records(tmp_path):
     assert "SKIPPED: no headers" in lines[0] and "1/2 raise" in lines[3]
     assert lines[4].endswith(f"same FMA contractions: {'yes' if rec['verdict']['same_contractions'] else 'no'}.")
     assert "no committed SASS comparison" in contract.verdict_lines(tc, refusals, None)[4]
+
+
+def test_machine_code_record_is_the_devices_arch():
+    # not the last file by name (sm_90 sorts after sm_120): an A100's record is sm_80's
+    rec = contract.machine_code_record("sm_80")
+    assert rec["file"].endswith("-sm_80.json") and rec["torch"]["device_arch"] == "sm_80" and rec["note"] is None
+    # an arch without a record (sm_103 runs torch's sm_100 code, ours compiled for sm_103: not recorded) reads
+    # sm_90's and says so, in the record and in the verdict
+    other = contract.machine_code_record("sm_103")
+    assert other["file"].endswith("-sm_90.json") and "no committed SASS comparison for sm_103" in other["note"]
+    lines = contract.verdict_lines({"num_threads": None, "reason": "no headers"}, [], other)
+    assert lines[-1] == f"Machine code: {other['note']}."

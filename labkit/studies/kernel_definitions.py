@@ -97,28 +97,47 @@ def can_disassemble() -> bool:
     return tools.find_tool("cuobjdump") is not None or tools.find_tool("nvdisasm") is not None
 
 
-def contraction_evidence(arch: str, live: bool | None = None, root=None) -> dict:
-    """Torch's vectorized kernel (newest committed summary) against ours: disassembled now when `live` (default:
-    when a disassembler exists), else ours as recorded in the same summary. Keys: file, torch (the summary's
-    torch part), vec (torch's function), ours (by function), source, same_code (live only: each of our cubins
-    identical to the summary's), comparison, verdict."""
-    found = summary.committed_comparisons(*([root] if root is not None else []))
-    if not found:
+FALLBACK_ARCH = "sm_90"  # the H200's: the arch every study of this book was first recorded on
+
+
+def committed_record(arch: str, root=None) -> tuple:
+    """(path, note) of the committed SASS comparison for a device of `arch` (labkit.sass.summary.committed_comparison):
+    note is None, or, when data/sass holds none for `arch`, the sentence saying sm_90's is read instead. Raises
+    RuntimeError when there is neither."""
+    args = [root] if root is not None else []
+    path = summary.committed_comparison(arch, *args)
+    if path is not None:
+        return path, None
+    path = summary.committed_comparison(FALLBACK_ARCH, *args)
+    if path is None:
         raise RuntimeError("no committed SASS comparison under data/sass/: run python -m labkit.sass --wheel ...")
-    rec = json.loads(found[-1].read_text())
+    return path, (f"no committed SASS comparison for {arch} under data/sass/: torch's side is {FALLBACK_ARCH}'s "
+                  f"({path.name}), not the code torch runs on {arch}")
+
+
+def contraction_evidence(arch: str, live: bool | None = None, root=None) -> dict:
+    """Torch's vectorized kernel (the committed summary for `arch`, else sm_90's: `committed_record`) against ours:
+    disassembled now for `arch` when `live` (default: when a disassembler exists), else ours as recorded in the same
+    summary. Keys: file, note (None, or why the summary is not `arch`'s), torch (the summary's torch part), vec
+    (torch's function), ours (by function), source, same_code (live, and the summary `arch`'s: each of our cubins
+    identical to the summary's), comparison, verdict."""
+    path, note = committed_record(arch, root)
+    rec = json.loads(path.read_text())
     vec = rec["torch"]["functions"][TORCH_VECTORIZED]
     live = can_disassemble() if live is None else live
     if live:
         ours = summary.our_kernels_summary(arch)
         source = "ours disassembled now"
-        same_code = {fn: ours[fn]["compile_record"]["cubin_sha256"] == rec["ours"][fn]["compile_record"]["cubin_sha256"]
-                     for fn in ours if fn in rec["ours"]}
+        # a summary of another arch holds that arch's cubins: comparing bytes with them says nothing
+        same_code = None if note else {
+            fn: ours[fn]["compile_record"]["cubin_sha256"] == rec["ours"][fn]["compile_record"]["cubin_sha256"]
+            for fn in ours if fn in rec["ours"]}
     else:
         ours = rec["ours"]
-        source = f"ours REPLAYED from {found[-1].name}"
+        source = f"ours REPLAYED from {path.name}"
         same_code = None
     fns = list(ours.values())
-    return {"file": found[-1].name, "record": {k: rec[k] for k in ("created_utc", "produced_by")},
+    return {"file": path.name, "note": note, "record": {k: rec[k] for k in ("created_utc", "produced_by")},
             "torch": rec["torch"], "vec": vec, "ours": ours, "source": source, "same_code": same_code,
             "comparison": summary.compare(vec, fns), "verdict": summary.verdict(vec, fns)}
 
@@ -193,6 +212,8 @@ def verdict_lines(evidence: dict, resources: list[dict]) -> list[str]:
              f"{'yes' if evidence['verdict']['same_contractions'] else 'NO'}",
              f"torch {t['torch_version']} ({t['wheel']}, sha256 {t['wheel_sha256'][:16]}…), {t['arch']} cubin "
              f"{t['cubin']} vs {evidence['source']}"]
+    if evidence.get("note"):
+        lines.append(evidence["note"])
     if evidence["same_code"] is not None:
         lines.append(same_code_line(evidence["same_code"]))
     lines += [f"- {note}" for note in evidence["verdict"]["notes"]]

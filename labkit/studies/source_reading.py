@@ -420,17 +420,27 @@ def other_path_rows(contract: ReferenceContract = TORCH_VECTORIZED_LN) -> list[d
     return [{"aspect": k, "value": v} for k, v in contract.other_path.items()]
 
 
-def machine_code_record(root=None) -> dict | None:
-    """The newest committed SASS comparison (torch's wheel against our kernels, notebook 06), with its file name
-    under "file"; None when data/sass holds none."""
+def machine_code_record(arch: str | None = None, root=None) -> dict | None:
+    """The committed SASS comparison (torch's wheel against our kernels, notebook 06) for a device of `arch`, else
+    sm_90's (labkit.studies.kernel_definitions.committed_record), with its file name under "file" and under "note"
+    None or the sentence saying it is not `arch`'s; None when data/sass holds neither. `arch` defaults to the CUDA
+    device's, else sm_90 (the H200's)."""
     import json
 
-    from labkit.sass import summary
+    from labkit.studies.kernel_definitions import FALLBACK_ARCH, committed_record
 
-    found = summary.committed_comparisons(*([root] if root is not None else []))
-    if not found:
+    if arch is None:
+        from labkit.core.compile import device_arch
+
+        try:
+            arch = device_arch()
+        except ValueError:  # no CUDA device
+            arch = FALLBACK_ARCH
+    try:
+        path, note = committed_record(arch, root)
+    except RuntimeError:
         return None
-    return {**json.loads(found[-1].read_text()), "file": found[-1].name}
+    return {**json.loads(path.read_text()), "file": path.name, "note": note}
 
 
 def machine_code_rows(record: dict | None) -> list[dict]:
@@ -456,6 +466,8 @@ def verdict_lines(tc: dict, refusals: list[dict], sass_record: dict | None,
         t = sass_record["torch"]
         lines.append(f"Machine code ({sass_record['file']}): torch {t['torch_version']} ({t['wheel']}) and ours, "
                      f"same FMA contractions: {'yes' if sass_record['verdict']['same_contractions'] else 'no'}.")
+        if sass_record.get("note"):
+            lines.append(f"Machine code: {sass_record['note']}.")
     return lines
 
 

@@ -195,3 +195,17 @@ def cache_path(record: CompileRecord) -> Path:
 def compile_all(arch: str) -> list[CompileRecord]:
     """Compile every kernels/*.cu for `arch`; the records are what a run cites."""
     return [compile_kernel(k, arch).record for k in available_kernels()]
+
+
+def compile_buildable(arch: str) -> tuple[list[CompileRecord], dict[str, str]]:
+    """(records of every kernel NVRTC builds for `arch`, {kernel: NVRTC's first error line} for those it refuses:
+    below sm_90 the chain kernels, which no path offers there)."""
+    records, refused = [], {}
+    for k in available_kernels():
+        try:
+            records.append(compile_kernel(k, arch).record)
+        except RuntimeError as exc:
+            lines = str(exc).splitlines()
+            first = next((ln for ln in lines if "error" in ln), lines[-1])
+            refused[k] = first.split("error", 1)[-1].lstrip(" :").strip()
+    return records, refused

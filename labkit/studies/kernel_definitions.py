@@ -21,27 +21,13 @@ TORCH_VECTORIZED = "vectorized_layer_norm_kernel<float, float, false>"
 def compile_records(arch: str) -> list[kc.CompileRecord]:
     """Compile every kernel under kernels/ that builds for `arch` (NVRTC: no GPU needed) and return the compile
     records; `unbuilt(arch)` lists the others (below sm_90: the chain kernels)."""
-    return [r for r in map(lambda k: _record_or_none(k, arch), kc.available_kernels()) if r is not None]
-
-
-def _record_or_none(kernel: str, arch: str):
-    try:
-        return kc.compile_kernel(kernel, arch).record
-    except RuntimeError:
-        return None
+    return kc.compile_buildable(arch)[0]
 
 
 def unbuilt(arch: str) -> list[dict]:
     """The kernels NVRTC refuses for `arch`, with the first error it gives (a one-line reason, not its log)."""
-    out = []
-    for k in kc.available_kernels():
-        try:
-            kc.compile_kernel(k, arch)
-        except RuntimeError as exc:
-            first = next((ln for ln in str(exc).splitlines() if "error" in ln), str(exc).splitlines()[-1])
-            out.append({"kernel": k, "arch": arch,
-                        "why not (NVRTC)": first.split("error", 1)[-1].lstrip(" :").strip()[:160]})
-    return out
+    return [{"kernel": k, "arch": arch, "why not (NVRTC)": why[:160]}
+            for k, why in kc.compile_buildable(arch)[1].items()]
 
 
 def unbuilt_line(arch: str) -> str:

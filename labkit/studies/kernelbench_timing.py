@@ -155,25 +155,28 @@ def rows(record: dict | None) -> list[dict]:
 
 
 def verdict_lines(record: dict | None, source: str) -> list[str]:
-    """Ratios under KernelBench's own timing (means, as it reports) and under graph replay (medians), one run."""
+    """Ratios under KernelBench's own timing (means, as it reports) and under graph replay (medians), one run. A
+    goal counts as met only if every block meets it: one block's torch.compile can run slow as a whole (its own
+    median moves), and a pooled mean would then carry that block."""
     if not record:
         return [f"KernelBench's timing: {source}"]
-    mean = {n: statistics.fmean([t for b in record["samples_ms"][n] for t in b]) for n in METHODS}
     ours, g = "ModelNew (labkit)", record["graph"]["stats"]
-    per_block = [statistics.fmean(record["samples_ms"]["torch.compile"][i]) /
-                 statistics.fmean(record["samples_ms"][ours][i]) for i in range(record["blocks"])]
+    mean = {n: statistics.fmean([t for b in record["samples_ms"][n] for t in b]) for n in METHODS}
+    block = {n: [statistics.fmean(b) for b in record["samples_ms"][n]] for n in METHODS}
+    vs_compile = [c / o for c, o in zip(block["torch.compile"], block[ours])]
+    vs_ref = [r / o for r, o in zip(block["reference"], block[ours])]
+    met = lambda ok: "met" if ok else "missed"  # noqa: E731
     return [f"L1/40 under KernelBench's cuda_event timing ({record['blocks']} blocks x {record['num_trials']} trials, "
             f"means; {source}): ModelNew {mean[ours]:.3g} ms (path {record['path']}), torch.compile "
             f"{mean['torch.compile']:.3g} ms, reference {mean['reference']:.3g} ms",
-            f"  x torch.compile {mean['torch.compile'] / mean[ours]:.3g}x (per block "
-            f"{', '.join(f'{r:.3g}' for r in per_block)}); x eager native (reference) "
-            f"{mean['reference'] / mean[ours]:.3g}x",
+            f"  x torch.compile per block {', '.join(f'{r:.3g}' for r in vs_compile)} (all trials pooled "
+            f"{mean['torch.compile'] / mean[ours]:.3g}x); x eager native (reference) per block "
+            f"{', '.join(f'{r:.3g}' for r in vs_ref)}",
             f"  graph replay in the same run (medians): ModelNew {g[ours]['median_ms']:.3g} ms, torch.compile "
             f"{g['torch.compile']['median_ms']:.3g} ms: x torch.compile "
             f"{g['torch.compile']['median_ms'] / g[ours]['median_ms']:.3g}x",
-            f"  issue 24's goals: <= 0.29 ms under KernelBench's timing "
-            f"({'met' if mean[ours] <= 0.29 else 'missed'}), >= 1.10x torch.compile there "
-            f"({'met' if mean['torch.compile'] / mean[ours] >= 1.10 else 'missed'}), >= 27x eager native there "
-            f"({'met' if mean['reference'] / mean[ours] >= 27 else 'missed'})",
+            f"  issue 24's goals under KernelBench's timing, in every block: <= 0.29 ms "
+            f"({met(max(block[ours]) <= 0.29)}), >= 1.10x torch.compile ({met(min(vs_compile) >= 1.10)}), >= 27x "
+            f"eager native ({met(min(vs_ref) >= 27)})",
             f"  bits of each program's output against the reference (int32 views): "
             f"{', '.join(f'{n} {chr(10003) if v else chr(10007)}' for n, v in record['bits_equal_reference'].items())}"]

@@ -24,10 +24,13 @@ def cell_text(v) -> str:
         if v != v or v in (float("inf"), float("-inf")):
             return f"{v}"
         short = f"{v:.3g}"
-        if float(short) == round(v) != v:  # 0.99982 must not read as 1: a near-miss keeps its digits
-            return f"{v:.6g}"
+        if float(short) == round(v) != v:
+            if abs(v) < 10:  # 0.99982 must not read as 1: a near-miss of a small whole number keeps its digits
+                return f"{v:.6g}"
+            if abs(float(short)) < 100:  # 30.0018 reads 30.0: three figures, not a whole number it is not
+                return f"{v:#.3g}"
         if 1e3 <= abs(float(short)) < 1e15:
-            return f"{v:,.0f}"
+            return f"{v:,.0f}"  # whole units, separated: 8369.62 us reads 8,370, a count 4194304.0 reads 4,194,304
         return short
     if isinstance(v, (list, tuple)):
         return ", ".join(cell_text(x) for x in v)

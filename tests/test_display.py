@@ -140,3 +140,11 @@ def test_columns_equal_in_every_row_are_shown_once():
     assert merge_repeated(rows[:2]) == rows[:2]  # two rows: equal columns may be chance
     grid = [{"rows": f"<= {n}", "2^8": "torch", "2^10": "torch"} for n in (1, 8, 64)]
     assert merge_repeated(grid) == grid  # a grid's axis columns stay
+
+
+@pytest.mark.parametrize("value,text", [(738.448, "738"), (8369.62, "8,370"), (30.0018, "30.0"), (99.97, "100"),
+                                        (0.99982, "0.99982"), (1380.16, "1,380")])
+def test_three_figures_everywhere_but_a_near_miss_of_a_small_whole_number(value, text):
+    from labkit.display import cell_text
+
+    assert cell_text(value) == text

@@ -114,7 +114,7 @@ _AXIS = re.compile(r"^(2\^\d+|\d[\d.,e+-]*)$")  # a grid's axis label (2^12, 409
 
 def merge_repeated(rows: list[dict]) -> list[dict]:
     """Rows with the columns that say the same in every row (as cell_text shows them) shown once, under the joined
-    header "a = b": three columns of 1s for output, mean and rstd read as one. Tables shorter than MERGE_AT rows
+    header "a, b": three columns of 1s for output, mean and rstd read as one. Tables shorter than MERGE_AT rows
     (where equality may be chance) and a grid's axis columns stay as they are."""
     if len(rows) < MERGE_AT:
         return rows
@@ -128,7 +128,7 @@ def merge_repeated(rows: list[dict]) -> list[dict]:
             groups.setdefault(tuple(text[k]), []).append(k)
     if all(len(g) == 1 for g in groups.values()):
         return rows
-    first = {g[0]: " = ".join(map(str, g)) for g in groups.values()}
+    first = {g[0]: ", ".join(map(str, g)) for g in groups.values()}
     return [{first[k]: r.get(k) for k in keys if k in first} for r in rows]
 
 

@@ -135,7 +135,7 @@ def test_columns_equal_in_every_row_are_shown_once():
     from labkit.display import merge_repeated
 
     rows = [{"case": c, "output": 1, "mean": 1, "rstd": r} for c, r in (("a", 1), ("b", 0.5), ("c", 1))]
-    assert merge_repeated(rows) == [{"case": c, "output = mean": 1, "rstd": r} for c, r in (("a", 1), ("b", 0.5),
+    assert merge_repeated(rows) == [{"case": c, "output, mean": 1, "rstd": r} for c, r in (("a", 1), ("b", 0.5),
                                                                                              ("c", 1))]
     assert merge_repeated(rows[:2]) == rows[:2]  # two rows: equal columns may be chance
     grid = [{"rows": f"<= {n}", "2^8": "torch", "2^10": "torch"} for n in (1, 8, 64)]

@@ -105,7 +105,7 @@ def served_rows(session) -> list[dict]:
         b = before.get(tuple(r["shape"]), {})
         rows.append({"shape": " x ".join(map(str, r["shape"])), "before tune": b.get("path", "—"),
                      "after tune": r["path"], "launched by": r["launches"].split(" (")[0],
-                     "y, dx, dweight, dbias = torch's": "✓" if all(r["bits"].values()) else
+                     "torch's bits (y, dx, dweight, dbias)": "✓" if all(r["bits"].values()) else
                      ", ".join(k for k, v in r["bits"].items() if not v) + " differ"})
     return rows or [{"override run": session.source}]
 

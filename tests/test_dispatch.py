@@ -197,3 +197,17 @@ def test_the_rule_picks_per_protocol_from_the_same_run():
     assert differ > 0
     with pytest.raises(ValueError, match="protocol must be one of"):
         rule.choose(4, 4096, H200, ("rows_fused",), "replay")
+
+
+def test_the_readme_counts_the_points_where_the_protocols_disagree():
+    """README "Per protocol" says at how many of the H200 table's points the eager and graph scores pick
+    differently: the committed table decides."""
+    import re
+
+    from labkit.core.compile import REPO_ROOT
+
+    m = re.search(r"at (\d+) of the H200 table's (\d+)\s+points they pick differently", (REPO_ROOT / "README.md").read_text())
+    assert m, "README lost its per-protocol count"
+    points = [(x, y) for x, level in measured.SCORES.items() for y in level if y in measured.GRAPH.get(x, {})]
+    differ = sum(rule.pick(measured.SCORES[x][y]) != rule.pick(measured.GRAPH[x][y]) for x, y in points)
+    assert (int(m.group(1)), int(m.group(2))) == (differ, len(points))

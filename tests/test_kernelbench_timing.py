@@ -47,3 +47,12 @@ def test_rows_and_verdict_from_a_record():
     rec["samples_ms"]["torch.compile"][1] = [0.6, 0.6, 0.6]
     assert ">= 1.10x torch.compile (missed)" in kb.verdict_lines(rec, "run X")[3]
     assert kb.rows(None) == [] and "no run" in kb.verdict_lines(None, "no run")[0]
+
+
+def test_the_verdict_says_under_which_grad_mode_the_run_timed():
+    old = kb.verdict_lines(_record(), "run X")[0]
+    assert "predates the grad-mode fix" in old  # the committed run timed everything under no_grad
+    new = _record()
+    new["grad_enabled"] = dict(kb.GRAD_ENABLED)
+    assert "grad mode as the evaluator" in kb.verdict_lines(new, "run X")[0]
+    assert kb.GRAD_ENABLED == {"reference": True, "torch.compile": False, "ModelNew (labkit)": True}

@@ -28,11 +28,12 @@ def test_the_rule_refuses_what_it_has_no_extra_for_naming_the_value(bad):
 
 def _installed(monkeypatch, torch_cuda, runtime, nvrtc):
     monkeypatch.setattr(toolkit, "installed_versions", lambda: (torch_cuda, runtime, nvrtc))
+    monkeypatch.setattr(toolkit, "_checked", [])  # the process's one check, made again for this case
 
 
 def test_check_match_names_both_versions_and_the_install_line(monkeypatch):
     _installed(monkeypatch, "12.4", "13.2", "13.0")  # the cuda13 extra under a CUDA 12 torch
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(RuntimeError) as err:
         toolkit.check_match()
     msg = str(err.value)
     assert "CUDA 12.4" in msg and "13.2" in msg and "13.0" in msg
@@ -42,31 +43,54 @@ def test_check_match_names_both_versions_and_the_install_line(monkeypatch):
 def test_check_match_sees_nvrtc_of_the_other_major_alone(monkeypatch):
     """CuPy for CUDA 12 loads libnvrtc.so.13 when it finds one: the runtime fits, NVRTC does not."""
     _installed(monkeypatch, "12.8", "12.9", "13.0")
-    with pytest.raises(ValueError, match=re.escape('pip install -e ".[cuda12]"')):
+    with pytest.raises(RuntimeError, match=re.escape('pip install -e ".[cuda12]"')):
         toolkit.check_match()
 
 
 def test_check_match_names_the_extra_when_cupy_is_missing(monkeypatch):
     _installed(monkeypatch, "13.0", None, None)
-    with pytest.raises(ValueError, match=r"CuPy is not installed.*\.\[cuda13\]"):
+    with pytest.raises(RuntimeError, match=r"CuPy is not installed.*\.\[cuda13\]"):
         toolkit.check_match()
 
 
 @pytest.mark.parametrize("versions", [
     ("12.8", "12.9", "12.4"),  # minors may differ: one major is what must hold
     ("13.0", "13.2", "13.0"),
-    (None, None, None),        # a CPU build of torch: nothing launches, nothing to match
+    (None, None, "13.0"),      # a CPU build of torch: nothing launches; NVRTC of any major compiles
 ])
 def test_check_match_passes_when_the_majors_agree(monkeypatch, versions):
     _installed(monkeypatch, *versions)
     toolkit.check_match()
 
 
-def test_installed_versions_on_a_cpu_torch_asks_no_cupy(monkeypatch):
+def test_installed_versions_on_a_cpu_torch_asks_nvrtc_only(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.version, "cuda", None)
-    assert toolkit.installed_versions() == (None, None, None)
+    got = toolkit.installed_versions()
+    assert got[:2] == (None, None) and got[2] is not None  # this machine has NVRTC 13.0
+
+
+def test_a_cpu_torch_without_nvrtc_is_told_the_install_line(monkeypatch):
+    _installed(monkeypatch, None, None, None)
+    with pytest.raises(RuntimeError, match=r'CPU mode compiles every kernel with it; run pip install -e "\.\[cuda13\]"'):
+        toolkit.check_match()
+
+
+def test_the_check_runs_before_the_first_cupy_call_on_a_gpu(monkeypatch):
+    """labkit.core.device.device_info asks check_match before it imports CuPy's runtime."""
+    import sys
+
+    from labkit.core import device
+
+    calls = []
+    monkeypatch.setattr(toolkit, "check_match", lambda: calls.append("check") or (_ for _ in ()).throw(
+        RuntimeError("wrong extra")))
+    monkeypatch.setitem(sys.modules, "cupy.cuda", None)  # importing CuPy's runtime would fail: it must not be reached
+    monkeypatch.setattr(device, "_devices", {})
+    with pytest.raises(RuntimeError, match="wrong extra"):
+        device.device_info(0)
+    assert calls == ["check"]
 
 
 def _names(requirements) -> set[str]:

@@ -53,8 +53,18 @@ class CompiledKernel:
     cubin: bytes
 
 
-def nvrtc_version() -> tuple[int, int]:
+def _nvrtc_module():
+    """CuPy's NVRTC binding, after the CUDA extra is checked (a missing one names the install line)."""
+    from labkit.core.toolkit import check_match
+
+    check_match()
     from cupy_backends.cuda.libs import nvrtc
+
+    return nvrtc
+
+
+def nvrtc_version() -> tuple[int, int]:
+    nvrtc = _nvrtc_module()
 
     return tuple(int(v) for v in nvrtc.getVersion())
 
@@ -142,7 +152,7 @@ def nvrtc_compile(kernel: str, options: tuple[str, ...], sources=None, ptx: bool
     """(cubin as NVRTC hands it over, or with `ptx` the PTX text; program log) of kernels/<kernel>.cu compiled with
     exactly `options`, past the cache. `sources`: (text, headers) as kernel_sources returns them, when the caller has
     read them already. Raises RuntimeError with NVRTC's log when compilation fails."""
-    from cupy_backends.cuda.libs import nvrtc
+    nvrtc = _nvrtc_module()
 
     source, headers = sources if sources is not None else kernel_sources(kernel)
     names = tuple(headers)

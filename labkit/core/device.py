@@ -67,6 +67,9 @@ def device_info(index: int) -> Device:
         with _lock:
             d = _devices.get(index)
             if d is None:
+                from labkit.core.toolkit import check_match
+
+                check_match()  # before CuPy's first runtime call: the CUDA extra must be torch's major
                 from cupy.cuda import runtime
 
                 p = runtime.getDeviceProperties(index)

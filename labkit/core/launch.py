@@ -45,10 +45,6 @@ def load(kernel: str, device_index: int, options: tuple[str, ...] = ()):
     key = (device_index, kernel, tuple(options))
     with _lock:
         if key not in _loaded:
-            if not _loaded:  # before the process's first module: CuPy and NVRTC of torch's CUDA major, or say which
-                from labkit.core.toolkit import check_match
-
-                check_match()
             import cupy as cp
 
             from labkit.core.device import device_info

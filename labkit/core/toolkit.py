@@ -48,9 +48,12 @@ def _major(version: str) -> int:
 
 def mismatch(torch_cuda: str | None, cupy_runtime: str | None, nvrtc: str | None) -> str | None:
     """Why the installed CuPy / NVRTC do not fit torch, or None when they do. Versions as "major.minor" strings;
-    `cupy_runtime` / `nvrtc` are None when CuPy / NVRTC are not installed. A CPU build of torch fits anything: nothing
-    launches there."""
+    `cupy_runtime` / `nvrtc` are None when CuPy / NVRTC are not installed. A CPU build of torch needs NVRTC (CPU mode
+    compiles every kernel with it) and any major of it: nothing launches there."""
     if torch_cuda is None:
+        if nvrtc is None:
+            return (f"NVRTC (with CuPy) is not installed, and CPU mode compiles every kernel with it; run "
+                    f'pip install -e ".[{CPU_EXTRA}]" (labkit.core.toolkit.cuda_extra)')
         return None
     extra = cuda_extra(torch_cuda)
     if cupy_runtime is None or nvrtc is None:
@@ -65,29 +68,44 @@ def mismatch(torch_cuda: str | None, cupy_runtime: str | None, nvrtc: str | None
 
 
 def installed_versions() -> tuple[str | None, str | None, str | None]:
-    """(torch.version.cuda, CuPy's CUDA runtime, NVRTC) as "major.minor"; None for what is missing, and the last
-    two None for a CPU build of torch (CuPy is then not asked)."""
+    """(torch.version.cuda, CuPy's CUDA runtime, NVRTC) as "major.minor"; None for what is missing. For a CPU build
+    of torch the CUDA runtime is not asked (there may be no driver), NVRTC is."""
     import torch
 
+    nvrtc = _nvrtc()
     if torch.version.cuda is None:
-        return None, None, None
+        return None, None, nvrtc
     try:
         from cupy.cuda import runtime
     except ImportError:
         return torch.version.cuda, None, None
-    from labkit.core.compile import nvrtc_version
-
     rt = runtime.runtimeGetVersion()  # 13020 for 13.2
-    try:
-        nvrtc = ".".join(map(str, nvrtc_version()))
-    except RuntimeError:  # cuda-pathfinder found no libnvrtc (DynamicLibNotFoundError)
-        nvrtc = None
     return torch.version.cuda, f"{rt // 1000}.{rt % 1000 // 10}", nvrtc
 
 
+def _nvrtc() -> str | None:
+    """NVRTC's version as "major.minor", or None when CuPy or NVRTC is missing."""
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+    except ImportError:
+        return None
+    try:
+        return ".".join(str(int(v)) for v in nvrtc.getVersion())
+    except Exception:  # cuda-pathfinder found no libnvrtc (DynamicLibNotFoundError)
+        return None
+
+
+_checked: list[bool] = []
+
+
 def check_match() -> None:
-    """Raise ValueError naming torch's CUDA version, CuPy's and NVRTC's, and the install line to run, when the
-    installed CUDA extra is not the one torch's build needs (see `cuda_extra`). Meant before a first launch. NVRTC is
-    checked apart from CuPy: CuPy 14 for CUDA 12 loads libnvrtc.so.13 as readily as .so.12."""
+    """Raise RuntimeError (the environment, not an input, is wrong) naming torch's CUDA version, CuPy's and NVRTC's,
+    and the install line to run, when the installed CUDA extra is not the one torch's build needs (see
+    `cuda_extra`). Called before the process's first CuPy call on a GPU (labkit.core.device.device_info) and its
+    first NVRTC compile; passes once, then costs nothing. NVRTC is checked apart from CuPy: CuPy 14 for CUDA 12
+    loads libnvrtc.so.13 as readily as .so.12."""
+    if _checked:
+        return
     if (why := mismatch(*installed_versions())) is not None:
-        raise ValueError(why)
+        raise RuntimeError(why)
+    _checked.append(True)

@@ -9,6 +9,7 @@ signature, so alignment (torch's own vectorized-path condition on X, gamma, beta
 """
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 
@@ -128,8 +129,20 @@ class KernelPlan(Plan):
 
 # How the drop-in's calls will be made, for the forward rule (labkit.ops.dispatch.rule.PROTOCOLS): "eager" by
 # default, "graph" for a model run under CUDA graphs (LABKIT_PROTOCOL=graph, or `with dispatch_protocol("graph")`).
-# Process-wide, as a model's calls are: a plan is cached per signature and protocol.
-_protocol: list[str] = [os.environ.get("LABKIT_PROTOCOL", "eager")]
+# A context variable: each thread (and asyncio task) sees its own `with` block; a new thread starts from
+# LABKIT_PROTOCOL. A plan is cached per signature and protocol.
+_protocol: contextvars.ContextVar[str | None] = contextvars.ContextVar("labkit_dispatch_protocol", default=None)
+_ENV_PROTOCOL = os.environ.get("LABKIT_PROTOCOL", "eager")
+
+
+def current_protocol() -> str:
+    """The protocol the next plan is made for: the innermost dispatch_protocol, else LABKIT_PROTOCOL."""
+    p = _protocol.get()
+    if p is not None:
+        return p
+    if _ENV_PROTOCOL not in rule.PROTOCOLS:
+        raise ValueError(f"LABKIT_PROTOCOL must be one of {rule.PROTOCOLS}, got {_ENV_PROTOCOL!r}")
+    return _ENV_PROTOCOL
 
 
 class dispatch_protocol:
@@ -143,16 +156,18 @@ class dispatch_protocol:
         self.protocol = protocol
 
     def __enter__(self):
-        self.saved, _protocol[0] = _protocol[0], self.protocol
+        self._token = _protocol.set(self.protocol)
         return self
 
     def __exit__(self, *exc):
-        _protocol[0] = self.saved
+        _protocol.reset(self._token)
 
 
-def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None = None) -> tuple[Plan, bool]:
+def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None = None,
+              protocol: str | None = None) -> tuple[Plan, bool]:
     """(plan, cacheable). `force` names a path to use where eligible (the measurement's candidates); an ineligible
-    forced path raises ValueError, an ineligible chosen one serves through torch."""
+    forced path raises ValueError, an ineligible chosen one serves through torch. `protocol`: the rule's
+    (default: current_protocol())."""
     import torch
 
     # a plan made under CUDA graph capture is never cached: it has no host plan (programs are prepared outside
@@ -169,7 +184,7 @@ def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None =
     source = rule.table_source(dev)
     if force is None:
         available = paths.plannable(rows, n, dev)
-        path, reason = rule.choose(rows, n, dev, tuple(available), _protocol[0])
+        path, reason = rule.choose(rows, n, dev, tuple(available), protocol or current_protocol())
         op_plan = available.get(path)
     elif force == paths.NATIVE:
         return Plan("forced (measurement)", normalized_shape, eps, source), cacheable
@@ -187,14 +202,15 @@ def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None =
 
 def get_plan(x, normalized_shape: tuple, weight, bias, eps, needs_grad: bool = False,
              force: str | None = None) -> Plan:
-    key = signature(x, normalized_shape, weight, bias, eps, needs_grad) + (_protocol[0],)
+    protocol = current_protocol()  # read once: the key and the plan must agree
+    key = signature(x, normalized_shape, weight, bias, eps, needs_grad) + (protocol,)
     if force is not None:
         key = key + (force,)
     if needs_grad:
         key = key + (_forced_backward[0],)  # the backward's choice is part of a grad plan (torch_trains)
     plan = _plans.get(key)
     if plan is None:
-        plan, cacheable = make_plan(x, normalized_shape, weight, bias, eps, force)
+        plan, cacheable = make_plan(x, normalized_shape, weight, bias, eps, force, protocol)
         if needs_grad and type(plan) is Plan:  # torch forward, and no backward plan of ours for it
             plan.torch_trains = backward_plan(x, normalized_shape, weight, bias) is None
         if cacheable:

@@ -61,9 +61,17 @@ def test_a_tuned_table_wins_over_the_committed_one_of_its_gpu(table_dir):
 
 def test_a_stale_or_unreadable_table_is_ignored_and_said_so(table_dir, monkeypatch):
     path = _write()
+    monkeypatch.setattr(tables, "_tuned", {})
     monkeypatch.setattr(tables, "_sources_digest", lambda: "0" * 64)  # the kernels changed since it was measured
     assert rule.choose(64, 4096, A100, ("rows_fused",))[0] == "native"
-    assert "stale" in rule.table_source(A100) and "labkit tune" in rule.table_source(A100)
+    assert "stale (measured with other kernels_sha256)" in rule.table_source(A100)
+    monkeypatch.undo()
+    monkeypatch.setenv(tables.TABLE_DIR_ENV, str(table_dir))
+    import torch
+
+    monkeypatch.setattr(tables, "_tuned", {})  # a process reads a file's verdict once; this test changes the world
+    monkeypatch.setattr(torch, "__version__", "0.0.0")  # another torch: its kernel is every score's denominator
+    assert "stale (measured with other torch)" in rule.table_source(A100)
     monkeypatch.undo()
     monkeypatch.setenv(tables.TABLE_DIR_ENV, str(table_dir))
     path.write_text("{ not json")
@@ -106,3 +114,25 @@ def test_a_tuned_table_serves_each_protocol(table_dir):
     assert rule.choose(16, 4096, A100, offered, "eager")[0] == "rows_fused"
     path, why = rule.choose(16, 4096, A100, offered, "graph")
     assert path == "reference_order" and "graph replay scores" in why
+
+
+def test_a_table_tuned_for_another_compile_target_is_not_used(table_dir):
+    from labkit.core.device import overridden
+
+    h200 = Device("NVIDIA H200", 90, 132, 227 * 1024, 65535)
+    _write(overridden(h200, "compute_90"))  # LABKIT_ARCH=compute_90 labkit tune: JIT-compiled PTX timings
+    assert "measured for compute_90, this process compiles for sm_90" in rule.table_source(h200)
+    assert "measured on NVIDIA H200" in rule.table_source(h200)  # the committed table serves instead
+
+
+@pytest.mark.parametrize("body", ["[1, 2]", '{"format": 1, "scores": {}}',
+                                  '{"format": 1, "scores": {"0.0": {"8": {"native": 0.0}}}, "device": {}}'])
+def test_a_malformed_tuned_table_is_ignored_never_raised(table_dir, body):
+    (table_dir / "nvidia_a100_sxm4_80gb_sm80_108.json").write_text(body)
+    assert "unreadable" in rule.table_source(A100)
+    assert rule.choose(64, 4096, A100, ("rows_fused",))[0] == "native"
+
+
+def test_an_empty_tune_writes_nothing(table_dir):
+    with pytest.raises(ValueError, match="the scores is empty"):
+        _write(scores={})

@@ -114,6 +114,11 @@ def _digest(*parts: str | bytes) -> str:
     return h.hexdigest()
 
 
+def digest(*parts: str | bytes) -> str:
+    """SHA-256 of `parts`, each length-prefixed (so ("ab", "c") and ("a", "bc") differ): the cache keys' hash."""
+    return _digest(*parts)
+
+
 def sources_digest() -> str:
     """One digest of every kernels/*.cu and the headers each includes: what a measurement of the kernels (a tuned
     dispatch table) was made with."""

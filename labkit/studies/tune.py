@@ -67,7 +67,7 @@ def tune(full: bool = False, rounds: int | None = None, backward: bool = True, p
         if backward else None
     seconds = round(time.perf_counter() - t0, 1)
     path = tables.write_tuned(described, scores, back, {
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "torch": torch.__version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "grid": "full" if full else "short", "rounds": rounds, "seconds": seconds, "warm_up": warm,
         "shapes": [list(s) for s in sorted(shapes)]}, graph)
     plan.clear()  # the next call plans again, by the new table

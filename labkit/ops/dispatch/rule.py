@@ -99,7 +99,7 @@ def choose(rows: int, n: int, device: Device, available: tuple[str, ...], protoc
     """(path, why) for an input our kernels may take (labkit.ops.eligibility), among the paths in `available`
     (those whose plan can take rows x N on `device`) and torch's own kernel, by the table's scores for `protocol`
     (PROTOCOLS: how the calls will be made)."""
-    table, which = tables.for_device(device.arch, device.sm_count, device.name)
+    table, which = tables.for_device(device.arch, device.sm_count, device.name, device.target)
     if table is None:
         return paths.NATIVE, f"{which}: torch's own kernel serves (our paths are unmeasured here)"
     scores, kind = protocol_scores(table, protocol)
@@ -116,7 +116,7 @@ def choose(rows: int, n: int, device: Device, available: tuple[str, ...], protoc
 def schedule(rows: int, n: int, device: Device, offered: tuple[str, ...]) -> str:
     """The fastest of our paths in `offered` for rows x N by the device's table (native left out: the caller asked
     for our kernels); without a table, the chain while its blocks fit about two per SM, else the first other."""
-    table, _ = tables.for_device(device.arch, device.sm_count, device.name)
+    table, _ = tables.for_device(device.arch, device.sm_count, device.name, device.target)
     if table is not None:
         sc = {p: v for p, v in scores_in(table.SCORES, rows, n, device.sm_count).items() if p in offered}
         if sc:
@@ -130,7 +130,7 @@ def schedule(rows: int, n: int, device: Device, offered: tuple[str, ...]) -> str
 
 def table_source(device: Device) -> str:
     """Which table serves `device` and why (labkit.explain's rule_source)."""
-    return tables.for_device(device.arch, device.sm_count, device.name)[1]
+    return tables.for_device(device.arch, device.sm_count, device.name, device.target)[1]
 
 
 def pickable_paths(arch: int, sm_count: int) -> tuple[str, ...]:
@@ -157,7 +157,7 @@ def choose_backward(rows: int, n: int, device: Device, available: tuple[str, ...
     """(path, why) for a backward our kernels can take: the fastest of torch's backward ("native") and our
     schedules in `available`, by the device table's BACKWARD scores (backward time / torch's, eager per call),
     leaving torch's only for more than MARGIN; "native" where the device has no backward table."""
-    table, which = tables.for_device(device.arch, device.sm_count, device.name)
+    table, which = tables.for_device(device.arch, device.sm_count, device.name, device.target)
     measured = getattr(table, "BACKWARD", None) if table is not None else None
     if not measured:
         return paths.NATIVE, f"backward unmeasured on this GPU ({which}): torch's backward serves"

@@ -89,31 +89,72 @@ def scores_to_json(scores: dict | None) -> dict | None:
     return {repr(x): {str(y): point for y, point in level.items()} for x, level in scores.items()}
 
 
-def _read_tuned(path: Path):
-    """The Tuned table in `path`, or a string saying why it is not used; cached until the file changes."""
+def measured_with() -> dict:
+    """What a tuned table's timings depend on besides the GPU, as its file records it: the kernel sources, the op
+    modules that size their launches, torch (its kernel is every score's denominator) and NVRTC."""
+    import torch
+
+    from labkit.core.compile import digest, nvrtc_version
+
+    ops = Path(__file__).resolve().parents[2]  # labkit/ops
+    launch = digest(*(f"{q.relative_to(ops)}\n{q.read_text(encoding='utf-8')}" for q in sorted(ops.rglob("*.py"))
+                       if "tables" not in q.parts))
+    return {"kernels_sha256": _sources_digest(), "ops_sha256": launch, "torch": torch.__version__,
+            "nvrtc": list(nvrtc_version())}
+
+
+def _check_scores(scores, name: str) -> None:
+    """ValueError unless `scores` is a non-empty {level: {log2 N: {path: finite positive score}}} with native."""
+    if not isinstance(scores, dict) or not scores:
+        raise ValueError(f"{name} is empty")
+    for level in scores.values():
+        if not isinstance(level, dict) or not level:
+            raise ValueError(f"{name} has an empty row level")
+        for point in level.values():
+            if not isinstance(point, dict) or "native" not in point:
+                raise ValueError(f"{name} has a point without torch's time")
+            if not all(isinstance(v, (int, float)) and 0 < v < float("inf") for v in point.values()):
+                raise ValueError(f"{name} has a score that is not a finite positive number")
+
+
+def _read_tuned(path: Path, target: str | None = None):
+    """The Tuned table in `path`, or a string saying why it is not used (unreadable, malformed, measured for another
+    compile target, or stale: other kernels, launch code, torch or NVRTC); cached until the file changes."""
     try:
-        mtime = path.stat().st_mtime
+        st = path.stat()
     except FileNotFoundError:
         return None
+    stamp = (st.st_mtime_ns, st.st_size, st.st_ino, target)
     with _tuned_lock:
         hit = _tuned.get(path)
-        if hit is not None and hit[0] == mtime:
+        if hit is not None and hit[0] == stamp:
             return hit[1]
     try:
         d = json.loads(path.read_text())
-        if d.get("format") != TUNED_FORMAT:
-            got = f"format {d.get('format')!r}, this labkit reads {TUNED_FORMAT}"
-            raise ValueError(got)
-        if d["kernels_sha256"] != _sources_digest():
-            value = f"tuned table {path} is stale (measured with other kernel sources): run `labkit tune` again"
+        if not isinstance(d, dict) or d.get("format") != TUNED_FORMAT:
+            raise ValueError(f"format {d.get('format') if isinstance(d, dict) else type(d).__name__!r}, this labkit "
+                             f"reads {TUNED_FORMAT}")
+        scores, graph, back = (_scores_from_json(d["scores"]), _scores_from_json(d.get("graph")),
+                               _scores_from_json(d.get("backward")))
+        _check_scores(scores, "its scores")
+        for other, name in ((graph, "its graph scores"), (back, "its backward scores")):
+            if other is not None:
+                _check_scores(other, name)
+        now = measured_with()
+        changed = [k for k in now if d.get(k) != now[k]]
+        if target is not None and d["device"].get("target") != target:
+            value = (f"tuned table {path} was measured for {d['device'].get('target')}, this process compiles for "
+                     f"{target}: run `labkit tune` again")
+        elif changed:
+            value = (f"tuned table {path} is stale (measured with other {', '.join(changed)}): run `labkit tune` "
+                     "again")
         else:
-            value = Tuned(_scores_from_json(d["scores"]), _scores_from_json(d.get("backward")), d["device"],
-                          f"tuned {d['created']}", path, {k: d[k] for k in ("torch", "grid", "rounds", "seconds")
-                                                          if k in d}, _scores_from_json(d.get("graph")))
-    except (ValueError, KeyError, TypeError) as exc:
+            value = Tuned(scores, back, d["device"], f"tuned {d['created']}", path,
+                          {k: d[k] for k in ("torch", "grid", "rounds", "seconds") if k in d}, graph)
+    except Exception as exc:  # whatever the file holds, a tuned table never breaks the rule: it is not used
         value = f"tuned table {path} is unreadable ({type(exc).__name__}: {exc}): run `labkit tune` again"
     with _tuned_lock:
-        _tuned[path] = (mtime, value)
+        _tuned[path] = (stamp, value)
     return value
 
 
@@ -122,20 +163,23 @@ def write_tuned(device: dict, scores: dict, backward: dict | None, meta: dict, g
     backward's, the graph-replay ones; returns its path."""
     from labkit.core.atomic import atomic_write_bytes
 
+    _check_scores(scores, "the scores")  # a tune whose every measurement failed writes nothing
     path = tuned_path(device["name"], device["arch"], device["sm_count"])
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = {"format": TUNED_FORMAT, "device": device, "kernels_sha256": _sources_digest(), **meta,
+    body = {"format": TUNED_FORMAT, "device": device, **meta, **measured_with(),  # what it was measured with wins
             "scores": scores_to_json(scores), "backward": scores_to_json(backward), "graph": scores_to_json(graph)}
     atomic_write_bytes(path, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode())
     return path
 
 
-def for_device(arch: int, sm_count: int, name: str | None = None) -> tuple[object | None, str]:
+def for_device(arch: int, sm_count: int, name: str | None = None, target: str | None = None
+               ) -> tuple[object | None, str]:
     """(table or None, which table serves and why) for a device; `name` (the GPU's name) lets a table `labkit
-    tune` measured on this GPU serve."""
+    tune` measured on this GPU serve, if it was measured for `target` (the compile target: sm_90, or compute_80
+    under the arch override)."""
     stale = ""
     if name is not None:
-        tuned = _read_tuned(tuned_path(name, arch, sm_count))
+        tuned = _read_tuned(tuned_path(name, arch, sm_count), target)
         if isinstance(tuned, Tuned):
             return tuned, (f"dispatch table tuned on this GPU ({name}, sm_{arch}, {sm_count} SMs) by `labkit tune` "
                            f"at {tuned.RUN_ID.removeprefix('tuned ')}, read from {tuned.path}")

@@ -50,10 +50,14 @@ def _cmd_book(args) -> int:
 
 
 def _cmd_compile(args) -> int:
-    from labkit.core.compile import available_kernels, compile_kernel
+    from labkit.core.compile import compile_buildable
 
-    for kernel in available_kernels():
-        print(json.dumps(compile_kernel(kernel, args.arch).record.to_json()))
+    records, refused = compile_buildable(args.arch)
+    for r in records:
+        print(json.dumps(r.to_json()))
+    for kernel, why in refused.items():
+        print(f"labkit compile: {kernel} does not compile for {args.arch} ({why}); no path offers it there",
+              file=sys.stderr)
     return 0
 
 
@@ -94,6 +98,8 @@ def _cmd_explain(args) -> int:
     shape = tuple(int(v) for v in args.shape.split(","))
     if len(shape) < 2:
         raise ValueError(f"--shape needs rows and at least one normalized dimension, e.g. 16,4194304; got {args.shape!r}")
+    if not 1 <= args.dims < len(shape):
+        raise ValueError(f"--dims must be between 1 and {len(shape) - 1} for shape {args.shape}, got {args.dims}")
     ns = shape[-args.dims:]
     x = torch.empty(shape, device="cuda")
     w = None if args.no_affine else torch.ones(ns, device="cuda")

@@ -60,8 +60,8 @@ def test_a_notebook_the_gpu_cannot_measure_replays_the_committed_run_and_says_wh
     from labkit.ops import chain
 
     assert parallel_stats.NEEDS_ARCH == chain.MIN_ARCH
-    monkeypatch.setattr(session, "lacking", lambda arch, why: f"this GPU, X (sm_90) running as compute_80, lacks "
-                                                              f"what it measures: {why}")
+    monkeypatch.setattr(session, "lacking", lambda arch, why, path=None: f"this GPU, X (sm_90) running as "
+                                                                         f"compute_80, lacks what it measures: {why}")
     s = session.RunSession.open("parallel_stats", "cuda", tmp_path, {}, None, needs_arch=90, why="bulk copies")
     assert not s.live and s.replay is not None and not (tmp_path / "runs").exists()
     assert s.banner().startswith("GPU present, not measured live: this GPU") and "bulk copies" in s.banner()
@@ -88,3 +88,18 @@ def test_the_readme_states_what_the_committed_override_run_recorded():
     tf = training.fuzz_counts(s.record("training_fuzz"))
     assert f"forward fuzz {fz['cases']} cases, {fz['mismatches']} mismatches" in text
     assert f"backward fuzz {tf['cases']} cases, 0 mismatches" in text and tf["mismatches"] == 0
+
+
+def test_an_sm120_gpu_past_sm90_but_unable_to_plan_the_chain_is_told_so(monkeypatch):
+    """sm_120 has the chain's instructions but 99 KiB per block, under its rings: notebook 07 replays there too."""
+    import torch
+
+    from labkit.core import device
+    from labkit.records import session
+
+    rtx = Device("NVIDIA GeForce RTX 5090", 120, 170, 99 * 1024, 65535)
+    monkeypatch.setattr(device, "device_info", lambda i: rtx)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    why = session.lacking(90, "bulk copies", "chain")
+    assert why is not None and "cannot plan the chain path at L1/40" in why and "99 KiB" in why
+    assert session.lacking(90, "bulk copies", None) is None  # by arch alone it would have run live

@@ -193,6 +193,9 @@ def test_the_rule_picks_per_protocol_from_the_same_run():
             g, why = rule.choose(rows, n, H200, available, "graph")
             e, _ = rule.choose(rows, n, H200, available, "eager")
             assert "graph replay scores" in why
+            here = {p: v for p, v in sc.items() if p == "native" or p in available}
+            assert (g == "native") == all(v >= 1 - rule.MARGIN for p, v in here.items() if p != "native"), (x, y)
+            assert g == "native" or here[g] == min(here.values()), (x, y, here)
             differ += g != e
     assert differ > 0
     with pytest.raises(ValueError, match="protocol must be one of"):

@@ -181,7 +181,19 @@ def test_a_backward_pass_asking_for_dx_alone_gets_dx_alone(ext):
     w = torch.randn(16, requires_grad=True)
     b = torch.randn(16, requires_grad=True)
     dy = torch.randn(4, 16)
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Masks(TorchDispatchMode):  # the output_mask the node hands torch's backward (no programs: torch serves)
+        seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten.native_layer_norm_backward.default:
+                self.seen.append(list(args[-1]))
+            return func(*args, **(kwargs or {}))
+
     y = ext.train(_plan(ext, (16,), 4), x, w, b)
-    gx, = torch.autograd.grad(y, x, dy)
+    with Masks():
+        gx, = torch.autograd.grad(y, x, dy)
     ref, = torch.autograd.grad(F.layer_norm(x, (16,), w, b), x, dy)
-    assert torch.equal(_bits(gx), _bits(ref)) and w.grad is None and b.grad is None
+    assert torch.equal(_bits(gx), _bits(ref))
+    assert Masks.seen == [[True, False, False]]  # at backward time, not the [True, True, True] the forward saw

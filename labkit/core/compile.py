@@ -207,20 +207,27 @@ def cache_path(record: CompileRecord) -> Path:
     return cache_dir() / f"{record.kernel}-{key[:32]}.cubin"
 
 
-def compile_all(arch: str) -> list[CompileRecord]:
-    """Compile every kernels/*.cu for `arch`; the records are what a run cites."""
-    return [compile_kernel(k, arch).record for k in available_kernels()]
+_ARCH_REFUSAL = re.compile(r"requires \.target sm_\d+ or higher")  # ptxas: a feature the target lacks
+_buildable: dict[tuple[str, str], tuple] = {}
 
 
 def compile_buildable(arch: str) -> tuple[list[CompileRecord], dict[str, str]]:
-    """(records of every kernel NVRTC builds for `arch`, {kernel: NVRTC's first error line} for those it refuses:
-    below sm_90 the chain kernels, which no path offers there)."""
-    records, refused = [], {}
-    for k in available_kernels():
-        try:
-            records.append(compile_kernel(k, arch).record)
-        except RuntimeError as exc:
-            lines = str(exc).splitlines()
-            first = next((ln for ln in lines if "error" in ln), lines[-1])
-            refused[k] = first.split("error", 1)[-1].lstrip(" :").strip()
-    return records, refused
+    """(records of every kernel NVRTC builds for `arch`, {kernel: NVRTC's first error line} for those it refuses
+    because the arch lacks a feature they use: below sm_90 the chain kernels, which no path offers there). Any other
+    compile error is raised: a kernel that stops compiling must not drop out of a record quietly. Remembered per
+    arch and kernel sources (refused compiles are not cached on disk)."""
+    key = (arch, sources_digest())
+    if key not in _buildable:
+        records, refused = [], {}
+        for k in available_kernels():
+            try:
+                records.append(compile_kernel(k, arch).record)
+            except RuntimeError as exc:
+                lines = str(exc).splitlines()
+                if not any(_ARCH_REFUSAL.search(ln) for ln in lines):
+                    raise
+                first = next(ln for ln in lines if _ARCH_REFUSAL.search(ln))
+                refused[k] = first.split("error", 1)[-1].lstrip(" :").strip()
+        _buildable[key] = (records, refused)
+    records, refused = _buildable[key]
+    return list(records), dict(refused)

@@ -33,20 +33,29 @@ def mode_banner(device: str, replay_run: str | None = None) -> str:
     return f"CPU mode (no GPU): kernels compiled for sm_90 with NVRTC, arithmetic checked on CPU{suffix}"
 
 
-def lacking(needs_arch: int | None, why: str = "") -> str | None:
-    """What the present GPU lacks for a notebook that needs sm_<needs_arch> (`why`: which feature), or None when it
-    has it (or nothing is needed). Read as the kernels' plans read the GPU (labkit.core.device, the arch override
-    included)."""
-    if needs_arch is None:
+def lacking(needs_arch: int | None, why: str = "", needs_path: str | None = None) -> str | None:
+    """What the present GPU lacks for a notebook that needs sm_<needs_arch> and, with `needs_path`, that path's plan
+    at L1/40 (an sm_120 GPU is past sm_90 but cannot hold the chain's rings), or None when it has both (or nothing
+    is needed). `why` names the feature. Read as the kernels' plans read the GPU (labkit.core.device, the arch
+    override included)."""
+    if needs_arch is None and needs_path is None:
         return None
     import torch
 
     from labkit.core.device import device_info
 
     dev = device_info(torch.cuda.current_device())
-    if dev.arch >= needs_arch:
-        return None
-    return f"this GPU, {dev.label}, lacks what it measures: {why or f'sm_{needs_arch}'}"
+    if needs_arch is not None and dev.arch < needs_arch:
+        return f"this GPU, {dev.label}, lacks what it measures: {why or f'sm_{needs_arch}'}"
+    if needs_path is not None:
+        from labkit.ops import paths
+        from labkit.tasks import L1_40
+
+        rows, n = L1_40[0], L1_40[1] * L1_40[2] * L1_40[3]
+        if needs_path not in paths.plannable(rows, n, dev):
+            return (f"this GPU, {dev.label}, cannot plan the {needs_path} path at L1/40 (its shared memory, "
+                    f"{dev.smem_optin_bytes // 1024} KiB per block, or its features), which this notebook measures")
+    return None
 
 
 class RunSession:
@@ -59,12 +68,13 @@ class RunSession:
 
     @classmethod
     def open(cls, name: str, device: str, output_dir, params: dict | None = None,
-             runs_root=None, needs_arch: int | None = None, why: str = "") -> "RunSession":
+             runs_root=None, needs_arch: int | None = None, why: str = "", needs_path: str | None = None
+             ) -> "RunSession":
         """device is already resolved ('cuda' or 'cpu'). runs_root: where committed runs live (data/runs).
         needs_arch, why: the arch the notebook's kernels need and the feature, e.g. 90 and "the chain kernels'
         bulk copies and mbarrier transactions (sm_90)": below it, the committed run is replayed, labelled."""
         if device == "cuda":
-            lacks = lacking(needs_arch, why)
+            lacks = lacking(needs_arch, why, needs_path)
             if lacks is None:
                 return cls(name, device, run=results.Run.create(Path(output_dir) / "runs", name, params,
                                                                 device="cuda"))

@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     run = Run.create(Path(os.environ.get("LABKIT_RUNS_ROOT", "build/runs")), "arch_override",
                      {k: v for k, v in vars(args).items() if k != "attach"} | {"LABKIT_ARCH": os.environ["LABKIT_ARCH"]},
                      device="cuda")
-    done = arch_override.run(run, args.fuzz_cases, args.training_cases, args.budget_s)
+    done = arch_override.run(run, args.fuzz_cases, args.training_cases, args.budget_s, log=print)
     run.write("summary", done)
     tuned = run.path / "tuned_table.json"  # the table the rule read after the tune, as it was written
     shutil.copy(done["table"], tuned)

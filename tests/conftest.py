@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
-# Tests never read (or write) the user's own tuned dispatch tables (`labkit tune`): a private, empty table cache.
-os.environ["LABKIT_TABLE_DIR"] = tempfile.mkdtemp(prefix="labkit-tables-")
+# Tests never read (or write) the user's own tuned dispatch tables (`labkit tune`): a private, empty table cache,
+# removed when the session ends.
+_TABLES = tempfile.TemporaryDirectory(prefix="labkit-tables-")
+os.environ["LABKIT_TABLE_DIR"] = _TABLES.name
 
 try:  # the GPU machine has no notebook stack unless wheels are carried: leave the book's tests out, not erroring
     import nbformat  # noqa: F401

@@ -54,12 +54,13 @@ def served(shapes=SHAPES, seed: int = 0) -> list[dict]:
     return out
 
 
-def run(session_run, fuzz_cases: int = 2000, training_cases: int = 2000, budget_s: float = 90.0, log=print) -> dict:
+def run(session_run, fuzz_cases: int = 2000, training_cases: int = 2000, budget_s: float = 90.0, log=None) -> dict:
     """Every record of the override run into `session_run` (a labkit.records.run.Run); returns the summary."""
     from labkit.studies import reliability as rel
     from labkit.studies import training
     from labkit.studies.tune import tune
 
+    log = log or (lambda line: None)
     t0 = time.perf_counter()
     session_run.write("device", device_record())
     session_run.write("served_before_tune", served())
@@ -110,11 +111,6 @@ def served_rows(session) -> list[dict]:
                      "torch's bits (y, dx, dweight, dbias)": "✓" if all(r["bits"].values()) else
                      ", ".join(k for k, v in r["bits"].items() if not v) + " differ"})
     return rows or [{"override run": session.source}]
-
-
-def picks_rows(session, backward: bool = False) -> list[dict]:
-    t = session.record("tune") or {}
-    return t.get("backward_picks" if backward else "forward_picks") or [{"override run": session.source}]
 
 
 def _tests_line(session) -> str:

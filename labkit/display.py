@@ -14,7 +14,8 @@ from pathlib import Path
 
 def cell_text(v) -> str:
     """One value as table text: floats with 3 significant digits (a reader compares magnitudes; a value whose
-    digits matter is recorded in the run and shown as text by its study), thousands separated from 1,000 on,
+    digits matter is recorded in the run and shown as text by its study), except a near-miss of a small whole
+    number (0.99982 keeps six digits; 1.000000073 reads "1 + 7.3e-08"), thousands separated from 1,000 on,
     booleans as check marks, lists joined by commas, dicts as "key: value; ...", None as an em dash."""
     if v is None:
         return "—"
@@ -26,7 +27,11 @@ def cell_text(v) -> str:
         short = f"{v:.3g}"
         if float(short) == round(v) != v:
             if abs(v) < 10:  # 0.99982 must not read as 1: a near-miss of a small whole number keeps its digits
-                return f"{v:.6g}"
+                near = f"{v:.6g}"
+                if float(near) != round(v):
+                    return near
+                # closer than six figures say (an audit ratio of 1.000000073): the whole number and the difference
+                return f"{round(v)} {'+' if v > round(v) else '−'} {abs(v - round(v)):.3g}"
             if abs(float(short)) < 100:  # 30.0018 reads 30.0: three figures, not a whole number it is not
                 return f"{v:#.3g}"
         if 1e3 <= abs(float(short)) < 1e15:
@@ -146,6 +151,8 @@ def show(rows: list[dict] | dict, columns: list[str] | None = None):
 
 
 COMPARABLE_UNITS = ("ms", "us", "x", "GB/s")  # times and speedups: a ratio of two of them means something
+# how a unit follows a number in the post table: a ratio's "x" joined, a pure number ("1") and a count bare
+UNIT_TEXT = {"x": "x", "1": "", "count": "", None: "", "": ""}
 
 
 def post_table_html(rows: list[dict]) -> str:
@@ -160,11 +167,14 @@ def post_table_html(rows: list[dict]) -> str:
     body = []
     for r in rows:
         ratio = r["ours/post"] if r.get("unit") in COMPARABLE_UNITS else None
-        unit = f" {r['unit']}" if r.get("unit") and r["unit"] != "x" else ("x" if r.get("unit") == "x" else "")
+        unit = UNIT_TEXT.get(r.get("unit"), f" {r.get('unit')}")
         what = r["figure"] + (f" ({r['shape']})" if r.get("shape") else "")
         written = str(r["post_token"])
-        post = cell_text(r["post"]) if "/" in written else written  # a derived figure: its value, not its formula
-        body.append(f"<tr><td>{e(what)}</td><td>{e(post)}{e(unit)}</td>"
+        # a derived figure: its value, not its formula; a range as a reader writes one
+        post = cell_text(r["post"]) if "/" in written else written.replace("--", "–")
+        # the post's figure is quoted as it wrote it (0.00031662): a quotation, not one of our numbers to round
+        body.append(f"<tr><td>{e(what)}</td>"
+                    f"<td class='labkit-quoted' title='as the post wrote it'>{e(post)}{e(unit)}</td>"
                     f"<td>{e(cell_text(r['ours']))}{e(unit) if r['ours'] is not None else ''}</td>"
                     f"<td>{e(cell_text(ratio)) if ratio is not None else ''}</td></tr>")
         if r.get("note"):

@@ -40,6 +40,11 @@ _LEAKS = {
     "a traceback": re.compile(r"Traceback \(most recent call last\)"),
     "an import error": re.compile(r"ModuleNotFoundError|No module named"),
     "a raw dict": re.compile(r"\{'[^'\n]{1,80}': "),
+    # a Python list printed whole: quoted strings (['eager', 'torchscript']) or three or more numbers (seeds
+    # [0, 1, 2], a shape [16, 64, 256, 256]); two numbers in brackets are a quartile interval ([27, 27.6]) and a
+    # torch.tensor([...]) literal is code to copy
+    "a raw list": re.compile(r"(?<!tensor\()\['[^'\n]*'(?:, '[^'\n]*')*\]"
+                             r"|(?<!tensor\()\[-?\d+(?:\.\d+)?(?:, -?\d+(?:\.\d+)?){2,}\]"),
     "a build path": re.compile(r"\.staging-|/tmp/|site-packages/|/work/|/root/|/home/|/opt/"),
     # 12+ decimals: a float printed whole (0.913771909794152); the audit's 10 significant digits are deliberate
     # (a ratio of 1.00000007 must not print as 1), and a witness's torch.tensor([...]) literal is code to copy
@@ -49,7 +54,7 @@ _LEAKS = {
 
 def leaks(text: str) -> list[str]:
     """What a page's readable text (outputs, banners, prose; not code) shows that a reader must not meet: warnings,
-    tracebacks, import errors, raw dict reprs, build paths, unrounded floats; each with its context."""
+    tracebacks, import errors, raw dict and list reprs, build paths, unrounded floats; each with its context."""
     out = []
     for what, pattern in _LEAKS.items():
         for m in pattern.finditer(text):
@@ -384,8 +389,9 @@ def _entry_html(result, info: PageInfo | None) -> str:
 
 
 INDEX_CSS = SITE_CSS + """
-body { max-width: 72em; margin: 1.2em auto; padding: 0 1em; line-height: 1.5; color: #222; }
-h1 { margin-bottom: 0.2em; }
+body { max-width: 80em; margin: 1.2em auto; padding: 0 1em; line-height: 1.5; color: #222; }
+h1 { margin: 0.3em 0 0.2em; }
+h2#notebooks { margin: 0.6em 0 0.2em; }
 ol.labkit-book { padding-left: 0; list-style: none; }
 li.labkit-entry { border-top: 1px solid #ddd; padding: 0.6em 0; }
 li.labkit-entry h2 { font-size: 1.15em; margin: 0.2em 0; }
@@ -394,18 +400,24 @@ li.labkit-entry p { margin: 0.2em 0; }
 .labkit-failed { color: #b00; }
 details pre { white-space: pre-wrap; font-size: 12px; background: #f7f7f7; padding: 6px; }
 .labkit-answer p { margin: 0.4em 0; }
-table.labkit-headline { border-collapse: collapse; font-size: 13px; margin: 0.6em 0; width: 100%; }
-table.labkit-headline th, table.labkit-headline td { border-bottom: 1px solid #ddd; padding: 3px 6px;
+table.labkit-headline { border-collapse: collapse; font-size: 12px; line-height: 1.35; margin: 0.4em 0; width: 100%; }
+table.labkit-headline th, table.labkit-headline td { border-bottom: 1px solid #ddd; padding: 2px 6px;
   text-align: left; }
-table.labkit-headline td:nth-child(n+3):nth-child(-n+5) { text-align: right; font-variant-numeric: tabular-nums; }
+table.labkit-headline td:nth-child(-n+3), table.labkit-headline td:nth-child(8) { white-space: nowrap; }
+table.labkit-headline td:nth-child(n+4):nth-child(-n+6) { text-align: right; font-variant-numeric: tabular-nums; }
+.labkit-goals { font-size: 13px; line-height: 1.4; }
+.labkit-goals p { margin: 0.3em 0 0.1em; } .labkit-goals ul { margin: 0.1em 0 0.3em; padding-left: 1.4em; }
 .ok { color: #1a7f37; } .miss { color: #b00; }
-img.labkit-figure { width: 100%; max-width: 1140px; display: block; margin: 0.4em 0; }
-.labkit-two { display: grid; grid-template-columns: 3fr 2fr; gap: 1em; font-size: 12px; line-height: 1.35; }
+img.labkit-figure { width: 100%; max-width: 920px; display: block; margin: 0.2em auto; }
+p.labkit-figure-note { font-size: 12px; line-height: 1.35; margin: 0.2em 0 0.5em; }
+.labkit-two { display: grid; grid-template-columns: 7fr 2fr; gap: 1em; font-size: 12px; line-height: 1.3; }
 .labkit-box { background: #f7f7f7; padding: 0.2em 0.8em; border-radius: 4px; }
-.labkit-box h2 { font-size: 1em; margin: 0.4em 0; }
-.labkit-box dl { display: grid; grid-template-columns: max-content 1fr; gap: 0.1em 0.8em; margin: 0.3em 0; }
-.labkit-box dt { font-weight: 600; } .labkit-box dd { margin: 0; }
-.labkit-box pre { background: #fff; padding: 3px 6px; white-space: pre-wrap; margin: 0.2em 0; }
+.labkit-box h2 { font-size: 1em; margin: 0.3em 0; }
+.labkit-box dl { column-count: 3; column-gap: 1.4em; margin: 0.2em 0; }
+.labkit-box dl > div { break-inside: avoid; margin: 0 0 0.25em; }
+.labkit-box dt { font-weight: 600; display: inline; } .labkit-box dt::after { content: ":"; }
+.labkit-box dd { margin: 0; display: inline; }
+.labkit-box pre { background: #fff; padding: 2px 6px; white-space: pre-wrap; margin: 0.1em 0 0.3em; }
 .labkit-box p { margin: 0.2em 0; }
 """
 
@@ -458,16 +470,18 @@ def _sig(v, digits: int = 3) -> str:
 
 
 def headline_table_html(rows: list[dict]) -> str:
-    """The front page's results table: each ratio beside its protocol, met/missed as marks."""
+    """The front page's results table: what, at which shape, each ratio beside its protocol, bit identity as k/n,
+    met/missed as marks."""
     e = html.escape
-    head = ("<tr><th>result (L1/40)</th><th>protocol</th><th>ms</th><th>x torch eager</th><th>x torch.compile</th>"
-            "<th>bit-identical</th><th>goal</th></tr>")
+    head = ("<tr><th>result</th><th>shape</th><th>protocol</th><th>ms</th><th>x torch eager</th>"
+            "<th>x torch.compile</th><th>bit-identical</th><th>goal</th></tr>")
     body = []
     for r in rows:
         mark = "" if r["met"] is None else (" <span class='ok'>✓ met</span>" if r["met"]
                                             else " <span class='miss'>✗ missed</span>")
-        body.append(f"<tr><td>{e(r['result'])}</td><td>{e(r['protocol'])}</td><td>{_sig(r['ms'])}</td>"
-                    f"<td>{_sig(r['x torch eager'])}x</td><td>{_sig(r['x torch.compile'])}x</td>"
+        body.append(f"<tr><td>{e(r['result'])}</td><td>{e(r['shape'])}</td><td>{e(r['protocol'])}</td>"
+                    f"<td>{_sig(r['ms'])}</td><td>{_sig(r['x torch eager'])}x</td>"
+                    f"<td>{_sig(r['x torch.compile'])}x</td>"
                     f"<td>{e(str(r['bit-identical'] or '—'))}</td><td>{e(r['goal'] or '—')}{mark}</td></tr>")
     return f"<table class='labkit-headline'>{head}{''.join(body)}</table>"
 
@@ -486,32 +500,47 @@ def figure_html(fig, alt: str) -> str:
 
 
 def _terms_html(terms: dict) -> str:
-    return "".join(f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in terms.items())
+    return "".join(f"<div><dt>{html.escape(k)}</dt> <dd>{html.escape(v)}</dd></div>" for k, v in terms.items())
 
 
 def reproduce_html(commit: str | None) -> str:
     e = html.escape
     at = f"commit <code>{e(commit)}</code>" if commit else "this checkout"
-    return (f"<section class='labkit-box'><h2>Reproduce</h2><p>From a clone of this repository at {at}:</p>"
-            f"<p>the book (CPU: replays the GPU runs):</p><pre>{e(BOOK_COMMAND)}</pre>"
-            f"<p>the tests:</p><pre>{e(TEST_COMMAND)}</pre>"
-            f"<p>on a GPU, the evidence pass (GPU tests, every notebook live), then <code>labkit curate</code>:</p>"
+    return (f"<section class='labkit-box'><h2>Reproduce</h2><p>From a clone at {at}: the book (CPU: replays the "
+            f"GPU runs)</p><pre>{e(BOOK_COMMAND)}</pre><p>the tests</p><pre>{e(TEST_COMMAND)}</pre>"
+            f"<p>on a GPU, the evidence pass (GPU tests, every notebook live), then <code>labkit curate</code></p>"
             f"<pre>{e(GPU_COMMAND)}</pre></section>")
 
 
+def goals_html(runs: dict) -> str:
+    """The goals statement (labkit.studies.front.goals_by_notebook): the total, then per notebook its count and
+    each missed goal under its protocol, as the notebook's verdict judges it."""
+    from labkit.studies import front
+
+    goals = front.goals_by_notebook(runs)
+    if not goals:
+        return ""
+    items = "".join(f"<li>{html.escape(line)}</li>" for line in front.goal_lines(goals))
+    return (f"<section class='labkit-goals'><p><strong>{html.escape(front.goals_sentence(goals))}</strong></p>"
+            f"<ul>{items}</ul></section>")
+
+
 def front_html(run_paths: dict) -> str:
-    """The post, the answer, the table and the figure, read from the runs (labkit.studies.front)."""
+    """The post, the answer, the goals, the table and the figure (with what its torch.compile points are), read
+    from the runs (labkit.studies.front); the glossary and the reproduce box beside each other."""
     from labkit.studies import front
 
     runs = front.runs_by_name(run_paths)
     rows = front.headline_rows(runs)
     fig = front.figure(runs)
     sentences = "".join(f"<p>{html.escape(t)}</p>" for t in front.summary_sentences(runs, rows))
-    ids = sorted({r["run"] for r in rows})
-    source = (f"<p class='labkit-build'>Table and figure from committed GPU runs "
-              f"{', '.join(f'<code>{html.escape(i)}</code>' for i in ids)}; every ratio is within one run and "
-              f"names its protocol.</p>") if ids else ""
-    return (f"<section class='labkit-answer'>{sentences}</section>{headline_table_html(rows)}"
+    ids = front.run_ids(runs)
+    note = front.figure_note(runs) if fig else None
+    codes = ", ".join(f"<code>{html.escape(i)}</code>" for i in ids)
+    source = (f"<p class='labkit-build labkit-figure-note'>{html.escape(note) + ' ' if note else ''}Table, goals "
+              f"and figure from committed GPU runs {codes}; every ratio is within one run and names its protocol.</p>"
+              if ids else "")
+    return (f"<section class='labkit-answer'>{sentences}</section>{goals_html(runs)}{headline_table_html(rows)}"
             + (figure_html(fig, "time against row shape, forward and forward + backward") if fig else "")
             + source
             + f"<div class='labkit-two'><section class='labkit-box'><h2>Words used throughout</h2><dl>"
@@ -548,8 +577,9 @@ def write_index(out_dir: Path, results: list, params: dict) -> Path:
             f"<h1>{html.escape(BOOK_TITLE)}</h1>{front_html(run_paths)}"
             f"<h2 id='notebooks'>The notebooks</h2>"
             f"<p class='labkit-build'>Built {html.escape(_when(_dt.datetime.now(_dt.timezone.utc).isoformat()))} "
-            f"with {parameters_html(build)}: {ok}/{len(results)} notebooks ran. Read in this order.</p>"
-            f"{post_summary_html(results, infos)}<ol class='labkit-book'>{entries}</ol>"
+            f"with {parameters_html(build)}: {ok}/{len(results)} notebooks ran. Read in this order; the post beside "
+            f"the book follows the list.</p>"
+            f"<ol class='labkit-book'>{entries}</ol>{post_summary_html(results, infos)}"
             f"<p class='labkit-build'>For machines: <a href='book.json'>book.json</a> (what ran, with which "
             f"parameters, and each page's headline).</p></main></body></html>")
     target = out_dir / "index.html"

@@ -66,7 +66,7 @@ def test_record_line_describes_the_record_not_the_parameters():
     # A replayed run keeps its own shape: the line must say what the record holds.
     rec = matrix.run_matrix(TINY, [0, 1], distributions=["normal", "uniform"], device="cpu")
     line = matrix.record_line(rec, "REPLAYED committed GPU run R")
-    assert line.startswith("record: 8 cases at shape (2, 8, 16) (seeds [0, 1], 2 affines, 2 distributions")
+    assert line.startswith("record: 8 cases at shape (2, 8, 16) (seeds 0, 1, 2 affines, 2 distributions")
     assert line.endswith("— REPLAYED committed GPU run R")
     assert matrix.record_line(None, "no committed GPU run yet") == "No bit-identity matrix record: no committed GPU run yet."
 

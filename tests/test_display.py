@@ -128,6 +128,7 @@ def test_post_table_gives_ratios_only_for_times_and_speedups():
              "ours": 40, "here": "H200", "ours/post": 1.3333, "note": "", "unit": "count"}]
     page = display.post_table_html(rows)
     assert "<td>1.15</td>" in page and "1.33" not in page and "why it differs" in page
+    assert "'>30</td><td>40</td>" in page  # a count reads bare, no unit word and no ratio
     assert page.count("<tr class='labkit-note'>") == 1 and "post: RTX 3090, torch 2.5.1; here: H200" in page
 
 
@@ -143,7 +144,9 @@ def test_columns_equal_in_every_row_are_shown_once():
 
 
 @pytest.mark.parametrize("value,text", [(738.448, "738"), (8369.62, "8,370"), (30.0018, "30.0"), (99.97, "100"),
-                                        (0.99982, "0.99982"), (1380.16, "1,380")])
+                                        (0.99982, "0.99982"), (1380.16, "1,380"),
+                                        # closer to 1 than six figures say: the difference, never "1"
+                                        (1.000000073, "1 + 7.3e-08"), (0.9999999, "1 − 1e-07")])
 def test_three_figures_everywhere_but_a_near_miss_of_a_small_whole_number(value, text):
     from labkit.display import cell_text
 

@@ -312,8 +312,8 @@ def test_summary_block_from_a_record_built_here():
     lines = "\n".join(study.verdict_lines(records, "test"))
     assert "1.00x at 1024x16384" in lines and "agrees at all 4 shapes" in lines
     assert "(goal >= 24x: met)" in lines and "torch + 5 us: met)" in lines
-    assert "eager: worst 1.20x the floor at 4x8388608 (goal <= 1.15x: missed)" in lines
-    assert "graph: worst 1.04x the floor at 4x8388608 (goal <= 1.15x: met)" in lines
+    assert "L2 flushed (protocol B): worst 1.20x the floor at 4x8388608 (goal <= 1.15x: missed)" in lines
+    assert "graph replay (protocol A): worst 1.04x the floor at 4x8388608 (goal <= 1.15x: met)" in lines
 
 
 def test_dispatch_rows_flag_disagreement_and_propose_a_threshold():
@@ -377,9 +377,20 @@ def test_the_dispatch_protocol_is_one_of_the_rules_and_restores_itself():
     import labkit
     from labkit.ops.dropin import plan
 
-    before = plan._protocol[0]
+    import threading
+
+    before = plan.current_protocol()
+    seen = []
     with labkit.dispatch_protocol("graph"):
-        assert plan._protocol[0] == "graph"
-    assert plan._protocol[0] == before
+        assert plan.current_protocol() == "graph"
+        t = threading.Thread(target=lambda: seen.append(plan.current_protocol()))  # its own context: the default
+        t.start()
+        t.join()
+    assert plan.current_protocol() == before and seen == [before]
     with pytest.raises(ValueError, match="protocol must be one of"):
         labkit.dispatch_protocol("replayed")
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(plan, "_ENV_PROTOCOL", "replay")
+    with pytest.raises(ValueError, match="LABKIT_PROTOCOL must be one of .* got 'replay'"):
+        plan.current_protocol()
+    monkey.undo()

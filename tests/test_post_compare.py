@@ -168,7 +168,8 @@ def test_parallel_stats_verdict_from_the_committed_run():
     run = _run("parallel_stats")
     recs, prov = run["records"], run["records"]["run"]["provenance"]
     lines = parallel_stats.verdict_lines(recs["timing"], recs["stage_breakdown"], prov, "src", recs["bit_identity"])
-    assert lines[0] == f"src: {prov['gpu']} with torch {prov['torch']}; clocks left alone."
+    assert lines[0] == (f"src: {prov['gpu']} with torch {prov['torch']}; clocks left alone; every time and ratio below "
+                        "is graph replay (protocol A).")
     for case in recs["timing"]["cases"]:
         a = case["timing"]["A"]
         line = next(ln for ln in lines if ln.startswith(f"{case['key']}: "))

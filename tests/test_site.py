@@ -80,6 +80,28 @@ def test_headline_follows_the_record_not_a_typed_number(tmp_path):
     assert f"{n - 1}/{n} bit-identical" in site.run_headline(dst)
 
 
+@pytest.mark.parametrize("name", ["parallel_stats", "dropin", "training"])
+def test_the_front_pages_goals_are_the_ones_the_verdict_prints(name):
+    """Each goal the front page counts is a line of its notebook's verdict, met or missed alike (one list, so the
+    front page cannot say fewer goals were missed than the verdict does)."""
+    from labkit.records.session import newest_complete_run
+    from labkit.studies import dropin, parallel_stats, training
+    from labkit.studies.goals import goal_line, tally
+
+    records = newest_complete_run(name)["records"]
+    study = {"parallel_stats": parallel_stats, "dropin": dropin, "training": training}[name]
+    goals = study.goals(records)
+    assert goals and all(g["met"] in (True, False, None) and g["protocol"] != "" for g in goals)
+    if name == "parallel_stats":
+        lines = study.verdict_lines(records["timing"], records["stage_breakdown"], records["run"]["provenance"], "s",
+                                    records["bit_identity"])
+        count = tally(goals)
+        assert f"goals: {count['met']} of {count['judged']} met" in "\n".join(lines)
+    else:
+        lines = study.verdict_lines(records, "s")
+        assert [ln for ln in lines if ln.endswith(("met)", "missed)", "not judged)"))] == [goal_line(g) for g in goals]
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_every_notebook_states_its_question(path):
     question = nbformat.read(path, as_version=4).metadata.get("labkit", {}).get("question", "")
@@ -129,18 +151,35 @@ def test_front_page_headlines_and_sources(book_dir):
 
 @pytest.mark.notebook
 def test_front_page_is_the_post_with_numbers_from_the_runs(book_dir):
-    """The post named, the answer in sentences, the headline table and figure from the runs' records, the
-    protocols and glossary defined, the reproduce box with the README's commands."""
+    """The post named, the answer in sentences, the goals counted from every run's verdict, the headline table and
+    figure (with what its torch.compile points are) from the runs' records, the protocols and glossary defined, the
+    reproduce box with the README's commands."""
     from labkit.records.post import about
     from labkit.studies import front
 
     index = (book_dir / "index.html").read_text()
     post = about()
     assert site.html.escape(post["title"]) in index and post["date"] in index
-    rows = front.headline_rows(front.runs_by_name())
-    assert {r["protocol"] for r in rows} == {"graph replay", "eager per call"}
-    for r in rows:  # each row's numbers as the table prints them, from the record
+    runs = front.runs_by_name()
+    rows = front.headline_rows(runs)
+    assert {r["protocol"] for r in rows} == set(front.PROTOCOLS)  # the glossary's two names, nothing else
+    for r in rows:  # each row's shape and numbers as the table prints them, from the record
+        assert f"<td>{site.html.escape(r['shape'])}</td>" in index and "x" in r["shape"], r
         assert f"<td>{site._sig(r['ms'])}</td><td>{site._sig(r['x torch eager'])}x</td>" in index, r
+        assert re.fullmatch(r"\d+/\d+ .*", r["bit-identical"] or ""), r  # k/n from the records, not a word
+    # the goals statement: every goal each run's verdict judges, counted from the same list the verdict prints
+    goals = front.goals_by_notebook(runs)
+    assert site.html.escape(front.goals_sentence(goals)) in index
+    for study, _, _ in front.GOAL_RUNS:
+        judged = study.goals(load_run(runs[study.RUN_NAME])["records"])
+        g = next(g for g in goals if g["run"] == load_run(runs[study.RUN_NAME])["records"]["run"]["run_id"])
+        assert (g["met"], g["missed"]) == (sum(x["met"] is True for x in judged),
+                                           sum(x["met"] is False for x in judged))
+        for x in judged:
+            if x["met"] is False:
+                assert site.html.escape(f"{x['brief']} {x['short']} (goal {x['target']})") in index, x
+    note = front.figure_note(runs)
+    assert note and site.html.escape(note) in index
     assert "<img class='labkit-figure'" in index
     for term in (*front.PROTOCOLS, *front.GLOSSARY):
         assert f"<dt>{site.html.escape(term)}</dt>" in index
@@ -148,25 +187,34 @@ def test_front_page_is_the_post_with_numbers_from_the_runs(book_dir):
     for command in (site.BOOK_COMMAND, site.TEST_COMMAND, site.GPU_COMMAND):
         assert command in readme and site.html.escape(command) in index
     assert index.index("labkit-headline") < index.index("id='notebooks'")
+    # the list straight after its heading; the post beside the book and the departures after the list
+    assert index.index("<ol class='labkit-book'>") < index.index("class='labkit-post'")
+    assert index.index("<ol class='labkit-book'>") < index.index("labkit-departures")
 
 
 def test_leak_check_flags_a_planted_warning(tmp_path):
     """A page whose output carries a warning (or a traceback, an import error, a build path) fails the check."""
     nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# 99 — Planted?\n\nQuestion: does the check see a warning?"),
-                nbformat.v4.new_code_cell("x = 1", outputs=[nbformat.v4.new_output(
-                    "stream", name="stderr", text="/tmp/x.py:3: DeprecationWarning: planted\n")])]
+    nb.cells = [nbformat.v4.new_markdown_cell("# 99 — Planted?\n\nQuestion: does the check see a warning? "
+                                              "Seeds [0, 1, 2] in prose."),
+                nbformat.v4.new_code_cell("x = ['eager', 'torchscript']  # code: not prose", outputs=[
+                    nbformat.v4.new_output("stream", name="stderr",
+                                           text="/tmp/x.py:3: DeprecationWarning: planted\n")])]
     executed = tmp_path / "99_planted.ipynb"
     nbformat.write(nb, executed)
     page = site.export_page(executed, tmp_path)
     from bs4 import BeautifulSoup
 
     soup = BeautifulSoup(page.read_text(), "html.parser")
-    for tag in soup(["style", "script"]) + soup.select(".jp-InputArea"):
+    for tag in soup(["style", "script"]) + soup.select(".jp-CodeCell .jp-InputArea"):  # as PAGE_FACTS does
         tag.decompose()
     found = site.leaks(soup.get_text(" "))
     assert any(f.startswith("a warning") for f in found) and any(f.startswith("a build path") for f in found)
-    assert site.leaks("mean 0.299 ms, 27.8x; torch.tensor([0.00010000000474974513])") == []
+    # rendered markdown is read (its list is found); the code cell's input is not (its list is not)
+    lists = [f for f in found if f.startswith("a raw list")]
+    assert len(lists) == 1 and "Seeds [0, 1, 2]" in lists[0] and "'eager'" not in lists[0]
+    assert site.leaks("mean 0.299 ms, 27.8x [27, 27.6]; torch.tensor([0.00010000000474974513])") == []
+    assert site.leaks("methods ['eager', 'torchscript', 'flat']") and site.leaks("at [16, 64, 256, 256]")
     assert site.leaks("min margin 0.913771909794152")
 
 
@@ -237,7 +285,7 @@ def browser():
 
 
 # in-page checks: links, images, tables, formulas, folded sources, the banner
-PAGE_FACTS = """() => {
+PAGE_FACTS = r"""() => {
   const links = [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href'));
   const ids = new Set([...document.querySelectorAll('[id]')].map(e => e.id));
   const images = [...document.images].map(i => ({src: i.src.slice(0, 40), ok: i.complete && i.naturalWidth > 0}));
@@ -261,22 +309,28 @@ PAGE_FACTS = """() => {
       }));
       return out;
   });
+  const NUMBER = /^[-+−]?(\d{1,3}(,\d{3})+|\d+)?\.\d+(e[-+]?\d+)?x?$/;  // a decimal number, maybe a ratio
   const maths = [...document.querySelectorAll('math')];
   const body = document.body.innerText;
   const readable = document.body.cloneNode(true);
-  readable.querySelectorAll('.jp-InputArea, style, script').forEach(e => e.remove());
+  // what a reader reads: outputs, banners and rendered markdown (which nbconvert puts inside .jp-InputArea too);
+  // only code cells' input (code, not prose) is left out
+  readable.querySelectorAll('.jp-CodeCell .jp-InputArea, style, script').forEach(e => e.remove());
   return {
     readable: readable.textContent,
     boolCells: [...document.querySelectorAll('td')].filter(td => /^(True|False)$/.test(td.innerText.trim())).length,
+    numberCells: [...document.querySelectorAll('td:not(.labkit-quoted)')].map(td => td.innerText.trim())
+        .filter(t => NUMBER.test(t)),  // a figure quoted from the post keeps the digits it was written with
     wideTables: [...document.querySelectorAll('table')].filter(t => t.getBoundingClientRect().right >
                                                             window.innerWidth + 1).length,
     width: document.documentElement.scrollWidth,
-    notebooksAt: (e => e ? e.getBoundingClientRect().top + window.scrollY : null)(document.getElementById('notebooks')),
+    firstEntryAt: (e => e ? e.getBoundingClientRect().top + window.scrollY : null)(
+        document.querySelector('ol.labkit-book > li')),
     links, ids: [...ids], images, pipeParagraphs, raggedTables, repeatedColumns,
     tables: document.querySelectorAll('table').length,
     maths: maths.length, flatMaths: maths.filter(m => m.getBoundingClientRect().width === 0).length,
     texFallbacks: document.querySelectorAll('code.tex-fallback').length,
-    rawTex: (body.match(/\\$\\$|\\\\(mathrm|lvert|frac|underbrace|text)\\b/g) || []).length,
+    rawTex: (body.match(/\$\$|\\(mathrm|lvert|frac|underbrace|text)\b/g) || []).length,
     details: [...document.querySelectorAll('details')].map(d => ({summary: d.querySelector('summary')?.innerText,
                                                                    open: d.open})),
     banner: document.getElementById('labkit-banner')?.innerText || null,
@@ -331,6 +385,33 @@ def _link_problems(facts: dict, page_file: Path, book_dir: Path) -> list[str]:
 
 VIEWPORT = {"width": 1400, "height": 900}  # a reader's screen (issue 23)
 MAX_PAGE_PX = 12000
+MAX_SIG_DIGITS = 4  # labkit.display.cell_text gives three; one more for a value a study formats itself (0.2989)
+
+
+def _sig_digits(text: str) -> int:
+    mantissa = text.rstrip("x").replace(",", "").lstrip("+-\u2212").split("e")[0]
+    return len(mantissa.replace(".", "").lstrip("0"))
+
+
+def overprecise(cells: list[str]) -> list[str]:
+    """Decimal table cells with more than MAX_SIG_DIGITS significant digits, except cell_text's near-miss of a
+    small whole number (below 10, within rounding of it at three figures, at most six digits: 0.99982). Whole
+    numbers (counts, 4,194,304) never come here: the page script passes decimals only."""
+    out = []
+    for c in cells:
+        digits = _sig_digits(c)
+        if digits <= MAX_SIG_DIGITS:
+            continue
+        v = float(c.rstrip("x").replace(",", "").replace("\u2212", "-"))
+        if not (abs(v) < 10 and digits <= 6 and float(f"{v:.3g}") == round(v)):
+            out.append(c)
+    return out
+
+
+def test_overprecise_cells_are_found_and_near_misses_kept():
+    assert overprecise(["0.08622809021", "1.000000073", "27.8x", "0.2989", "0.99982", "4,194,304.5", "30.0"]) == \
+        ["0.08622809021", "1.000000073", "4,194,304.5"]
+    assert overprecise(["0.9999", "2.00013", "0.0862"]) == []
 
 
 def _page_problems(name: str, facts: dict) -> list[str]:
@@ -349,8 +430,10 @@ def _page_problems(name: str, facts: dict) -> list[str]:
                         f"{facts['width']} px")
     if facts["height"] > MAX_PAGE_PX:
         problems.append(f"{facts['height']} px tall (at most {MAX_PAGE_PX} at {VIEWPORT['width']} px)")
-    if name == "index" and (facts["notebooksAt"] or 0) > 1.5 * VIEWPORT["height"]:
-        problems.append(f"the front page's notebook list starts at {facts['notebooksAt']:.0f} px (at most 1.5 "
+    problems += [f"table cell with more than {MAX_SIG_DIGITS} significant digits: {c}"
+                 for c in overprecise(facts["numberCells"])]
+    if name == "index" and (facts["firstEntryAt"] is None or facts["firstEntryAt"] > 1.5 * VIEWPORT["height"]):
+        problems.append(f"the front page's first notebook entry starts at {facts['firstEntryAt']} px (at most 1.5 "
                         f"screens, {1.5 * VIEWPORT['height']:.0f} px)")
     if name != "index" and not (facts["banner"] and "Parameters" in facts["banner"]
                                 and re.search(r"Replays|Ran live|Computed when|No GPU run", facts["banner"])):
@@ -378,6 +461,8 @@ def test_site_in_headless_chromium(book_dir, server, browser):
             page.screenshot(path=str(shots / "front.png"), full_page=True)
         elif name in ("03_timing", "08_using_it"):
             page.screenshot(path=str(shots / f"{name}.png"))
+            if name == "08_using_it":  # the longest page, whole: what a reader scrolls through
+                page.screenshot(path=str(shots / f"{name}_full.png"), full_page=True)
     # the same book from a folder (file://): nothing may reach a network at all
     for name in ("index", "04_protocol_correction"):
         facts, trouble = _visit(page, (book_dir / f"{name}.html").as_uri(), None)
@@ -401,5 +486,5 @@ def test_site_in_headless_chromium(book_dir, server, browser):
     assert sum("welford_ln.cuh" in s for s in summaries) == 1, summaries
     # the audit's full list is linked, not printed: notebook 04 stays a readable length
     assert seen["04_protocol_correction"]["height"] < 20000, seen["04_protocol_correction"]["height"]
-    assert (shots / "front.png").stat().st_size > 0 and (shots / "03_timing.png").stat().st_size > 0
-    print(f"screenshots: {shots / 'front.png'}, {shots / '03_timing.png'}")
+    assert all((shots / f).stat().st_size > 0 for f in ("front.png", "03_timing.png", "08_using_it_full.png"))
+    print(f"screenshots: {shots / 'front.png'}, {shots / '03_timing.png'}, {shots / '08_using_it_full.png'}")

@@ -155,7 +155,7 @@ def test_record_tables_and_verdict_read_the_record(cpu_record):
     assert len(timing.all_check_rows(cpu_record)) == 5 * len(keys)
     assert {r["method"] for r in timing.all_untimed_rows(cpu_record)} == {"reference_order", "raises", "wrong"}
     text = timing.verdict(cpu_record, {"gpu": "G", "torch": "T"}, "REPLAYED committed GPU run R")
-    assert text.startswith("REPLAYED committed GPU run R: G") and "Protocol B (eager, L2 flushed):" in text
+    assert text.startswith("REPLAYED committed GPU run R: G") and "Eager per call, L2 flushed (protocol B):" in text
     assert text.count("slower than native in at least 3/4 of rounds:") == 2 * len(keys)
     assert "where the post saw a regression" not in text  # no (3, 64, 17, 19) case in this record
     line = timing.record_line(cpu_record, {"gpu": "G", "torch": "T"}, "LIVE run R")

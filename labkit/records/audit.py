@@ -190,11 +190,13 @@ class AuditReport:
                  "inconsistent": sum(not x.consistent for x in r["rows"])} for r in self.runs]
 
     def record_table(self, sort_by_margin: bool = True) -> list[dict]:
+        """One row per check record, the ratios as recorded (floats; the terminal prints them with ten digits, a
+        page through labkit.display.cell_text), nearest to a flip first."""
         rows = self.rows
         if sort_by_margin:
             rows = sorted(rows, key=lambda r: (r.consistent, math.inf if r.margin is None else r.margin))
         return [{"run": r.run_id, "record": r.record, "elements": r.elements,
-                 "ratio (cand. scale)": _fmt(r.ratio_c), "ratio (ref. scale)": _fmt(r.ratio_r),
+                 "ratio (cand. scale)": r.ratio_c, "ratio (ref. scale)": r.ratio_r,
                  "bad special": r.bad_special, "official": _pf(r.official), "historical": _pf(r.historical),
                  "stored": _pf(r.stored_official), "flip": "FLIP" if r.flip else "", "margin": r.margin,
                  "consistent": "yes" if r.consistent else "NO: " + "; ".join(r.issues)}
@@ -212,8 +214,8 @@ class AuditReport:
         parts = [self.headline(), text_table(runs[:max_runs])]
         if len(runs) > max_runs:
             parts.append(f"... and {len(runs) - max_runs} more run(s)")
-        if details:
-            parts.append(text_table(self.record_table()))
+        if details:  # the ratios with ten significant digits: 1.00000007 must not print as 1
+            parts.append(text_table([{**r, **{k: _fmt(r[k]) for k in RATIO_COLUMNS}} for r in self.record_table()]))
         else:
             bad = [r for r in self.record_table() if r["consistent"] != "yes"]
             if bad:
@@ -227,6 +229,9 @@ class AuditReport:
         return (f"audit: {s['runs']} run(s), {s['records']} check record(s), {s['flips']} flip(s), "
                 f"min margin {s['min_margin']}, {s['inconsistent']} inconsistent — "
                 f"{'OK' if self.ok else 'FAILED'}")
+
+
+RATIO_COLUMNS = ("ratio (cand. scale)", "ratio (ref. scale)")
 
 
 def _fmt(x: float | None) -> str:

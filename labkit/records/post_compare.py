@@ -3,13 +3,15 @@ so that `labkit summary` can count them.
 
 Every "ours" number and every note is computed from the record passed in; a figure whose counterpart the record
 lacks gets ours=None and says so. A reversal (the post's ratio and ours on opposite sides of 1) is explained only by
-what the same record measured: protocol A (graph replay) against protocol B (eager, L2 flushed), and the method's
+what the same record measured: graph replay (protocol A) against eager per call, L2 flushed (protocol B), and the
+method's
 effective bandwidth as a fraction of the device-copy ceiling measured in the same run. The post measured no copy
 ceiling on its RTX 3090, so the GPU-to-GPU part of a difference is stated as unmeasured, never estimated.
 """
 from __future__ import annotations
 
 from labkit.records import post
+from labkit.records.text import PROTOCOL_NAMES
 from labkit.tasks import EXTRA_SHAPES, L1_40, UNEVEN_SHAPE, shape_key
 
 # What each notebook sets beside the post (the figures "in scope" for its `post` summary block).
@@ -66,8 +68,8 @@ def explain(case, method: str, post_ratio, l2_bytes=None) -> str:
     p = post_ratio[0] if isinstance(post_ratio, list) else post_ratio
     if p is not None and (p - 1) * (a - 1) < 0:
         parts.append(f"REVERSAL (post {p:.3g}x, here {a:.3g}x)")
-    parts.append(f"here: protocol A (graph replay) {a:.3g}x" + (f", protocol B (eager, L2 flushed) {b:.3g}x"
-                                                              if b is not None else ", protocol B not run"))
+    parts.append(f"here: {PROTOCOL_NAMES['A']} {a:.3g}x" + (f", {PROTOCOL_NAMES['B']} {b:.3g}x"
+                                                          if b is not None else ", protocol B not run"))
     for m in dict.fromkeys(("native", method)):
         bw = _bw(case, "A", m)
         if bw:

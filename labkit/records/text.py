@@ -1,6 +1,10 @@
 """Plain-text tables for the terminal: columns padded to their widest cell, no markup to read around."""
 from __future__ import annotations
 
+# The one name of each timing protocol (labkit.studies.bench.PROTOCOL_A and PROTOCOL_B) wherever a page or a note
+# says which one a number comes from: headlines, verdicts, the front page's table and glossary, the post's notes.
+PROTOCOL_NAMES = {"A": "graph replay (protocol A)", "B": "eager per call, L2 flushed (protocol B)"}
+
 
 def cell(value) -> str:
     if value is None:

@@ -17,6 +17,8 @@ from typing import Callable
 
 import numpy as np
 
+from labkit.records.text import PROTOCOL_NAMES  # noqa: F401 (the names beside the definitions)
+
 
 @dataclass(frozen=True)
 class Protocol:
@@ -40,6 +42,15 @@ class Protocol:
 PROTOCOL_A = Protocol()
 PROTOCOL_B = Protocol(name="B-kernelbench-eager", graph=False, warmups=3, rounds=100, repeats=1,
                       flush_l2_bytes=256 << 20)
+
+# Each protocol's definition, said once (the front page's glossary), under its one name (PROTOCOL_NAMES, kept in
+# labkit.records.text so that the records' own notes use it too).
+PROTOCOL_DEFINITIONS = {
+    "A": "the call captured in a CUDA graph, replayed between CUDA events, methods in randomized order (the post's "
+         "protocol): the GPU's time, no host cost",
+    "B": "CUDA events around each ordinary Python call, the L2 flushed before it (KernelBench's way): what an "
+         "eager loop pays, host time included",
+}
 
 
 @dataclass

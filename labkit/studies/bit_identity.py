@@ -251,7 +251,7 @@ def record_line(record: dict | None, source: str) -> str:
     seeds = list(dict.fromkeys(c["seed"] for c in cases))
     affines = list(dict.fromkeys(c["affine"] for c in cases))
     dists = list(dict.fromkeys(c["distribution"] for c in cases))
-    return (f"record: {len(cases)} cases at shape {', '.join(map(str, shapes))} (seeds {seeds}, "
+    return (f"record: {len(cases)} cases at shape {', '.join(map(str, shapes))} (seeds {', '.join(map(str, seeds))}, "
             f"{len(affines)} affines, {len(dists)} distributions; candidate {record.get('candidate')}) — {source}")
 
 

@@ -567,37 +567,53 @@ def identity_rows(ident: dict | None) -> list[dict]:
             for c in (ident or {}).get("cases", [])]
 
 
-def _met(ok: bool) -> str:
-    return "met" if ok else "missed"
-
-
 def _host_ok(s: dict) -> bool:
     h, t = s.get("host_us_per_call"), s.get("torch_host_us_per_call")
     return h is not None and t is not None and h <= 10 and h <= t + 5
 
 
+def goals(records: dict) -> list[dict]:
+    """Issue 16's goals judged on a `dropin` run (labkit.studies.goals): the eager per-call ratios, the host cost
+    per call, the floors at 1-4 rows of 4M-8M under each protocol. [] without a `dropin_sweep` record."""
+    from labkit.studies.bench import PROTOCOL_NAMES
+    from labkit.studies.goals import HOST, beside, goal
+
+    s = dropin_block(records)
+    if not s:
+        return []
+    eager, graph = PROTOCOL_NAMES["B"], PROTOCOL_NAMES["A"]
+    worst, gap, l1 = s["eager_worst_ratio"], s["small_shape_gap_us"], s["l1_40_eager_ratio"]
+    host, torch_host = s["host_us_per_call"], s["torch_host_us_per_call"]
+    out = [goal(f"eager worst ratio over shapes with native >= {DROPIN_NATIVE_FLOOR_MS * 1e3:.0f} us",
+                f"{beside(worst, 1.0)} at {s['eager_worst_shape']}", ">= 1.0x", None if worst is None else worst >= 1,
+                eager, f"worst x torch eager where torch takes >= {DROPIN_NATIVE_FLOOR_MS * 1e3:.0f} us"),
+           goal(f"below {DROPIN_NATIVE_FLOOR_MS * 1e3:.0f} us, largest gap",
+                "no shape below it in this sweep" if gap is None else f"{gap:.3g} us", "<= 5 us",
+                None if gap is None else gap <= 5, eager, "largest gap to torch where torch takes < 20 us"),
+           goal("L1/40 eager ratio", beside(l1, L1_40_EAGER_RATIO_GOAL), f">= {L1_40_EAGER_RATIO_GOAL}x",
+                None if l1 is None else l1 >= L1_40_EAGER_RATIO_GOAL, eager, "L1/40 x torch eager"),
+           goal("host per call", f"{beside(host, 10, 'us')} vs torch {beside(torch_host, 10, 'us')}",
+                "<= 10 us and <= torch + 5 us", None if host is None or torch_host is None else _host_ok(s), HOST,
+                "the drop-in's call")]
+    for protocol in ("eager", "graph"):
+        ratio, at = floor_worst(records.get("dropin_floor"), protocol)
+        if ratio is not None:
+            out.append(goal("1-4 rows of 4M-8M", f"worst {beside(ratio, 1 + FLOOR_SLACK)} the floor at {at}",
+                            f"<= {1 + FLOOR_SLACK:.2f}x", ratio <= 1 + FLOOR_SLACK,
+                            eager if protocol == "eager" else graph, "time / floor at 1-4 rows of 4M-8M",
+                            f"worst {beside(ratio, 1 + FLOOR_SLACK)} at {at}"))
+    return out
+
+
 def verdict_lines(records: dict, source: str) -> list[str]:
+    from labkit.studies.goals import goal_line
+
     s = dropin_block(records)
     if not s:
         return [f"drop-in: no GPU measurement to judge ({source}); the CPU checks above are all this run shows."]
-    fmt = lambda v, f: "n/a" if v is None else format(v, f)  # noqa: E731
-    lines = [f"drop-in ({source}):",
-             f"  eager worst ratio over shapes with native >= {DROPIN_NATIVE_FLOOR_MS * 1e3:.0f} us: "
-             f"{fmt(s['eager_worst_ratio'], '.2f')}x at {s['eager_worst_shape']} (goal >= 1.0x: "
-             f"{_met((s['eager_worst_ratio'] or 0) >= 1)})",
-             f"  below 20 us, largest gap: {fmt(s['small_shape_gap_us'], '.1f')} us (goal <= 5 us: "
-             f"{'met' if s['small_shape_gap_us'] is not None and s['small_shape_gap_us'] <= 5 else 'missed or n/a'})",
-             f"  L1/40 eager ratio: {fmt(s['l1_40_eager_ratio'], '.1f')}x (goal >= {L1_40_EAGER_RATIO_GOAL}x: "
-             f"{_met(s['l1_40_eager_ratio'] is not None and s['l1_40_eager_ratio'] >= L1_40_EAGER_RATIO_GOAL)})",
-             f"  host per call: {fmt(s['host_us_per_call'], '.1f')} us vs torch {fmt(s['torch_host_us_per_call'], '.1f')}"
-             f" us (goal <= 10 us and <= torch + 5 us: {_met(_host_ok(s))})",
+    lines = [f"drop-in ({source}):", *map(goal_line, goals(records)),
              f"  bits: forward {s['forward_identical']}, backward {s['backward_identical']}, "
              f"compiled {s['compiled_identical']}"]
-    for protocol in ("eager", "graph"):
-        worst, at = floor_worst(records.get("dropin_floor"), protocol)
-        if worst is not None:
-            lines.append(f"  1-4 rows of 4M-8M, {protocol}: worst {worst:.2f}x the floor at {at} (goal <= "
-                         f"{1 + FLOOR_SLACK:.2f}x: {_met(worst <= 1 + FLOOR_SLACK)})")
     rows = dispatch_rows(records.get("dropin_sweep"))
     disagree = [r["shape"] for r in rows if not r["agrees"]]
     lines.append("  dispatch rule vs this run's fastest path: " + (
@@ -808,7 +824,10 @@ def page_headline(records: dict, summary: dict) -> str:
     d = summary.get("dropin")
     if not d or d.get("eager_worst_ratio") is None:
         return f"drop-in: no sweep in the record {on_gpu(summary)}"
-    return (f"drop-in eager worst {ratio(d['eager_worst_ratio'])} native at {d['eager_worst_shape']}, "
+    from labkit.studies.bench import PROTOCOL_NAMES
+
+    return (f"drop-in under {PROTOCOL_NAMES['B']}: worst {ratio(d['eager_worst_ratio'])} native at "
+            f"{d['eager_worst_shape']}, "
             f"host {d['host_us_per_call'] or float('nan'):.1f} us/call vs torch "
             f"{d['torch_host_us_per_call'] or float('nan'):.1f}; bits fwd "
             f"{d['forward_identical']}, bwd {d['backward_identical']}, compiled {d['compiled_identical']} {on_gpu(summary)}")

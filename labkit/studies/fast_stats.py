@@ -159,7 +159,8 @@ def record_line(record: dict | None, source: str) -> str:
         return f"No fast-statistics record: {source}."
     counts = {cat: sum(c["category"] == cat for c in record["cases"]) for cat in CATEGORIES}
     return (f"record: {len(record['cases'])} (case x method) entries at shape {tuple(record['shape'])} (constant "
-            f"control at {UNEVEN_SHAPE}), methods {record.get('methods')}; "
+            f"control at {UNEVEN_SHAPE}), methods "
+            f"{', '.join(map(str, record.get('methods') or [])) or 'none recorded'}; "
             + ", ".join(f"{cat} {n}" for cat, n in counts.items()) + f" — {source}")
 
 

@@ -3,8 +3,9 @@ headline table and one figure. Every number is a run's; the protocols are named 
 every ratio. The site renders it (labkit.site.write_index); nothing here knows about HTML.
 
 The runs it reads, by name: parallel_stats (notebook 07: the chain kernel at L1/40 under graph replay, with its
-bit-identity matrix), dropin (08: the drop-in's forward over 2**24 elements in every row shape, eager per call and
-graph replay), training (10: forward + backward the same way).
+bit-identity matrix), bit_identity (01: the reference-order kernel's matrix), dropin (08: the drop-in's forward over
+2**24 elements in every row shape, eager per call and graph replay), training (10: forward + backward the same way).
+The goals statement counts every goal those runs judge (each study's `goals`, the list its verdict prints).
 """
 from __future__ import annotations
 
@@ -12,34 +13,41 @@ from pathlib import Path
 
 from labkit.records.post import about as post_about
 from labkit.records.run import load_run
-from labkit.studies import dropin, parallel_stats, training
+from labkit.studies import bit_identity, dropin, parallel_stats, training
+from labkit.studies.bench import PROTOCOL_DEFINITIONS, PROTOCOL_NAMES
 from labkit.studies.catalog import summarize_run
+from labkit.studies.goals import HOST, tally
 from labkit.studies.plots import time_vs_shape
 from labkit.tasks import L1_40, shape_key
 
 L1_KEY = shape_key(L1_40)
-RUNS = (parallel_stats.RUN_NAME, dropin.RUN_NAME, training.RUN_NAME)
+RUNS = (parallel_stats.RUN_NAME, bit_identity.RUN_NAME, dropin.RUN_NAME, training.RUN_NAME)
+GRAPH, EAGER = PROTOCOL_NAMES["A"], PROTOCOL_NAMES["B"]
+# the studies whose runs' goals the front page counts, in reading order: (study, notebook, what it judges)
+GOAL_RUNS = ((parallel_stats, "07", "the chain kernel at L1/40 and the post's shapes"),
+             (dropin, "08", "the drop-in's forward"), (training, "10", "the drop-in's forward + backward"))
 
-# One set of names for the whole book.
-PROTOCOLS = {
-    "graph replay": "the call captured in a CUDA graph and replayed between CUDA events, methods in randomized "
-                    "order (the post's protocol, \"A\"): the GPU's time, no host cost",
-    "eager per call": "one CUDA-event pair around each ordinary Python call, the L2 cache flushed before it "
-                      "(KernelBench's style of timing, \"B\"): what a user's eager loop pays, host time included",
-}
+# One set of names for the whole book: the two protocols (labkit.studies.bench), then the words the tables use.
+PROTOCOLS = {PROTOCOL_NAMES[k]: PROTOCOL_DEFINITIONS[k] for k in ("A", "B")}
 GLOSSARY = {
     "L1/40": "KernelBench level 1, task 40: LayerNorm of a (16, 64, 256, 256) float32 tensor over its last three "
              "dims, 16 rows of 4,194,304 values",
     "bit-identical": "output, mean and rstd (and gradients) equal to torch's as int32 bit patterns, not within a "
                      "tolerance",
-    "reference-order": "a kernel doing torch's arithmetic in torch's order (the post's design): same bits, "
-                       "output pass spread over many blocks",
-    "chain": "this book's kernel: torch's 128 per-thread Welford chains of each row spread over the whole GPU and "
-             "merged in torch's tree, so the bits stay torch's",
-    "drop-in": "labkit.layer_norm / labkit.LayerNorm: F.layer_norm's signature, our kernels where measured "
-               "faster, torch's own elsewhere",
-    "torch eager": "torch.nn.functional.layer_norm as shipped (its vectorized CUDA kernel)",
-    "torch.compile": "torch.compile(F.layer_norm) (Inductor's generated kernel; not torch's bits)",
+    "native, torch eager": "torch's own kernel, F.layer_norm as shipped; 'x native' and 'x torch eager' are its "
+                           "time / ours",
+    "reference-order (reference_order)": "a kernel doing torch's arithmetic in torch's order (the post's design): "
+                                         "same bits, output pass spread over many blocks",
+    "chain": "this book's kernel: each row's 128 per-thread Welford chains spread over the whole GPU, merged in "
+             "torch's tree: torch's bits",
+    "rows_fused": "the reference-order path for many short rows: torch's schedule, one block per row, x kept in "
+                  "registers (kernels/rows_fused.cu)",
+    "drop-in": "labkit.layer_norm / labkit.LayerNorm: F.layer_norm's signature; our kernels where measured "
+               "faster, torch's elsewhere",
+    "torch.compile, Inductor": "torch.compile(F.layer_norm): Inductor, its code generator, writes its own kernel "
+                               "('inductor' in tables); not torch's bits",
+    "split_interleaved": "the fast-statistics prototype: torch.var_mean, then kernels/split_affine.cu with rows "
+                         "fastest in the grid; faster, not torch's answer",
     "official check": "KernelBench's torch.allclose(reference, candidate, atol=1e-4, rtol=1e-4)",
 }
 
@@ -58,6 +66,11 @@ def runs_by_name(paths: dict[str, Path] | None = None) -> dict[str, Path]:
     return out
 
 
+def run_ids(runs: dict[str, Path]) -> list[str]:
+    """The ids of the runs the front page reads (its table, goals, figure and note), sorted."""
+    return sorted(_records(p)["run"]["run_id"] for p in runs.values())
+
+
 def _records(path: Path | None) -> dict:
     return load_run(path)["records"] if path else {}
 
@@ -66,29 +79,46 @@ def _ratio(a, b):
     return a / b if a and b else None
 
 
+def _shape(key: str, l1_40: bool) -> str:
+    return f"{key} (L1/40)" if l1_40 else key
+
+
+def _reference_bits(runs: dict[str, Path], cases: list[dict]) -> str | None:
+    """The reference-order kernel's bit identity as k/n: notebook 01's matrix at L1/40 where its run is there, else
+    the timing run's own checks at L1/40 (`cases`: one checked call per timed case)."""
+    if p := runs.get(bit_identity.RUN_NAME):
+        recs = _records(p)
+        if block := bit_identity.identity_block(recs, {}):
+            return f"{block['identical']}/{block['cases']} cases (notebook 01)"
+    checks = [(c["methods"].get("reference_order") or {}).get("check") or {} for c in cases]
+    judged = [c.get("bit_equal_fraction") == 1.0 for c in checks if c]
+    return f"{sum(judged)}/{len(judged)} timed cases" if judged else None
+
+
 def headline_rows(runs: dict[str, Path]) -> list[dict]:
-    """One row per headline result at L1/40: what, protocol, our ms, x torch eager and x torch.compile (each
-    ratio from one run), bit identity, and the goal the study set with met/missed."""
+    """One row per headline result at L1/40: what, shape, protocol, our ms, x torch eager and x torch.compile (each
+    ratio from one run), bit identity as k/n from the records, and the goal the study set with met/missed."""
     rows = []
     if p := runs.get(parallel_stats.RUN_NAME):
         s = summarize_run(p)
+        cases = [c for c in _records(p).get("timing", {}).get("cases", []) if c["key"].startswith(f"{L1_KEY}/")]
         t = (s.get("timing") or {}).get(f"{L1_KEY}/random_normal") or {}
         med = {m: (v or {}).get("median_ms") for m, v in t.items()}
         bits = s.get("bit_identity") or {}
+        shape = _shape(L1_KEY, True)
         if med.get("chain"):
-            rows.append({"result": "forward: chain kernel (the drop-in's path)", "protocol": "graph replay",
+            rows.append({"result": "forward: chain kernel (the drop-in's path)", "shape": shape, "protocol": GRAPH,
                          "ms": med["chain"], "x torch eager": _ratio(med.get("native"), med["chain"]),
                          "x torch.compile": _ratio(med.get("inductor"), med["chain"]),
                          "bit-identical": f"{bits.get('identical')}/{bits.get('cases')} cases" if bits else None,
                          "goal": f"<= {parallel_stats.L1_40_GOAL_MS} ms",
                          "met": med["chain"] <= parallel_stats.L1_40_GOAL_MS, "run": s["run_id"]})
         if med.get("reference_order"):
-            rows.append({"result": "forward: reference-order kernel (the post's design)", "protocol": "graph replay",
-                         "ms": med["reference_order"], "x torch eager": _ratio(med.get("native"),
-                                                                               med["reference_order"]),
+            rows.append({"result": "forward: reference-order kernel (the post's design)", "shape": shape,
+                         "protocol": GRAPH, "ms": med["reference_order"],
+                         "x torch eager": _ratio(med.get("native"), med["reference_order"]),
                          "x torch.compile": _ratio(med.get("inductor"), med["reference_order"]),
-                         "bit-identical": "yes (every timed call checked)"
-                         if (t.get("reference_order") or {}).get("bit_equal_fraction") == 1.0 else "no",
+                         "bit-identical": _reference_bits(runs, cases),
                          "goal": None, "met": None, "run": s["run_id"]})
     if p := runs.get(dropin.RUN_NAME):
         recs = _records(p)
@@ -97,8 +127,8 @@ def headline_rows(runs: dict[str, Path]) -> list[dict]:
         if row and (row.get("eager") or {}).get("dropin"):
             e, c = row["eager"], row.get("compiled") or {}
             ratio = _ratio(e.get("native"), e["dropin"])
-            rows.append({"result": "forward: drop-in labkit.layer_norm", "protocol": "eager per call",
-                         "ms": e["dropin"], "x torch eager": ratio,
+            rows.append({"result": "forward: drop-in labkit.layer_norm", "shape": _shape(row["key"], True),
+                         "protocol": EAGER, "ms": e["dropin"], "x torch eager": ratio,
                          "x torch.compile": _ratio(c.get("native_compiled"), e["dropin"]),
                          "bit-identical": f"{block.get('forward_identical')} inputs",
                          "goal": f">= {dropin.L1_40_EAGER_RATIO_GOAL}x torch eager",
@@ -108,12 +138,13 @@ def headline_rows(runs: dict[str, Path]) -> list[dict]:
         recs = _records(p)
         t = training.training_block(recs) or {}
         row = next((r for r in (recs.get("training_sweep") or {}).get("shapes", []) if r.get("l1_40")), None)
-        for proto, key in (("eager per call", "eager"), ("graph replay", "graph")):
+        for proto, key in ((EAGER, "eager"), (GRAPH, "graph")):
             d = (row or {}).get(key) or {}
             if not d.get("dropin"):
                 continue
-            goal = proto == "eager per call"
-            rows.append({"result": "forward + backward: drop-in (our backward kernels)", "protocol": proto,
+            goal = proto == EAGER
+            rows.append({"result": "forward + backward: drop-in (our backward kernels)",
+                         "shape": _shape(row["key"], True), "protocol": proto,
                          "ms": d["dropin"], "x torch eager": _ratio(d.get("native"), d["dropin"]),
                          "x torch.compile": _ratio(d.get("native_compiled"), d["dropin"]),
                          "bit-identical": f"{t.get('backward_identical')} inputs; model steps "
@@ -131,6 +162,49 @@ def _meta(path: Path | None) -> dict:
     return {"gpu": prov.get("gpu"), "torch": prov.get("torch")}
 
 
+def goals_by_notebook(runs: dict[str, Path]) -> list[dict]:
+    """Per run that judges goals (GOAL_RUNS): its notebook, what it judges, the tally (labkit.studies.goals.tally)
+    and the goals it missed, grouped by protocol, each as the front page says it."""
+    out = []
+    for study, notebook, what in GOAL_RUNS:
+        if (p := runs.get(study.RUN_NAME)) is None:
+            continue
+        judged = study.goals(_records(p))
+        if not judged:
+            continue
+        missed: dict[str, list[str]] = {}
+        for g in judged:
+            if g["met"] is False:
+                missed.setdefault(g["protocol"] or "other", []).append(
+                    f"{g['brief']} {g['short']} (goal {g['target']})")
+        protocols = list(dict.fromkeys(g["protocol"] for g in judged if g["protocol"]))
+        out.append({"notebook": notebook, "what": what, **tally(judged), "missed_by_protocol": missed,
+                    "protocols": protocols, "run": _records(p)["run"]["run_id"]})
+    return out
+
+
+def goals_sentence(goals: list[dict]) -> str:
+    """The total over goals_by_notebook: the first line of the front page's goals statement."""
+    met, judged = sum(g["met"] for g in goals), sum(g["judged"] for g in goals)
+    unjudged = sum(g["not judged"] for g in goals)
+    return (f"Goals, as the runs' own verdicts judge them: {met} of {judged} met, {judged - met} missed"
+            + (f" ({unjudged} more not judged)" if unjudged else "") + ".")
+
+
+def goal_lines(goals: list[dict]) -> list[str]:
+    """One line per notebook of goals_by_notebook: its count, then each missed goal under its protocol."""
+    lines = []
+    for g in goals:
+        line = f"{g['notebook']}, {g['what']}: {g['met']} of {g['judged']} met"
+        if not g["missed_by_protocol"] and g["protocols"]:
+            line += f" ({', '.join(g['protocols'])})"
+        for protocol, missed in g["missed_by_protocol"].items():
+            where = "" if protocol == "other" else f" in {protocol}" if protocol == HOST else f" under {protocol}"
+            line += f"; missed{where}: " + "; ".join(missed)
+        lines.append(line + (f"; {g['not judged']} not judged" if g["not judged"] else "") + ".")
+    return lines
+
+
 def summary_sentences(runs: dict[str, Path], rows: list[dict] | None = None) -> list[str]:
     """What was asked and what was found, in a few sentences, every number from `headline_rows` (pass them when
     already read)."""
@@ -144,29 +218,27 @@ def summary_sentences(runs: dict[str, Path], rows: list[dict] | None = None) -> 
            f"({post['software']}). It also showed that a faster statistics pass changes the answer."]
     x = lambda v: "n/a" if v is None else f"{v:.3g}x"  # noqa: E731
     found = []
-    ref = rows.get(("forward", "reference-order", "graph replay"))
-    chain = rows.get(("forward", "chain", "graph replay"))
+    ref = rows.get(("forward", "reference-order", GRAPH))
+    chain = rows.get(("forward", "chain", GRAPH))
     if ref:
         found.append(f"the post's reference-order kernel runs L1/40 in {ref['ms']:.3g} ms, {x(ref['x torch eager'])} "
-                     f"torch eager (graph replay)")
+                     f"torch eager" + ("" if chain else f", under {GRAPH}"))
     if chain:
-        found.append(f"this book's chain kernel, which spreads each row's statistics over the whole GPU and keeps "
-                     f"the bits ({chain['bit-identical']}), in {chain['ms']:.3g} ms: {x(chain['x torch eager'])} "
-                     f"torch eager and {x(chain['x torch.compile'])} torch.compile (graph replay)")
-    fb = rows.get(("forward + backward", "drop-in", "eager per call"))
+        found.append(f"this book's chain kernel, each row's statistics spread over the whole GPU, in "
+                     f"{chain['ms']:.3g} ms with the same bits ({chain['bit-identical']}), {x(chain['x torch eager'])} "
+                     f"torch eager and {x(chain['x torch.compile'])} torch.compile, "
+                     + (f"both under {GRAPH}" if ref else f"under {GRAPH}"))
+    fb = rows.get(("forward + backward", "drop-in", EAGER))
     if fb:
-        found.append(f"in training, the drop-in's forward + backward keeps eager's bits ({fb['bit-identical']}) and "
-                     f"takes {fb['ms']:.3g} ms, {x(fb['x torch eager'])} torch eager and {x(fb['x torch.compile'])} "
-                     f"torch.compile (eager per call)")
+        found.append(f"the drop-in's forward + backward keeps eager's bits ({fb['bit-identical']}) in {fb['ms']:.3g} "
+                     f"ms, {x(fb['x torch eager'])} torch eager and {x(fb['x torch.compile'])} torch.compile, under "
+                     f"{EAGER}")
     if found:
         where = f"On an {meta.get('gpu')} with torch {meta.get('torch')}" if meta else "Here"
-        out.append(f"{where}, " + "; ".join(found) + ".")
-    missed = [f"{r['result'].split(':')[0]} {r['goal']} ({r['protocol']}; {r['ms']:.3g} ms)"
-              for r in rows.values() if r["met"] is False]
-    if missed:
-        out.append("Goals not yet met: " + "; ".join(missed) + ".")
-    out.append("Added here: the chain kernel, a drop-in with eager's bits forward and backward (compiled too), "
-               "backward kernels, machine-code evidence of torch's FMA contractions, and an audit of every run.")
+        first = " and ".join(found[:2]) if ref and chain else found[0]
+        out.append(f"{where}, {first}" + (f"; {found[-1]}" if fb and len(found) > 1 else "")
+                   + ". Added here: the chain kernel, a drop-in with eager's bits forward and backward (compiled too), "
+                   "machine-code evidence of torch's FMA contractions, an audit of every run.")
     return out
 
 
@@ -180,3 +252,51 @@ def figure(runs: dict[str, Path]):
     if p := runs.get(training.RUN_NAME):
         panels.append(("forward + backward", _records(p).get("training_sweep"), "eager"))
     return time_vs_shape(panels)
+
+
+def _slowest_compile(title: str, sweep: dict | None, key: str) -> dict | None:
+    """The figure's torch.compile point furthest above torch eager in one panel, with its spread from the record."""
+    worst = None
+    for r in (sweep or {}).get("shapes", []):
+        if r.get("rows", 0) * r.get("n", 0) != 1 << 24:
+            continue
+        ms, native = (r.get(key) or {}).get("native_compiled"), (r.get("eager") or {}).get("native")
+        if ms and native and (worst is None or ms / native > worst["x"]):
+            st = (r.get(f"{key}_stats") or {}).get("native_compiled") or {}
+            worst = {"panel": title, "shape": r["key"], "ms": ms, "native_ms": native, "x": ms / native,
+                     "q25": st.get("q25_ms"), "q75": st.get("q75_ms"), "n": st.get("n")}
+    if worst:
+        worst["warmups"] = ((sweep.get("protocols") or {}).get("eager") or {}).get("warmups")
+    return worst
+
+
+def figure_note(runs: dict[str, Path]) -> str | None:
+    """What the figure's torch.compile points are, from the sweeps' records: the point furthest above torch eager
+    in each panel with the spread of its calls (a steady per-call time, not a compile inside the timing), and how
+    the sweeps compiled (one lambda recompiled shape after shape, unlike notebooks 03 and 07's fresh compile per
+    shape with dynamic=False), with notebook 07's Inductor at L1/40 beside it. None without a compiled point."""
+    points = []
+    if p := runs.get(dropin.RUN_NAME):
+        points.append(_slowest_compile("forward", _records(p).get("dropin_sweep"), "compiled"))
+    if p := runs.get(training.RUN_NAME):
+        points.append(_slowest_compile("forward + backward", _records(p).get("training_sweep"), "eager"))
+    points = [w for w in points if w]
+    if not points:
+        return None
+    said = []
+    for w in points:
+        spread = (f"; middle half of {w['n']} calls {w['q25']:.3g}-{w['q75']:.3g} ms"
+                  if w.get("q25") is not None and w.get("n") else "")
+        said.append(f"{w['panel']} at {w['shape']}, {w['ms']:.3g} ms ({w['x']:.3g}x torch eager's "
+                    f"{w['native_ms']:.3g} ms{spread})")
+    ind = ""
+    if p := runs.get(parallel_stats.RUN_NAME):
+        t = ((summarize_run(p).get("timing") or {}).get(f"{L1_KEY}/random_normal") or {}).get("inductor") or {}
+        if t.get("median_ms"):
+            ind = f" (Inductor at L1/40: {t['median_ms']:.3g} ms, {GRAPH})"
+    warm = next((w["warmups"] for w in points if w.get("warmups") is not None), None)
+    return (f"torch.compile's points are steady per-call times under {EAGER}"
+            + (f", after {warm} warm-up calls" if warm is not None else "") + ", not compiles; the slowest against "
+            "torch eager: " + "; ".join(said) + ". Notebooks 08 and 10 compile one lambda shape after shape without "
+            "dynamic=False, so torch.compile recompiles it, by default with the sizes that changed symbolic; 03 and "
+            "07 compile afresh per shape with dynamic=False" + ind + ". The records do not say which kernels ran.")

@@ -203,6 +203,7 @@ def verdict_lines(evidence: dict, resources: list[dict]) -> list[str]:
     if evidence["same_code"] is not None:
         lines.append(same_code_line(evidence["same_code"]))
     lines += [f"- {note}" for note in evidence["verdict"]["notes"]]
+    same = all(r["code identical"] for r in resources)
     lines.append(f"ptxas: {len(resources)} functions, machine code identical to the cached cubins: "
-                 f"{all(r['code identical'] for r in resources)}; spills: {', '.join(spills) or 'none'}")
+                 f"{'yes' if same else 'no'}; spills: {', '.join(spills) or 'none'}")
     return lines

@@ -615,7 +615,9 @@ def post_rows(record: dict | None, correctness_record: dict | None = None, here:
     pairs = []
     for fam in (record or {}).get("families", []):
         ms = route_ms(fam)
-        note = f"{fam['family']} at {'x'.join(map(str, fam['shape']))}, protocol A"
+        note = (f"{fam['family']} at {'x'.join(map(str, fam['shape']))}, {bench.PROTOCOL_NAMES['A']}; the post names "
+                f"neither the family nor the shape it timed, so the ratio compares two GPUs at perhaps different "
+                f"inputs")
         pairs += [("layout.direct_nchw.time", ms.get("direct_nchw"), note, f"direct NCHW, {fam['family']}"),
                   ("layout.rows_kernel.time", ms.get("rows"), note, f"rows on channels-last, {fam['family']}"),
                   ("layout.convert_roundtrip.time", ms.get("conversion"), note, f"conversion route, {fam['family']}")]
@@ -625,7 +627,8 @@ def post_rows(record: dict | None, correctness_record: dict | None = None, here:
     ordinary = _ordinary(correctness_record)
     passed = sum(all(ch["official_pass"] for r, ch in c["routes"].items() if r in ROUTES) for c in ordinary)
     pairs.append(("layout.cases", passed if ordinary else None,
-                  f"ordinary cases where all three routes pass, of {len(ordinary)}"))
+                  f"here: ordinary cases where all three routes pass, of {len(ordinary)} in this book's grid; the "
+                  f"post's cases across 32/64/128 channels are not listed, so the two counts are of different cases"))
     return post.compare_rows(pairs, here=here)
 
 
@@ -818,4 +821,6 @@ def page_headline(records: dict, summary: dict) -> str:
                          f"{b['conversion_ms']:.3g} ms")
     cases = sum(b["cases"] for b in layout.values())
     passed = sum(b["passed"] for b in layout.values())
-    return "; ".join(parts + [f"{passed}/{cases} route checks pass the official predicate"]) + f" {on_gpu(summary)}"
+    timed = f"under {bench.PROTOCOL_NAMES['A']}: " if parts else ""
+    checks = f"{passed}/{cases} route checks pass the official predicate"
+    return timed + "; ".join(parts + [checks]) + f" {on_gpu(summary)}"

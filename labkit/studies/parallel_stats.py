@@ -9,6 +9,8 @@ import numpy as np
 
 from labkit.core.compile import REPO_ROOT
 from labkit.records.check import identical_count
+from labkit.studies.bench import PROTOCOL_NAMES
+from labkit.studies.goals import tally
 from labkit.tasks import EXTRA_SHAPES, L1_40, shape_key
 
 DEV_LOG = REPO_ROOT / "data" / "dev" / "chain"
@@ -256,6 +258,23 @@ def goal_rows(timing_record: dict | None) -> list[dict]:
     return rows
 
 
+def goals(records: dict) -> list[dict]:
+    """goal_rows as goals (labkit.studies.goals), all under graph replay (protocol A): one per goal and timing case
+    of its shape; a case the run did not time is not judged."""
+    from labkit.studies.bench import PROTOCOL_NAMES
+    from labkit.studies.goals import goal
+
+    out = []
+    for r in goal_rows(records.get("timing")):
+        timed = isinstance(r["met"], bool)
+        measured = (f"chain {r['chain ms']:.3g} ms, {r['vs native']:.3g}x native"
+                    + (f", Inductor {r['Inductor ms']:.3g} ms" if r.get("Inductor ms") else "")) if timed else r["met"]
+        what, target = r["goal"].split(" (")[0], r["goal"]
+        out.append(goal(f"{r['case']}: {what}", measured, target, r["met"] if timed else None, PROTOCOL_NAMES["A"],
+                        f"chain at {r['case'].split('/')[0]}: {what}"))
+    return out
+
+
 def repeat_rows(runs_root=None, shape: str = shape_key(L1_40)) -> list[dict]:
     """The chain and Inductor medians at one shape in every committed run that timed both (notebook 03's timing
     runs and notebook 07's), oldest first: how much a median moves from run to run on the same machine."""
@@ -288,7 +307,8 @@ def verdict_lines(timing_record: dict | None, breakdown: dict | None, prov: dict
     slower than native on the small shapes); without a timing record, only where the records would come from."""
     if not timing_record or not breakdown:
         return [source]
-    lines = [f"{source}: {prov.get('gpu')} with torch {prov.get('torch')}; clocks left alone."]
+    lines = [f"{source}: {prov.get('gpu')} with torch {prov.get('torch')}; clocks left alone; every time and ratio "
+             f"below is {PROTOCOL_NAMES['A']}."]
     for case in timing_record["cases"]:
         t = case["timing"].get("A")
         if not t or "chain" not in t["stats"]:
@@ -300,10 +320,16 @@ def verdict_lines(timing_record: dict | None, breakdown: dict | None, prov: dict
         bits = case["methods"]["chain"].get("check", {}).get("bit_equal_fraction")
         lines.append(f"{case['key']}: chain {t['stats']['chain']['median_ms']:.4g} ms, {r['chain']['median']:.3g}x "
                      f"native (paired median), {ratio_ind}, bit-equal fraction vs native {bits}")
+    judged = goals({"timing": timing_record})
+    count = tally(judged)
+    missed = [f"{g['goal']} ({g['measured']})" for g in judged if g["met"] is False]
+    lines.append(f"goals: {count['met']} of {count['judged']} met"
+                 + (f"; missed: {'; '.join(missed)}" if missed else "")
+                 + (f"; {count['not judged']} not judged (not timed)" if count["not judged"] else ""))
     if bits_record:
         n_ok, n = identical_count(bits_record["cases"])
         lines.append(f"bit identity: {n_ok}/{n} cases identical (output, mean, rstd) at "
-                     f"{bits_record['shape']}")
+                     f"{shape_key(bits_record['shape'])}")
     lines.append("Not shown here: other GPUs, other torch versions, non-float32 dtypes.")
     return lines
 
@@ -339,7 +365,8 @@ def page_headline(records: dict, summary: dict) -> str:
     if not t or "chain" not in t["stats"]:
         return f"chain not timed in the record {on_gpu(summary)}"
     chain = t["stats"]["chain"]["median_ms"]
-    parts = [f"chain {chain:.3g} ms at {case_name(case)}", f"{ratio(t['ratio_vs_baseline']['chain']['median'])} native"]
+    parts = [f"chain {chain:.3g} ms at {case_name(case)} under {PROTOCOL_NAMES['A']}",
+             f"{ratio(t['ratio_vs_baseline']['chain']['median'])} native"]
     inductor = t["stats"].get("inductor", {}).get("median_ms")
     if inductor:
         parts.append(f"{ratio(inductor / chain)} Inductor")

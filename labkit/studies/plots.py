@@ -27,10 +27,10 @@ def time_vs_shape(panels: list[tuple[str, dict | None, str]]):
     for ax, (title, rows, compiled_key) in zip(axes[0], kept):
         n = [r["n"] for r in rows]
         get = lambda proto, m: [((r.get(proto) or {}).get(m)) for r in rows]  # noqa: E731
-        _line(ax, n, get("eager", "native"), "o-", "torch eager (eager per call)")
-        _line(ax, n, get("eager", "dropin"), "s-", "drop-in (eager per call)")
-        _line(ax, n, get("graph", "dropin"), "s--", "drop-in (graph replay)")
-        _line(ax, n, get(compiled_key, "native_compiled"), "^", "torch.compile (eager per call)")
+        _line(ax, n, get("eager", "native"), "o-", "torch eager, eager per call (protocol B)")
+        _line(ax, n, get("eager", "dropin"), "s-", "drop-in, eager per call (protocol B)")
+        _line(ax, n, get("graph", "dropin"), "s--", "drop-in, graph replay (protocol A)")
+        _line(ax, n, get(compiled_key, "native_compiled"), "^", "torch.compile, eager per call (protocol B)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title(f"{title}, 2^24 float32 values", fontsize=10)

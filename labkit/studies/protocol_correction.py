@@ -411,6 +411,8 @@ def post_rows(report: AuditReport) -> list[dict]:
     return post.compare_rows([
         ("protocol.atol", check.ATOL, "labkit.records.check.ATOL, used by every check record"),
         ("protocol.rtol", check.RTOL, "labkit.records.check.RTOL, used by every check record"),
-        ("protocol.audit.result_files", s["runs"], "here: committed GPU runs audited now (data/runs)"),
-        ("protocol.audit.error_ratios", s["records"], "here: saved check records audited now, one ratio each"),
+        ("protocol.audit.result_files", s["runs"], "not the same thing counted: the post's local result files; "
+                                                   "here the committed GPU runs (data/runs) audited at build time"),
+        ("protocol.audit.error_ratios", s["records"], "not the same records: the post's saved error ratios; here the "
+                                                      "saved check records of those runs, one ratio each"),
     ], here="audit of the committed runs, computed when the book was built")

@@ -534,9 +534,9 @@ def verdict(record: dict | None, provenance: dict | None, source: str) -> str:
         return f"No timing run ({source}), so this notebook supports no speed claim. Nothing here was measured."
     prov = provenance or {}
     lines = [_run_line(source, record, prov)]
-    for protocol, what in (("A", "graph replay"), ("B", "eager, L2 flushed")):
+    for protocol in ("A", "B"):
         if protocol in record["protocols"]:
-            lines.append(f"Protocol {protocol} ({what}):")
+            lines.append(f"{bench.PROTOCOL_NAMES[protocol][0].upper()}{bench.PROTOCOL_NAMES[protocol][1:]}:")
             lines += ["- " + _case_line(case, protocol) for case in record["cases"]]
     for case in (c for c in record["cases"] if tuple(c["shape"]) == UNEVEN_SHAPE):
         for protocol in (p for p in ("A", "B") if case["timing"].get(p)):
@@ -630,13 +630,13 @@ def page_headline(records: dict, summary: dict) -> str:
     ratios = t["ratio_vs_baseline"]
     timed = [m for m in t["stats"] if m != "native"]
     identical = [m for m in timed if (case["methods"][m].get("check") or {}).get("bit_equal_fraction") == 1.0]
-    parts = [f"at {case_name(case)} native {native:.3g} ms"]
+    parts = [f"at {case_name(case)} under {bench.PROTOCOL_NAMES['A']}: native {native:.3g} ms"]
     if identical:
         best = max(identical, key=lambda m: ratios[m]["median"])
-        parts.append(f"fastest bit-identical: {best} {ratio(ratios[best]['median'])}")
+        parts.append(f"fastest bit-identical: {best} {ratio(ratios[best]['median'])} native")
     if timed:
         best = max(timed, key=lambda m: ratios[m]["median"])
         if best not in identical:
-            parts.append(f"fastest passing the official check: {best} {ratio(ratios[best]['median'])} "
+            parts.append(f"fastest passing the official check: {best} {ratio(ratios[best]['median'])} native "
                          "(not bit-identical)")
     return "; ".join(parts) + f" {on_gpu(summary)}"

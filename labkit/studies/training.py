@@ -424,8 +424,8 @@ def _us(v):
 
 
 def speed_rows(sweep_record: dict | None) -> list[dict]:
-    """Per shape: forward + backward medians (us) of torch eager, the drop-in, and both compiled, eager per call
-    (protocol B, L2 flushed) and the drop-in under graph replay (protocol A); ratios native / drop-in per protocol."""
+    """Per shape: forward + backward medians (us) of torch eager, the drop-in, and both compiled, eager per call,
+    L2 flushed (protocol B) and the drop-in under graph replay (protocol A); ratios native / drop-in per protocol."""
     rows = []
     for r in (sweep_record or {}).get("shapes", []):
         e, g = r.get("eager") or {}, r.get("graph") or {}
@@ -549,68 +549,99 @@ def page_headline(records: dict, s: dict) -> str:
     t = s.get("training")
     if not t or t.get("l1_40_fwdbwd_ms") is None:
         return f"training: no forward + backward timing in the record {on_gpu(s)}"
+    from labkit.studies.bench import PROTOCOL_NAMES
+
     comp = t.get("l1_40_compiled_fwdbwd_ms")
-    vs = f", {ratio(comp / t['l1_40_fwdbwd_ms'])} torch.compile (eager per call)" if comp else ""
-    return (f"L1/40 forward + backward {t['l1_40_fwdbwd_ms']:.3g} ms eager per call{vs}; backward bits "
+    vs = f", {ratio(comp / t['l1_40_fwdbwd_ms'])} torch.compile" if comp else ""
+    return (f"L1/40 forward + backward under {PROTOCOL_NAMES['B']}: {t['l1_40_fwdbwd_ms']:.3g} ms{vs}; backward bits "
             f"{t['backward_identical']}, model steps {t['model_steps_identical']} identical {on_gpu(s)}")
 
 
-def _met(ok) -> str:
-    return "met" if ok else "missed"
+COMPILE_RATIO_GOAL, NATIVE_RATIO_GOAL, ORDINARY_GRAPH_GOAL, FLOOR_GOAL = 1.2, 22, 1.3, 1.15  # issue 22's goals
+
+
+def goals(records: dict) -> list[dict]:
+    """Issue 22's goals judged on a `training` run (labkit.studies.goals): L1/40's forward + backward time and its
+    ratios to torch.compile and torch eager, the worst ratios over shapes, the host cost per call, the fuzz, and
+    the backward's floors. [] without a `training_sweep` record."""
+    from labkit.studies.bench import PROTOCOL_NAMES
+    from labkit.studies.goals import HOST, beside, goal
+
+    t = training_block(records)
+    if not t:
+        return []
+    eager, graph = PROTOCOL_NAMES["B"], PROTOCOL_NAMES["A"]
+    l1, comp, nat = t["l1_40_fwdbwd_ms"], t["l1_40_compiled_fwdbwd_ms"], t["l1_40_native_fwdbwd_ms"]
+    vs_comp, vs_nat = (comp / l1 if comp and l1 else None), (nat / l1 if nat and l1 else None)
+    worst, ordinary = t["fwdbwd_worst_ratio_vs_native"], t["ordinary_fwdbwd_worst_vs_native_graph"]
+    fz = t["fuzz"]
+    out = [goal("L1/40 forward + backward", f"{beside(l1, L1_40_FWDBWD_GOAL_MS, 'ms')} ({graph}: "
+                f"{_fmt(t['l1_40_graph_fwdbwd_ms'])} ms)", f"<= {L1_40_FWDBWD_GOAL_MS} ms",
+                None if l1 is None else l1 <= L1_40_FWDBWD_GOAL_MS, eager, "L1/40 forward + backward",
+                beside(l1, L1_40_FWDBWD_GOAL_MS, "ms")),
+           goal("L1/40 vs torch.compile", f"{_fmt(comp)} ms: {beside(vs_comp, COMPILE_RATIO_GOAL)}",
+                f">= {COMPILE_RATIO_GOAL}x", None if vs_comp is None else vs_comp >= COMPILE_RATIO_GOAL, eager,
+                "L1/40 x torch.compile"),
+           goal("L1/40 vs eager native", f"{_fmt(nat)} ms: {beside(vs_nat, NATIVE_RATIO_GOAL)}",
+                f">= {NATIVE_RATIO_GOAL}x", None if vs_nat is None else vs_nat >= NATIVE_RATIO_GOAL, eager,
+                "L1/40 x torch eager", beside(vs_nat, NATIVE_RATIO_GOAL)),
+           goal(f"worst x native where native >= {NATIVE_FLOOR_MS * 1e3:.0f} us",
+                f"{beside(worst, 1.0)} at {t['fwdbwd_worst_shape']}", ">= 1.0x", None if worst is None else worst >= 1,
+                eager, f"worst x torch eager where torch takes >= {NATIVE_FLOOR_MS * 1e3:.0f} us"),
+           goal("ordinary shapes, worst x native", beside(ordinary, ORDINARY_GRAPH_GOAL), f">= {ORDINARY_GRAPH_GOAL}x",
+                None if ordinary is None else ordinary >= ORDINARY_GRAPH_GOAL, graph,
+                "worst x torch eager at ordinary shapes"),
+           goal("host at a tiny shape (torch's kernels, handed off)",
+                f"forward with grad {_fmt(t['host_us_fwd_grad'])} us vs torch {_fmt(t['torch_host_us_fwd_grad'])}; "
+                f"backward {_fmt(t['host_us_bwd'])} vs {_fmt(t['torch_host_us_bwd'])}", "within 10 us each",
+                _within(t, "fwd_grad", 10) and _within(t, "bwd", 10), HOST, "at a tiny shape, with grad"),
+           goal("no grad at the tiny shape (torch's kernel serves)",
+                f"{_fmt(t.get('host_us_nograd'))} us vs torch {_fmt(t.get('torch_host_us_nograd'))}", "within 3 us",
+                _within(t, "nograd", 3), HOST, "at a tiny shape, no grad"),
+           _host_ours_goal(t),
+           goal("bits and fuzz", f"backward {t['backward_identical']}; model steps (losses, gradients, weights) "
+                f"{t['model_steps_identical']}; fuzz {fz['cases']} cases, {fz['checks']} schedule checks, "
+                f"{fz['mismatches']} mismatch(es)", ">= 2,000 cases, 0 mismatches",
+                fz["cases"] >= 2000 and fz["mismatches"] == 0, None, "fuzz: 2,000 cases, no mismatch")]
+    for r in floor_rows(records.get("training_floor")):
+        out.append(goal(f"backward at {r['shape']} ({r['schedule']})",
+                        f"{beside(r['ours / floor'], FLOOR_GOAL)} its floor", f"<= {FLOOR_GOAL}x",
+                        r["ours / floor"] <= FLOOR_GOAL, graph, f"backward / floor at {r['shape']}",
+                        beside(r["ours / floor"], FLOOR_GOAL)))
+    return out
 
 
 def verdict_lines(records: dict, source: str) -> list[str]:
-    t = training_block(records)
-    if not t:
+    from labkit.studies.goals import goal_line
+
+    if not training_block(records):
         return [f"training: no GPU measurement to judge ({source})."]
-    l1, comp, nat = t["l1_40_fwdbwd_ms"], t["l1_40_compiled_fwdbwd_ms"], t["l1_40_native_fwdbwd_ms"]
-    lines = [f"training ({source}); ratios are eager per call (protocol B, L2 flushed) unless named:",
-             f"  L1/40 forward + backward {_fmt(l1)} ms (goal <= {L1_40_FWDBWD_GOAL_MS}: "
-             f"{_met(l1 is not None and l1 <= L1_40_FWDBWD_GOAL_MS)}); "
-             f"graph replay {_fmt(t['l1_40_graph_fwdbwd_ms'])} ms",
-             f"  vs torch.compile {_fmt(comp)} ms: {_fmt(comp / l1 if comp and l1 else None, '.2f')}x (goal >= 1.2x: "
-             f"{_met(comp and l1 and comp / l1 >= 1.2)})",
-             f"  vs eager native {_fmt(nat)} ms: {_fmt(nat / l1 if nat and l1 else None, '.1f')}x (goal >= 22x: "
-             f"{_met(nat and l1 and nat / l1 >= 22)})",
-             f"  worst eager x native where native >= 200 us: {_fmt(t['fwdbwd_worst_ratio_vs_native'], '.2f')}x at "
-             f"{t['fwdbwd_worst_shape']} (goal >= 1.0x: {_met((t['fwdbwd_worst_ratio_vs_native'] or 0) >= 1.0)})",
-             f"  ordinary shapes, graph replay, worst x native: {_fmt(t['ordinary_fwdbwd_worst_vs_native_graph'], '.2f')}"
-             f"x (goal >= 1.3x: {_met((t['ordinary_fwdbwd_worst_vs_native_graph'] or 0) >= 1.3)})",
-             f"  host at a tiny shape (torch's kernels, handed off): forward with grad {_fmt(t['host_us_fwd_grad'])} us vs torch {_fmt(t['torch_host_us_fwd_grad'])}"
-             f"; backward {_fmt(t['host_us_bwd'])} vs {_fmt(t['torch_host_us_bwd'])} (goal within 10 us each: "
-             f"{_met(_within(t, 'fwd_grad', 10) and _within(t, 'bwd', 10))})",
-             f"  no grad at the tiny shape (torch's kernel serves): {_fmt(t.get('host_us_nograd'))} us vs torch "
-             f"{_fmt(t.get('torch_host_us_nograd'))} (goal within 3 us: {_met(_within(t, 'nograd', 3))})",
-             *_host_ours_lines(t),
-             *_runner_lines(records.get("training_host")),
-             f"  bits: backward {t['backward_identical']}; model steps (losses, gradients, weights) "
-             f"{t['model_steps_identical']}; fuzz {t['fuzz']['cases']} cases, {t['fuzz']['checks']} schedule checks, "
-             f"{t['fuzz']['mismatches']} mismatch(es) (goal >= 2,000 cases, 0 mismatches: "
-             f"{_met(t['fuzz']['cases'] >= 2000 and t['fuzz']['mismatches'] == 0)})"]
-    for r in floor_rows(records.get("training_floor")):
-        lines.append(f"  backward at {r['shape']} ({r['schedule']}): {r['ours / floor']:.2f}x its floor (goal <= 1.15x: "
-                     f"{_met(r['ours / floor'] <= 1.15)})")
-    return lines
+    return [f"training ({source}):", *map(goal_line, goals(records)), *_runner_lines(records.get("training_host"))]
 
 
 GPU_BOUND_FACTOR = 1.5  # torch's no-grad call this much slower than at the tiny shape: the GPU is in the time
 
 
-def _host_ours_lines(t: dict) -> list[str]:
+def _host_ours_goal(t: dict) -> dict:
+    """The host cost where our kernels serve both directions, judged only where it is a host-only measure."""
+    from labkit.studies.goals import HOST, goal
+
     o = t.get("host_ours")
+    what = "host where our kernels serve both ways"
     if not o:
-        return ["  host where our kernels serve both directions: not measured in this run"]
+        return goal(what, "not measured in this run", "within 10 us each", None, HOST,
+                    "where our kernels serve both ways")
     times = (f"forward with grad {_fmt(o['ours_fwd_grad_us'])} us vs torch {_fmt(o['torch_fwd_grad_us'])}; backward "
              f"{_fmt(o['ours_bwd_us'])} vs {_fmt(o['torch_bwd_us'])}; no grad {_fmt(o['ours_nograd_us'])} vs "
              f"{_fmt(o['torch_nograd_us'])}")
     tiny = t.get("torch_host_us_nograd")
+    where = f"{what} ({o['shape']}, forward {o['forward_path']})"
     if tiny and o["torch_nograd_us"] > GPU_BOUND_FACTOR * tiny:
-        return [f"  per call where our kernels serve both ways ({o['shape']}, forward {o['forward_path']}): {times}; "
-                f"not a host-only measure (torch's own no-grad call takes {_fmt(o['torch_nograd_us'])} us here "
-                f"against {_fmt(tiny)} at the tiny shape, so GPU time is in it): the host goal is not judged here"]
+        return goal(where, f"{times}; not a host-only measure (torch's own no-grad call takes "
+                    f"{_fmt(o['torch_nograd_us'])} us here against {_fmt(tiny)} at the tiny shape, so GPU time is in "
+                    f"it)", "within 10 us each", None, HOST, "where our kernels serve both ways")
     ok = all(o[f"ours_{k}_us"] <= o[f"torch_{k}_us"] + 10 for k in ("fwd_grad", "bwd"))
-    return [f"  host where our kernels serve both ways ({o['shape']}, forward {o['forward_path']}): {times} "
-            f"(goal within 10 us each: {_met(ok)})"]
+    return goal(where, times, "within 10 us each", ok, HOST, "where our kernels serve both ways")
 
 
 def _runner_lines(host: dict | None) -> list[str]:

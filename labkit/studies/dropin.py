@@ -505,19 +505,23 @@ def protocol_picks(sweep_record: dict | None) -> list[dict]:
     what the run recorded, "graph" is the rule on the table's graph-replay scores) and what each pick measured in
     the same run, as torch's time / the pick's (x native) under that protocol — and the eager pick under graph
     replay, what a graph-captured model got before the rule knew the protocol."""
-    from labkit.core.device import Device
-    from labkit.ops import paths
-    from labkit.ops.dispatch import rule
+    from labkit.ops.dispatch import rule, tables
 
     if not sweep_record:
         return []
     d = sweep_record["device"]
-    dev = Device(d["name"], d["arch"], d["sm_count"], 227 * 1024, 65535)  # the rule reads name, arch and SM count
+    # the committed table of the run's GPU, never a table this machine's user tuned (README "Other GPUs")
+    table, _ = tables.committed(d["arch"], d["sm_count"])
+    if table is None:
+        return []
+    graph, _ = rule.protocol_scores(table, "graph")
     out = []
     for r in sweep_record["shapes"]:
         e, g = r.get("eager") or {}, r.get("graph") or {}
         offered = tuple(p for p in PATHS if e.get(p) and g.get(p))
-        gpick = rule.choose(r["rows"], r["n"], dev, offered, "graph")[0]
+        sc = {p: v for p, v in rule.scores_in(graph, r["rows"], r["n"], d["sm_count"]).items()
+              if p == "native" or p in offered}
+        gpick = rule.pick(sc)
         ratio = lambda t, p: t["native"] / t[p] if t.get("native") and t.get(p) else None  # noqa: E731
         out.append({"shape": r["key"], "eager pick": r["rule"], "x native, eager": ratio(e, r["rule"]),
                     "graph pick": gpick, "x native, graph replay": ratio(g, gpick),

@@ -184,11 +184,12 @@ def for_device(arch: int, sm_count: int, name: str | None = None, target: str | 
             return tuned, (f"dispatch table tuned on this GPU ({name}, sm_{arch}, {sm_count} SMs) by `labkit tune` "
                            f"at {tuned.RUN_ID.removeprefix('tuned ')}, read from {tuned.path}")
         stale = f"{tuned}; " if tuned else ""
-    table, which = _committed(arch, sm_count)
+    table, which = committed(arch, sm_count)
     return table, stale + which
 
 
-def _committed(arch: int, sm_count: int) -> tuple[object | None, str]:
+def committed(arch: int, sm_count: int) -> tuple[object | None, str]:
+    """(the committed table module or None, which and why) for an arch and SM count: for_device without tuning."""
     same_arch = [t for t in tables() if t.DEVICE["arch"] == arch]
     exact = [t for t in same_arch if t.DEVICE["sm_count"] == sm_count]
     if exact:

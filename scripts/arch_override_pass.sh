@@ -14,13 +14,7 @@ fi
 PARTS=${LABKIT_PASS:-tests run}
 OUT=${OUT:-build/override-pass}
 mkdir -p "$OUT" build
-if compgen -G ".whl/*.whl" > /dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        || exit 1
-    export PATH=/tmp/site/bin:$PATH JUPYTER_PATH=/tmp/site/share/jupyter PYTHONPATH=/tmp/site:$PWD
-else
-    export PYTHONPATH=$PWD
-fi
+source scripts/gpu_env.sh  # the carried notebook wheels and the import path
 export PYTHONUNBUFFERED=1 LABKIT_ARCH=${LABKIT_ARCH:-compute_80} LABKIT_CACHE_DIR=/tmp/labkit-ptx \
     LABKIT_TABLE_DIR=${LABKIT_TABLE_DIR:-/tmp/labkit-tables}
 if [[ " $PARTS " == *" tests "* ]]; then

@@ -18,13 +18,7 @@ PARTS=${LABKIT_PASS:-tests book steps}
 OUT=${OUT:-build/gpu-pass}
 BOOK=build/book-gpu
 mkdir -p "$OUT" build
-if compgen -G ".whl/*.whl" > /dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        || exit 1
-    export PATH=/tmp/site/bin:$PATH JUPYTER_PATH=/tmp/site/share/jupyter PYTHONPATH=/tmp/site:$PWD
-else
-    export PYTHONPATH=$PWD
-fi
+source scripts/gpu_env.sh  # the carried notebook wheels and the import path
 export PYTHONUNBUFFERED=1 LABKIT_CACHE_DIR=${LABKIT_CACHE_DIR:-/tmp/labkit-cubin}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/nvidia-smi.csv"
 if [[ " $PARTS " == *" tests "* ]]; then

@@ -460,8 +460,8 @@ def post_summary_html(results: list, infos: list) -> str:
 
 
 # The README's two commands and the GPU pass, as the reproduce box prints them (a test holds them to the README).
-BOOK_COMMAND = 'pip install -e ".[book]" && labkit book --out build/book'
-TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -q'
+BOOK_COMMAND = 'pip install -e ".[cuda13,book]" && labkit book --out build/book'
+TEST_COMMAND = 'pip install -e ".[cuda13,test]" && python -m pytest -q'
 GPU_COMMAND = "LABKIT_GIT_COMMIT=$(git rev-parse HEAD) LABKIT_GIT_DIRTY=false scripts/h200_pass.sh"
 
 

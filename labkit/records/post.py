@@ -101,6 +101,11 @@ DEPARTURES = (
      "post": "the no-affine + TorchScript-affine alternative was generally not bit-identical",
      "book": "the same alternative is timed and checked here; notebook 03's no-affine section shows where it is "
              "bit-identical on this torch and GPU (a finding, not a change of protocol)"},
+    {"notebooks": ("01_bit_identity", "06_kernel_definitions"), "follows": False,
+     "post": "its kernels were compiled with --std=c++11",
+     "book": "every kernel is compiled with --std=c++17 (labkit.core.compile.BASE_OPTIONS); "
+             "the language standard does not enter the arithmetic, and the bits are checked against torch either "
+             "way (notebooks 01 and 06)"},
     {"notebooks": ("09_layout_boundary",), "follows": False,
      "post": "144 ordinary correctness cases across 32/64/128 channels, not broken down per case in the text",
      "book": "its own grid of correctness cases, each listed (notebook 09 counts them); the two counts are not "

@@ -137,17 +137,35 @@ def merge_repeated(rows: list[dict]) -> list[dict]:
     return [{first[k]: r.get(k) for k in keys if k in first} for r in rows]
 
 
+def hoist_constant(rows: list[dict]) -> tuple[list[dict], dict]:
+    """(rows without the columns that hold one value in every row, {column: that value}): a table of MERGE_AT rows
+    or more says "shape 8x256, calls 10,000" once above it instead of in every row. At least two columns stay."""
+    if len(rows) < MERGE_AT:
+        return rows, {}
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    same = [k for k in keys if len({cell_text(r.get(k)) for r in rows}) == 1 and cell_text(rows[0].get(k)) != "—"]
+    if len(keys) - len(same) < 2:
+        same = same[:max(0, len(keys) - 2)]
+    if not same:
+        return rows, {}
+    return [{k: r.get(k) for k in keys if k not in same} for r in rows], {k: rows[0].get(k) for k in same}
+
+
 def show(rows: list[dict] | dict, columns: list[str] | None = None):
     """Display records (a list of dicts, or one dict as key/value rows) as a table, repeated columns merged
-    (merge_repeated); one of more than FOLD_OVER rows folded behind its `fold_summary`, so a page reads as answers
-    with the evidence one click away."""
+    (merge_repeated) and columns of one value said once above it (hoist_constant); one of more than FOLD_OVER rows
+    folded behind its `fold_summary`, so a page reads as answers with the evidence one click away."""
     rows = _rows(rows)
+    common: dict = {}
     if columns is None:
-        rows = merge_repeated(rows)
+        rows, common = hoist_constant(merge_repeated(rows))
     table = table_html(rows, columns)
     if len(rows) > FOLD_OVER:
         table = f"<details class='labkit-fold'><summary>{html.escape(fold_summary(rows))}</summary>{table}</details>"
-    _display(table, table_text(rows, columns))
+    said = "; ".join(f"{k}: {cell_text(v)}" for k, v in common.items())
+    if said:
+        table = f"<p class='labkit-common'>Every row: {html.escape(said)}</p>{table}"
+    _display(table, (f"every row: {said}\n" if said else "") + table_text(rows, columns))
 
 
 COMPARABLE_UNITS = ("ms", "us", "x", "GB/s")  # times and speedups: a ratio of two of them means something

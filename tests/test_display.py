@@ -151,3 +151,15 @@ def test_three_figures_everywhere_but_a_near_miss_of_a_small_whole_number(value,
     from labkit.display import cell_text
 
     assert cell_text(value) == text
+
+
+def test_a_column_of_one_value_is_said_once_above_the_table():
+    from labkit.display import hoist_constant
+
+    rows = [{"call": c, "us": u, "shape": "8x256", "calls": 10000} for c, u in (("torch", 12.3), ("ours", 11.8),
+                                                                                 ("op", 20.1))]
+    kept, common = hoist_constant(rows)
+    assert common == {"shape": "8x256", "calls": 10000} and kept[0] == {"call": "torch", "us": 12.3}
+    assert hoist_constant(rows[:2]) == (rows[:2], {})  # two rows: nothing said for every row
+    two = [{"a": 1, "b": 2}] * 3
+    assert hoist_constant(two) == (two, {})  # at least two columns stay

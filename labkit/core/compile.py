@@ -105,18 +105,14 @@ def kernel_sources(kernel: str) -> tuple[str, dict[str, str]]:
     return text, headers
 
 
-def _digest(*parts: str | bytes) -> str:
+def digest(*parts: str | bytes) -> str:
+    """SHA-256 of `parts`, each length-prefixed (so ("ab", "c") and ("a", "bc") differ): the cache keys' hash."""
     h = hashlib.sha256()
     for part in parts:
         data = part.encode() if isinstance(part, str) else part
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
     return h.hexdigest()
-
-
-def digest(*parts: str | bytes) -> str:
-    """SHA-256 of `parts`, each length-prefixed (so ("ab", "c") and ("a", "bc") differ): the cache keys' hash."""
-    return _digest(*parts)
 
 
 def sources_digest() -> str:
@@ -126,7 +122,7 @@ def sources_digest() -> str:
     for k in available_kernels():
         text, headers = kernel_sources(k)
         parts += [k, text, *(f"{h}\n{t}" for h, t in headers.items())]
-    return _digest(*parts)
+    return digest(*parts)
 
 
 def cache_dir() -> Path:
@@ -143,8 +139,8 @@ def _read_entry(path: Path, ptx: bool = False) -> bytes | None:
     head = len(_MAGIC) + 64
     if len(blob) <= head or not blob.startswith(_MAGIC):
         return None
-    digest, payload = blob[len(_MAGIC):head].decode("ascii", "replace"), blob[head:]
-    if hashlib.sha256(payload).hexdigest() != digest or payload.startswith(b"\x7fELF") == ptx:
+    stored, payload = blob[len(_MAGIC):head].decode("ascii", "replace"), blob[head:]
+    if hashlib.sha256(payload).hexdigest() != stored or payload.startswith(b"\x7fELF") == ptx:
         return None
     return payload
 
@@ -184,8 +180,8 @@ def compile_kernel(kernel: str, arch: str | None = None, extra_options: tuple[st
     options = BASE_OPTIONS + (f"--gpu-architecture={arch}",) + tuple(extra_options)
     source, headers = kernel_sources(kernel)
     version = nvrtc_version()
-    source_sha = _digest(source, *(headers[n] for n in headers))
-    key = _digest(source_sha, repr(options), repr(version), arch)
+    source_sha = digest(source, *(headers[n] for n in headers))
+    key = digest(source_sha, repr(options), repr(version), arch)
     path = cache_dir() / f"{kernel}-{key[:32]}.cubin"
     cubin = _read_entry(path, ptx)
     hit = cubin is not None
@@ -203,7 +199,7 @@ def compile_kernel(kernel: str, arch: str | None = None, extra_options: tuple[st
 
 
 def cache_path(record: CompileRecord) -> Path:
-    key = _digest(record.source_sha256, repr(record.options), repr(record.nvrtc_version), record.arch)
+    key = digest(record.source_sha256, repr(record.options), repr(record.nvrtc_version), record.arch)
     return cache_dir() / f"{record.kernel}-{key[:32]}.cubin"
 
 

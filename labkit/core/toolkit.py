@@ -84,7 +84,8 @@ def installed_versions() -> tuple[str | None, str | None, str | None]:
 
 
 def _nvrtc() -> str | None:
-    """NVRTC's version as "major.minor", or None when CuPy or NVRTC is missing."""
+    """NVRTC's version as "major.minor", or None when CuPy or NVRTC is missing (read here, not through
+    labkit.core.compile.nvrtc_version, which runs check_match first)."""
     try:
         from cupy_backends.cuda.libs import nvrtc
     except ImportError:

@@ -72,6 +72,23 @@ def test_both_row_sum_schedules_keep_the_bits(shape, schedule):
     _compare(shape, schedule)
 
 
+@pytest.mark.parametrize("split", [1, 2, 4, 8, 16])
+def test_every_chain_split_keeps_the_bits(split):
+    """Each grad_chain_sums entry point (32 / S chains per block), at the most rows that take it on this GPU and
+    a step count that leaves every split a ragged last stage (37 steps of 512)."""
+    from labkit.core.device import device_info
+    from labkit.ops import backward
+
+    dev = device_info(0)
+    rows = max(r for r in range(1, dev.sm_count + 1) if backward.chain_split(r, dev) == split) \
+        if any(backward.chain_split(r, dev) == split for r in range(1, dev.sm_count + 1)) else None
+    if rows is None:
+        pytest.skip(f"no row count takes split {split} on {dev.sm_count} SMs")
+    assert backward.plan(rows, 512 * 37, dev, "chain").sums.function == f"grad_chain_sums_s{split}"
+    _compare((rows, 512 * 37), "chain")
+    _compare((rows, 512 * 37), "chain", affine="none", seed=1)
+
+
 @pytest.mark.parametrize("kind", ["nonfinite", "zero_dy", "zero_gamma"])
 @pytest.mark.parametrize("affine", ["both", "weight", "none"])
 def test_edge_values_and_affines(kind, affine):

@@ -121,7 +121,7 @@ def test_sanitizer_argv_filters_our_kernels():
     assert argv[:2] == ["compute-sanitizer", "--tool=racecheck"] and argv[-2:] == ["python", "t.py"]
     pattern = argv[argv.index("--kernel-name") + 1].removeprefix("kre=")
     for ours in ("chain_stats_tma", "rows_fused_reg8", "reference_order_stats", "affine_columns", "ring_ok",
-                 "split_affine_interleaved", "nchw_rms_s1_v4", "rows_mean_abs", "grad_row_sums", "grad_chain_sums",
+                 "split_affine_interleaved", "nchw_rms_s1_v4", "rows_mean_abs", "grad_row_sums", "grad_chain_sums_s4",
                  "grad_rows_fused_reg4", "grad_columns_g32"):
         assert re.fullmatch(pattern, ours)
     for theirs in ("vectorized_layer_norm_kernel", "distribution_elementwise_grid_stride_kernel", "rows_other",

@@ -2,8 +2,8 @@
 them on its vectorized path, on a schedule that reads x and dy twice where torch reads them three times.
 
 Two launches (labkit.core.launch Kernels, planned from (rows, n, device)), in one of three schedules:
-- "chain" (few long rows): the row sums of torch's dX kernel with a row's 128 chains spread over four blocks fed
-  by tensor maps (kernels/grad_chain_sums.cu), then kernels/grad_columns.cu: dX, dgamma and dbeta from one more
+- "chain" (few long rows): the row sums of torch's dX kernel with a row's 128 chains spread over 4 * S blocks fed
+  by tensor maps (kernels/grad_chain_sums.cu; S, the split, as many as fit one wave: `chain_split`), then kernels/grad_columns.cu: dX, dgamma and dbeta from one more
   read of x and dy, in the order of torch's GammaBetaBackwardCUDAKernelTemplate for this (rows, N)
   (`gamma_beta_template`);
 - "rows" (wide rows, where that template's grid of N/32 column blocks fills the GPU): torch's one 128-thread
@@ -33,7 +33,8 @@ PATH = "grad"
 KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns")
 MIN_ARCH = 80  # grad_row_sums and grad_columns; the chain schedule needs tensor maps (sm_90)
 SUMS_THREADS = 128  # torch's num_threads() for the dX kernel
-CHAIN_STEPS, CHAIN_STAGES = 32, 4  # kernels/grad_chain_sums.cu's defaults
+CHAIN_SPLITS = (1, 2, 4, 8, 16)  # kernels/grad_chain_sums.cu's entry points: 32 / S chains per block
+CHAIN_SMEM = 4 * 3 * 32 * 512  # its ring, whatever the split: 192 KiB per block
 COLUMN_THREADS = 256  # kernels/grad_columns.cu: (256 / G float4 columns) x G groups
 SCHEDULES = ("auto", "chain", "rows", "split")
 FUSED_VECTORS = (2, 4, 8)  # kernels/grad_rows_fused.cu's entry points: float4 vectors of x and dy kept per thread
@@ -74,7 +75,7 @@ class GradPlan:
     columns: Kernel
     template: GammaBetaTemplate
     tensor_map: TensorMapGeometry | None  # chain: x and dy as [rows][steps][4 warps][128 floats]
-    scratch: Scratch                     # s1, s2 [rows]; chain: warp sums [rows, 4, 2], then row counters (zeroed)
+    scratch: Scratch                     # s1, s2 [rows]; chain: chain sums [rows, 128, 2], then row counters (zeroed)
     path: str = PATH
 
     def program(self, device_index: int) -> Program:
@@ -126,6 +127,18 @@ def plannable(rows: int, n: int, device: Device) -> dict:
     return out
 
 
+def chain_steps(split: int) -> int:
+    """Steps per stage of grad_chain_sums_s<split> (its GradGeometry::kSteps): the tensor maps' box."""
+    return 32 * split if split <= 4 else 128
+
+
+def chain_split(rows: int, device: Device) -> int:
+    """The largest split that keeps the sums in one wave (one block per SM: the ring fills its shared memory),
+    at least 1: 4 * S * rows <= SMs."""
+    fits = [s for s in CHAIN_SPLITS if 4 * s * rows <= device.sm_count]
+    return fits[-1] if fits else 1
+
+
 def fused_function(n: int) -> str:
     """grad_rows_fused's entry point with the fewest registers that keeps a whole row (else the largest)."""
     n4 = n // 4
@@ -154,13 +167,16 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto") -> GradPlan:
         if rows > device.max_grid_y:
             raise ValueError(f"the chain schedule puts rows in grid.y, which holds at most {device.max_grid_y} "
                              f"(got rows={rows})")
-        smem = CHAIN_STAGES * 3 * CHAIN_STEPS * 512
+        smem = CHAIN_SMEM
         if smem > device.smem_optin_bytes:
             raise ValueError(f"the chain schedule needs {smem} bytes of shared memory per block, the device "
                              f"allows {device.smem_optin_bytes}")
-        sums = Kernel("grad_chain_sums", "grad_chain_sums", (4, rows), (64,), smem)
-        geometry = TensorMapGeometry((128, 4, n // 512, rows), (512, 2048, 4 * n), (128, 1, CHAIN_STEPS, 1))
-        scratch = Scratch(sums_bytes + 36 * rows, zeroed_at=sums_bytes + 32 * rows, zeroed_bytes=4 * rows)
+        split = chain_split(rows, device)
+        sums = Kernel("grad_chain_sums", f"grad_chain_sums_s{split}", (4 * split, rows), (64,), smem)
+        seg = 512 // split  # bytes of one block's chains in one step
+        geometry = TensorMapGeometry((128 // split, 4 * split, n // 512, rows), (seg, 2048, 4 * n),
+                                     (128 // split, 1, chain_steps(split), 1))
+        scratch = Scratch(sums_bytes + 1028 * rows, zeroed_at=sums_bytes + 1024 * rows, zeroed_bytes=4 * rows)
     elif schedule == "rows":
         sums = Kernel("grad_row_sums", "grad_row_sums", (rows,), (SUMS_THREADS,))
         geometry, scratch = None, Scratch(sums_bytes)

@@ -57,14 +57,20 @@ COMPILED_SWEEP_ROWS = (1, 16, 256, 4096, 65536)
 
 
 def _compiled(x, w, b, eps):
-    """nn.LayerNorm's functional and the drop-in's, compiled for this shape (static), as a user compiles a model."""
+    """nn.LayerNorm's functional and the drop-in's, compiled for this shape (static), as a user compiles a model.
+    Dynamo's caches are reset first and shapes held static: both lambdas share their code objects with the previous
+    shape's, and a second shape would otherwise recompile them with dynamic shapes (automatic dynamic), timing a
+    generic kernel no user with one shape gets."""
     import torch
+    import torch._dynamo
 
     from labkit import layer_norm
 
     ns = tuple(w.shape)
-    native = torch.compile(lambda x, w, b: torch.nn.functional.layer_norm(x, ns, w, b, eps), fullgraph=True)
-    ours = torch.compile(lambda x, w, b: layer_norm(x, ns, w, b, eps), fullgraph=True)
+    torch._dynamo.reset()
+    native = torch.compile(lambda x, w, b: torch.nn.functional.layer_norm(x, ns, w, b, eps), fullgraph=True,
+                           dynamic=False)
+    ours = torch.compile(lambda x, w, b: layer_norm(x, ns, w, b, eps), fullgraph=True, dynamic=False)
     return {"native_compiled": lambda: native(x, w, b), "dropin_compiled": lambda: ours(x, w, b)}
 
 

@@ -1,98 +1,119 @@
 // The two row sums of torch's LayerNorm dX for few, long rows: torch's 128 per-thread chains of a row spread over
-// 4 * S blocks (S = 1, 2, 4: 32 / S chains each), fed by tensor-map copies of x, dy and gamma, then torch's
+// 4 * S blocks (S = 1 or 2: 32 / S chains each), fed by tensor-map copies of x, dy and gamma, then torch's
 // WarpReduceSum and BlockReduceSum order over all 128 chains in the row's last block.
 //
-// Why a block has prep warps: a chain's only dependent work per element is one FADD (s1) and one FFMA (s2); the
-// rest of torch's push (dy * gamma, x - mean, their product) depends on no earlier element. One warp doing all of
-// it issues about 25 instructions per 4 elements and runs ~8.6 cycles per element, issue-bound. Two prep warps
-// compute gp = dy * gamma and prod = gp * (x - mean) for each landed stage, in place (gp over dy, prod over x),
-// so the chain warp issues 2 shared loads and 8 dependent operations per 4 elements and runs at the chains'
-// dependence (4 cycles per element). Same roundings, same order: the bits are the same.
-// Why S: with the chains at their dependence, 32 chains on one SM ask ~96 bytes per cycle of x, dy and gamma,
-// more than an SM's path from L2 carries; S splits a warp's chains over S blocks (adjacent columns: each copy
-// row is 512 / S contiguous bytes).
+// Why S: with up to 16 rows, four blocks per row leave SMs idle and give each SM 32 chains' bytes; S = 2 puts a
+// warp's chains on two SMs (adjacent columns: each copy row is 256 contiguous bytes). Measured on the H200 at
+// 1-16 rows of 2^20-2^24 (torch 2.11): S = 2 is 5-10% faster than S = 1; S = 4, 8, 16 were 2-4x slower (their
+// stages unrolled 128 steps); a block whose chain warp only accumulated, with prep warps computing dy * gamma
+// and its product with x - mean in place, was 2x slower (the ring's shared memory traffic doubles). What sets the
+// pace here is one warp's issue of torch's push (~34 cycles per step of 4 elements, against the 16 of its
+// dependent FADD/FFMA chain), not DRAM.
 //
 // Contract kept: each chain is torch's thread t = 32 * warp + lane of layer_norm_grad_input_kernel_vectorized,
-// pushing the components of float4 vectors t, t+128, ... in order (grad_ln.cuh's grad_push, split into
-// grad_push_prep and grad_push_chain). Blocks write each chain's two sums; the row's last block gives lane l of
-// its warp chain 32 * w + l of each warp w, so grad_warp_sum forms WarpReduceSum's tree exactly as in torch, then
-// grad_block_sum4 BlockReduceSum's second step over w0..w3. Which block runs a chain changes nothing in its
-// order. Requirement (the plan checks it): N a multiple of 512, so every chain has the same number of steps.
+// pushing the components of float4 vectors t, t+128, ... in order (grad_ln.cuh's grad_push). Blocks write each
+// chain's two sums; the row's last block gives lane l of its warp chain 32 * w + l of each warp w, so
+// grad_warp_sum forms WarpReduceSum's tree exactly as in torch, then grad_block_sum4 BlockReduceSum's second step
+// over w0..w3. Which block runs a chain changes nothing in its order. Requirement (the plan checks it): N a
+// multiple of 512, so every chain has the same number of steps.
 #include "async_copy.cuh"
 #include "grad_ln.cuh"
 
 namespace {
-constexpr int kSteps = 32;       // steps per stage: one tensor copy of kSteps x (512 / S) bytes per array
-constexpr int kAhead = 4;        // steps read from shared memory ahead of the one being accumulated
-constexpr int kPrepThreads = 64;  // two prep warps
-static_assert(kSteps % kAhead == 0, "a stage must hold a whole number of prefetch windows");
-
+// Steps per stage and ring depth per split: every split keeps 4 stages of 48 KiB or more in flight (192 KiB of
+// shared memory per block); a stage is one tensor copy of kSteps x (512 / S) bytes per array (x, dy, gamma).
 template <int S>
 struct GradGeometry {
-    static constexpr int kChains = 32 / S;               // chains (lanes that push) per block
-    static constexpr int kStages = 4 * S;                // 192 KiB of ring whatever S
+    static constexpr int kChains = 32 / S;                  // chains (lanes that push) per block
+    static constexpr int kSteps = 32 * S;
+    static constexpr int kStages = 4;
     static constexpr int kArrayBytes = kSteps * 512 / S;
-    static constexpr int kStageBytes = 3 * kArrayBytes;  // x (then prod), dy (then gp), gamma
+    static constexpr int kStageBytes = 3 * kArrayBytes;
+    static constexpr int kAhead = 4;  // steps read from shared memory ahead of the one being accumulated
+    static_assert(kSteps % kAhead == 0, "a stage must hold a whole number of prefetch windows");
 };
 }  // namespace
 
-// The part of grad_push that no earlier element feeds: gp = dy * gamma and prod = gp * (x - mean), rounded as
-// torch rounds them.
-__device__ __forceinline__ void grad_push_prep(float& prod, float& gp, float x, float dy, float g, float mean) {
-    gp = __fmul_rn(dy, g);
-    prod = __fmul_rn(gp, __fsub_rn(x, mean));
+struct GradSlot {
+    const float4* x;  // this lane's float4 of step 0 in the slot; step s is kChains * s further
+    const float4* dy;
+    const float4* g;
+};
+
+template <int S>
+__device__ __forceinline__ GradSlot grad_slot(const unsigned char* ring, int slot, int lane) {
+    using G = GradGeometry<S>;
+    const float4* base = reinterpret_cast<const float4*>(ring + slot * G::kStageBytes) + lane;
+    return GradSlot{base, base + G::kArrayBytes / 16, base + 2 * G::kArrayBytes / 16};
 }
 
-// The chain's part: s1 += gp (FADD), s2 = fma(rstd, prod, s2).
-__device__ __forceinline__ void grad_push_chain4(float& s1, float& s2, float4 prod, float4 gp, float rstd) {
-    s1 = __fadd_rn(s1, gp.x);
-    s2 = __fmaf_rn(rstd, prod.x, s2);
-    s1 = __fadd_rn(s1, gp.y);
-    s2 = __fmaf_rn(rstd, prod.y, s2);
-    s1 = __fadd_rn(s1, gp.z);
-    s2 = __fmaf_rn(rstd, prod.z, s2);
-    s1 = __fadd_rn(s1, gp.w);
-    s2 = __fmaf_rn(rstd, prod.w, s2);
+template <int S>
+__device__ __forceinline__ void grad_read(float4& vx, float4& vd, float4& vg, GradSlot at, int step) {
+    constexpr int c = GradGeometry<S>::kChains;
+    vx = at.x[c * step];
+    vd = at.dy[c * step];
+    vg = at.g[c * step];
 }
 
-// grid: (4 * S, rows) — blockIdx.x is the row's segment (torch's warp blockIdx.x / S, its chains from
-// (blockIdx.x % S) * 32 / S), blockIdx.y the row; block: 128 threads (warp 0 runs the chains, warp 1 produces,
-// warps 2-3 prep). Dynamic shared memory: kStages * kStageBytes.
+// One stage: on entry the q arrays hold its first kAhead steps; on exit, the next stage's (after waiting on the
+// next slot's full barrier; after the last stage the producer completes that barrier without data).
+template <int S, bool kPartial>
+__device__ __forceinline__ void grad_stage(float& s1, float& s2, float4 (&qx)[GradGeometry<S>::kAhead],
+                                           float4 (&qd)[GradGeometry<S>::kAhead],
+                                           float4 (&qg)[GradGeometry<S>::kAhead], GradSlot cur, GradSlot next,
+                                           unsigned next_full, unsigned next_parity, int valid, float m, float r) {
+    using G = GradGeometry<S>;
+    constexpr int kAhead = G::kAhead;
+#pragma unroll
+    for (int j = 0; j < G::kSteps; ++j) {
+        const float4 vx = qx[j % kAhead], vd = qd[j % kAhead], vg = qg[j % kAhead];
+        const int ahead = j + kAhead;
+        if (ahead < G::kSteps) {
+            grad_read<S>(qx[j % kAhead], qd[j % kAhead], qg[j % kAhead], cur, ahead);
+        } else {
+            if (ahead == G::kSteps) mbar_wait(next_full, next_parity);
+            grad_read<S>(qx[j % kAhead], qd[j % kAhead], qg[j % kAhead], next, ahead - G::kSteps);
+        }
+        if (!kPartial || j < valid) grad_push4(s1, s2, vx, vd, vg, m, r);
+    }
+}
+
+// grid: (4 * S, rows) — blockIdx.x is the row's segment (torch's warp blockIdx.x / S, chains from
+// (blockIdx.x % S) * 32 / S of it), blockIdx.y the row; block: 64 threads (warp 0 runs the chains, warp 1
+// produces). Dynamic shared memory: kStages * kStageBytes.
 template <int S>
 __device__ __forceinline__ void grad_chain_sums(
     const TensorMap128& x_map,   // x as [rows][steps][4 S segments][128 / S floats], innermost first
     const TensorMap128& dy_map,  // dy, the same layout
     const TensorMap128& g_map,   // gamma as one such row (ones when the forward had no weight)
-    const float* __restrict__ mean,   // [rows]
-    const float* __restrict__ rstd,   // [rows]
-    float* __restrict__ chain_sums,   // [rows, 128, 2] scratch: each chain's two sums
-    unsigned* __restrict__ row_done,  // [rows] zero on entry; the last block resets it to zero
-    float* __restrict__ s1_out,       // [rows]
-    float* __restrict__ s2_out,       // [rows]
-    int n) {                          // normalized size, a multiple of 512
+    const float* __restrict__ mean,     // [rows]
+    const float* __restrict__ rstd,     // [rows]
+    float* __restrict__ chain_sums,     // [rows, 128, 2] scratch: each chain's two sums
+    unsigned* __restrict__ row_done,    // [rows] zero on entry; the last block resets it to zero
+    float* __restrict__ s1_out,         // [rows]
+    float* __restrict__ s2_out,         // [rows]
+    int n) {                            // normalized size, a multiple of 512
     using G = GradGeometry<S>;
-    constexpr int kStages = G::kStages, kChains = G::kChains;
+    constexpr int kStages = G::kStages, kSteps = G::kSteps;
     extern __shared__ __align__(128) unsigned char ring[];
-    // full: the copies landed; ready: prepped (prod over x, gp over dy); empty: the chain warp is done with it
-    __shared__ unsigned long long full[kStages], ready[kStages], empty[kStages];
+    __shared__ unsigned long long full[kStages], empty[kStages];
 
     const int seg = blockIdx.x;
     const int row = blockIdx.y;
     const int steps = n / 512;
     const int stages = (steps + kSteps - 1) / kSteps;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31;
 
     if (threadIdx.x == 0) {
         for (int i = 0; i < kStages; ++i) {
-            mbar_init(&full[i], 1);              // the producer's expect_tx arrive, then the copies' bytes
-            mbar_init(&ready[i], kPrepThreads);  // every prep thread, after its stores
-            mbar_init(&empty[i], 32);            // the chain warp's lanes, each after its own reads
+            mbar_init(&full[i], 1);    // the producer's expect_tx arrive, then the copies' bytes
+            mbar_init(&empty[i], 32);  // the consumer warp's lanes, each after its own reads
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
 
-    if (warp == 1) {  // producer
+    if (threadIdx.x >= 32) {
         if (lane == 0) {
             for (int st = 0; st < stages; ++st) {
                 const int slot = st % kStages;
@@ -105,8 +126,7 @@ __device__ __forceinline__ void grad_chain_sums(
                 tensor_copy_4d(dst + G::kArrayBytes, &dy_map, 0, seg, st * kSteps, row, &full[slot]);
                 tensor_copy_4d(dst + 2 * G::kArrayBytes, &g_map, 0, seg, st * kSteps, 0, &full[slot]);
             }
-            // Complete the phase after the last stage without data: the chain warp waits on it unconditionally
-            // (through the prep warps' ready).
+            // Complete the barrier after the last stage without data: the consumer waits on it unconditionally.
             if (stages > 0) {
                 mbar_wait(&empty[stages % kStages], ((stages / kStages) & 1) ^ 1);
                 mbar_arrive(&full[stages % kStages]);
@@ -115,83 +135,39 @@ __device__ __forceinline__ void grad_chain_sums(
         return;
     }
 
+    // Lanes past the block's chains read a pushing lane's data and push into sums nobody keeps: the warp stays
+    // whole for the barriers and the final reduction.
+    const int chain_lane = lane % G::kChains;
+    const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty);
     const float m = mean[row];
-    if (warp >= 2) {  // prep: each landed stage in place, then ready; the data-less phase after the last too
-        const int t = threadIdx.x - 64;
-        for (int st = 0; st <= stages && stages > 0; ++st) {
-            const int slot = st % kStages;
-            mbar_wait(&full[slot], (st / kStages) & 1);
-            if (st < stages) {
-                float4* xs = reinterpret_cast<float4*>(ring + slot * G::kStageBytes);
-                float4* ds = xs + G::kArrayBytes / 16;
-                const float4* gs = ds + G::kArrayBytes / 16;
-                for (int i = t; i < G::kArrayBytes / 16; i += kPrepThreads) {
-                    const float4 vx = xs[i], vd = ds[i], vg = gs[i];
-                    float4 prod, gp;
-                    grad_push_prep(prod.x, gp.x, vx.x, vd.x, vg.x, m);
-                    grad_push_prep(prod.y, gp.y, vx.y, vd.y, vg.y, m);
-                    grad_push_prep(prod.z, gp.z, vx.z, vd.z, vg.z, m);
-                    grad_push_prep(prod.w, gp.w, vx.w, vd.w, vg.w, m);
-                    xs[i] = prod;
-                    ds[i] = gp;
-                }
-            }
-            mbar_arrive(&ready[slot]);
-        }
-        return;
-    }
-
-    // The chain warp. Lanes past the block's chains read a pushing lane's data and push into sums nobody keeps:
-    // the warp stays whole for the barriers and the final reduction.
-    const int chain_lane = lane % kChains;
-    const unsigned ready0 = smem_addr(ready), empty0 = smem_addr(empty);
     const float r = rstd[row];
     float s1 = 0.f, s2 = 0.f;
-    float4 qp[kAhead], qg[kAhead];
-    auto at = [&](int slot) {
-        return reinterpret_cast<const float4*>(ring + slot * G::kStageBytes) + chain_lane;
-    };
+    float4 qx[G::kAhead], qd[G::kAhead], qg[G::kAhead];
     int slot = 0;
     unsigned parity = 0;
     if (stages > 0) {
-        mbar_wait(ready0, 0u);
-        const float4* a = at(0);
+        mbar_wait(full0, 0u);
 #pragma unroll
-        for (int i = 0; i < kAhead; ++i) {
-            qp[i] = a[kChains * i];
-            qg[i] = a[G::kArrayBytes / 16 + kChains * i];
-        }
+        for (int i = 0; i < G::kAhead; ++i)
+            grad_read<S>(qx[i], qd[i], qg[i], grad_slot<S>(ring, 0, chain_lane), i);
     }
     for (int st = 0; st < stages; ++st) {
         const int next = slot + 1 == kStages ? 0 : slot + 1;
         const unsigned next_parity = next == 0 ? parity ^ 1u : parity;
         const int valid = st + 1 < stages || steps % kSteps == 0 ? kSteps : steps % kSteps;
-        const float4* cur = at(slot);
-        const float4* nxt = at(next);
-#pragma unroll
-        for (int j = 0; j < kSteps; ++j) {
-            const float4 vp = qp[j % kAhead], vg = qg[j % kAhead];
-            const int ahead = j + kAhead;
-            if (ahead < kSteps) {
-                qp[j % kAhead] = cur[kChains * ahead];
-                qg[j % kAhead] = cur[G::kArrayBytes / 16 + kChains * ahead];
-            } else {
-                if (ahead == kSteps) mbar_wait(ready0 + 8 * next, next_parity);
-                qp[j % kAhead] = nxt[kChains * (ahead - kSteps)];
-                qg[j % kAhead] = nxt[G::kArrayBytes / 16 + kChains * (ahead - kSteps)];
-            }
-            if (j < valid) grad_push_chain4(s1, s2, vp, vg, r);
-        }
-        // the prep warps' generic-proxy stores to this slot come before the next tensor copy into it
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        const GradSlot cur_at = grad_slot<S>(ring, slot, chain_lane), next_at = grad_slot<S>(ring, next, chain_lane);
+        if (valid == kSteps)
+            grad_stage<S, false>(s1, s2, qx, qd, qg, cur_at, next_at, full0 + 8 * next, next_parity, kSteps, m, r);
+        else
+            grad_stage<S, true>(s1, s2, qx, qd, qg, cur_at, next_at, full0 + 8 * next, next_parity, valid, m, r);
         mbar_arrive(empty0 + 8 * slot);  // every lane arrives once its own reads of the slot have been used
         slot = next;
         parity = next_parity;
     }
 
     float* sums = chain_sums + (size_t)row * 256;  // [128 chains][2]
-    if (lane < kChains) {
-        const int chain = seg * kChains + lane;  // = 32 * (seg / S) + (seg % S) * kChains + lane
+    if (lane < G::kChains) {
+        const int chain = seg * G::kChains + lane;  // = 32 * (seg / S) + (seg % S) * kChains + lane
         sums[2 * chain] = s1;
         sums[2 * chain + 1] = s2;
     }
@@ -216,7 +192,7 @@ __device__ __forceinline__ void grad_chain_sums(
 }
 
 #define GRAD_CHAIN_SUMS(S)                                                                                         \
-    extern "C" __global__ void __launch_bounds__(128) grad_chain_sums_s##S(                                        \
+    extern "C" __global__ void __launch_bounds__(64) grad_chain_sums_s##S(                                         \
         const __grid_constant__ TensorMap128 x_map, const __grid_constant__ TensorMap128 dy_map,                  \
         const __grid_constant__ TensorMap128 g_map, const float* __restrict__ mean,                               \
         const float* __restrict__ rstd, float* __restrict__ chain_sums, unsigned* __restrict__ row_done,          \
@@ -225,4 +201,3 @@ __device__ __forceinline__ void grad_chain_sums(
     }
 GRAD_CHAIN_SUMS(1)
 GRAD_CHAIN_SUMS(2)
-GRAD_CHAIN_SUMS(4)

@@ -148,12 +148,12 @@ def test_the_chain_split_fills_one_wave_and_its_maps_fit_a_box():
 
     h200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
     assert [backward.chain_split(r, h200) for r in (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 60)] == \
-        [4, 4, 4, 4, 4, 4, 2, 2, 1, 1, 1]
+        [2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1]
     for rows in (1, 2, 4, 8, 16, 33):
         p = backward.plan(rows, 1 << 22, h200, "chain")
         split = backward.chain_split(rows, h200)
         g = p.tensor_map
         assert p.sums.function == f"grad_chain_sums_s{split}" and p.sums.grid == (4 * split, rows)
         assert g.dims[0] * g.dims[1] == 512 and g.strides_bytes[0] == 4 * g.dims[0] and g.dims[2] == (1 << 22) // 512
-        assert all(b <= 256 for b in g.box) and g.box[2] == backward.CHAIN_STEPS
+        assert all(b <= 256 for b in g.box) and g.box[2] == backward.chain_steps(split)
         assert p.sums.shared_mem == backward.CHAIN_SMEM and p.scratch.zeroed_at == 8 * rows + 1024 * rows

@@ -33,8 +33,7 @@ PATH = "grad"
 KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns")
 MIN_ARCH = 80  # grad_row_sums and grad_columns; the chain schedule needs tensor maps (sm_90)
 SUMS_THREADS = 128  # torch's num_threads() for the dX kernel
-CHAIN_SPLITS = (1, 2, 4)  # kernels/grad_chain_sums.cu's entry points: 32 / S chains per block
-CHAIN_STEPS, CHAIN_THREADS = 32, 128  # its steps per stage (the maps' box) and block (chain, producer, 2 prep warps)
+CHAIN_SPLITS = (1, 2)  # kernels/grad_chain_sums.cu's entry points: 32 / S chains per block (why no more: there)
 CHAIN_SMEM = 4 * 3 * 32 * 512  # its ring, whatever the split: 192 KiB per block
 COLUMN_THREADS = 256  # kernels/grad_columns.cu: (256 / G float4 columns) x G groups
 SCHEDULES = ("auto", "chain", "rows", "split")
@@ -128,11 +127,14 @@ def plannable(rows: int, n: int, device: Device) -> dict:
     return out
 
 
+def chain_steps(split: int) -> int:
+    """Steps per stage of grad_chain_sums_s<split> (its GradGeometry::kSteps): the tensor maps' box."""
+    return 32 * split
+
+
 def chain_split(rows: int, device: Device) -> int:
     """The largest split that keeps the sums in one wave (one block per SM: the ring fills its shared memory),
-    at least 1: 4 * S * rows <= SMs. Measured on the H200 (torch 2.11, one row of 2^24 to 32 rows of 2^20): the
-    chains themselves set the pace, so a split only pays where it spreads 32 chains' bytes over more SMs; splits
-    past 4 (8 or 4 chains per block) were slower, and are not built."""
+    at least 1: 4 * S * rows <= SMs."""
     fits = [s for s in CHAIN_SPLITS if 4 * s * rows <= device.sm_count]
     return fits[-1] if fits else 1
 
@@ -170,10 +172,10 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto") -> GradPlan:
             raise ValueError(f"the chain schedule needs {smem} bytes of shared memory per block, the device "
                              f"allows {device.smem_optin_bytes}")
         split = chain_split(rows, device)
-        sums = Kernel("grad_chain_sums", f"grad_chain_sums_s{split}", (4 * split, rows), (CHAIN_THREADS,), smem)
+        sums = Kernel("grad_chain_sums", f"grad_chain_sums_s{split}", (4 * split, rows), (64,), smem)
         seg = 512 // split  # bytes of one block's chains in one step
         geometry = TensorMapGeometry((128 // split, 4 * split, n // 512, rows), (seg, 2048, 4 * n),
-                                     (128 // split, 1, CHAIN_STEPS, 1))
+                                     (128 // split, 1, chain_steps(split), 1))
         scratch = Scratch(sums_bytes + 1028 * rows, zeroed_at=sums_bytes + 1024 * rows, zeroed_bytes=4 * rows)
     elif schedule == "rows":
         sums = Kernel("grad_row_sums", "grad_row_sums", (rows,), (SUMS_THREADS,))

@@ -56,3 +56,28 @@ def test_the_verdict_says_under_which_grad_mode_the_run_timed():
     new["grad_enabled"] = dict(kb.GRAD_ENABLED)
     assert "grad mode as the evaluator" in kb.verdict_lines(new, "run X")[0]
     assert kb.GRAD_ENABLED == {"reference": True, "torch.compile": False, "ModelNew (labkit)": True}
+
+
+def test_the_forward_summary_block_merges_the_two_runs_that_measure_it():
+    """Issue 24's `forward` keys: L1/40 under graph replay and KernelBench's timing from the kernelbench_timing run,
+    the dispatch's worst ratios from notebook 08's; summarizing both fills each from the run that measured it, and
+    each value is the one its record gives."""
+    import statistics
+
+    from pathlib import Path
+
+    from labkit.records.run import load_run
+    from labkit.records.session import newest_complete_run
+    from labkit.studies.catalog import summarize_runs
+
+    runs = {name: Path(newest_complete_run(name)["path"]) for name in ("dropin", "kernelbench_timing")}
+    s = summarize_runs([runs["dropin"], runs["kernelbench_timing"]])
+    f = s["forward"]
+    assert set(f) == set(kb.FORWARD_KEYS)
+    rec = load_run(runs["kernelbench_timing"])["records"]["kernelbench_timing"]
+    ours = [t for b in rec["samples_ms"]["ModelNew (labkit)"] for t in b]
+    assert f["l1_40_b_ms"] == statistics.fmean(ours)
+    assert f["l1_40_graph_ms"] == rec["graph"]["stats"]["ModelNew (labkit)"]["median_ms"]
+    sweep = load_run(runs["dropin"])["records"]["dropin_sweep"]
+    assert f["dispatch_worst_vs_native_eager"] == min(r["eager"]["native"] / r["eager"]["dropin"]
+                                                      for r in sweep["shapes"] if r["eager"].get("dropin"))

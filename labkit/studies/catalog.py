@@ -11,11 +11,11 @@ from pathlib import Path
 from labkit.records.audit import audit_block
 from labkit.records.run import load_run
 from labkit.records.text import on_gpu
-from labkit.studies import (bit_identity, dropin, environment, fast_stats, layout_boundary, parallel_stats,
-                            reliability, timing, training)
+from labkit.studies import (bit_identity, dropin, environment, fast_stats, kernelbench_timing, layout_boundary,
+                            parallel_stats, reliability, timing, training)
 
 STUDIES = {m.RUN_NAME: m for m in (environment, bit_identity, fast_stats, timing, parallel_stats, dropin,
-                                   layout_boundary, reliability, training)}
+                                   layout_boundary, reliability, training, kernelbench_timing)}
 
 
 def notebook_runs() -> dict[str, str]:
@@ -41,7 +41,8 @@ def summarize_run(path: Path, run: dict | None = None) -> dict:
 
 
 def summarize_runs(paths: list[Path]) -> dict:
-    """One run: its summary. Several: {"runs": [...]}, with top-level blocks merged from the runs that have them."""
+    """One run: its summary. Several: {"runs": [...]}, with top-level blocks merged from the runs that have them
+    (a key None in the first run's block is taken from a later run's)."""
     runs = [summarize_run(p) for p in paths]
     if len(runs) == 1:
         return runs[0]
@@ -51,10 +52,13 @@ def summarize_runs(paths: list[Path]) -> dict:
         margins = [a["min_margin"] for a in audits if a["min_margin"] is not None]
         merged["audit"] = {"records": sum(a["records"] for a in audits), "flips": sum(a["flips"] for a in audits),
                            "min_margin": min(margins) if margins else None}
-    for r in runs:
+    for r in runs:  # key by key: a block two runs share (issue 24's "forward") takes each run's measured keys
         for key, value in r.items():
             if isinstance(value, dict):
-                merged.setdefault(key, value)
+                block = merged.setdefault(key, dict(value))
+                for k, v in value.items():
+                    if block.get(k) is None:
+                        block[k] = v
     return merged
 
 

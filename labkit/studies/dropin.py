@@ -819,9 +819,28 @@ def dropin_line(d: dict) -> str:
             f"{d['backward_identical']}, compiled {d['compiled_identical']}")
 
 
+def forward_block(records: dict) -> dict | None:
+    """Issue 24's `forward` keys this run measures: the drop-in as dispatched against torch's kernel, worst over the
+    sweep's shapes, under the eager per-call protocol and under graph replay (native / drop-in); the rest None
+    (L1/40 under both protocols is kernelbench_timing's run; no peer is timed here)."""
+    from labkit.studies.kernelbench_timing import FORWARD_KEYS
+
+    sweep = records.get("dropin_sweep")
+    if not sweep:
+        return None
+    out = dict.fromkeys(FORWARD_KEYS)
+    for key, protocol in (("dispatch_worst_vs_native_eager", "eager"), ("dispatch_worst_vs_native_graph", "graph")):
+        ratios = [row[protocol]["native"] / row[protocol]["dropin"] for row in sweep.get("shapes", [])
+                  if (row.get(protocol) or {}).get("native") and (row.get(protocol) or {}).get("dropin")]
+        out[key] = min(ratios) if ratios else None
+    return out
+
+
 def summary(records: dict, prov: dict) -> dict:
     block = dropin_block(records)
-    return {"dropin": block} if block else {}
+    if not block:
+        return {}
+    return {"dropin": block, "forward": forward_block(records)}
 
 
 def summary_lines(s: dict) -> list[str]:

@@ -151,6 +151,48 @@ def run(blocks: int = 3, num_trials: int = NUM_TRIALS, graph_rounds: int = 35, l
 
 # --- reading it back -----------------------------------------------------------------------------------------------
 
+RUN_NAME = "kernelbench_timing"  # written by scripts/kernelbench_timing.py, shown by notebook 07
+NOTEBOOK = None
+
+FORWARD_KEYS = ("l1_40_graph_ms", "l1_40_compile_graph_ms", "l1_40_b_ms", "l1_40_compile_b_ms",
+                "ordinary_worst_vs_peer", "ordinary_worst_shape", "dispatch_worst_vs_native_eager",
+                "dispatch_worst_vs_native_graph")  # issue 24's summary block; each run fills what it measured
+
+
+def forward_block(record: dict | None) -> dict | None:
+    """Issue 24's `forward` keys this run measures: L1/40 under graph replay (medians) and under KernelBench's
+    timing (protocol B: means over all trials, as it reports), ModelNew and torch.compile; the rest None (the
+    drop-in's run, notebook 08, holds the dispatch's)."""
+    if not record:
+        return None
+    ours, g = "ModelNew (labkit)", record["graph"]["stats"]
+    mean = {n: statistics.fmean([t for b in record["samples_ms"][n] for t in b]) for n in (ours, "torch.compile")}
+    out = dict.fromkeys(FORWARD_KEYS)
+    out.update(l1_40_graph_ms=g[ours]["median_ms"], l1_40_compile_graph_ms=g["torch.compile"]["median_ms"],
+               l1_40_b_ms=mean[ours], l1_40_compile_b_ms=mean["torch.compile"])
+    return out
+
+
+def summary(records: dict, prov: dict) -> dict:
+    block = forward_block(records.get("kernelbench_timing"))
+    return {"forward": block} if block else {}
+
+
+def summary_lines(s: dict) -> list[str]:
+    f = s.get("forward")
+    if not f or f.get("l1_40_b_ms") is None:
+        return []
+    return [f"forward at L1/40: KernelBench's timing {f['l1_40_b_ms']:.3g} ms vs torch.compile "
+            f"{f['l1_40_compile_b_ms']:.3g}; graph replay {f['l1_40_graph_ms']:.3g} vs {f['l1_40_compile_graph_ms']:.3g}"]
+
+
+def page_headline(records: dict, summary: dict) -> str:
+    from labkit.records.text import on_gpu
+
+    lines = summary_lines(summary)
+    return (lines[0] if lines else "KernelBench timing: no record") + f" {on_gpu(summary)}"
+
+
 def rows(record: dict | None) -> list[dict]:
     """Per program: KernelBench's mean per block and over all, its median and quartiles, and graph replay's median."""
     if not record:

@@ -182,8 +182,8 @@ def summary_lines(s: dict) -> list[str]:
     f = s.get("forward")
     if not f or f.get("l1_40_b_ms") is None:
         return []
-    return [f"forward at L1/40: KernelBench's timing {f['l1_40_b_ms']:.3g} ms vs torch.compile "
-            f"{f['l1_40_compile_b_ms']:.3g}; graph replay {f['l1_40_graph_ms']:.3g} vs {f['l1_40_compile_graph_ms']:.3g}"]
+    return [f"forward at L1/40: KernelBench's timing {f['l1_40_b_ms']:#.3g} ms vs torch.compile "
+            f"{f['l1_40_compile_b_ms']:#.3g}; graph replay {f['l1_40_graph_ms']:#.3g} vs {f['l1_40_compile_graph_ms']:#.3g}"]
 
 
 def page_headline(records: dict, summary: dict) -> str:
@@ -203,10 +203,10 @@ def rows(record: dict | None) -> list[dict]:
         allt = [t for b in blocks for t in b]
         s = stats(allt)
         g = record["graph"]["stats"].get(name, {})
-        out.append({"program": name, "KernelBench mean ms (per block)": " / ".join(f"{statistics.fmean(b):.3g}"
+        out.append({"program": name, "KernelBench mean ms (per block)": " / ".join(f"{statistics.fmean(b):#.3g}"
                                                                                   for b in blocks),
-                    "mean ms": s["mean_ms"], "median ms [q1, q3]": f"{s['median_ms']:.3g} [{s['q1_ms']:.3g}, "
-                                                                  f"{s['q3_ms']:.3g}]",
+                    "mean ms": s["mean_ms"], "median ms [q1, q3]": f"{s['median_ms']:#.3g} [{s['q1_ms']:#.3g}, "
+                                                                  f"{s['q3_ms']:#.3g}]",
                     "graph replay median ms": g.get("median_ms"),
                     "bits = reference": "✓" if record["bits_equal_reference"][name] else "✗"})
     return out
@@ -229,14 +229,14 @@ def verdict_lines(record: dict | None, source: str) -> list[str]:
            else "every program under torch.no_grad(): this run predates the grad-mode fix, while the evaluator times "
                 "ModelNew and the reference with grad on (labkit.LayerNorm then takes its training path)")
     return [f"L1/40 under KernelBench's cuda_event timing ({record['blocks']} blocks x {record['num_trials']} trials, "
-            f"means; {source}): ModelNew {mean[ours]:.3g} ms (path {record['path']}), torch.compile "
-            f"{mean['torch.compile']:.3g} ms, reference {mean['reference']:.3g} ms; {how}",
-            f"  x torch.compile per block {', '.join(f'{r:.3g}' for r in vs_compile)} (all trials pooled "
-            f"{mean['torch.compile'] / mean[ours]:.3g}x); x eager native (reference) per block "
-            f"{', '.join(f'{r:.3g}' for r in vs_ref)}",
-            f"  graph replay in the same run (medians): ModelNew {g[ours]['median_ms']:.3g} ms, torch.compile "
-            f"{g['torch.compile']['median_ms']:.3g} ms: x torch.compile "
-            f"{g['torch.compile']['median_ms'] / g[ours]['median_ms']:.3g}x",
+            f"means; {source}): ModelNew {mean[ours]:#.3g} ms (path {record['path']}), torch.compile "
+            f"{mean['torch.compile']:#.3g} ms, reference {mean['reference']:#.3g} ms; {how}",
+            f"  x torch.compile per block {', '.join(f'{r:#.3g}' for r in vs_compile)} (all trials pooled "
+            f"{mean['torch.compile'] / mean[ours]:#.3g}x); x eager native (reference) per block "
+            f"{', '.join(f'{r:#.3g}' for r in vs_ref)}",
+            f"  graph replay in the same run (medians): ModelNew {g[ours]['median_ms']:#.3g} ms, torch.compile "
+            f"{g['torch.compile']['median_ms']:#.3g} ms: x torch.compile "
+            f"{g['torch.compile']['median_ms'] / g[ours]['median_ms']:#.3g}x",
             f"  issue 24's goals under KernelBench's timing, in every block: <= 0.29 ms "
             f"({met(max(block[ours]) <= 0.29)}), >= 1.10x torch.compile ({met(min(vs_compile) >= 1.10)}), >= 27x "
             f"eager native ({met(min(vs_ref) >= 27)})",

@@ -86,3 +86,22 @@ def test_figure_from_a_record():
     fig = ce.figure(_synthetic_fast_stats(), "test")
     assert fig is not None and len(fig.axes) == 2
     assert ce.figure(None) is None
+
+
+def test_the_posts_kernel_compiles_with_the_posts_flags():
+    """kernels/post_affine.cu with split_stats.POST_OPTIONS appended: NVRTC takes the last --fmad, so the post's
+    prototype rounds each product on its own: compiled with the book's --fmad=true instead, the same source has
+    one FFMA more for each of its two geometries' products (gamma * z + beta, (x - mean) * r stays a product) and
+    one FMUL less. (The FFMAs both share are the IEEE sqrt and division's own, which --fmad does not touch.)"""
+    import pytest
+
+    from labkit.core.compile import compile_kernel
+    from labkit.ops.split_stats import POST_OPTIONS
+    from labkit.sass import tools
+
+    try:
+        post = tools.disassemble(compile_kernel("post_affine", "sm_90", POST_OPTIONS).cubin)
+        fused = tools.disassemble(compile_kernel("post_affine", "sm_90").cubin)
+    except tools.ToolMissing as exc:
+        pytest.skip(f"no disassembler here: {exc}")
+    assert fused.count("FFMA") - post.count("FFMA") == 2 and post.count("FMUL") - fused.count("FMUL") == 2

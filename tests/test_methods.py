@@ -4,19 +4,21 @@ import torch
 
 from labkit.studies import methods as M
 
-BUILTIN = ["native", "native_torchscript", "reference_order", "split_eager", "split_torchscript", "split_flat",
-           "split_interleaved", "noaffine_eager_affine", "noaffine_torchscript_affine", "inductor", "liger"]
+BUILTIN = ["native", "native_torchscript", "native_torchscript_traced", "reference_order", "split_eager",
+           "split_torchscript", "split_traced", "split_flat", "split_interleaved", "post_split_interleaved",
+           "noaffine_eager_affine", "noaffine_torchscript_affine", "noaffine_traced_affine", "inductor", "liger"]
 
 
 def test_builtin_names_families_and_flags():
     names = [m.name for m in M.registered()]
     assert names[:len(BUILTIN)] == BUILTIN
     fam = {m.name: m.family for m in M.BUILTIN}
-    assert fam["native"] == fam["native_torchscript"] == "native"
+    assert fam["native"] == fam["native_torchscript"] == fam["native_torchscript_traced"] == "native"
     assert fam["reference_order"] == "reference-order"
-    assert {fam[n] for n in BUILTIN if n.startswith("split_")} == {"split-stats"}
+    assert {fam[n] for n in BUILTIN if "split_" in n} == {"split-stats"}
     assert fam["inductor"] == "compiler" and fam["liger"] == "triton-peer"
-    assert {m.name for m in M.BUILTIN if m.reference_order} == {"native", "native_torchscript", "reference_order", "chain"}
+    assert {m.name for m in M.BUILTIN if m.reference_order} == {"native", "native_torchscript",
+                                                                "native_torchscript_traced", "reference_order", "chain"}
     assert all(m.family in M.FAMILIES and m.description for m in M.BUILTIN)
     assert M.get("liger").requires == ("liger-kernel", "triton")
     assert M.get("native").to_json()["reference_order"] is True

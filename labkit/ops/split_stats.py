@@ -6,6 +6,8 @@ counts where). The output expression, written once here, is ((x - mean) * rsqrt(
   torchscript  the same function compiled by torch.jit.script (its fuser may reorder nothing: same expression)
   flat         kernels/split_affine.cu, tiles of one row together in the grid
   interleaved  kernels/split_affine.cu, rows fastest in the grid (neighbouring blocks share gamma/beta tiles)
+  post_flat, post_interleaved  kernels/post_affine.cu: the post's own prototype (one scalar per thread, 256-element
+               tiles, compiled --fmad=false as the post compiled it), beside the book's float4 --fmad=true version
 
 No `from __future__ import annotations`: TorchScript compiles `split_pointwise` from this file's source.
 """
@@ -18,8 +20,11 @@ from labkit.ops import eligibility
 from labkit.ops.scripted import script
 
 THREADS = 256  # kernels/split_affine.cu: threads per block
-GEOMETRIES = ("eager", "torchscript", "flat", "interleaved")
-KERNEL_GEOMETRIES = ("flat", "interleaved")
+GEOMETRIES = ("eager", "torchscript", "flat", "interleaved", "post_flat", "post_interleaved")
+KERNEL_GEOMETRIES = ("flat", "interleaved", "post_flat", "post_interleaved")
+# The post's compile flags for its prototype (appended after labkit.core.compile.BASE_OPTIONS: NVRTC takes the
+# last of a repeated option, checked in tests/test_fast_stats.py by the absence of FFMA in the cubin).
+POST_OPTIONS = ("--std=c++11", "--fmad=false")
 
 
 def row_var_mean(x, rows: int, n: int):
@@ -55,8 +60,12 @@ def split_stats_layer_norm(x, weight, bias, eps: float = 1e-5, *, geometry: str 
         raise ValueError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
     layout = eligibility.check(x, weight, bias, eps, require_cuda=geometry in KERNEL_GEOMETRIES)
     rows, n = layout.rows, layout.n
-    if geometry == "flat" and rows > (limit := device_info(current_index(x.device)).max_grid_y):
-        raise ValueError(f"flat geometry puts rows in grid.y, which holds at most {limit} (got rows={rows})")
+    if geometry in ("flat", "post_flat") and rows > (limit := device_info(current_index(x.device)).max_grid_y):
+        raise ValueError(f"{geometry} geometry puts rows in grid.y, which holds at most {limit} (got rows={rows})")
+    if geometry == "post_interleaved" and -(-n // THREADS) > (limit := device_info(current_index(x.device)).max_grid_y):
+        # the post's own support bound, N <= 65535 * 256, is this limit
+        raise ValueError(f"post_interleaved puts a row's {THREADS}-element tiles in grid.y, which holds at most "
+                         f"{limit} (got N={n})")
     var, mean = row_var_mean(x, rows, n)
     if geometry in ("eager", "torchscript"):
         fn = split_pointwise
@@ -67,6 +76,12 @@ def split_stats_layer_norm(x, weight, bias, eps: float = 1e-5, *, geometry: str 
             fn = compiled.fn
         return fn(x.reshape(rows, n), var, mean, weight.reshape(n), bias.reshape(n), float(eps)).reshape(x.shape)
     y = torch.empty_like(x)
+    if geometry.startswith("post_"):
+        tiles = -(-n // THREADS)
+        grid = (rows, tiles) if geometry == "post_interleaved" else (tiles, rows)
+        launch("post_affine", f"post_affine_{geometry[5:]}", grid, (THREADS,),
+               (x, var, mean, weight, bias, y, np.int32(n), np.float32(eps)), x.device, options=POST_OPTIONS)
+        return y
     tiles = -(-(n // 4) // THREADS)
     grid = (rows, tiles) if geometry == "interleaved" else (tiles, rows)
     launch("split_affine", f"split_affine_{geometry}", grid, (THREADS,),

@@ -80,14 +80,18 @@ def load(path: Path | None = None) -> dict:
 # on the front page. `follows`: whether the book also runs the post's way. Facts about the two protocols, checked
 # against the post's text and this repository's code; no measured number is typed here.
 DEPARTURES = (
-    {"notebooks": ("02_fast_stats_counterexamples", "03_timing"), "follows": False,
+    {"notebooks": ("02_fast_stats_counterexamples", "03_timing"), "follows": True,
      "post": "its fast-statistics affine kernel was compiled with --fmad=false and took tiles of 256 scalars",
-     "book": "kernels/split_affine.cu is compiled with the book's one flag set (--fmad=true, as torch's build, "
-             "labkit.core.compile) and takes float4 tiles of 1,024 elements (256 threads x 4)"},
-    {"notebooks": ("02_fast_stats_counterexamples", "03_timing"), "follows": False,
-     "post": "its TorchScript baselines froze a trace (torch.jit.trace)",
-     "book": "TorchScript baselines use torch.jit.script (labkit.ops.scripted), which the installed torch marks "
-             "deprecated; notebook 03's 'TorchScript on the code that is timed' checks them after profiling"},
+     "book": "the book's kernels/split_affine.cu is compiled with the book's flags (--fmad=true, as torch's build) "
+             "and takes float4 tiles of 1,024 elements; the post's kernel runs beside it as kernels/post_affine.cu "
+             "(--fmad=false, 256 scalars: post_interleaved in 02, post_split_interleaved in 03), and the post's "
+             "figures are set beside the post's kernel wherever the run has it"},
+    {"notebooks": ("02_fast_stats_counterexamples", "03_timing"), "follows": True,
+     "post": "its TorchScript baselines froze a trace (torch.jit.freeze(torch.jit.trace(...)))",
+     "book": "notebook 03 times both routes: torch.jit.script (native_torchscript, split_torchscript, "
+             "noaffine_torchscript_affine) and the post's frozen traces (native_torchscript_traced, split_traced, "
+             "noaffine_traced_affine), and sets the post's figures beside the traces wherever the run has them; "
+             "notebook 02's split TorchScript output pass stays torch.jit.script"},
     {"notebooks": ("03_timing",), "follows": False,
      "post": "it timed three separate randomized blocks (the reference-order block with 35 rounds, the extra-shape "
              "blocks with 25 and 30)",

@@ -28,6 +28,31 @@ _TIMING = {"native_torchscript": "native_torchscript", "reference_order": "refer
 # figure ids whose method word is not a method name: the post's fast-statistics ratios are its interleaved kernel's
 _ID_METHOD = {"fast_stats": "fast_stats_interleaved"}
 
+# Where the book runs the post's own route beside its own, the post's figure is set beside the post's route: its
+# fast-statistics kernel as it compiled and launched it (kernels/post_affine.cu, --fmad=false, scalars) and its
+# frozen trace; a record from before those methods existed falls back to the book's versions, and the note says so.
+_POST_ROUTES = {"split_interleaved": "post_split_interleaved", "native_torchscript": "native_torchscript_traced",
+                "split_torchscript": "split_traced", "noaffine_torchscript_affine": "noaffine_traced_affine",
+                "interleaved": "post_interleaved"}
+_TRACE = "the post's route, torch.jit.freeze(torch.jit.trace(...))"
+_KERNEL = "the post's own kernel and flags (post_affine.cu, --fmad=false)"
+_ROUTE_NOTE = {"post_split_interleaved": _KERNEL, "post_interleaved": _KERNEL, "native_torchscript_traced": _TRACE,
+               "split_traced": _TRACE, "noaffine_traced_affine": _TRACE}
+
+
+def _route(case, method: str) -> str:
+    """The post's own route for `method` where this case timed it, else `method` (the book's route)."""
+    post_route = _POST_ROUTES.get(method)
+    return post_route if post_route and _ratio(case, "A", post_route) is not None else method
+
+
+def _with_route(note: str, method: str, route: str) -> str:
+    if route != method:
+        return "; ".join(x for x in (f"here: {_ROUTE_NOTE[route]}", note) if x)
+    if method in _POST_ROUTES:
+        return "; ".join(x for x in (f"here: the book's {method} (the post's own route not in this run)", note) if x)
+    return note
+
 
 def _case(record, shape, affine):
     key = f"{shape_key(shape)}/{affine}"
@@ -92,19 +117,22 @@ def timing_pairs(record: dict | None, l2_bytes=None) -> list[tuple]:
     for affine, tag in (("default", "default"), ("random_normal", "random")):
         case = _case(record, L1_40, affine)
         for method in ("native", "native_torchscript", "reference_order"):
-            pairs.append((f"timing.{method}.{FULL}.{tag}.median", _stat(case, "A", method),
-                          "" if case else NOT_IN_RUN, f"{method} median ms ({tag} affine)"))
+            r = _route(case, method)
+            pairs.append((f"timing.{method}.{FULL}.{tag}.median", _stat(case, "A", r),
+                          _with_route("" if case else NOT_IN_RUN, method, r), f"{r} median ms ({tag} affine)"))
         for method in ("native_torchscript", "reference_order"):
-            fid = f"timing.{method}.{FULL}.{tag}.ratio"
-            pairs.append((fid, _ratio(case, "A", method), explain(case, method, post.figure(fid)["value"], l2_bytes),
-                          f"{method} speedup vs native ({tag} affine)"))
+            fid, r = f"timing.{method}.{FULL}.{tag}.ratio", _route(case, method)
+            pairs.append((fid, _ratio(case, "A", r),
+                          _with_route(explain(case, r, post.figure(fid)["value"], l2_bytes), method, r),
+                          f"{r} speedup vs native ({tag} affine)"))
         # the fast-statistics block
         for ours_name, post_name in _TIMING.items():
             if post_name in ("native_torchscript", "reference_order"):
                 continue
-            fid = f"timing.{post_name}.{FULL}.{tag}.ratio"
-            pairs.append((fid, _ratio(case, "A", ours_name), explain(case, ours_name, post.figure(fid)["value"], l2_bytes),
-                          f"{ours_name} speedup vs native ({tag} affine)"))
+            fid, r = f"timing.{post_name}.{FULL}.{tag}.ratio", _route(case, ours_name)
+            pairs.append((fid, _ratio(case, "A", r),
+                          _with_route(explain(case, r, post.figure(fid)["value"], l2_bytes), ours_name, r),
+                          f"{r} speedup vs native ({tag} affine)"))
     # the other shapes (the post's reference-order block: random affine)
     for shape in EXTRA_SHAPES:
         case = _case(record, shape, "random_normal")
@@ -118,9 +146,10 @@ def timing_pairs(record: dict | None, l2_bytes=None) -> list[tuple]:
                       explain(case, "reference_order", post.figure(fid)["value"], l2_bytes), "reference_order speedup"))
     for shape in ((4096, 1, 1, 1024), (8, 32, 128, 256)):
         case = _case(record, shape, "random_normal")
-        fid = f"timing.fast_stats_interleaved.{shape_key(shape)}.ratio"
-        pairs.append((fid, _ratio(case, "A", "split_interleaved"),
-                      explain(case, "split_interleaved", post.figure(fid)["value"], l2_bytes), "split_interleaved speedup"))
+        fid, r = f"timing.fast_stats_interleaved.{shape_key(shape)}.ratio", _route(case, "split_interleaved")
+        pairs.append((fid, _ratio(case, "A", r),
+                      _with_route(explain(case, r, post.figure(fid)["value"], l2_bytes), "split_interleaved", r),
+                      f"{r} speedup"))
     # the no-affine baselines (post: random affine, L1/40)
     case = _case(record, L1_40, "random_normal")
     # the post's headline ratios and its independent scout, beside this run's own (random affine, protocol A): a
@@ -131,20 +160,27 @@ def timing_pairs(record: dict | None, l2_bytes=None) -> list[tuple]:
                       f"{method} median ms (the post's scout)"))
     pairs.append(("ratio.reference_order.vs_native.16x64x256x256", _ratio(case, "A", "reference_order"),
                   "" if case else NOT_IN_RUN, "reference_order speedup vs native (the post's headline range)"))
-    pairs.append(("ratio.fast_stats.vs_native.16x64x256x256", _ratio(case, "A", "split_interleaved"),
-                  "" if case else NOT_IN_RUN, "split_interleaved speedup vs native (ordinary inputs)"))
-    others = {m: _stat(case, "A", m) for m in ("split_eager", "split_torchscript", "split_flat")}
+    fr = _route(case, "split_interleaved")
+    pairs.append(("ratio.fast_stats.vs_native.16x64x256x256", _ratio(case, "A", fr),
+                  _with_route("" if case else NOT_IN_RUN, "split_interleaved", fr),
+                  f"{fr} speedup vs native (ordinary inputs)"))
+    # the post's block held its fast kernel, the split eager and compiled routes and the native references
+    others = {m: _stat(case, "A", m) for m in ("split_eager", _route(case, "split_torchscript"), "split_flat",
+                                               "split_interleaved", "native", _route(case, "native_torchscript"))
+              if m != fr}
     others = {m: v for m, v in others.items() if v}
-    fast = _stat(case, "A", "split_interleaved")
+    fast = _stat(case, "A", fr)
     strongest = min(others, key=others.get) if others else None
     pairs.append(("ratio.fast_stats.vs_strongest.16x64x256x256",
                   others[strongest] / fast if strongest and fast else None,
-                  f"the strongest other fast-statistics method here: {strongest} ({others[strongest]:.3g} ms)"
-                  if strongest and fast else NOT_IN_RUN, "split_interleaved vs the strongest alternative in its block"))
+                  _with_route(f"the strongest other method of its block here: {strongest} ({others[strongest]:.3g} ms)"
+                              if strongest and fast else NOT_IN_RUN, "split_interleaved", fr),
+                  f"{fr} vs the strongest alternative in its block"))
     for method in ("noaffine_eager_affine", "noaffine_torchscript_affine"):
-        fid = f"timing.{method}.{FULL}.ratio"
-        pairs.append((fid, _ratio(case, "A", method), explain(case, method, post.figure(fid)["value"], l2_bytes),
-                      f"{method} speedup vs native"))
+        fid, r = f"timing.{method}.{FULL}.ratio", _route(case, method)
+        pairs.append((fid, _ratio(case, "A", r),
+                      _with_route(explain(case, r, post.figure(fid)["value"], l2_bytes), method, r),
+                      f"{r} speedup vs native"))
     return pairs
 
 
@@ -162,8 +198,11 @@ def _here(provenance: dict | None) -> str:
     return f"{p.get('gpu')}, torch {p.get('torch')}" if p else "no run"
 
 
-def fast_stats_rows(record: dict | None, provenance: dict | None = None, method: str = "interleaved") -> list[dict]:
-    """Counts, failing elements and error/budget ratios of the fast-statistics record (notebook 02)."""
+def fast_stats_rows(record: dict | None, provenance: dict | None = None, method: str | None = None) -> list[dict]:
+    """Counts, failing elements and error/budget ratios of the fast-statistics record (notebook 02): the post's
+    own kernel (post_interleaved) where the record has it, else the book's interleaved one; `method` forces one."""
+    have = {c["method"] for c in (record or {}).get("cases", []) if c.get("output")}
+    method = method or ("post_interleaved" if "post_interleaved" in have else "interleaved")
     cases = [c for c in (record or {}).get("cases", []) if c["method"] == method]
     ok = [c for c in cases if c.get("output")]
     ordinary = [c for c in ok if c["category"] == "ordinary"]
@@ -175,8 +214,8 @@ def fast_stats_rows(record: dict | None, provenance: dict | None = None, method:
     n = ex["output"]["elements"] if ex else None
     pairs = [
         ("fast_stats.ordinary_cases", sum(c["output"]["official_pass"] for c in ordinary) if ordinary else None,
-         f"{len(ordinary)} ordinary cases in this record; {shape_note}".strip("; ") if ordinary else NOT_IN_RUN,
-         f"ordinary cases passing ({method})"),
+         _with_route(f"{len(ordinary)} ordinary cases in this record; {shape_note}".strip("; ") if ordinary
+                     else NOT_IN_RUN, "interleaved", method), f"ordinary cases passing ({method})"),
         ("fast_stats.offset_cases_failed", sum(not c["output"]["official_pass"] for c in offset) if offset else None,
          f"{len(offset)} offset cases in this record" if offset else NOT_IN_RUN, f"offset cases failing ({method})"),
         ("fast_stats.offset.failing_elements", ex["output"]["bad_finite_candidate_scale"] if ex else None,

@@ -20,7 +20,7 @@ from labkit.ops.split_stats import scripted_pointwise, split_statistics, split_s
 from labkit.records import check
 from labkit.tasks import UNEVEN_SHAPE, shape_key
 
-METHODS = ("eager", "torchscript", "flat", "interleaved")
+METHODS = ("eager", "torchscript", "flat", "interleaved", "post_interleaved")  # post_*: the post's own kernel, flags
 ORDINARY = ("uniform", "normal", "normal_x100")
 OFFSET = ("normal_plus_1000",)
 CPU_ORACLE_CONTROLS = ("constant_1e4", "normal_plus_1000")  # the controls the CPU oracle recomputes at UNEVEN_SHAPE

@@ -127,6 +127,65 @@ def _native_torchscript(x, weight, bias, eps):
     return BuildNotes.attach(fn, compiled_with=how, deprecation=deprecations(caught))
 
 
+def _frozen_trace(module, x):
+    """The post's TorchScript route for `module`: torch.jit.freeze(torch.jit.trace(module, x)), warnings recorded
+    as build notes (the installed torch deprecates TorchScript), not printed."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        frozen = torch.jit.freeze(torch.jit.trace(module.requires_grad_(False).eval(), (x,)))
+    fn = lambda: frozen(x)  # noqa: E731
+    return BuildNotes.attach(fn, compiled_with="torch.jit.freeze(torch.jit.trace(...))",
+                             deprecation=deprecations(caught))
+
+
+class _SplitModule(torch.nn.Module):
+    """torch.var_mean statistics and the split pointwise expression (labkit.ops.split_stats) as a module, for the
+    post's traced split route."""
+
+    def __init__(self, weight, bias, eps):
+        super().__init__()
+        self.register_buffer("weight", weight.detach().clone())
+        self.register_buffer("bias", bias.detach().clone())
+        self.eps = float(eps)
+
+    def forward(self, x):
+        from labkit.ops.split_stats import row_var_mean, split_pointwise
+
+        n = self.weight.numel()
+        rows = x.numel() // n
+        var, mean = row_var_mean(x, rows, n)
+        return split_pointwise(x.reshape(rows, n), var, mean, self.weight.reshape(n), self.bias.reshape(n),
+                               self.eps).reshape(x.shape)
+
+
+class _NoAffineModule(torch.nn.Module):
+    """LayerNorm without affine, then y * weight + bias, as a module, for the post's traced no-affine route."""
+
+    def __init__(self, weight, bias, eps):
+        super().__init__()
+        self.register_buffer("weight", weight.detach().clone())
+        self.register_buffer("bias", bias.detach().clone())
+        self.eps = float(eps)
+
+    def forward(self, x):
+        return torch.nn.functional.layer_norm(x, tuple(self.weight.shape), None, None, self.eps) * self.weight + \
+            self.bias
+
+
+def _native_traced(x, weight, bias, eps):
+    """The post's TorchScript baseline: a frozen trace of an nn.LayerNorm holding the same weight and bias
+    (`native_torchscript` is torch.jit.script's)."""
+    return _frozen_trace(_layer_norm_module(x, weight, bias, eps), x)
+
+
+def _split_traced(x, weight, bias, eps):
+    return _frozen_trace(_SplitModule(weight, bias, eps), x)
+
+
+def _noaffine_traced(x, weight, bias, eps):
+    return _frozen_trace(_NoAffineModule(weight, bias, eps), x)
+
+
 def _reference_order(x, weight, bias, eps):
     from labkit.ops.reference_order import reference_order_layer_norm
 
@@ -203,20 +262,29 @@ BUILTIN = (
            "torch.nn.functional.layer_norm (torch's CUDA LayerNorm): the reference and the timing baseline"),
     Method("native_torchscript", "native", True, _native_torchscript,
            "torch.jit.script (trace as fallback) of an nn.LayerNorm module with the same weight and bias"),
+    Method("native_torchscript_traced", "native", True, _native_traced,
+           "the post's TorchScript route: torch.jit.freeze(torch.jit.trace(...)) of the same nn.LayerNorm"),
     Method("reference_order", "reference-order", True, _reference_order,
            "kernels/reference_stats.cu + kernels/affine_rows.cu: torch's order, output over many blocks"),
     Method("split_eager", "split-stats", False, _split("eager"),
            "torch.var_mean statistics + eager pointwise ((x - mean) * rsqrt(var + eps)) * w + b"),
     Method("split_torchscript", "split-stats", False, _split_torchscript,
            "torch.var_mean statistics + the same pointwise expression compiled with torch.jit.script"),
+    Method("split_traced", "split-stats", False, _split_traced,
+           "the post's compiled split route: the same statistics and expression in a frozen torch.jit.trace"),
     Method("split_flat", "split-stats", False, _split("flat"),
            "torch.var_mean statistics + kernels/split_affine.cu, flat geometry (tiles of one row together)"),
     Method("split_interleaved", "split-stats", False, _split("interleaved"),
            "torch.var_mean statistics + kernels/split_affine.cu, row-interleaved geometry"),
+    Method("post_split_interleaved", "split-stats", False, _split("post_interleaved"),
+           "the post's own prototype: torch.var_mean + kernels/post_affine.cu (a scalar per thread, 256-element "
+           "tiles, compiled --fmad=false as the post compiled it), row-interleaved"),
     Method("noaffine_eager_affine", "library-affine", False, _noaffine_eager,
            "native LayerNorm without affine, then eager y * w + b (the post's strong library-only alternative)"),
     Method("noaffine_torchscript_affine", "library-affine", False, _noaffine_torchscript,
            "native LayerNorm without affine, then y * w + b compiled with torch.jit.script"),
+    Method("noaffine_traced_affine", "library-affine", False, _noaffine_traced,
+           "the post's route for it: native LayerNorm without affine, then y * w + b, in a frozen torch.jit.trace"),
     Method("inductor", "compiler", False, _inductor,
            "torch.compile (Inductor, mode='default', static shapes) of an nn.LayerNorm with the same weight and bias"),
     Method("liger", "triton-peer", False, _liger,

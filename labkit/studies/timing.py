@@ -115,11 +115,13 @@ def error_text(error: str) -> str:
 
 
 def note_text(row: dict) -> str:
-    """A method's note: how it was built when that matters (torch.jit.script, whose deprecation notice the run
-    keeps in its notes) or its error."""
+    """A method's note: how it was built when that matters (TorchScript, whose deprecation notices the run keeps in
+    its notes) or its error."""
     notes = row.get("notes", {})
     if notes.get("deprecation"):
-        return "built with torch.jit.script, the post's TorchScript route (torch marks it deprecated)"
+        how = notes.get("compiled_with", "torch.jit.script")
+        whose = "the post's TorchScript route" if "trace" in how else "the book's TorchScript route"
+        return f"built with {how}, {whose} (the installed torch marks TorchScript deprecated)"
     return error_text(row["error"]) if row.get("error") else ""
 
 

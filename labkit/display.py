@@ -203,9 +203,22 @@ def post_table_html(rows: list[dict]) -> str:
             "border-top: none; } table.labkit-post caption { text-align: left; font-size: 0.9em; }</style>")
 
 
+def departures_html(rows: list[dict]) -> str:
+    """Where the book departs from the post's protocol behind these rows (labkit.records.post.departures_for), as a
+    list a reader sees before the figures it touches; empty where none does."""
+    from labkit.records.post import departure_sentence, departures_for
+
+    found = departures_for(r["id"] for r in rows if r.get("id"))
+    if not found:
+        return ""
+    items = "".join(f"<li>{html.escape(departure_sentence(d))}</li>" for d in found)
+    return f"<p><strong>Where these figures' protocol departs from the post's:</strong></p><ul>{items}</ul>"
+
+
 def show_post(rows: list[dict]):
-    """The post beside this run (post_table_html), folded behind a one-line count when long."""
-    table = post_table_html(rows)
+    """The post beside this run (post_table_html), folded behind a one-line count when long, after the departures
+    from the post's protocol behind its rows."""
+    table = departures_html(rows) + post_table_html(rows)
     compared = sum(r.get("ours") is not None for r in rows)
     if len(rows) > FOLD_OVER:
         table = (f"<details class='labkit-fold'><summary>{compared} of {len(rows)} post figures set beside this "

@@ -227,13 +227,12 @@ def _neighbour_links(neighbours: tuple[str | None, str | None]) -> str:
 
 def departures_html(stem: str | None) -> str:
     """Where the book departs from the post's protocol on this page (all of them on the front page)."""
-    from labkit.records.post import departures
+    from labkit.records.post import departure_sentence, departures
 
     found = departures(stem)
     if not found:
         return ""
-    items = "".join(f"<li>The post: {html.escape(d['post'])}. Here: {html.escape(d['book'])}"
-                    + (" (the post's way is run too)" if d["follows"] else "") + ".</li>" for d in found)
+    items = "".join(f"<li>{html.escape(departure_sentence(d))}</li>" for d in found)
     return (f"<details class='labkit-departures'><summary><strong>Departs from the post</strong> in "
             f"{len(found)} place{'s' if len(found) > 1 else ''}</summary><ul>{items}</ul></details>")
 
@@ -446,7 +445,15 @@ def post_summary_html(results: list, infos: list) -> str:
     if not items:
         return ""
     every = post.figures()
-    rest = Counter(f["section"] for f in every if f["id"] not in ids)
+    uncompared = [f for f in every if f["id"] not in ids]
+    rest = Counter(f["section"] for f in uncompared)
+    rows = "".join(f"<tr><td><code>{e(f['id'])}</code></td><td>{e(f['quantity'])}</td>"
+                   f"<td>{e(str((f.get('source') or {}).get('token', f.get('value'))))}</td>"
+                   f"<td>{e(post.uncompared_reason(f))}</td></tr>" for f in uncompared)
+    listing = (f"<details class='labkit-fold'><summary>The {len(uncompared)} figures not set beside a run's number, "
+               f"each with why</summary><table class='dataframe'><thead><tr><th>figure</th><th>what</th>"
+               f"<th>the post's value</th><th>why not set beside ours</th></tr></thead><tbody>{rows}</tbody></table>"
+               f"</details>") if uncompared else ""
     about = post.about()
     return (f"<section class='labkit-post'><h2>The post beside the book</h2><p>{len(ids)} distinct figures of the "
             f"{len(every)} the post states ({e(about['hardware'])}, {e(about['software'])}; data/post/figures.json) "
@@ -456,7 +463,7 @@ def post_summary_html(results: list, infos: list) -> str:
             + ", ".join(f"{e(k)} {v}" for k, v in sorted(rest.items()))
             + ". These are protocol settings, input definitions, quartiles, the post's per-block medians of other "
               "blocks, and its scope statements; pages 04, 05 and 09 set their own post rows beside "
-              "those they answer.</p>" + departures_html(None) + "</section>")
+              "those they answer.</p>" + listing + departures_html(None) + "</section>")
 
 
 # The README's two commands and the GPU pass, as the reproduce box prints them (a test holds them to the README).

@@ -76,50 +76,96 @@ def load(path: Path | None = None) -> dict:
     return _load(str(path or FIGURES_JSON))
 
 
-# Where this book departs from the post's protocol, said beside the figures it touches (each notebook's banner) and
-# on the front page. `follows`: whether the book also runs the post's way. Facts about the two protocols, checked
+# Where this book departs from the post's protocol, said beside the figures it touches (`figures`: id prefixes; the
+# post-vs-ours table of a page lists the departures behind its rows), in each notebook's banner and on the front
+# page. `follows`: whether the book also runs the post's way. Facts about the two protocols, checked
 # against the post's text and this repository's code; no measured number is typed here.
 DEPARTURES = (
-    {"notebooks": ("02_fast_stats_counterexamples", "03_timing"), "follows": True,
+    {"figures": ("timing.fast_stats", "timing.split_", "fast_stats.", "ratio.fast_stats"),
+     "notebooks": ("02_fast_stats_counterexamples", "03_timing"), "follows": True,
      "post": "its fast-statistics affine kernel was compiled with --fmad=false and took tiles of 256 scalars",
      "book": "the book's kernels/split_affine.cu is compiled with the book's flags (--fmad=true, as torch's build) "
              "and takes float4 tiles of 1,024 elements; the post's kernel runs beside it as kernels/post_affine.cu "
              "(--fmad=false, 256 scalars: post_interleaved in 02, post_split_interleaved in 03), and the post's "
              "figures are set beside the post's kernel wherever the run has it"},
-    {"notebooks": ("02_fast_stats_counterexamples", "03_timing"), "follows": True,
+    {"figures": ("timing.native_torchscript", "timing.split_torchscript", "timing.noaffine_torchscript"),
+     "notebooks": ("02_fast_stats_counterexamples", "03_timing"), "follows": True,
      "post": "its TorchScript baselines froze a trace (torch.jit.freeze(torch.jit.trace(...)))",
      "book": "notebook 03 times both routes: torch.jit.script (native_torchscript, split_torchscript, "
              "noaffine_torchscript_affine) and the post's frozen traces (native_torchscript_traced, split_traced, "
              "noaffine_traced_affine), and sets the post's figures beside the traces wherever the run has them; "
              "notebook 02's split TorchScript output pass stays torch.jit.script"},
-    {"notebooks": ("03_timing",), "follows": False,
+    {"figures": ("timing.",),
+     "notebooks": ("03_timing",), "follows": False,
      "post": "it timed three separate randomized blocks (the reference-order block with 35 rounds, the extra-shape "
              "blocks with 25 and 30)",
      "book": "notebook 03 times one block of every registered method per case, the same rounds for all (its "
              "protocol table gives them)"},
-    {"notebooks": ("05_pytorch_source_reading", "08_using_it"), "follows": False,
+    {"figures": ("support.",),
+     "notebooks": ("05_pytorch_source_reading", "08_using_it"), "follows": False,
      "post": "its kernel supported normalized sizes N <= 65535*256 over every non-batch dimension",
      "book": "the kernels take N up to 2**24 (torch's vectorized-path bound) and any trailing normalized_shape "
              "(labkit.ops.eligibility)"},
-    {"notebooks": ("03_timing",), "follows": False,
+    {"figures": ("timing.noaffine",),
+     "notebooks": ("03_timing",), "follows": False,
      "post": "the no-affine + TorchScript-affine alternative was generally not bit-identical",
      "book": "the same alternative is timed and checked here; notebook 03's no-affine section shows where it is "
              "bit-identical on this torch and GPU (a finding, not a change of protocol)"},
-    {"notebooks": ("01_bit_identity", "06_kernel_definitions"), "follows": False,
+    {"figures": ("bit_identity.", "edge."),
+     "notebooks": ("01_bit_identity", "06_kernel_definitions"), "follows": False,
      "post": "its kernels were compiled with --std=c++11",
      "book": "every kernel is compiled with --std=c++17 (labkit.core.compile.BASE_OPTIONS); "
              "the language standard does not enter the arithmetic, and the bits are checked against torch either "
              "way (notebooks 01 and 06)"},
-    {"notebooks": ("09_layout_boundary",), "follows": False,
+    {"figures": ("layout.",),
+     "notebooks": ("09_layout_boundary",), "follows": False,
      "post": "144 ordinary correctness cases across 32/64/128 channels, not broken down per case in the text",
      "book": "its own grid of correctness cases, each listed (notebook 09 counts them); the two counts are not "
              "reconciled case by case"},
 )
 
 
+# Why a figure of the post is not set beside a run's number, by what kind of figure it is (first match wins):
+# (test on the figure, the reason). Read from the figure's id and section, never from a measurement.
+_UNCOMPARED = (
+    (lambda f: f["id"].endswith((".p25", ".p75")),
+     "a quartile of a median that is set beside ours (each run keeps its own quartiles)"),
+    (lambda f: f["id"].endswith("_block") or "_block." in f["id"] or ".noaffine_block" in f["id"],
+     "a median from another of the post's timing blocks: the book times every method in one block (a stated "
+     "departure), and that block's medians are set beside the post's reference-order block"),
+    (lambda f: f["section"] == "protocol_correction" and f["id"].startswith("protocol.audit"),
+     "answered on page 04, which sets its own post rows beside its audit"),
+    (lambda f: f["section"] == "source_reading", "answered on page 05 (the installed torch's source)"),
+    (lambda f: f["section"] == "layout", "answered on page 09, the post's layout follow-up, with its own post rows"),
+    (lambda f: f["id"].startswith(("protocol.", "edge.eps")),
+     "a protocol setting: the book's settings are in each run's protocol record"),
+    (lambda f: f["section"] == "scope" or f["id"].startswith("support."),
+     "a scope or support statement, not a measurement (the book's bounds differ: a stated departure)"),
+    (lambda f: f["section"] == "environment", "the post's machine"),
+    (lambda f: f["id"].startswith(("inputs.", "bit_identity.", "fast_stats.implementations", "fast_stats.constant")),
+     "a definition of the post's cases (the book's case lists are built from the same)"),
+    (lambda f: f["id"].startswith("headline."), "a rounded headline of the post; its exact ratio is set beside ours"),
+)
+
+
+def uncompared_reason(fig: dict) -> str:
+    """Why `fig` (a figure of figures.json) is not set beside any run's number."""
+    return next((why for test, why in _UNCOMPARED if test(fig)), "no run of this book measures it")
+
+
 def departures(notebook: str | None = None) -> list[dict]:
     """The departures touching one notebook (by stem), or all."""
     return [d for d in DEPARTURES if notebook is None or notebook in d["notebooks"]]
+
+
+def departures_for(figure_ids) -> list[dict]:
+    """The departures behind any of these figures (by the figures' id prefixes), in DEPARTURES order."""
+    ids = list(figure_ids)
+    return [d for d in DEPARTURES if any(i.startswith(d["figures"]) for i in ids)]
+
+
+def departure_sentence(d: dict) -> str:
+    return f"The post: {d['post']}. Here: {d['book']}" + (" (the post's way is run too)" if d["follows"] else "") + "."
 
 
 def about(path: Path | None = None) -> dict:

@@ -164,10 +164,11 @@ def timing_pairs(record: dict | None, l2_bytes=None) -> list[tuple]:
     pairs.append(("ratio.fast_stats.vs_native.16x64x256x256", _ratio(case, "A", fr),
                   _with_route("" if case else NOT_IN_RUN, "split_interleaved", fr),
                   f"{fr} speedup vs native (ordinary inputs)"))
-    # the post's block held its fast kernel, the split eager and compiled routes and the native references
-    others = {m: _stat(case, "A", m) for m in ("split_eager", _route(case, "split_torchscript"), "split_flat",
-                                               "split_interleaved", "native", _route(case, "native_torchscript"))
-              if m != fr}
+    # the post's block held its fast kernel's two geometries, the split eager and compiled routes and native: the
+    # same here (the post's flat geometry where the run timed it, else the book's; never the book's interleaved
+    # kernel beside the post's, which the post's block did not hold)
+    flat = "post_split_flat" if _stat(case, "A", "post_split_flat") is not None else "split_flat"
+    others = {m: _stat(case, "A", m) for m in ("split_eager", _route(case, "split_torchscript"), flat, "native")}
     others = {m: v for m, v in others.items() if v}
     fast = _stat(case, "A", fr)
     strongest = min(others, key=others.get) if others else None

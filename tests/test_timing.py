@@ -125,7 +125,7 @@ def test_tables_and_plots_from_a_record(cpu_record):
     assert shape_rows[0]["method"] == "native" and shape_rows[0][key].startswith("1x")
     assert len(timing.ceiling_rows(cpu_record)) == 2
     lines = timing.verdict_lines(cpu_record, {"gpu": "none", "torch": "x"}, "run-1")
-    assert lines[0].startswith("Run run-1") and "not timed: reference_order (unavailable)" in lines[1]
+    assert lines[0].startswith("Run run-1") and "not timed: reference_order (ValueError: x must be a CUDA tensor (got cpu))" in lines[1]
     for plot in (timing.plot_samples, timing.plot_speedups):
         assert plot(cpu_record, "A", "(test)") is not None
     assert timing.plot_samples({"cases": []}, "A") is None

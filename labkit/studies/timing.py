@@ -504,10 +504,11 @@ def _case_line(case: dict, protocol: str) -> str:
         r = t["ratio_vs_baseline"][best]
         parts.append(f"fastest method passing the official check: {best} {r['median']:.3g}x "
                      f"[{r['q25']:.3g}, {r['q75']:.3g}], bit-equal fraction "
-                     f"{case['methods'][best]['check']['bit_equal_fraction']:.4g}")
+                     f"{case['methods'][best]['check']['bit_equal_fraction']:.3g}")
     slower = _slower(case, protocol)
     parts.append("slower than native in at least 3/4 of rounds: " + (", ".join(slower) if slower else "none"))
-    missing = [f"{n} ({row['status']})" for n, row in case["methods"].items() if row["status"] != "timed"]
+    missing = [f"{n} ({error_text(row['error']) if row.get('error') else row['status']})"
+               for n, row in case["methods"].items() if row["status"] != "timed"]
     if missing:
         parts.append("not timed: " + ", ".join(missing))
     return "; ".join(parts) + "."

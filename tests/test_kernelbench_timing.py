@@ -40,12 +40,16 @@ def test_rows_and_verdict_from_a_record():
     lines = kb.verdict_lines(_record(), "run X")
     assert "KernelBench's cuda_event timing" in lines[0] and "run X" in lines[0]
     assert "x torch.compile per block 1.07, 1.07" in lines[1]
-    assert "<= 0.29 ms (missed)" in lines[3] and ">= 1.10x torch.compile (missed)" in lines[3]
-    assert "(missed)" not in kb.verdict_lines(_record(ours=0.2), "run X")[3]
+    # the goals as goal lines (labkit.studies.goals), under protocol B, the same list the front page counts
+    assert "(goal <= 0.29 ms: missed)" in lines[3] and "(goal >= 1.1x: missed)" in lines[4]
+    assert all("(protocol B)" in ln for ln in lines[3:6])
+    assert [g["met"] for g in kb.goals({"kernelbench_timing": _record()})] == [False, False, False]
+    assert kb.goals({"kernelbench_timing": _record(ours=0.2)})[0]["met"] is True
     # one slow block of torch.compile does not make the goal: every block must meet it
     rec = _record(ours=0.30, compiled=0.32)
     rec["samples_ms"]["torch.compile"][1] = [0.6, 0.6, 0.6]
-    assert ">= 1.10x torch.compile (missed)" in kb.verdict_lines(rec, "run X")[3]
+    assert kb.goals({"kernelbench_timing": rec})[1]["met"] is False and "missed" in kb.verdict_lines(rec, "run X")[4]
+    assert kb.goals({}) == []
     assert kb.rows(None) == [] and "no run" in kb.verdict_lines(None, "no run")[0]
 
 

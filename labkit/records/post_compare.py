@@ -168,7 +168,9 @@ def timing_pairs(record: dict | None, l2_bytes=None) -> list[tuple]:
     # same here (the post's flat geometry where the run timed it, else the book's; never the book's interleaved
     # kernel beside the post's, which the post's block did not hold)
     flat = "post_split_flat" if _stat(case, "A", "post_split_flat") is not None else "split_flat"
-    others = {m: _stat(case, "A", m) for m in ("split_eager", _route(case, "split_torchscript"), flat, "native")}
+    # native is in the post's block too, but never its strongest alternative; a run without the block's other
+    # methods (notebook 07's) has nothing to compare with
+    others = {m: _stat(case, "A", m) for m in ("split_eager", _route(case, "split_torchscript"), flat)}
     others = {m: v for m, v in others.items() if v}
     fast = _stat(case, "A", fr)
     strongest = min(others, key=others.get) if others else None
@@ -265,12 +267,20 @@ def reversals(rows: list[dict]) -> list[dict]:
     return [r for r in rows if r["note"].startswith("REVERSAL")]
 
 
+def _post_ratio_text(row: dict) -> str:
+    """The post's ratio as a ratio: a figure it gave as two medians (native/custom) by their quotient."""
+    token = str(row["post_token"])
+    if "/" in token and isinstance(row.get("post"), (int, float)):
+        return f"{row['post']:.3g}x ({token} ms)"
+    return token if token.endswith("x") else f"{token}x"
+
+
 def verdict(rows: list[dict]) -> str:
     """One sentence from the rows: how many post figures are set beside this run's, and which reverse."""
     b = block(rows)
     rev = reversals(rows)
     line = f"Post vs here: {b['compared']}/{b['figures']} of the post's figures in scope set beside this run's."
     if rev:
-        line += " Reversals: " + "; ".join(
-            f"{r['figure']} at {r['shape']} (post {r['post_token']}, here {r['ours']:.3g}x)" for r in rev) + "."
+        line += f" Reversals (here: {PROTOCOL_NAMES['A']}, as the post timed): " + "; ".join(
+            f"{r['figure']} at {r['shape']} (post {_post_ratio_text(r)}, here {r['ours']:.3g}x)" for r in rev) + "."
     return line

@@ -667,11 +667,12 @@ def usage_shown(use: dict | None) -> tuple[str, list[str] | None]:
     """(code, what it printed) from a `dropin_usage` record: the code the run executed, said so when it is no
     longer this checkout's USAGE; USAGE itself, not run, without a record."""
     if not use:
-        return USAGE, None
+        return f'device = "cuda"\n{USAGE}', None
+    bound = f"device = {use.get('device', 'cuda')!r}  # bound by the run (run_usage); set it to your GPU\n"
     if use["code"] == USAGE:
-        return use["code"], use["printed"]
+        return bound + use["code"], use["printed"]
     return (f"# the code the run executed (this checkout's labkit.studies.dropin.USAGE has changed since)\n"
-            f"{use['code']}", use["printed"])
+            f"{bound}{use['code']}", use["printed"])
 
 
 def training_rows() -> tuple[str, list[dict]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from labkit.records.post import about as post_about
 from labkit.records.run import load_run
-from labkit.studies import bit_identity, dropin, parallel_stats, training
+from labkit.studies import bit_identity, dropin, kernelbench_timing, parallel_stats, training
 from labkit.studies.bench import PROTOCOL_DEFINITIONS, PROTOCOL_NAMES
 from labkit.studies.catalog import summarize_run
 from labkit.studies.goals import HOST, tally
@@ -21,10 +21,11 @@ from labkit.studies.plots import time_vs_shape
 from labkit.tasks import L1_40, shape_key
 
 L1_KEY = shape_key(L1_40)
-RUNS = (parallel_stats.RUN_NAME, bit_identity.RUN_NAME, dropin.RUN_NAME, training.RUN_NAME)
+RUNS = (parallel_stats.RUN_NAME, bit_identity.RUN_NAME, dropin.RUN_NAME, training.RUN_NAME, kernelbench_timing.RUN_NAME)
 GRAPH, EAGER = PROTOCOL_NAMES["A"], PROTOCOL_NAMES["B"]
 # the studies whose runs' goals the front page counts, in reading order: (study, notebook, what it judges)
 GOAL_RUNS = ((parallel_stats, "07", "the chain kernel at L1/40 and the post's shapes"),
+             (kernelbench_timing, "07", "L1/40 under KernelBench's own timing"),
              (dropin, "08", "the drop-in's forward"), (training, "10", "the drop-in's forward + backward"))
 
 # One set of names for the whole book: the two protocols (labkit.studies.bench), then the words the tables use.

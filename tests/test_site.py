@@ -490,3 +490,31 @@ def test_site_in_headless_chromium(book_dir, server, browser):
     assert seen["04_protocol_correction"]["height"] < 20000, seen["04_protocol_correction"]["height"]
     assert all((shots / f).stat().st_size > 0 for f in ("front.png", "03_timing.png", "08_using_it_full.png"))
     print(f"screenshots: {shots / 'front.png'}, {shots / '03_timing.png'}, {shots / '08_using_it_full.png'}")
+
+
+def test_the_figure_note_says_how_each_sweep_compiled_from_its_commit():
+    """08's and 10's compiled points: per shape with dynamic=False where the run's commit descends from the fix
+    (git decides), recompiled with dynamic shapes before it, unknown without the commit in git."""
+    import subprocess
+
+    from labkit.records.run import REPO_ROOT
+    from labkit.studies import front
+
+    try:
+        subprocess.run(["git", "cat-file", "-e", front.STATIC_COMPILE_SINCE], cwd=REPO_ROOT, check=True,
+                       capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("no git history here")
+    runs = front.runs_by_name()
+    assert front._static_compile(runs["training"]) is True  # the committed run is from after the fix
+    parent = subprocess.run(["git", "rev-parse", f"{front.STATIC_COMPILE_SINCE}^"], cwd=REPO_ROOT, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    old = {"run": {"provenance": {"git_commit": parent}}}
+    unknown = {"run": {"provenance": {"git_commit": "0" * 40}}}
+    real = front._records
+    try:
+        front._records = lambda p: old if p == "old" else unknown
+        assert front._static_compile("old") is False and front._static_compile("unknown") is None
+        assert "recompiled it with the sizes that changed" in front._compile_how({"dropin": "old", "training": "old"})
+    finally:
+        front._records = real

@@ -25,7 +25,7 @@ RUNS = (parallel_stats.RUN_NAME, bit_identity.RUN_NAME, dropin.RUN_NAME, trainin
 GRAPH, EAGER = PROTOCOL_NAMES["A"], PROTOCOL_NAMES["B"]
 # the studies whose runs' goals the front page counts, in reading order: (study, notebook, what it judges)
 GOAL_RUNS = ((parallel_stats, "07", "the chain kernel at L1/40 and the post's shapes"),
-             (kernelbench_timing, "07", "L1/40 under KernelBench's own timing"),
+             (kernelbench_timing, "07", "L1/40 under KernelBench's timing"),
              (dropin, "08", "the drop-in's forward"), (training, "10", "the drop-in's forward + backward"))
 
 # One set of names for the whole book: the two protocols (labkit.studies.bench), then the words the tables use.
@@ -271,6 +271,29 @@ def _slowest_compile(title: str, sweep: dict | None, key: str) -> dict | None:
     return worst
 
 
+# The commit from which notebooks 08 and 10 compile afresh per shape with dynamic=False (dynamo reset first); their
+# runs from before it compiled one lambda shape after shape, which recompiles with dynamic shapes.
+STATIC_COMPILE_SINCE = "fb010bb2b3c7702294e217dba2de4fa6cd4f94ed"
+
+
+def _static_compile(path: Path | None) -> bool | None:
+    """Whether the run at `path` compiled its torch.compile points per shape with dynamic=False: its commit descends
+    from STATIC_COMPILE_SINCE (git decides); None where git cannot say (no repository, an unknown commit)."""
+    import subprocess
+
+    from labkit.records.run import REPO_ROOT
+
+    commit = _records(path)["run"]["provenance"].get("git_commit") if path else None
+    if not commit:
+        return None
+    try:
+        r = subprocess.run(["git", "merge-base", "--is-ancestor", STATIC_COMPILE_SINCE, commit], cwd=REPO_ROOT,
+                           capture_output=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {0: True, 1: False}.get(r.returncode)
+
+
 def figure_note(runs: dict[str, Path]) -> str | None:
     """What the figure's torch.compile points are, from the sweeps' records: the point furthest above torch eager
     in each panel with the spread of its calls (a steady per-call time, not a compile inside the timing), and how
@@ -298,6 +321,26 @@ def figure_note(runs: dict[str, Path]) -> str | None:
     warm = next((w["warmups"] for w in points if w.get("warmups") is not None), None)
     return (f"torch.compile's points are steady per-call times under {EAGER}"
             + (f", after {warm} warm-up calls" if warm is not None else "") + ", not compiles; the slowest against "
-            "torch eager: " + "; ".join(said) + ". Notebooks 08 and 10 compile one lambda shape after shape without "
-            "dynamic=False, so torch.compile recompiles it, by default with the sizes that changed symbolic; 03 and "
-            "07 compile afresh per shape with dynamic=False" + ind + ". The records do not say which kernels ran.")
+            "torch eager: " + "; ".join(said) + ". " + _compile_how(runs) + ind + ". The records do not say which "
+            "kernels ran.")
+
+
+def _compile_how(runs: dict[str, Path]) -> str:
+    """How the figure's sweeps compiled, per run (labkit.studies.front._static_compile)."""
+    how = {nb: _static_compile(runs.get(name)) for nb, name in (("08", dropin.RUN_NAME), ("10", training.RUN_NAME))}
+    static = [nb for nb, v in how.items() if v]
+    dynamic = [nb for nb, v in how.items() if v is False]
+    unknown = [nb for nb, v in how.items() if v is None and runs.get({"08": dropin.RUN_NAME, "10": training.RUN_NAME}[nb])]
+    parts = []
+    if static:
+        parts.append(f"notebook{'s' if len(static) > 1 else ''} {' and '.join(static)}, like 03 and 07, compile "
+                     f"afresh per shape with dynamic=False")
+    if dynamic:
+        parts.append(f"notebook{'s' if len(dynamic) > 1 else ''} {' and '.join(dynamic)} compiled one lambda shape "
+                     f"after shape without dynamic=False, so torch.compile recompiled it with the sizes that changed "
+                     f"symbolic (03 and 07 compile afresh per shape with dynamic=False)")
+    if unknown:
+        parts.append(f"how notebook{'s' if len(unknown) > 1 else ''} {' and '.join(unknown)} compiled is not known "
+                     f"here (no git history to place the run's commit)")
+    text = "; ".join(parts)
+    return text[:1].upper() + text[1:] if text else "03 and 07 compile afresh per shape with dynamic=False"

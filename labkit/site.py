@@ -448,7 +448,8 @@ def post_summary_html(results: list, infos: list) -> str:
     uncompared = [f for f in every if f["id"] not in ids]
     rest = Counter(f["section"] for f in uncompared)
     rows = "".join(f"<tr><td><code>{e(f['id'])}</code></td><td>{e(f['quantity'])}</td>"
-                   f"<td>{e(str((f.get('source') or {}).get('token', f.get('value'))))}</td>"
+                   f"<td class='labkit-quoted' title='as the post wrote it'>"
+                   f"{e(str((f.get('source') or {}).get('token', f.get('value'))))}</td>"
                    f"<td>{e(post.uncompared_reason(f))}</td></tr>" for f in uncompared)
     listing = (f"<details class='labkit-fold'><summary>The {len(uncompared)} figures not set beside a run's number, "
                f"each with why</summary><table class='dataframe'><thead><tr><th>figure</th><th>what</th>"

@@ -663,6 +663,18 @@ def run_usage(device: str) -> dict:
     return {"code": USAGE, "device": device, "printed": buf.getvalue().splitlines()}
 
 
+def near_max_rows(near: dict | None) -> list[dict]:
+    """Inputs near float32's largest value: how many NaNs each path gives and whether it keeps eager's bits."""
+    if not near:
+        return []
+    return [{"shape": "x".join(map(str, near["shape"])), "elements": near["elements"],
+             "eager NaNs": near["eager_nan"], "eager all finite": near["eager_finite"],
+             "compiled nn.LayerNorm NaNs": near["compiled_native_nan"],
+             "compiled drop-in NaNs": near["compiled_dropin_nan"],
+             "compiled drop-in = eager": near["compiled_dropin_identical"],
+             "compiled nn.LayerNorm = eager": near["compiled_native_identical"]}]
+
+
 def usage_shown(use: dict | None) -> tuple[str, list[str] | None]:
     """(code, what it printed) from a `dropin_usage` record: the code the run executed, said so when it is no
     longer this checkout's USAGE; USAGE itself, not run, without a record."""

@@ -556,7 +556,7 @@ def timing_rows(record: dict | None, protocol: str = "A") -> list[dict]:
                 continue
             gb = fam["bytes"] / (s["median_ms"] * 1e-3) / 1e9
             out.append({**base, "median ms": round(s["median_ms"], 4),
-                        "[q25, q75] ms": f"[{s['q25_ms']:.4g}, {s['q75_ms']:.4g}]",
+                        "[q25, q75] ms": f"[{s['q25_ms']:#.3g}, {s['q75_ms']:#.3g}]",
                         "eager / method": f"{r['median']:.3g} [{r['q25']:.3g}, {r['q75']:.3g}]",
                         "GB/s": round(gb, 1), "% copy ceiling": round(100 * gb / ceil, 1) if ceil else None,
                         "bytes": fam["bytes"], "bit-equal fraction": ck.get("bit_equal_fraction"), "n": s["n"]})

@@ -167,8 +167,8 @@ def breakdown_rows(breakdown: dict | None) -> list[dict]:
     if not breakdown:
         return []
     t = breakdown["timing"]
-    return [{"variant": k, "median_ms": v["median_ms"], "q25_ms": v["q25_ms"], "q75_ms": v["q75_ms"],
-             "speedup_vs_native": t["ratio_vs_baseline"][k]["median"]} for k, v in t["stats"].items()]
+    return [{"variant": k, "median ms": v["median_ms"], "q25 ms": v["q25_ms"], "q75 ms": v["q75_ms"],
+             "x torch eager (graph replay)": t["ratio_vs_baseline"][k]["median"]} for k, v in t["stats"].items()]
 
 
 def _dig(obj, path):
@@ -318,7 +318,7 @@ def verdict_lines(timing_record: dict | None, breakdown: dict | None, prov: dict
         ind = t["stats"].get("inductor", {}).get("median_ms")
         ratio_ind = (f"{ind / t['stats']['chain']['median_ms']:.2f}x Inductor's speed" if ind else "Inductor not timed")
         bits = case["methods"]["chain"].get("check", {}).get("bit_equal_fraction")
-        lines.append(f"{case['key']}: chain {t['stats']['chain']['median_ms']:.4g} ms, {r['chain']['median']:.3g}x "
+        lines.append(f"{case['key']}: chain {t['stats']['chain']['median_ms']:#.3g} ms, {r['chain']['median']:.3g}x "
                      f"native (paired median), {ratio_ind}, bit-equal fraction vs native {bits}")
     judged = goals({"timing": timing_record})
     count = tally(judged)

@@ -395,7 +395,7 @@ def shape_rows(record: dict | None, protocol: str = "A") -> list[dict]:
             cell = out.setdefault(name, {"method": name})
             if t and name in t["stats"]:
                 cell[case["key"]] = (f"{t['ratio_vs_baseline'][name]['median']:.3g}x "
-                                     f"({t['stats'][name]['median_ms']:.4g} ms)")
+                                     f"({t['stats'][name]['median_ms']:#.3g} ms)")
             else:
                 cell[case["key"]] = f"— ({row['status']})"
     return list(out.values())

@@ -470,6 +470,29 @@ def figure(sweep_record: dict | None, label: str = ""):
     return fig
 
 
+def model_rows(model: dict | None) -> list[dict]:
+    """The small transformer's record as a reader reads it: the model, the path its LayerNorms took, and the bits
+    (losses, gradients, weights after the last step) of the swapped model against the original."""
+    if not model:
+        return []
+    return [{"model": f"{model['layers']} layers, d_model {model['d_model']}, {model['heads']} heads, vocab "
+                      f"{model['vocab']}", "batch x seq": f"{model['batch']} x {model['seq']}", "steps": model["steps"],
+             "LayerNorms swapped": model["swapped"], "their path": model["ln_path"],
+             "losses identical": model["losses_identical"], "gradients identical": model["grads_identical"],
+             "weights identical": model["weights_identical"]}]
+
+
+def wide_rows(wide: dict | None) -> list[dict]:
+    """The wide-LayerNorm model's record: its shape, step times (ms) and first-step gradient bits."""
+    if not wide:
+        return []
+    return [{"LayerNorm over": f"({wide['channels']}, {wide['height']}, {wide['width']})", "batch": wide["batch"],
+             "steps": wide["steps"], "torch step ms": wide["native_step_ms"],
+             "drop-in step ms": wide["dropin_step_ms"],
+             "x torch": wide["native_step_ms"] / wide["dropin_step_ms"] if wide.get("dropin_step_ms") else None,
+             "first-step gradients identical": wide["first_step_grads_identical"]}]
+
+
 def host_rows(host: dict | None) -> list[dict]:
     rows = []
     for e in host_entries(host):

@@ -862,6 +862,7 @@ def summary_lines(s: dict) -> list[str]:
 
 def page_headline(records: dict, summary: dict) -> str:
     from labkit.records.text import on_gpu, ratio
+    from labkit.studies.goals import tally_text
 
     d = summary.get("dropin")
     if not d or d.get("eager_worst_ratio") is None:
@@ -872,4 +873,6 @@ def page_headline(records: dict, summary: dict) -> str:
             f"{d['eager_worst_shape']}, "
             f"host {d['host_us_per_call'] or float('nan'):.1f} us/call vs torch "
             f"{d['torch_host_us_per_call'] or float('nan'):.1f}; bits fwd "
-            f"{d['forward_identical']}, bwd {d['backward_identical']}, compiled {d['compiled_identical']} {on_gpu(summary)}")
+            f"{d['forward_identical']}, bwd {d['backward_identical']}, compiled {d['compiled_identical']}"
+            f"{tally_text(goals(records))} {on_gpu(summary)}")
+

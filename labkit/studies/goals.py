@@ -52,3 +52,9 @@ def beside(value: float | None, limit: float, unit: str = "x") -> str:
     while decimals < 8 and value != limit and round(value, decimals) == limit:
         decimals += 1
     return f"{value:.{decimals}f}" + ("x" if unit == "x" else f" {unit}" if unit else "")
+
+
+def tally_text(goals: list[dict]) -> str:
+    """'; goals k of n met' for a page's result line, '' where none is judged."""
+    t = tally(goals)
+    return f"; goals {t['met']} of {t['judged']} met" if t["judged"] else ""

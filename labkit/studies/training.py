@@ -584,6 +584,7 @@ def summary_lines(s: dict) -> list[str]:
 
 def page_headline(records: dict, s: dict) -> str:
     from labkit.records.text import on_gpu, ratio
+    from labkit.studies.goals import tally_text
 
     t = s.get("training")
     if not t or t.get("l1_40_fwdbwd_ms") is None:
@@ -593,7 +594,9 @@ def page_headline(records: dict, s: dict) -> str:
     comp = t.get("l1_40_compiled_fwdbwd_ms")
     vs = f", {ratio(comp / t['l1_40_fwdbwd_ms'])} torch.compile" if comp else ""
     return (f"L1/40 forward + backward under {PROTOCOL_NAMES['B']}: {t['l1_40_fwdbwd_ms']:.3g} ms{vs}; backward bits "
-            f"{t['backward_identical']}, model steps {t['model_steps_identical']} identical {on_gpu(s)}")
+            f"{t['backward_identical']}, model steps {t['model_steps_identical']} identical"
+            f"{tally_text(goals(records))} {on_gpu(s)}")
+
 
 
 COMPILE_RATIO_GOAL, NATIVE_RATIO_GOAL, ORDINARY_GRAPH_GOAL, FLOOR_GOAL = 1.2, 22, 1.3, 1.15  # issue 22's goals

@@ -407,7 +407,7 @@ table.labkit-headline td:nth-child(n+4):nth-child(-n+6) { text-align: right; fon
 .labkit-goals { font-size: 13px; line-height: 1.4; }
 .labkit-goals p { margin: 0.3em 0 0.1em; } .labkit-goals ul { margin: 0.1em 0 0.3em; padding-left: 1.4em; }
 .ok { color: #1a7f37; } .miss { color: #b00; }
-img.labkit-figure { width: 100%; max-width: 920px; display: block; margin: 0.2em auto; }
+img.labkit-figure { width: 100%; max-width: 820px; display: block; margin: 0.2em auto; }
 p.labkit-figure-note { font-size: 12px; line-height: 1.35; margin: 0.2em 0 0.5em; }
 .labkit-two { display: grid; grid-template-columns: 7fr 2fr; gap: 1em; font-size: 12px; line-height: 1.3; }
 .labkit-box { background: #f7f7f7; padding: 0.2em 0.8em; border-radius: 4px; }

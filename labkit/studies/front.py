@@ -47,11 +47,10 @@ GLOSSARY = {
                "faster, torch's elsewhere",
     "torch.compile, Inductor": "torch.compile(F.layer_norm): Inductor, its code generator, writes its own kernel "
                                "('inductor' in tables); not torch's bits",
-    "split_interleaved": "the fast-statistics prototype: torch.var_mean, then kernels/split_affine.cu with rows "
-                         "fastest in the grid; faster, not torch's answer",
+    "split_interleaved": "the fast-statistics prototype: torch.var_mean, then kernels/split_affine.cu, rows "
+                         "fastest; not torch's answer",
     "official check": "KernelBench's torch.allclose(reference, candidate, atol=1e-4, rtol=1e-4)",
-    "KernelBench's timing": "its evaluator's own cuda_event method at the pinned commit (an event pair around each "
-                            "eager call after an L2 thrash, means over trials): protocol B, exactly (notebook 07)",
+    "KernelBench's timing": "its evaluator's own cuda_event method: protocol B, exactly (notebook 07)",
 }
 
 

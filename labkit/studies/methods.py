@@ -138,15 +138,19 @@ def _frozen_trace(module, x):
                              deprecation=deprecations(caught))
 
 
-class _SplitModule(torch.nn.Module):
-    """torch.var_mean statistics and the split pointwise expression (labkit.ops.split_stats) as a module, for the
-    post's traced split route."""
+class _AffineModule(torch.nn.Module):
+    """A module holding copies of weight and bias as buffers and eps, for the post's traced routes below."""
 
     def __init__(self, weight, bias, eps):
         super().__init__()
         self.register_buffer("weight", weight.detach().clone())
         self.register_buffer("bias", bias.detach().clone())
         self.eps = float(eps)
+
+
+class _SplitModule(_AffineModule):
+    """torch.var_mean statistics and the split pointwise expression (labkit.ops.split_stats) as a module, for the
+    post's traced split route."""
 
     def forward(self, x):
         from labkit.ops.split_stats import row_var_mean, split_pointwise
@@ -158,14 +162,8 @@ class _SplitModule(torch.nn.Module):
                                self.eps).reshape(x.shape)
 
 
-class _NoAffineModule(torch.nn.Module):
+class _NoAffineModule(_AffineModule):
     """LayerNorm without affine, then y * weight + bias, as a module, for the post's traced no-affine route."""
-
-    def __init__(self, weight, bias, eps):
-        super().__init__()
-        self.register_buffer("weight", weight.detach().clone())
-        self.register_buffer("bias", bias.detach().clone())
-        self.eps = float(eps)
 
     def forward(self, x):
         return torch.nn.functional.layer_norm(x, tuple(self.weight.shape), None, None, self.eps) * self.weight + \

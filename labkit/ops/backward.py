@@ -3,9 +3,9 @@ them on its vectorized path, on a schedule that reads x and dy twice where torch
 
 Two launches (labkit.core.launch Kernels, planned from (rows, n, device)), in one of three schedules:
 - "chain" (few long rows): the row sums of torch's dX kernel with a row's 128 chains spread over 4 * S blocks fed
-  by tensor maps (kernels/grad_chain_sums.cu; S, the split, as many as fit one wave: `chain_split`), then kernels/grad_columns.cu: dX, dgamma and dbeta from one more
-  read of x and dy, in the order of torch's GammaBetaBackwardCUDAKernelTemplate for this (rows, N)
-  (`gamma_beta_template`);
+  by tensor maps (kernels/grad_chain_sums.cu; S, the split, as many as fit one wave: `chain_split`), then
+  kernels/grad_columns.cu: dX, dgamma and dbeta from one more read of x and dy, in the order of torch's
+  GammaBetaBackwardCUDAKernelTemplate for this (rows, N) (`gamma_beta_template`);
 - "rows" (wide rows, where that template's grid of N/32 column blocks fills the GPU): torch's one 128-thread
   block per row for the sums (kernels/grad_row_sums.cu), then grad_columns as above;
 - "split" (narrow rows, where the template's grid is too small to carry dX too): kernels/grad_rows_fused.cu, torch's
@@ -74,7 +74,7 @@ class GradPlan:
     sums: Kernel
     columns: Kernel
     template: GammaBetaTemplate
-    tensor_map: TensorMapGeometry | None  # chain: x and dy as [rows][steps][4 warps][128 floats]
+    tensor_map: TensorMapGeometry | None  # chain: x and dy as [rows][steps][4 S segments][128 / S floats]
     scratch: Scratch                     # s1, s2 [rows]; chain: chain sums [rows, 128, 2], then row counters (zeroed)
     path: str = PATH
 

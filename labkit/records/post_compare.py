@@ -54,6 +54,14 @@ def _with_route(note: str, method: str, route: str) -> str:
     return note
 
 
+def _routed_ratio(case, fid: str, method: str, label: str, l2_bytes) -> tuple:
+    """The pair for a post ratio figure `fid` whose book method is `method`: on the post's own route where the case
+    timed it (_route), its explanation (explain) with the route said (_with_route); `label` takes the route."""
+    r = _route(case, method)
+    return (fid, _ratio(case, "A", r), _with_route(explain(case, r, post.figure(fid)["value"], l2_bytes), method, r),
+            label.format(r))
+
+
 def _case(record, shape, affine):
     key = f"{shape_key(shape)}/{affine}"
     for c in (record or {}).get("cases", []):
@@ -121,18 +129,14 @@ def timing_pairs(record: dict | None, l2_bytes=None) -> list[tuple]:
             pairs.append((f"timing.{method}.{FULL}.{tag}.median", _stat(case, "A", r),
                           _with_route("" if case else NOT_IN_RUN, method, r), f"{r} median ms ({tag} affine)"))
         for method in ("native_torchscript", "reference_order"):
-            fid, r = f"timing.{method}.{FULL}.{tag}.ratio", _route(case, method)
-            pairs.append((fid, _ratio(case, "A", r),
-                          _with_route(explain(case, r, post.figure(fid)["value"], l2_bytes), method, r),
-                          f"{r} speedup vs native ({tag} affine)"))
+            pairs.append(_routed_ratio(case, f"timing.{method}.{FULL}.{tag}.ratio", method,
+                                       "{} speedup vs native (" + tag + " affine)", l2_bytes))
         # the fast-statistics block
         for ours_name, post_name in _TIMING.items():
             if post_name in ("native_torchscript", "reference_order"):
                 continue
-            fid, r = f"timing.{post_name}.{FULL}.{tag}.ratio", _route(case, ours_name)
-            pairs.append((fid, _ratio(case, "A", r),
-                          _with_route(explain(case, r, post.figure(fid)["value"], l2_bytes), ours_name, r),
-                          f"{r} speedup vs native ({tag} affine)"))
+            pairs.append(_routed_ratio(case, f"timing.{post_name}.{FULL}.{tag}.ratio", ours_name,
+                                       "{} speedup vs native (" + tag + " affine)", l2_bytes))
     # the other shapes (the post's reference-order block: random affine)
     for shape in EXTRA_SHAPES:
         case = _case(record, shape, "random_normal")
@@ -146,10 +150,8 @@ def timing_pairs(record: dict | None, l2_bytes=None) -> list[tuple]:
                       explain(case, "reference_order", post.figure(fid)["value"], l2_bytes), "reference_order speedup"))
     for shape in ((4096, 1, 1, 1024), (8, 32, 128, 256)):
         case = _case(record, shape, "random_normal")
-        fid, r = f"timing.fast_stats_interleaved.{shape_key(shape)}.ratio", _route(case, "split_interleaved")
-        pairs.append((fid, _ratio(case, "A", r),
-                      _with_route(explain(case, r, post.figure(fid)["value"], l2_bytes), "split_interleaved", r),
-                      f"{r} speedup"))
+        pairs.append(_routed_ratio(case, f"timing.fast_stats_interleaved.{shape_key(shape)}.ratio",
+                                   "split_interleaved", "{} speedup", l2_bytes))
     # the no-affine baselines (post: random affine, L1/40)
     case = _case(record, L1_40, "random_normal")
     # the post's headline ratios and its independent scout, beside this run's own (random affine, protocol A): a
@@ -180,10 +182,8 @@ def timing_pairs(record: dict | None, l2_bytes=None) -> list[tuple]:
                               if strongest and fast else NOT_IN_RUN, "split_interleaved", fr),
                   f"{fr} vs the strongest alternative in its block"))
     for method in ("noaffine_eager_affine", "noaffine_torchscript_affine"):
-        fid, r = f"timing.{method}.{FULL}.ratio", _route(case, method)
-        pairs.append((fid, _ratio(case, "A", r),
-                      _with_route(explain(case, r, post.figure(fid)["value"], l2_bytes), method, r),
-                      f"{r} speedup vs native"))
+        pairs.append(_routed_ratio(case, f"timing.{method}.{FULL}.ratio", method, "{} speedup vs native",
+                                   l2_bytes))
     return pairs
 
 

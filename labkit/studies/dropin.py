@@ -57,20 +57,16 @@ COMPILED_SWEEP_ROWS = (1, 16, 256, 4096, 65536)
 
 
 def _compiled(x, w, b, eps):
-    """nn.LayerNorm's functional and the drop-in's, compiled for this shape (static), as a user compiles a model.
-    Dynamo's caches are reset first and shapes held static: both lambdas share their code objects with the previous
-    shape's, and a second shape would otherwise recompile them with dynamic shapes (automatic dynamic), timing a
-    generic kernel no user with one shape gets."""
+    """nn.LayerNorm's functional and the drop-in's, compiled for this shape (measure.compile_static), as a user
+    compiles a model."""
     import torch
-    import torch._dynamo
 
     from labkit import layer_norm
+    from labkit.studies.measure import compile_static
 
     ns = tuple(w.shape)
-    torch._dynamo.reset()
-    native = torch.compile(lambda x, w, b: torch.nn.functional.layer_norm(x, ns, w, b, eps), fullgraph=True,
-                           dynamic=False)
-    ours = torch.compile(lambda x, w, b: layer_norm(x, ns, w, b, eps), fullgraph=True, dynamic=False)
+    native, ours = compile_static(lambda x, w, b: torch.nn.functional.layer_norm(x, ns, w, b, eps),
+                                  lambda x, w, b: layer_norm(x, ns, w, b, eps), fullgraph=True)
     return {"native_compiled": lambda: native(x, w, b), "dropin_compiled": lambda: ours(x, w, b)}
 
 
@@ -875,4 +871,3 @@ def page_headline(records: dict, summary: dict) -> str:
             f"{d['torch_host_us_per_call'] or float('nan'):.1f}; bits fwd "
             f"{d['forward_identical']}, bwd {d['backward_identical']}, compiled {d['compiled_identical']}"
             f"{tally_text(goals(records))} {on_gpu(summary)}")
-

@@ -328,10 +328,11 @@ def figure_note(runs: dict[str, Path]) -> str | None:
 
 def _compile_how(runs: dict[str, Path]) -> str:
     """How the figure's sweeps compiled, per run (labkit.studies.front._static_compile)."""
-    how = {nb: _static_compile(runs.get(name)) for nb, name in (("08", dropin.RUN_NAME), ("10", training.RUN_NAME))}
+    names = {"08": dropin.RUN_NAME, "10": training.RUN_NAME}
+    how = {nb: _static_compile(runs.get(name)) for nb, name in names.items()}
     static = [nb for nb, v in how.items() if v]
     dynamic = [nb for nb, v in how.items() if v is False]
-    unknown = [nb for nb, v in how.items() if v is None and runs.get({"08": dropin.RUN_NAME, "10": training.RUN_NAME}[nb])]
+    unknown = [nb for nb, v in how.items() if v is None and runs.get(names[nb])]
     parts = []
     if static:
         parts.append(f"notebook{'s' if len(static) > 1 else ''} {' and '.join(static)}, like 03 and 07, compile "

@@ -37,6 +37,7 @@ DISCARD_FIRST = 1
 SEED = 42
 THRASH_SHAPE = (32, 1024, 1024)  # int64: 256 MiB, above every L2 the evaluator names
 METHODS = ("reference", "torch.compile", "ModelNew (labkit)")
+OURS = METHODS[2]
 
 
 def cuda_event_times(fn, num_warmup: int = EVAL_WARMUP, num_trials: int = NUM_TRIALS,
@@ -165,8 +166,8 @@ def forward_block(record: dict | None) -> dict | None:
     drop-in's run, notebook 08, holds the dispatch's)."""
     if not record:
         return None
-    ours, g = "ModelNew (labkit)", record["graph"]["stats"]
-    mean = {n: statistics.fmean([t for b in record["samples_ms"][n] for t in b]) for n in (ours, "torch.compile")}
+    ours, g = OURS, record["graph"]["stats"]
+    mean = _pooled_means(record)
     out = dict.fromkeys(FORWARD_KEYS)
     out.update(l1_40_graph_ms=g[ours]["median_ms"], l1_40_compile_graph_ms=g["torch.compile"]["median_ms"],
                l1_40_b_ms=mean[ours], l1_40_compile_b_ms=mean["torch.compile"])
@@ -212,6 +213,21 @@ def rows(record: dict | None) -> list[dict]:
     return out
 
 
+def _pooled_means(record: dict) -> dict:
+    """KernelBench's mean over all trials of every block, per program (what its evaluator reports)."""
+    return {n: statistics.fmean([t for b in record["samples_ms"][n] for t in b]) for n in METHODS}
+
+
+def _per_block(record: dict) -> tuple[dict, list[float], list[float]]:
+    """KernelBench's mean per block for each program, and per block ModelNew's ratio to torch.compile and to the
+    reference (their time / ours)."""
+    ours = OURS
+    block = {n: [statistics.fmean(b) for b in record["samples_ms"][n]] for n in METHODS}
+    vs_compile = [c / o for c, o in zip(block["torch.compile"], block[ours])]
+    vs_ref = [r / o for r, o in zip(block["reference"], block[ours])]
+    return block, vs_compile, vs_ref
+
+
 B_MS_GOAL, B_COMPILE_GOAL, B_NATIVE_GOAL = 0.29, 1.10, 27  # issue 24's goals at L1/40 under KernelBench's timing
 
 
@@ -221,14 +237,13 @@ def goals(records: dict) -> list[dict]:
     torch.compile reference and to its eager reference. [] without a record."""
     from labkit.studies.goals import beside, goal
 
+    from labkit.studies.bench import PROTOCOL_NAMES
+
     record = records.get("kernelbench_timing")
     if not record:
         return []
-    ours = "ModelNew (labkit)"
-    block = {n: [statistics.fmean(b) for b in record["samples_ms"][n]] for n in METHODS}
-    vs_compile = [c / o for c, o in zip(block["torch.compile"], block[ours])]
-    vs_ref = [r / o for r, o in zip(block["reference"], block[ours])]
-    from labkit.studies.bench import PROTOCOL_NAMES
+    ours = OURS
+    block, vs_compile, vs_ref = _per_block(record)
 
     kb = PROTOCOL_NAMES["B"]  # KernelBench's cuda_event method is protocol B, exactly
     return [goal("L1/40 under KernelBench's timing, slowest block", beside(max(block[ours]), B_MS_GOAL, "ms"),
@@ -246,11 +261,9 @@ def verdict_lines(record: dict | None, source: str) -> list[str]:
     median moves), and a pooled mean would then carry that block."""
     if not record:
         return [f"KernelBench's timing: {source}"]
-    ours, g = "ModelNew (labkit)", record["graph"]["stats"]
-    mean = {n: statistics.fmean([t for b in record["samples_ms"][n] for t in b]) for n in METHODS}
-    block = {n: [statistics.fmean(b) for b in record["samples_ms"][n]] for n in METHODS}
-    vs_compile = [c / o for c, o in zip(block["torch.compile"], block[ours])]
-    vs_ref = [r / o for r, o in zip(block["reference"], block[ours])]
+    ours, g = OURS, record["graph"]["stats"]
+    mean = _pooled_means(record)
+    _, vs_compile, vs_ref = _per_block(record)
     from labkit.studies.goals import goal_line
 
     grad = record.get("grad_enabled")

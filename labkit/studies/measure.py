@@ -116,6 +116,18 @@ def chain_floor(pushes: int = FLOOR_PUSHES, blocks: int = 64, rounds: int = 35, 
             "sm_clock_ghz_implied": cyc / ms / 1e6}
 
 
+def compile_static(*fns, **options):
+    """torch.compile of each of `fns` with shapes held static (dynamic=False), dynamo's caches reset first: a
+    function whose code object an earlier shape compiled would otherwise be recompiled with dynamic shapes
+    (automatic dynamic), a generic kernel no user with one shape gets; and no recompile limit is reached in a
+    sweep. `options` go to torch.compile (fullgraph, mode)."""
+    import torch
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    return tuple(torch.compile(f, dynamic=False, **options) for f in fns)
+
+
 def host_us_per_call(fn, calls: int, sync, warmups: int = 100) -> float:
     """Host microseconds per call over `calls` back-to-back calls after `warmups` (at a tiny shape the GPU keeps up,
     so the loop's wall time is the host's); `sync` waits for the device before and after the timed loop."""

@@ -239,8 +239,10 @@ def _inductor(x, weight, bias, eps):
     """torch.compile (Inductor, mode="default") of an nn.LayerNorm holding the same weight and bias. Shapes are
     static (dynamic=False): each shape gets its own specialized kernels, as a fixed-shape benchmark would. The
     compile happens on the study's first call, which is outside every timed region."""
-    torch._dynamo.reset()  # a fresh compile per case: no recompile limit reached, no silent fallback to eager
-    compiled = torch.compile(_layer_norm_module(x, weight, bias, eps), mode="default", dynamic=False)
+    from labkit.studies.measure import compile_static
+
+    # a fresh compile per case: no recompile limit reached, no silent fallback to eager
+    compiled, = compile_static(_layer_norm_module(x, weight, bias, eps), mode="default")
     return BuildNotes.attach(lambda: compiled(x), compiled_with="torch.compile(mode='default', dynamic=False)")
 
 

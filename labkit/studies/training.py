@@ -65,15 +65,10 @@ def methods(x, w, b, dy, eps: float, compiled: bool = True) -> dict:
          "dropin": lambda: step(labkit.layer_norm, x, w, b, dy, ns, eps),
          "dropin_our_backward": forced("auto"), "dropin_torch_backward": forced("native")}
     if compiled:
-        # static shapes, caches reset: the lambdas' code objects are the previous shape's, and a second shape would
-        # otherwise be compiled with dynamic shapes (automatic dynamic), a generic kernel no one-shape user gets
-        import torch._dynamo
+        from labkit.studies.measure import compile_static
 
-        torch._dynamo.reset()
-        cn = torch.compile(lambda xx, ns_, ww, bb, e: torch.nn.functional.layer_norm(xx, ns_, ww, bb, e),
-                           fullgraph=True, dynamic=False)
-        cd = torch.compile(lambda xx, ns_, ww, bb, e: labkit.layer_norm(xx, ns_, ww, bb, e), fullgraph=True,
-                           dynamic=False)
+        cn, cd = compile_static(lambda xx, ns_, ww, bb, e: torch.nn.functional.layer_norm(xx, ns_, ww, bb, e),
+                                lambda xx, ns_, ww, bb, e: labkit.layer_norm(xx, ns_, ww, bb, e), fullgraph=True)
         m["native_compiled"] = lambda: step(cn, x, w, b, dy, ns, eps)
         m["dropin_compiled"] = lambda: step(cd, x, w, b, dy, ns, eps)
     return m
@@ -171,28 +166,25 @@ def _host_one(shape, calls: int, device) -> dict:
 def host_cost(calls: int = 2000, device="cuda") -> dict:
     """Host microseconds per call, torch beside the drop-in in the same run: a forward with grad on, a backward
     (torch.autograd.grad of one forward's output, the forward made before the clock starts), and a no-grad
-    forward; at the first of HOST_TINY_CANDIDATES the drop-in hands to torch both ways and at the first of HOST_OURS_CANDIDATES
-    where our kernels serve both directions (their own path's cost; absent where none does). The `training_host`
+    forward; at the first of HOST_TINY_CANDIDATES the drop-in hands to torch both ways and at the first of
+    HOST_OURS_CANDIDATES where our kernels serve both directions (their own path's cost; absent where none does).
+    The `training_host`
     record: {"calls", "shapes": [per shape: the costs, "forward_path", "backward_ours"]}."""
     import torch
 
     from labkit.ops.dropin import explain
     from labkit.ops.dropin.plan import backward_is_torchs
 
-    def handed_off(shape) -> bool:
-        x = torch.empty(shape, device=device)
-        w = torch.empty(shape[1:], device=device)
-        return explain(x, shape[1:], w, w)["path"] == "native" and backward_is_torchs(x, shape[1:], w, w)
+    def torchs_both_ways(shape) -> tuple[bool, bool]:
+        """(torch's kernel serves the forward, torch's the backward) for `shape` on this device."""
+        x, w = torch.empty(shape, device=device), torch.empty(shape[1:], device=device)
+        return explain(x, shape[1:], w, w)["path"] == "native", backward_is_torchs(x, shape[1:], w, w)
 
-    tiny = next((s for s in HOST_TINY_CANDIDATES if handed_off(s)), HOST_SHAPE)
+    tiny = next((s for s in HOST_TINY_CANDIDATES if torchs_both_ways(s) == (True, True)), HOST_SHAPE)
     entries = [_host_one(tiny, calls, device)]
-    for shape in HOST_OURS_CANDIDATES:
-        x = torch.empty(shape, device=device)
-        ns, w = shape[1:], torch.empty(shape[1:], device=device)
-        if explain(x, ns, w, w)["path"] != "native" and not backward_is_torchs(x, ns, w, w):
-            del x
-            entries.append(_host_one(shape, calls, device))
-            break
+    ours = next((s for s in HOST_OURS_CANDIDATES if torchs_both_ways(s) == (False, False)), None)
+    if ours is not None:
+        entries.append(_host_one(ours, calls, device))
     from labkit.ops.dropin import host
 
     why = host.unavailable(torch.device(device).index or 0) if torch.device(device).type == "cuda" else "CPU"

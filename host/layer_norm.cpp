@@ -13,8 +13,12 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <cstring>
+#include <mutex>
 #include <optional>
 #include <tuple>
+#include <unordered_map>
+#include <vector>
 
 #include "launch_program.h"
 
@@ -232,6 +236,141 @@ inline Tensor value_or_undefined(const std::optional<Tensor>& t) {
   return t.has_value() ? *t : Tensor();
 }
 
+Tensor train(c10::intrusive_ptr<LayerNormPlan> p, const Tensor& x, const std::optional<Tensor>& w,
+             const std::optional<Tensor>& b) {
+  TORCH_CHECK((w || p->ones.defined()) && (b || p->neg_zeros.defined()),
+              "a plan trained without weight or bias needs its placeholders (ones, neg_zeros)");
+  int64_t affine = (w ? 1 : 0) | (b ? 2 : 0);
+  const Tensor& wt = w ? *w : p->ones;
+  const Tensor& bt = b ? *b : p->neg_zeros;
+  return LayerNormFunction::apply(x, wt, bt, affine, std::move(p));
+}
+
+// --- the eager call's decisions, cached by signature -------------------------------------------------------------
+// Python's get_plan decides; `remember` records its answer for a signature, and `call` then serves that signature
+// with no Python between the drop-in's entry checks and the launches (or torch's own at::layer_norm): what the
+// Python path costs on top of torch's call is mostly building the signature tuple and looking it up.
+// The key holds everything labkit.ops.dropin.plan.signature holds (shape, strides, dtype and device of x, weight
+// and bias, which of them require grad, normalized_shape, eps, whether autograd records) plus device types. The
+// protocol and forced-backward contexts are not in it: Python suspends the fast path while any is active
+// (labkit.ops.dropin.host.suspend), so a remembered answer is always the default context's.
+
+enum Decision : int { kTorch = 0, kOurs = 1 };  // torch's layer_norm (its own autograd node), or the plan's
+
+struct Remembered {
+  int decision = kTorch;
+  c10::intrusive_ptr<LayerNormPlan> plan;  // kOurs
+};
+
+struct KeyHash {
+  size_t operator()(const std::vector<int64_t>& v) const noexcept {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
+    for (int64_t x : v) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+constexpr size_t kMaxRemembered = 4096;  // labkit.ops.dropin.plan.MAX_PLANS: cleared, not evicted, when full
+std::mutex remembered_lock;  // held for lookups too: the GIL is not what guards C++ state
+std::unordered_map<std::vector<int64_t>, Remembered, KeyHash> remembered;
+
+void put_tensor(std::vector<int64_t>& k, const Tensor& t) {
+  k.push_back(t.dim());
+  for (int64_t s : t.sizes()) k.push_back(s);
+  for (int64_t s : t.strides()) k.push_back(s);
+  k.push_back(static_cast<int64_t>(t.scalar_type()));
+  k.push_back(static_cast<int64_t>(t.device().type()));
+  k.push_back(t.device().index());
+  k.push_back(t.requires_grad());
+}
+
+// normalized_shape as torch's parser would take it when it is an int, or a tuple or list (torch.Size included) of
+// exact ints; anything else (floats, bools, tensors, SymInts) returns false and takes the Python path.
+bool parse_shape(py::handle h, std::vector<int64_t>& out) {
+  PyObject* o = h.ptr();
+  if (PyLong_CheckExact(o)) {
+    out.push_back(PyLong_AsLongLong(o));
+    return !PyErr_Occurred();
+  }
+  if (!PyTuple_Check(o) && !PyList_Check(o)) return false;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+  PyObject** items = PySequence_Fast_ITEMS(o);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (!PyLong_CheckExact(items[i])) return false;
+    out.push_back(PyLong_AsLongLong(items[i]));
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  return true;
+}
+
+bool needs_grad(const Tensor& x, const std::optional<Tensor>& w, const std::optional<Tensor>& b) {
+  return torch::autograd::GradMode::is_enabled() &&
+         (x.requires_grad() || (w && w->requires_grad()) || (b && b->requires_grad()));
+}
+
+// The key, or false where this call cannot have one (then Python decides, and does not remember).
+bool make_key(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, const std::optional<Tensor>& b,
+              py::handle eps, bool grad, std::vector<int64_t>& k) {
+  if (!PyFloat_CheckExact(eps.ptr())) return false;  // an int or numpy eps: Python's path, as given
+  double e = PyFloat_AS_DOUBLE(eps.ptr());
+  k.reserve(32);
+  size_t at = k.size();
+  k.push_back(0);  // normalized_shape's length, filled in below
+  if (!parse_shape(ns, k)) return false;
+  k[at] = static_cast<int64_t>(k.size() - at - 1);
+  int64_t bits;
+  std::memcpy(&bits, &e, sizeof bits);
+  k.push_back(bits);
+  k.push_back(grad);
+  put_tensor(k, x);
+  k.push_back(w.has_value());
+  if (w) put_tensor(k, *w);
+  k.push_back(b.has_value());
+  if (b) put_tensor(k, *b);
+  return true;
+}
+
+// The remembered answer for this call, run; None where there is none (Python then decides).
+py::object call(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, const std::optional<Tensor>& b,
+                py::handle eps) {
+  bool grad = needs_grad(x, w, b);
+  std::vector<int64_t> key;
+  if (!make_key(x, ns, w, b, eps, grad, key)) return py::none();
+  Remembered r;
+  {
+    std::lock_guard<std::mutex> hold(remembered_lock);
+    auto it = remembered.find(key);
+    if (it == remembered.end()) return py::none();
+    r = it->second;
+  }
+  if (r.decision == kOurs) {
+    if (grad) return py::cast(train(r.plan, x, w, b));
+    return py::cast(std::get<0>(run_forward(*r.plan, x, value_or_undefined(w), value_or_undefined(b), false)));
+  }
+  std::vector<int64_t> shape(key.begin() + 1, key.begin() + 1 + key[0]);
+  try {
+    return py::cast(at::layer_norm(x, shape, w, b, PyFloat_AS_DOUBLE(eps.ptr())));
+  } catch (const c10::Error&) {
+    return py::none();  // torch refuses this input: Python's path calls torch, which raises its own error
+  }
+}
+
+void remember(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, const std::optional<Tensor>& b,
+              py::handle eps, bool grad, int decision, std::optional<c10::intrusive_ptr<LayerNormPlan>> plan) {
+  TORCH_CHECK(decision == kTorch || (decision == kOurs && plan), "decision ", decision, " needs its plan");
+  std::vector<int64_t> key;
+  if (!make_key(x, ns, w, b, eps, grad, key)) return;
+  std::lock_guard<std::mutex> hold(remembered_lock);
+  if (remembered.size() >= kMaxRemembered) remembered.clear();
+  Remembered r;
+  r.decision = decision;
+  if (plan) r.plan = *plan;
+  remembered[std::move(key)] = std::move(r);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -276,15 +415,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         [](const LayerNormPlan& p, const Tensor& x, std::optional<Tensor> w, std::optional<Tensor> b) {
           return run_forward(p, x, value_or_undefined(w), value_or_undefined(b), true);
         });
-  m.def("train", [](c10::intrusive_ptr<LayerNormPlan> p, const Tensor& x, std::optional<Tensor> w,
-                    std::optional<Tensor> b) {
-    TORCH_CHECK((w || p->ones.defined()) && (b || p->neg_zeros.defined()),
-                "a plan trained without weight or bias needs its placeholders (ones, neg_zeros)");
-    int64_t affine = (w ? 1 : 0) | (b ? 2 : 0);
-    const Tensor& wt = w ? *w : p->ones;
-    const Tensor& bt = b ? *b : p->neg_zeros;
-    return LayerNormFunction::apply(x, wt, bt, affine, std::move(p));
+  m.def("train", &train);
+  m.def("call", &call, py::arg("x"), py::arg("normalized_shape"), py::arg("weight"), py::arg("bias"),
+        py::arg("eps"));
+  m.def("remember", &remember, py::arg("x"), py::arg("normalized_shape"), py::arg("weight"), py::arg("bias"),
+        py::arg("eps"), py::arg("needs_grad"), py::arg("decision"), py::arg("plan"));
+  m.def("forget", []() {
+    std::lock_guard<std::mutex> hold(remembered_lock);
+    remembered.clear();
   });
+  m.def("remembered", []() {
+    std::lock_guard<std::mutex> hold(remembered_lock);
+    return remembered.size();
+  });
+  m.attr("TORCH") = static_cast<int>(kTorch);
+  m.attr("OURS") = static_cast<int>(kOurs);
   m.def("backward", [](const LayerNormPlan& p, const Tensor& dy, const Tensor& x, const Tensor& mean,
                        const Tensor& rstd, std::optional<Tensor> w, std::optional<Tensor> b, std::vector<bool> mask) {
     TORCH_CHECK(mask.size() == 3, "output_mask needs 3 entries");

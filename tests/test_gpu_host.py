@@ -197,3 +197,33 @@ def test_a_training_step_captured_in_a_graph_replays_torchs_bits(fresh_plans):
     assert type(y.grad_fn).__name__ == "CppFunction"
     y = y.detach()
     assert all(_same(a, c) for a, c in zip((y, *grads), ref))
+
+
+@pytest.mark.parametrize("shape", [(16, 1 << 16), (4096, 768), (3, 512 * 33 + 4), (8, 255)])
+def test_decided_signatures_are_served_from_cpp_with_torchs_bits(fresh_plans, shape):
+    """The fast path (labkit.ops.dropin.host.fast): once get_plan has decided a signature, the next calls, with and
+    without grad, come from C++ (our forward, the C++ node, or torch's own call) with torch's bits; a misaligned
+    view of a remembered signature takes torch's other path there too."""
+    import torch
+
+    import labkit
+    from labkit.ops.dropin import host
+
+    host.module()
+    x, ns, w, b, dy = _inputs(shape, seed=5)
+    fast = host.fast[0]
+    assert fast is not None
+    with torch.no_grad():
+        labkit.layer_norm(x, ns, w, b)
+        y = fast(x, ns, w, b, 1e-5)
+    assert y is not None and _same(y, torch.nn.functional.layer_norm(x, ns, w, b))
+    _step(labkit.layer_norm, x, ns, w, b, dy, 1e-5)  # decides the grad signature
+    xs = x.detach().requires_grad_()
+    y = fast(xs, ns, w, b, 1e-5)
+    assert y is not None and y.grad_fn is not None
+    got = (y.detach(), *torch.autograd.grad(y, (xs, w, b), dy))
+    assert all(_same(a, c) for a, c in zip(got, _step(torch.nn.functional.layer_norm, x, ns, w, b, dy, 1e-5)))
+    flat = torch.empty(x.numel() + 1, device="cuda")
+    shifted = flat[1:].view(x.shape).copy_(x)  # same signature, 4 bytes past an aligned address
+    with torch.no_grad():
+        assert _same(fast(shifted, ns, w, b, 1e-5), torch.nn.functional.layer_norm(shifted, ns, w, b))

@@ -56,7 +56,44 @@ def module():
         with _lock:
             if "module" not in _state:
                 _state["module"], _state["why"] = _build()
+                _refresh()
     return _state["module"]
+
+
+# The eager fast path (op.layer_norm reads fast[0] on every call): the extension's `call`, which serves a signature
+# whose decision get_plan has remembered, while the extension is built and nothing suspends it; else None. Never
+# builds the extension: until a GPU plan has asked for it, every call takes the Python path.
+fast: list = [None]
+
+
+def _refresh() -> None:
+    m = _state.get("module")
+    fast[0] = m.call if m is not None and not _state.get("suspended") and not _state.get("off") else None
+
+
+def suspend(delta: int) -> None:
+    """+1 on entering a context that changes what get_plan decides (a dispatch protocol, a forced backward,
+    `off`), -1 on leaving it: while any is active anywhere, every call takes the Python path, which reads the
+    context (a context variable is per thread; suspending for all threads is the safe side)."""
+    with _lock:
+        _state["suspended"] = _state.get("suspended", 0) + delta
+        _refresh()
+
+
+def remember(x, ns: tuple, weight, bias, eps, needs_grad: bool, ours) -> None:
+    """Record get_plan's answer for this call's signature in the fast path: torch's call (`ours` None) or the host
+    plan `ours`. Only while the fast path serves (never inside a context it is suspended for)."""
+    m = _state.get("module")
+    if m is None or fast[0] is None:
+        return
+    m.remember(x, ns, weight, bias, eps, needs_grad, m.TORCH if ours is None else m.OURS, ours)
+
+
+def forget() -> None:
+    """Drop every remembered answer (labkit.ops.dropin.plan.clear)."""
+    m = _state.get("module")
+    if m is not None:
+        m.forget()
 
 
 class off:
@@ -65,10 +102,12 @@ class off:
 
     def __enter__(self):
         _state["off"] = _state.get("off", 0) + 1
+        _refresh()
         return self
 
     def __exit__(self, *exc):
         _state["off"] -= 1
+        _refresh()
 
 
 def unavailable(device_index: int | None = None) -> str | None:

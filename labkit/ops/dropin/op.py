@@ -7,16 +7,20 @@
   backward plan takes the input and the rule says they are faster, else torch.ops.aten.native_layer_norm_backward
   fed with our mean and rstd; opaque, so that under torch.compile Inductor cannot re-derive the backward with its
   own reduction order;
-- layer_norm(): F.layer_norm's signature. In plain eager use it skips the dispatcher: with nothing to record it
-  calls the plan directly; recording autograd where torch's kernels serve both directions (plan.torch_trains), it
-  is torch's own F.layer_norm and autograd node; else the host extension's C++ autograd node on the same plan's
-  programs (labkit.ops.dropin.host), or, where that extension does not serve, `_LayerNorm`, a
-  torch.autograd.Function on the same plan and backward (the registered op's Python dispatch cost ~80 us a
-  call). Compiling, dispatch modes, vmap and tensor subclasses take the registered op; functorch's differentiating transforms (torch.func.grad,
-  jvp, ...), which a custom op's autograd does not support, take torch's F.layer_norm.
+- layer_norm(): F.layer_norm's signature. In plain eager use it skips the dispatcher. A signature decided before
+  is served from C++ by the host extension's `call` (labkit.ops.dropin.host: torch's at::layer_norm, our forward, or
+  the extension's C++ autograd node, as get_plan decided), with no Python after the entry checks. Else, with nothing
+  to record, it calls the plan directly; recording autograd where torch's kernels serve both directions
+  (plan.torch_trains), it is torch's own F.layer_norm and autograd node; else the C++ autograd node on the same
+  plan's programs, or, where the extension does not serve, `_LayerNorm`, a torch.autograd.Function on the same
+  plan and backward (the registered op's Python dispatch cost ~80 us a call). Compiling, dispatch modes and
+  tensor subclasses take the registered op (vmap too, with its batching rule); functorch's differentiating
+  transforms (torch.func.grad, jvp, ...), which a custom op's autograd does not support, take torch's
+  F.layer_norm.
 """
 from __future__ import annotations
 
+import operator
 from typing import List, Optional, Sequence
 
 import torch
@@ -189,9 +193,20 @@ _apply_layer_norm = torch._C._FunctionBase.__dict__["apply"].__get__(None, _Laye
 
 
 def _normalized(normalized_shape) -> tuple:
-    if isinstance(normalized_shape, int):
+    """normalized_shape as a tuple of ints, taking what torch's argument parser takes (an int, or a sequence of
+    ints or objects with __index__, such as numpy integers) and refusing, as it does, floats, bools and tensors."""
+    if isinstance(normalized_shape, int) and not isinstance(normalized_shape, bool):
         return (normalized_shape,)
-    return tuple(int(d) for d in normalized_shape)
+    if isinstance(normalized_shape, torch.Tensor) or not hasattr(normalized_shape, "__iter__"):
+        raise TypeError(f"layer_norm(): normalized_shape must be an int or a tuple of ints, not "
+                        f"{type(normalized_shape).__name__}")
+    out = []
+    for i, d in enumerate(normalized_shape):
+        if isinstance(d, (bool, float, torch.Tensor)) or not hasattr(d, "__index__"):
+            raise TypeError(f"layer_norm(): normalized_shape must be a tuple of ints, but found element of type "
+                            f"{type(d).__name__} at position {i}")
+        out.append(operator.index(d))
+    return tuple(out)
 
 
 _NORMALIZED: dict = {}  # int / tuple / torch.Size -> tuple of ints: one lookup a call where a model repeats it
@@ -253,6 +268,8 @@ def _functorch_differentiates() -> bool:
     return bool(stack) and any(i.key() != _VMAP for i in stack)
 
 
+_fast = host.fast  # [the extension's `call`, or None]: one list read per call
+
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # a module's weight is a Parameter: still a plain tensor
 
 
@@ -269,15 +286,21 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
     if _autocast(x):
         # autocast runs layer_norm in float32 (its cast policy); torch's own call keeps that policy exactly
         return torch.nn.functional.layer_norm(x, _normalized(normalized_shape), weight, bias, eps)
-    ns = _normalized_cached(normalized_shape)
     plain = type(x) in _PLAIN and (weight is None or type(weight) in _PLAIN) and \
         (bias is None or type(bias) in _PLAIN)
     if not plain or _is_compiling() or _functorch_active() or _dispatch_mode_active():
         # compiling, a mode, a transform or a subclass: the registered op (functorch's differentiating
         # transforms: torch's F.layer_norm)
+        ns = _normalized(normalized_shape)
         if _functorch_active() and _functorch_differentiates():
             return torch.nn.functional.layer_norm(x, ns, weight, bias, eps)
         return layer_norm_op(x, list(ns), weight, bias, eps)[0]
+    fast = _fast[0]
+    if fast is not None:  # a signature get_plan has decided: served from C++ (labkit.ops.dropin.host)
+        y = fast(x, normalized_shape, weight, bias, eps)
+        if y is not None:
+            return y
+    ns = _normalized_cached(normalized_shape)
     if _is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
                                or (bias is not None and bias.requires_grad)):
         plan = plans.get_plan(x, ns, weight, bias, eps, True)

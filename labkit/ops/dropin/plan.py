@@ -157,10 +157,12 @@ class dispatch_protocol:
 
     def __enter__(self):
         self._token = _protocol.set(self.protocol)
+        host.suspend(+1)
         return self
 
     def __exit__(self, *exc):
         _protocol.reset(self._token)
+        host.suspend(-1)
 
 
 def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None = None,
@@ -218,7 +220,18 @@ def get_plan(x, normalized_shape: tuple, weight, bias, eps, needs_grad: bool = F
             if len(_plans) >= MAX_PLANS:
                 _plans.clear()
             _plans[key] = plan
+            if force is None:
+                _remember(x, normalized_shape, weight, bias, eps, needs_grad, plan)
     return plan
+
+
+def _remember(x, ns: tuple, weight, bias, eps, needs_grad: bool, plan: Plan) -> None:
+    """The host extension's fast path serves this signature from now on where it runs what layer_norm would run
+    for it: torch's own call (a torch forward without grad, or torch's kernels both ways), or the host plan."""
+    if plan.host is not None:
+        host.remember(x, ns, weight, bias, eps, needs_grad, plan.host)
+    elif plan.torch_trains or (type(plan) is Plan and not needs_grad):
+        host.remember(x, ns, weight, bias, eps, needs_grad, None)
 
 
 def attach_host(plan: Plan, x, ns: tuple, weight, bias, eps: float, needs_grad: bool):
@@ -265,6 +278,7 @@ def _host_plan(index: int, forward, forward_scratch: int, gp, ns: tuple, eps: fl
 def clear() -> None:
     _plans.clear()
     _grad_plans.clear()
+    host.forget()
 
 
 def cached_plans() -> int:
@@ -291,10 +305,12 @@ class forced_backward:
 
     def __enter__(self):
         self.saved, _forced_backward[0] = _forced_backward[0], self.path
+        host.suspend(+1)
         return self
 
     def __exit__(self, *exc):
         _forced_backward[0] = self.saved
+        host.suspend(-1)
 
 
 def backward_plan(x, ns: tuple, weight, bias):

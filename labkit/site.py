@@ -511,10 +511,30 @@ def _terms_html(terms: dict) -> str:
     return "".join(f"<div><dt>{html.escape(k)}</dt> <dd>{html.escape(v)}</dd></div>" for k, v in terms.items())
 
 
-def reproduce_html(commit: str | None) -> str:
+def public_remote() -> str | None:
+    """The repository's public address, where the checkout has one: git's `origin` when it is an https or ssh URL
+    (credentials dropped); None for a local path or no remote (a page never shows a build machine's path)."""
+    import subprocess
+
+    try:
+        url = subprocess.run(["git", "remote", "get-url", "origin"], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if re.match(r"^https://", url):
+        return re.sub(r"^https://[^/@]*@", "https://", url)
+    if re.match(r"^(ssh://)?[\w.-]+@[\w.-]+[:/]", url):
+        return url
+    return None
+
+
+def reproduce_html(commit: str | None, remote: str | None = None) -> str:
     e = html.escape
     at = f"commit <code>{e(commit)}</code>" if commit else "this checkout"
-    return (f"<section class='labkit-box'><h2>Reproduce</h2><p>From a clone at {at}: the book (CPU: replays the "
+    repo = (f"a clone of <code>{e(remote)}</code>" if remote else
+            "a clone of this book's repository (the package <code>labkit</code>; the checkout that built this page "
+            "records no public remote)")
+    return (f"<section class='labkit-box'><h2>Reproduce</h2><p>From {repo} at {at}: the book (CPU: replays the "
             f"GPU runs)</p><pre>{e(BOOK_COMMAND)}</pre><p>the tests</p><pre>{e(TEST_COMMAND)}</pre>"
             f"<p>on a GPU, the evidence pass (GPU tests, every notebook live), then <code>labkit curate</code></p>"
             f"<pre>{e(GPU_COMMAND)}</pre></section>")
@@ -553,7 +573,7 @@ def front_html(run_paths: dict) -> str:
             + source
             + f"<div class='labkit-two'><section class='labkit-box'><h2>Words used throughout</h2><dl>"
               f"{_terms_html(front.PROTOCOLS)}{_terms_html(front.GLOSSARY)}</dl></section>"
-              f"{reproduce_html(_commit())}</div>")
+              f"{reproduce_html(_commit(), public_remote())}</div>")
 
 
 def _commit() -> str | None:

@@ -316,6 +316,29 @@ def test_summary_block_from_a_record_built_here():
     assert "graph replay (protocol A): worst 1.04x the floor at 4x8388608 (goal <= 1.15x: met)" in lines
 
 
+def test_ordinary_shapes_are_judged_against_the_faster_peer_and_torch():
+    def row(key, native, inductor, liger, ours):
+        g = {"native": native, "dropin": ours, **({"inductor": inductor} if inductor else {}),
+             **({"liger": liger} if liger else {})}
+        return {"key": key, "graph": g, "path": "rows_fused", "identical": True}
+    peers = {"shapes": [row("4096x768", 0.0129, 0.0063, 0.0066, 0.0085), row("8192x4096", 0.0939, 0.0663, 0.065, 0.065),
+                        row("1024x65536", 0.236, 0.206, None, 0.200)]}
+    rows = {r["shape"]: r for r in study.peer_rows(peers)}
+    assert rows["4096x768"]["faster peer"] == "torch.compile"
+    assert rows["4096x768"]["x faster peer"] == pytest.approx(0.0063 / 0.0085)
+    assert rows["1024x65536"]["faster peer"] == "torch.compile"  # Liger not timed there: the peer that was
+    worst = study.peers_worst(peers)
+    assert (worst["vs_peer"], worst["vs_peer_shape"]) == (pytest.approx(0.0063 / 0.0085), "4096x768")
+    assert (worst["vs_native"], worst["vs_native_shape"]) == (pytest.approx(0.236 / 0.200), "1024x65536")
+    records = {"dropin_sweep": _fake_sweep(), "dropin_peers": peers}
+    fwd = study.forward_block(records)
+    assert fwd["ordinary_worst_vs_peer"] == pytest.approx(0.0063 / 0.0085) and fwd["ordinary_worst_shape"] == "4096x768"
+    lines = "\n".join(study.verdict_lines(records, "test"))
+    assert "worst 0.74x at 4096x768 (goal >= 0.95x: missed)" in lines
+    assert "worst 1.18x at 1024x65536 (goal >= 1.25x: missed)" in lines
+    assert study.forward_block({"dropin_sweep": _fake_sweep()})["ordinary_worst_vs_peer"] is None
+
+
 def test_dispatch_rows_flag_disagreement_and_propose_a_threshold():
     sw = _fake_sweep()
     sw["shapes"][0]["eager"]["chain"] = 5.0  # chain slower than native at the longest row

@@ -194,6 +194,21 @@ def test_front_page_is_the_post_with_numbers_from_the_runs(book_dir):
     assert index.index("<ol class='labkit-book'>") < index.index("labkit-departures")
 
 
+def test_the_reproduce_box_names_the_repository_and_never_a_local_path(monkeypatch):
+    import subprocess
+
+    def remote(url):
+        return lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=url + "\n", stderr="")
+    for url, shown in (("https://user:token@example.org/lab/wide-ln.git", "https://example.org/lab/wide-ln.git"),
+                       ("git@example.org:lab/wide-ln.git", "git@example.org:lab/wide-ln.git"),
+                       ("/work/main", None), ("", None)):
+        monkeypatch.setattr(subprocess, "run", remote(url))
+        assert site.public_remote() == shown
+    box = site.reproduce_html("0123456789ab", "https://example.org/lab/wide-ln.git")
+    assert "a clone of <code>https://example.org/lab/wide-ln.git</code> at commit <code>0123456789ab</code>" in box
+    assert "the package <code>labkit</code>" in site.reproduce_html("0123456789ab", None)
+
+
 def test_leak_check_flags_a_planted_warning(tmp_path):
     """A page whose output carries a warning (or a traceback, an import error, a build path) fails the check."""
     nb = nbformat.v4.new_notebook()

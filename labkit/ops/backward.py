@@ -222,8 +222,6 @@ def backward(dy, x, normalized_shape, mean, rstd, weight, bias, mask=(True, True
     absent parameter says so), bit for bit. ValueError naming the condition where our kernels cannot take it."""
     import math
 
-    import torch
-
     ns = tuple(int(d) for d in normalized_shape)
     why = refusal(dy, x, ns, mean, rstd, weight, bias)
     if why is not None:

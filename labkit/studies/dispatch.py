@@ -120,7 +120,7 @@ def backward_sweep(shape_list, rounds: int = 9, seed: int = 0, eps: float = 1e-5
         rows_out.append({"key": shape_key(shape), "shape": list(shape), "rows": x.numel() // w.numel(),
                          "n": w.numel(), "eager": {k: v["median_ms"] for k, v in rec.stats.items()},
                          "eager_stats": rec.stats, "seconds": _time.perf_counter() - t0})
-        del x, dy
+        x = dy = None  # freed before the next shape is made
         if log:
             log(f"{rows_out[-1]['key']}: {rows_out[-1]['seconds']:.1f} s")
     return {"device": {"name": torch.cuda.get_device_name(), "arch": dev.arch, "sm_count": dev.sm_count},

@@ -51,11 +51,6 @@ def _methods(x, w, b, eps):
     return m
 
 
-# Shapes timed compiled (each costs an Inductor compile, static shapes as a model gets): the timing study's, and
-# these row counts of the sweep, to keep notebook 08 inside its GPU budget.
-COMPILED_SWEEP_ROWS = (1, 16, 256, 4096, 65536)
-
-
 def _compiled(x, w, b, eps):
     """nn.LayerNorm's functional and the drop-in's, compiled for this shape (measure.compile_static), as a user
     compiles a model."""
@@ -100,7 +95,6 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
     dev = device_info(current_index(torch.device(device)))
     _raise_recompile_limit()
     rows_out = []
-    timing_shapes = {tuple(s) for s in config("full").timing_shapes} | {tuple(s) for s in config("quick").timing_shapes}
     for shape in shape_list:
         t0 = time.perf_counter()
         x = make_input("uniform", shape, seed, device)
@@ -122,8 +116,6 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
             try:
                 if not compiled:
                     raise LookupError("not timed compiled (compiled=False)")
-                if len(shape_list) > 8 and not (rows in COMPILED_SWEEP_ROWS or tuple(shape) in timing_shapes):
-                    raise LookupError("not timed compiled (notebook budget: COMPILED_SWEEP_ROWS)")
                 c = time_methods(_compiled(x, w, b, eps), eager_p, "native_compiled")
                 row["compiled"], row["compiled_stats"] = _medians(c), c.stats
             except LookupError as exc:
@@ -132,7 +124,7 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
                 row["compiled"], row["errors"]["compiled"] = {}, f"{type(exc).__name__}: {exc}"
         row["seconds"] = time.perf_counter() - t0
         rows_out.append(row)
-        del x
+        x = None  # freed before the next shape is made
         if log:
             log(f"{row['key']}: {row['seconds']:.1f} s")
     return {"device": {"arch": dev.arch, "sm_count": dev.sm_count, "name": torch.cuda.get_device_name()},
@@ -437,7 +429,7 @@ def floor_check(rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda
                 g = time_methods(fn, replace(PROTOCOL_A, rounds=rounds)).stats["dropin"]
             rows_out.append({"key": shape_key((rows, n)), "rows": rows, "n": n, "chain_ms": chains[n]["ms"],
                              "output_bytes": out_bytes, "floor_ms": floor_ms, "eager": e, "graph": g})
-            del x
+            x = None  # freed before the next shape is made
     return {"ceiling": ceiling, "chain_floors": {str(n): c for n, c in chains.items()}, "slack": FLOOR_SLACK,
             "shapes": rows_out}
 
@@ -478,6 +470,112 @@ def speed_rows(sweep_record: dict | None) -> list[dict]:
                      "eager x": _ratio(e, "native", "dropin"), "graph x": _ratio(g, "native", "dropin"),
                      "compiled x (vs compiled nn.LayerNorm)": _ratio(c, "native_compiled", "dropin_compiled")})
     return rows
+
+
+# Ordinary transformer shapes (issue 24): the forward beside the fastest non-bit-identical peers, graph replay.
+ORDINARY = ((4096, 768), (8192, 1024), (8192, 4096), (16384, 4096), (32768, 2048), (4096, 8192), (2048, 16384),
+            (1024, 65536))
+QUICK_ORDINARY = ((4096, 768), (2048, 16384))
+PEERS = ("inductor", "liger")  # labkit.studies.methods: torch.compile (static shapes) and Liger-Kernel's Triton
+PEER_GOAL, PEER_NATIVE_GOAL = 0.95, 1.25  # issue 24: >= 0.95x the faster peer, >= 1.25x torch eager (graph replay)
+
+
+def peer_shapes(mode: str) -> list[tuple[int, ...]]:
+    return list(ORDINARY if mode == "full" else QUICK_ORDINARY)
+
+
+def peers(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda", log=None) -> dict:
+    """The forward at ordinary shapes under graph replay (protocol A), every method of a shape in one timing call:
+    torch eager, torch.compile and Liger-Kernel (labkit.studies.methods' builds: compiled or built on a first call
+    outside the timing), and the drop-in as a model under CUDA graphs gets it (`dispatch_protocol("graph")`), with
+    its output's bits against torch's and the path that served. A peer that cannot take a shape is recorded with
+    its error. The `dropin_peers` record."""
+    import torch
+
+    from labkit import dispatch_protocol, explain, layer_norm
+    from labkit.inputs import make_input
+    from labkit.studies import methods as registry
+    from labkit.studies.bench import PROTOCOL_A, time_methods
+
+    graph_p = replace(PROTOCOL_A, rounds=rounds)
+    out, versions = [], {}
+    for shape in shape_list:
+        t0 = time.perf_counter()
+        x = make_input("uniform", shape, seed, device)
+        w, b = _affine(shape, seed, device)
+        ns = tuple(w.shape)
+        row = {"key": shape_key(shape), "shape": list(shape), "rows": x.numel() // w.numel(), "n": w.numel(),
+               "errors": {}}
+
+        def ours():
+            with dispatch_protocol("graph"):
+                return layer_norm(x, ns, w, b, eps)
+        with torch.no_grad():
+            fns = {"native": lambda: torch.nn.functional.layer_norm(x, ns, w, b, eps), "dropin": ours}
+            for name in PEERS:
+                built = registry.build(registry.get(name), x, w, b, eps)
+                versions.update(built["notes"].get("versions", {}))
+                if built["fn"] is None:
+                    row["errors"][name] = built["error"]
+                else:
+                    fns[name] = built["fn"]
+            with dispatch_protocol("graph"):
+                row["path"] = explain(x, ns, w, b, eps)["path"]
+            row["identical"] = _bits_equal(ours(), fns["native"]())
+            rec = time_methods(fns, graph_p, "native")
+        row["graph"], row["graph_stats"] = _medians(rec), rec.stats
+        row["seconds"] = time.perf_counter() - t0
+        out.append(row)
+        x = w = b = None  # the shape's tensors freed before the next shape's are made
+        if log:
+            log(f"{row['key']}: {row['seconds']:.1f} s")
+    return {"protocol": graph_p.__dict__, "peers": list(PEERS), "versions": versions, "shapes": out}
+
+
+def _peer_best(g: dict) -> tuple[str | None, float | None]:
+    live = {k: g[k] for k in PEERS if g.get(k)}
+    if not live:
+        return None, None
+    best = min(live, key=live.get)
+    return best, live[best]
+
+
+def peer_rows(record: dict | None) -> list[dict]:
+    """Per ordinary shape: each method's graph-replay median (us), the path that served the drop-in, its bits, and
+    the drop-in against the faster peer and against torch eager (both graph replay)."""
+    rows = []
+    for r in (record or {}).get("shapes", []):
+        g = r.get("graph") or {}
+        best, best_ms = _peer_best(g)
+        ours = g.get("dropin")
+        rows.append({"shape": r["key"], "torch eager us": _us(g.get("native")), "torch.compile us": _us(g.get("inductor")),
+                     "Liger us": _us(g.get("liger")), "drop-in us": _us(ours), "drop-in path": r.get("path"),
+                     "bit-identical": r.get("identical"),
+                     "x faster peer": best_ms / ours if best_ms and ours else None,
+                     "faster peer": {"inductor": "torch.compile", "liger": "Liger"}.get(best, "none timed"),
+                     "x torch eager": _ratio(g, "native", "dropin")})
+    return rows
+
+
+def _us(v):
+    return None if v is None else 1e3 * v
+
+
+def peers_worst(record: dict | None) -> dict:
+    """The worst drop-in ratios of a `dropin_peers` record, each with its shape: against the faster peer and against
+    torch eager (graph replay); None where nothing was timed."""
+    vs_peer = vs_native = (None, None)
+    for row in peer_rows(record):
+        for key, slot in (("x faster peer", 0), ("x torch eager", 1)):
+            v = row[key]
+            cur = (vs_peer, vs_native)[slot]
+            if v is not None and (cur[0] is None or v < cur[0]):
+                if slot == 0:
+                    vs_peer = (v, row["shape"])
+                else:
+                    vs_native = (v, row["shape"])
+    return {"vs_peer": vs_peer[0], "vs_peer_shape": vs_peer[1], "vs_native": vs_native[0],
+            "vs_native_shape": vs_native[1]}
 
 
 def fastest(times: dict) -> str | None:
@@ -601,6 +699,16 @@ def goals(records: dict) -> list[dict]:
            goal("host per call", f"{beside(host, 10, 'us')} vs torch {beside(torch_host, 10, 'us')}",
                 "<= 10 us and <= torch + 5 us", None if host is None or torch_host is None else _host_ok(s), HOST,
                 "the drop-in's call")]
+    pw = peers_worst(records.get("dropin_peers"))
+    if records.get("dropin_peers"):
+        out.append(goal("ordinary shapes vs the faster of torch.compile and Liger",
+                        f"worst {beside(pw['vs_peer'], PEER_GOAL)} at {pw['vs_peer_shape']}", f">= {PEER_GOAL}x",
+                        None if pw["vs_peer"] is None else pw["vs_peer"] >= PEER_GOAL, graph,
+                        "ordinary shapes, worst x the faster peer", f"worst {beside(pw['vs_peer'], PEER_GOAL)}"))
+        out.append(goal("ordinary shapes vs torch eager", f"worst {beside(pw['vs_native'], PEER_NATIVE_GOAL)} at "
+                        f"{pw['vs_native_shape']}", f">= {PEER_NATIVE_GOAL}x",
+                        None if pw["vs_native"] is None else pw["vs_native"] >= PEER_NATIVE_GOAL, graph,
+                        "ordinary shapes, worst x torch eager", f"worst {beside(pw['vs_native'], PEER_NATIVE_GOAL)}"))
     for protocol in ("eager", "graph"):
         ratio, at = floor_worst(records.get("dropin_floor"), protocol)
         if ratio is not None:
@@ -630,7 +738,8 @@ def verdict_lines(records: dict, source: str) -> list[str]:
 
 # --- what the notebook shows on any machine ----------------------------------------------------------------------
 
-RECORDS = ("dropin_block", "dropin_identity", "dropin_host", "dropin_sweep", "dropin_floor", "dropin_near_max")
+RECORDS = ("dropin_block", "dropin_identity", "dropin_host", "dropin_sweep", "dropin_peers", "dropin_floor",
+           "dropin_near_max")
 
 
 # What a reader copies: the page shows this text and, beside it, what it printed when the GPU run executed it.
@@ -830,8 +939,9 @@ def dropin_line(d: dict) -> str:
 
 def forward_block(records: dict) -> dict | None:
     """Issue 24's `forward` keys this run measures: the drop-in as dispatched against torch's kernel, worst over the
-    sweep's shapes, under the eager per-call protocol and under graph replay (native / drop-in); the rest None
-    (L1/40 under both protocols is kernelbench_timing's run; no peer is timed here)."""
+    sweep's shapes, under the eager per-call protocol and under graph replay (native / drop-in), and at the
+    ordinary shapes the worst drop-in against the faster of torch.compile and Liger (graph replay, `dropin_peers`);
+    the rest None (L1/40 under both protocols is kernelbench_timing's run)."""
     from labkit.studies.kernelbench_timing import FORWARD_KEYS
 
     sweep = records.get("dropin_sweep")
@@ -842,6 +952,8 @@ def forward_block(records: dict) -> dict | None:
         ratios = [row[protocol]["native"] / row[protocol]["dropin"] for row in sweep.get("shapes", [])
                   if (row.get(protocol) or {}).get("native") and (row.get(protocol) or {}).get("dropin")]
         out[key] = min(ratios) if ratios else None
+    pw = peers_worst(records.get("dropin_peers"))
+    out["ordinary_worst_vs_peer"], out["ordinary_worst_shape"] = pw["vs_peer"], pw["vs_peer_shape"]
     return out
 
 

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 
 def _line(ax, xs, ys, style, label):
+    """Points joined by a line only where the record has every shape (a line across a missing shape would draw a
+    time nobody measured); markers alone otherwise."""
     pts = [(x, y * 1e3) for x, y in zip(xs, ys) if y]
     if pts:
-        ax.plot(*zip(*pts), style, label=label, markersize=4)
+        ax.plot(*zip(*pts), style if len(pts) == len(ys) else style.rstrip("-:."), label=label, markersize=4)
 
 
 def time_vs_shape(panels: list[tuple[str, dict | None, str]]):
@@ -30,7 +32,7 @@ def time_vs_shape(panels: list[tuple[str, dict | None, str]]):
         _line(ax, n, get("eager", "native"), "o-", "torch eager, eager per call (protocol B)")
         _line(ax, n, get("eager", "dropin"), "s-", "drop-in, eager per call (protocol B)")
         _line(ax, n, get("graph", "dropin"), "s--", "drop-in, graph replay (protocol A)")
-        _line(ax, n, get(compiled_key, "native_compiled"), "^", "torch.compile, eager per call (protocol B)")
+        _line(ax, n, get(compiled_key, "native_compiled"), "^-.", "torch.compile, eager per call (protocol B)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_title(f"{title}, 2^24 float32 values", fontsize=10)

@@ -14,8 +14,6 @@ SWEEP = tuple((1 << k, 1 << (24 - k)) for k in range(0, 17, 2))
 ORDINARY = ((4096, 768), (8192, 1024), (8192, 4096), (16384, 4096), (32768, 2048), (2048, 16384), (1024, 16384))
 WIDE = (L1_40, (4, 1 << 22), (1, 8, 1024, 1024))
 QUICK = ((1, 1 << 20), (64, 1 << 14), (4096, 768), (16, 64, 32, 32))
-# Timed under torch.compile too (each costs two Inductor compiles, static shapes): the notebook's GPU budget.
-COMPILED = (*WIDE, (4096, 768), (8192, 4096), (1024, 16384), *QUICK)
 METHODS = ("native", "dropin", "dropin_our_backward", "dropin_torch_backward", "native_compiled", "dropin_compiled")
 
 
@@ -91,10 +89,7 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
         row = {"key": shape_key(shape), "shape": list(shape), "rows": x.numel() // w.numel(), "n": w.numel(),
                "l1_40": tuple(shape) == L1_40, "errors": {}}
         ok = {}
-        with_compile = compiled and tuple(shape) in COMPILED
-        if compiled and not with_compile:
-            row["errors"]["compiled"] = "not timed compiled (notebook budget: training.COMPILED)"
-        for name, fn in methods(x, w, b, dy, eps, with_compile).items():
+        for name, fn in methods(x, w, b, dy, eps, compiled).items():
             try:
                 fn()
                 torch.cuda.synchronize()
@@ -111,7 +106,7 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
                 row["errors"][key] = f"{type(exc).__name__}: {str(exc)[:300]}"
         row["seconds"] = time.perf_counter() - t0
         out.append(row)
-        del x, w, b, dy
+        x = w = b = dy = None  # freed before the next shape is made
         torch.cuda.empty_cache()
         if log:
             log(f"{row['key']}: {row['seconds']:.1f} s")
@@ -362,7 +357,7 @@ def floor_check(rounds: int = 15, seed: int = 0, device="cuda") -> dict:
         rows_out.append({"key": shape_key((rows, n)), "rows": rows, "n": n, "chain_ms": chain_ms, "sums_bytes_ms":
                          sums_ms, "output_bytes_ms": output_ms, "floor_ms": floor_ms,
                          "ours": rec.stats["ours"], "schedule": grad.plan(rows, n, _device(x)).schedule})
-        del x, dy
+        x = dy = None  # freed before the next shape is made
     return {"ceiling": ceiling, "sm_clock_ghz": clock, "shapes": rows_out}
 
 
@@ -752,7 +747,7 @@ def fuzz(n_cases: int = 2000, seed: int = 0, time_budget_s: float = 120.0, max_n
             except Exception as exc:
                 case["schedules"][sch] = f"{type(exc).__name__}: {exc}"
         cases.append(case)
-        del x, dy
+        x = dy = None  # freed before the next case is made
     return {"cases": cases, "seconds": time.perf_counter() - t0, "seed": seed}
 
 

@@ -155,8 +155,9 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
                                                 const Tensor& mean, const Tensor& rstd, const Tensor& w,
                                                 const Tensor& b, std::array<bool, 3> mask) {
   const Tensor& g = w.defined() ? w : p.ones;
-  bool ours = p.backward && dy.is_cuda() && dy.scalar_type() == at::kFloat && dy.sizes() == x.sizes() &&
-              mean.is_contiguous() && rstd.is_contiguous() && mean.numel() == p.rows && rstd.numel() == p.rows;
+  bool ours = p.backward && dy.is_cuda() && dy.scalar_type() == at::kFloat && !dy.is_neg() &&
+              dy.sizes() == x.sizes() && mean.is_contiguous() && rstd.is_contiguous() && mean.numel() == p.rows &&
+              rstd.numel() == p.rows;
   if (ours) {
     dy = dy.contiguous();  // what torch's backward does first (LayerNormBackwardKernelImpl)
     ours = !misaligned(x, dy, g);
@@ -250,8 +251,9 @@ Tensor train(c10::intrusive_ptr<LayerNormPlan> p, const Tensor& x, const std::op
 // Python's get_plan decides; `remember` records its answer for a signature, and `call` then serves that signature
 // with no Python between the drop-in's entry checks and the launches (or torch's own at::layer_norm): what the
 // Python path costs on top of torch's call is mostly building the signature tuple and looking it up.
-// The key holds everything labkit.ops.dropin.plan.signature holds (shape, strides, dtype and device of x, weight
-// and bias, which of them require grad, normalized_shape, eps, whether autograd records) plus device types. The
+// The key holds everything labkit.ops.dropin.plan.signature holds (shape, strides, dtype, device and negation bit
+// of x, weight and bias, which of them require grad, normalized_shape, eps, whether autograd records) plus device
+// types. The
 // protocol and forced-backward contexts are not in it: Python suspends the fast path while any is active
 // (labkit.ops.dropin.host.suspend), so a remembered answer is always the default context's.
 
@@ -282,6 +284,7 @@ void put_tensor(std::vector<int64_t>& k, const Tensor& t) {
   k.push_back(static_cast<int64_t>(t.device().type()));
   k.push_back(t.device().index());
   k.push_back(t.requires_grad());
+  k.push_back(t.is_neg());  // a lazily negated view: Python refuses it for our kernels (its memory holds -t)
 }
 
 // normalized_shape as torch's parser would take it when it is an int, or a tuple or list (torch.Size included) of

@@ -47,6 +47,8 @@ def test_refusal_table_catches_an_accepting_function(monkeypatch):
     (lambda x, w, b: (x, w, torch.zeros(8, 4, device="meta")), "x, weight and bias must be on one device"),
     (lambda x, w, b: (x[:0], w, b), "x must hold at least one row"),
     (lambda x, w, b: (x.numpy(), w, b), "x must be a torch.Tensor"),
+    (lambda x, w, b: (torch._neg_view(x), w, b), "x must not be a lazily negated view"),
+    (lambda x, w, b: (x, torch._neg_view(w), b), "weight must not be a lazily negated view"),
 ])
 def test_other_violations(bad, condition):
     x, w, b = _good()

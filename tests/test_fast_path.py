@@ -56,7 +56,10 @@ def test_a_decided_signature_is_served_from_cpp(fast, monkeypatch):
     lambda x, w, b: (x, w, None, 1e-5),
     lambda x, w, b: (x, w.clone().requires_grad_(), b, 1e-5),
     lambda x, w, b: (x, w, b, 1e-6),
-], ids=["dtype", "rows", "strides", "no weight", "no bias", "weight requires grad", "eps"])
+    lambda x, w, b: (torch._neg_view(x), w, b, 1e-5),  # the same memory read as -x
+    lambda x, w, b: (x, w, torch._neg_view(b), 1e-5),
+], ids=["dtype", "rows", "strides", "no weight", "no bias", "weight requires grad", "eps", "negated x",
+        "negated bias"])
 def test_a_changed_signature_is_decided_by_python(fast, change):
     x, w, b = _inputs()
     with torch.no_grad():

@@ -227,3 +227,9 @@ def test_decided_signatures_are_served_from_cpp_with_torchs_bits(fresh_plans, sh
     shifted = flat[1:].view(x.shape).copy_(x)  # same signature, 4 bytes past an aligned address
     with torch.no_grad():
         assert _same(fast(shifted, ns, w, b, 1e-5), torch.nn.functional.layer_norm(shifted, ns, w, b))
+        neg = torch._neg_view(x)  # memory holding -x: another signature, which torch's kernel serves
+        assert _same(labkit.layer_norm(neg, ns, w, b), torch.nn.functional.layer_norm(neg, ns, w, b))
+    ours = labkit.layer_norm(xs, ns, w, b)
+    ref = torch.nn.functional.layer_norm(xs, ns, w, b)
+    got = torch.autograd.grad(ours, (xs, w, b), torch._neg_view(dy))  # a negated grad_y goes to torch's backward
+    assert all(_same(a, c) for a, c in zip(got, torch.autograd.grad(ref, (xs, w, b), torch._neg_view(dy))))

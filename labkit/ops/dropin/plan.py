@@ -29,10 +29,11 @@ _plans: dict[tuple, "Plan"] = {}
 
 def signature(x, normalized_shape: tuple, weight, bias, eps: float, needs_grad: bool) -> tuple:
     # built on every eager call: inline, no helper call per tensor
-    return (x.shape, x.stride(), x.dtype, x.get_device(), normalized_shape, eps,
+    return (x.shape, x.stride(), x.dtype, x.get_device(), x.is_neg(), normalized_shape, eps,
             None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device(),
-                                         weight.requires_grad),
-            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device(), bias.requires_grad),
+                                         weight.requires_grad, weight.is_neg()),
+            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device(), bias.requires_grad,
+                                       bias.is_neg()),
             needs_grad)
 
 
@@ -350,7 +351,8 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
     forced = _forced_backward[0]
     # everything grad.refusal reads that is not checked per call (the registered op's backward may be called
     # directly, with any dtypes and devices)
-    key = (x.shape, x.stride(), x.dtype, x.get_device(), ns, dy.stride(), dy.dtype, dy.get_device(), mean.dtype,
+    key = (x.shape, x.stride(), x.dtype, x.get_device(), x.is_neg(), ns, dy.stride(), dy.dtype, dy.get_device(),
+           dy.is_neg(), mean.dtype,
            rstd.dtype, mean.numel(), mean.is_contiguous(), rstd.is_contiguous(),
            None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device()),
            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()), forced)

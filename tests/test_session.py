@@ -27,6 +27,8 @@ def test_replaying_session_reads_a_given_run_directory_or_says_there_is_none(tmp
     assert not given.live and given.replay_path == str(run.path)
     assert given.source == f"REPLAYED committed GPU run {run.run_id}"
     assert given.record("numbers") == {"x": [1]} and given.record("absent") is None
+    assert given.absent("absent").startswith(f"not in REPLAYED committed GPU run {run.run_id}: the run predates")
+    assert given.absent("numbers") == given.source  # there, but nothing to show: the source, as before
     newest = session.RunSession.replaying("replayed", runs_root=tmp_path)  # committed_runs reads tmp_path as data/runs
     assert newest.run_id == run.run_id
     nothing = session.RunSession.replaying("never written", runs_root=tmp_path)

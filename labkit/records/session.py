@@ -153,6 +153,14 @@ class RunSession:
         self.run.add_file(target)
         return str(target)
 
+    def absent(self, name: str) -> str:
+        """What a cell shows where record `name` gives nothing: the session's source, or, replaying a committed run
+        that has no such record, that the run predates the measurement."""
+        if not self.live and self.replay and name not in self.replay.get("records", {}):
+            return (f"not in REPLAYED committed GPU run {self.run_id}: the run predates this measurement, which the "
+                    f"notebook's next GPU run records")
+        return self.source
+
     def label(self, what: str) -> str:
         return f"{what} — {self.source}"
 

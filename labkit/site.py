@@ -531,9 +531,7 @@ def public_remote() -> str | None:
 def reproduce_html(commit: str | None, remote: str | None = None) -> str:
     e = html.escape
     at = f"commit <code>{e(commit)}</code>" if commit else "this checkout"
-    repo = (f"a clone of <code>{e(remote)}</code>" if remote else
-            "a clone of this book's repository (the package <code>labkit</code>; the checkout that built this page "
-            "records no public remote)")
+    repo = f"a clone of <code>{e(remote)}</code>" if remote else "a clone of the <code>labkit</code> repository"
     return (f"<section class='labkit-box'><h2>Reproduce</h2><p>From {repo} at {at}: the book (CPU: replays the "
             f"GPU runs)</p><pre>{e(BOOK_COMMAND)}</pre><p>the tests</p><pre>{e(TEST_COMMAND)}</pre>"
             f"<p>on a GPU, the evidence pass (GPU tests, every notebook live), then <code>labkit curate</code></p>"

@@ -206,7 +206,7 @@ def test_the_reproduce_box_names_the_repository_and_never_a_local_path(monkeypat
         assert site.public_remote() == shown
     box = site.reproduce_html("0123456789ab", "https://example.org/lab/wide-ln.git")
     assert "a clone of <code>https://example.org/lab/wide-ln.git</code> at commit <code>0123456789ab</code>" in box
-    assert "the package <code>labkit</code>" in site.reproduce_html("0123456789ab", None)
+    assert "From a clone of the <code>labkit</code> repository at commit" in site.reproduce_html("0123456789ab", None)
 
 
 def test_leak_check_flags_a_planted_warning(tmp_path):

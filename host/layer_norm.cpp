@@ -11,6 +11,7 @@
 
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cstring>
@@ -155,9 +156,11 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
                                                 const Tensor& mean, const Tensor& rstd, const Tensor& w,
                                                 const Tensor& b, std::array<bool, 3> mask) {
   const Tensor& g = w.defined() ? w : p.ones;
+  // what labkit.ops.backward.refusal asks of grad_y, mean and rstd (a negated view or a ZeroTensor: memory that
+  // does not hold the values)
   bool ours = p.backward && dy.is_cuda() && dy.scalar_type() == at::kFloat && !dy.is_neg() &&
-              dy.sizes() == x.sizes() && mean.is_contiguous() && rstd.is_contiguous() && mean.numel() == p.rows &&
-              rstd.numel() == p.rows;
+              !dy._is_zerotensor() && dy.sizes() == x.sizes() && mean.is_contiguous() && rstd.is_contiguous() &&
+              !mean.is_neg() && !rstd.is_neg() && mean.numel() == p.rows && rstd.numel() == p.rows;
   if (ours) {
     dy = dy.contiguous();  // what torch's backward does first (LayerNormBackwardKernelImpl)
     ours = !misaligned(x, dy, g);
@@ -276,6 +279,11 @@ constexpr size_t kMaxRemembered = 4096;  // labkit.ops.dropin.plan.MAX_PLANS: cl
 std::mutex remembered_lock;  // held for lookups too: the GIL is not what guards C++ state
 std::unordered_map<std::vector<int64_t>, Remembered, KeyHash> remembered;
 
+// false where a tensor is not one our signatures describe (sparse, nested, a ZeroTensor): Python's path decides.
+bool plain_tensor(const Tensor& t) {
+  return t.layout() == c10::kStrided && !t.is_nested() && !t._is_zerotensor();
+}
+
 void put_tensor(std::vector<int64_t>& k, const Tensor& t) {
   k.push_back(t.dim());
   for (int64_t s : t.sizes()) k.push_back(s);
@@ -287,24 +295,29 @@ void put_tensor(std::vector<int64_t>& k, const Tensor& t) {
   k.push_back(t.is_neg());  // a lazily negated view: Python refuses it for our kernels (its memory holds -t)
 }
 
-// normalized_shape as torch's parser would take it when it is an int, or a tuple or list (torch.Size included) of
-// exact ints; anything else (floats, bools, tensors, SymInts) returns false and takes the Python path.
+// normalized_shape's dims when it is an int, or a tuple or list (torch.Size included) of exact ints that fit int64;
+// anything else (floats, bools, tensors, numpy integers, SymInts, huge ints) returns false and takes the Python path,
+// which accepts or refuses it as torch does.
+bool parse_int(PyObject* o, std::vector<int64_t>& out) {
+  if (!PyLong_CheckExact(o)) return false;
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+  if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
+    PyErr_Clear();
+    return false;
+  }
+  out.push_back(v);
+  return true;
+}
+
 bool parse_shape(py::handle h, std::vector<int64_t>& out) {
   PyObject* o = h.ptr();
-  if (PyLong_CheckExact(o)) {
-    out.push_back(PyLong_AsLongLong(o));
-    return !PyErr_Occurred();
-  }
+  if (PyLong_CheckExact(o)) return parse_int(o, out);
   if (!PyTuple_Check(o) && !PyList_Check(o)) return false;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
   PyObject** items = PySequence_Fast_ITEMS(o);
   for (Py_ssize_t i = 0; i < n; ++i) {
-    if (!PyLong_CheckExact(items[i])) return false;
-    out.push_back(PyLong_AsLongLong(items[i]));
-    if (PyErr_Occurred()) {
-      PyErr_Clear();
-      return false;
-    }
+    if (!parse_int(items[i], out)) return false;
   }
   return true;
 }
@@ -318,6 +331,7 @@ bool needs_grad(const Tensor& x, const std::optional<Tensor>& w, const std::opti
 bool make_key(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, const std::optional<Tensor>& b,
               py::handle eps, bool grad, std::vector<int64_t>& k) {
   if (!PyFloat_CheckExact(eps.ptr())) return false;  // an int or numpy eps: Python's path, as given
+  if (!plain_tensor(x) || (w && !plain_tensor(*w)) || (b && !plain_tensor(*b))) return false;
   double e = PyFloat_AS_DOUBLE(eps.ptr());
   k.reserve(32);
   size_t at = k.size();
@@ -336,7 +350,9 @@ bool make_key(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, co
   return true;
 }
 
-// The remembered answer for this call, run; None where there is none (Python then decides).
+// The remembered answer for this call, run; None where there is none (Python then decides). The work runs with
+// the GIL released, as torch's own bindings run at::layer_norm, so that threads calling the drop-in overlap; a
+// TORCH_WARN on the way reaches Python's warnings module, as it does from torch's bindings.
 py::object call(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, const std::optional<Tensor>& b,
                 py::handle eps) {
   bool grad = needs_grad(x, w, b);
@@ -349,16 +365,31 @@ py::object call(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, 
     if (it == remembered.end()) return py::none();
     r = it->second;
   }
-  if (r.decision == kOurs) {
-    if (grad) return py::cast(train(r.plan, x, w, b));
-    return py::cast(std::get<0>(run_forward(*r.plan, x, value_or_undefined(w), value_or_undefined(b), false)));
+  double e = PyFloat_AS_DOUBLE(eps.ptr());
+  Tensor y;
+  bool refused = false;
+  {
+    torch::PyWarningHandler warnings;
+    try {
+      py::gil_scoped_release nogil;
+      if (r.decision == kOurs) {
+        y = grad ? train(r.plan, x, w, b)
+                 : std::get<0>(run_forward(*r.plan, x, value_or_undefined(w), value_or_undefined(b), false));
+      } else {
+        std::vector<int64_t> shape(key.begin() + 1, key.begin() + 1 + key[0]);
+        try {
+          y = at::layer_norm(x, shape, w, b, e);
+        } catch (const c10::Error&) {
+          refused = true;  // torch refuses this input: Python's path calls torch, which raises its own error
+        }
+      }
+    } catch (...) {
+      warnings.set_in_exception();  // the error wins over buffered warnings, as in torch's own bindings
+      throw;
+    }
   }
-  std::vector<int64_t> shape(key.begin() + 1, key.begin() + 1 + key[0]);
-  try {
-    return py::cast(at::layer_norm(x, shape, w, b, PyFloat_AS_DOUBLE(eps.ptr())));
-  } catch (const c10::Error&) {
-    return py::none();  // torch refuses this input: Python's path calls torch, which raises its own error
-  }
+  if (refused) return py::none();
+  return py::cast(std::move(y));
 }
 
 void remember(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, const std::optional<Tensor>& b,
@@ -366,12 +397,21 @@ void remember(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, co
   TORCH_CHECK(decision == kTorch || (decision == kOurs && plan), "decision ", decision, " needs its plan");
   std::vector<int64_t> key;
   if (!make_key(x, ns, w, b, eps, grad, key)) return;
-  std::lock_guard<std::mutex> hold(remembered_lock);
-  if (remembered.size() >= kMaxRemembered) remembered.clear();
   Remembered r;
   r.decision = decision;
   if (plan) r.plan = *plan;
-  remembered[std::move(key)] = std::move(r);
+  decltype(remembered) dropped;  // entries given up are destroyed after the lock is released
+  {
+    std::lock_guard<std::mutex> hold(remembered_lock);
+    if (remembered.size() >= kMaxRemembered) dropped.swap(remembered);
+    std::swap(remembered[std::move(key)], r);  // r now holds what was there, destroyed below
+  }
+}
+
+void forget() {
+  decltype(remembered) dropped;
+  std::lock_guard<std::mutex> hold(remembered_lock);
+  dropped.swap(remembered);
 }
 
 }  // namespace
@@ -423,10 +463,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("eps"));
   m.def("remember", &remember, py::arg("x"), py::arg("normalized_shape"), py::arg("weight"), py::arg("bias"),
         py::arg("eps"), py::arg("needs_grad"), py::arg("decision"), py::arg("plan"));
-  m.def("forget", []() {
-    std::lock_guard<std::mutex> hold(remembered_lock);
-    remembered.clear();
-  });
+  m.def("forget", &forget);
   m.def("remembered", []() {
     std::lock_guard<std::mutex> hold(remembered_lock);
     return remembered.size();

@@ -512,18 +512,22 @@ def _terms_html(terms: dict) -> str:
 
 
 def public_remote() -> str | None:
-    """The repository's public address, where the checkout has one: git's `origin` when it is an https or ssh URL
-    (credentials dropped); None for a local path or no remote (a page never shows a build machine's path)."""
+    """The repository's public address, where the checkout has one: git's `origin` when it is an https URL
+    (user, password and query dropped) or an ssh address of the form git@host:owner/name; None for a local path, any
+    other ssh form (it may name a build machine) or no remote. A page never shows a build machine's path."""
     import subprocess
+    from urllib.parse import urlsplit, urlunsplit
 
     try:
         url = subprocess.run(["git", "remote", "get-url", "origin"], capture_output=True, text=True, timeout=10,
                              cwd=Path(__file__).resolve().parent).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
-    if re.match(r"^https://", url):
-        return re.sub(r"^https://[^/@]*@", "https://", url)
-    if re.match(r"^(ssh://)?[\w.-]+@[\w.-]+[:/]", url):
+    if url.startswith("https://"):
+        parts = urlsplit(url)
+        host = parts.netloc.rsplit("@", 1)[-1]
+        return urlunsplit(("https", host, parts.path, "", "")) if host and parts.path.strip("/") else None
+    if re.fullmatch(r"git@[\w.-]+:[\w.-]+/[\w.-]+", url):
         return url
     return None
 

@@ -49,6 +49,7 @@ def test_refusal_table_catches_an_accepting_function(monkeypatch):
     (lambda x, w, b: (x.numpy(), w, b), "x must be a torch.Tensor"),
     (lambda x, w, b: (torch._neg_view(x), w, b), "x must not be a lazily negated view"),
     (lambda x, w, b: (x, torch._neg_view(w), b), "weight must not be a lazily negated view"),
+    (lambda x, w, b: (torch._efficientzerotensor(x.shape), w, b), "x must not be a ZeroTensor"),
 ])
 def test_other_violations(bad, condition):
     x, w, b = _good()

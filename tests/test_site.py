@@ -200,8 +200,9 @@ def test_the_reproduce_box_names_the_repository_and_never_a_local_path(monkeypat
     def remote(url):
         return lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=url + "\n", stderr="")
     for url, shown in (("https://user:token@example.org/lab/wide-ln.git", "https://example.org/lab/wide-ln.git"),
+                       ("https://user:p@ss@example.org/lab/wide-ln.git?token=x", "https://example.org/lab/wide-ln.git"),
                        ("git@example.org:lab/wide-ln.git", "git@example.org:lab/wide-ln.git"),
-                       ("/work/main", None), ("", None)):
+                       ("me@buildbox:/home/me/wide-ln", None), ("/work/main", None), ("", None)):
         monkeypatch.setattr(subprocess, "run", remote(url))
         assert site.public_remote() == shown
     box = site.reproduce_html("0123456789ab", "https://example.org/lab/wide-ln.git")

@@ -210,12 +210,14 @@ def refusal(dy, x, normalized_shape, mean, rstd, weight, bias, addresses: bool =
         return f"grad_y must be a float32 tensor shaped like x on {x.device}"
     if not dy.is_contiguous() or (addresses and eligibility.misaligned(dy.data_ptr())):
         return "grad_y must be contiguous and 16-byte aligned (torch's vectorized dX kernel needs it)"
-    if dy.is_neg():
-        return "grad_y must not be a lazily negated view (its memory holds -grad_y)"
+    if dy.is_neg() or dy._is_zerotensor():
+        return "grad_y must not be a lazily negated view or a ZeroTensor (its memory does not hold grad_y)"
     rows = x.numel() // math.prod(normalized_shape)
     for name, t in (("mean", mean), ("rstd", rstd)):
         if not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or t.numel() != rows or not t.is_contiguous():
             return f"{name} must be a contiguous float32 tensor with one value per row ({rows})"
+        if t.is_neg() or t._is_zerotensor():
+            return f"{name} must not be a lazily negated view or a ZeroTensor"
     return None
 
 

@@ -168,6 +168,8 @@ def _tensor(name: str, t, require_cuda: bool, aligned: bool = False) -> Reason |
         return Reason(f"{name} must be contiguous", f"strides {tuple(t.stride())} for shape {tuple(t.shape)}")
     if t.is_neg():  # torch._neg_view: its memory holds -t, which torch resolves before its kernel reads it
         return Reason(f"{name} must not be a lazily negated view", "is_neg() is True")
+    if t._is_zerotensor():  # torch._efficientzerotensor: no memory behind it (data_ptr() is 0)
+        return Reason(f"{name} must not be a ZeroTensor", "_is_zerotensor() is True")
     if aligned and t.numel() and t.device.type != "meta" and t.data_ptr() % ALIGN_BYTES:
         return Reason(f"{name} must be {ALIGN_BYTES}-byte aligned for float4 stores",
                       f"address % 16 = {t.data_ptr() % ALIGN_BYTES}")

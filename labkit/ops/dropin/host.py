@@ -72,12 +72,17 @@ def _refresh() -> None:
 
 
 def suspend(delta: int) -> None:
-    """+1 on entering a context that changes what get_plan decides (a dispatch protocol, a forced backward,
-    `off`), -1 on leaving it: while any is active anywhere, every call takes the Python path, which reads the
-    context (a context variable is per thread; suspending for all threads is the safe side)."""
+    """+1 on entering a process-wide context that changes what get_plan decides (a forced backward, `off`), -1 on
+    leaving it: while any is active, every call takes the Python path. (A dispatch protocol is a context variable,
+    per thread and task: layer_norm reads it on each call instead.)"""
     with _lock:
         _state["suspended"] = _state.get("suspended", 0) + delta
         _refresh()
+
+
+def unavailable_reason_off() -> str | None:
+    """`off`'s reason while it is active (labkit.ops.dropin.plan reads it without building the extension)."""
+    return "turned off for this measurement (labkit.ops.dropin.host.off)" if _state.get("off") else None
 
 
 def remember(x, ns: tuple, weight, bias, eps, needs_grad: bool, ours) -> None:
@@ -101,19 +106,21 @@ class off:
     plans already cached keep theirs, so clear labkit.ops.dropin.plan's cache around it)."""
 
     def __enter__(self):
-        _state["off"] = _state.get("off", 0) + 1
-        _refresh()
+        with _lock:
+            _state["off"] = _state.get("off", 0) + 1
+            _refresh()
         return self
 
     def __exit__(self, *exc):
-        _state["off"] -= 1
-        _refresh()
+        with _lock:
+            _state["off"] -= 1
+            _refresh()
 
 
 def unavailable(device_index: int | None = None) -> str | None:
     """Why the host extension does not serve (on this device, where given), or None where it does."""
-    if _state.get("off"):
-        return "turned off for this measurement (labkit.ops.dropin.host.off)"
+    if (why := unavailable_reason_off()) is not None:
+        return why
     if module() is None:
         return _state["why"]
     if device_index is None:

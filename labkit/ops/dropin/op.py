@@ -193,19 +193,24 @@ _apply_layer_norm = torch._C._FunctionBase.__dict__["apply"].__get__(None, _Laye
 
 
 def _normalized(normalized_shape) -> tuple:
-    """normalized_shape as a tuple of ints, taking what torch's argument parser takes (an int, or a sequence of
-    ints or objects with __index__, such as numpy integers) and refusing, as it does, floats, bools and tensors."""
+    """normalized_shape as a tuple of ints, refusing with TypeError what torch's argument parser refuses: a container
+    other than a tuple, list or torch.Size, and elements that are bools or have no __index__ (floats, float
+    tensors). Elements with __index__ (numpy integers, one-element integer tensors) are taken, as torch takes them;
+    so is a bare int, as nn.LayerNorm's constructor takes it."""
     if isinstance(normalized_shape, int) and not isinstance(normalized_shape, bool):
         return (normalized_shape,)
-    if isinstance(normalized_shape, torch.Tensor) or not hasattr(normalized_shape, "__iter__"):
-        raise TypeError(f"layer_norm(): normalized_shape must be an int or a tuple of ints, not "
+    if not isinstance(normalized_shape, (tuple, list)):  # torch.Size is a tuple
+        raise TypeError(f"layer_norm(): normalized_shape must be a tuple of ints, not "
                         f"{type(normalized_shape).__name__}")
     out = []
     for i, d in enumerate(normalized_shape):
-        if isinstance(d, (bool, float, torch.Tensor)) or not hasattr(d, "__index__"):
+        try:
+            if isinstance(d, bool):
+                raise TypeError
+            out.append(operator.index(d))
+        except TypeError:
             raise TypeError(f"layer_norm(): normalized_shape must be a tuple of ints, but found element of type "
-                            f"{type(d).__name__} at position {i}")
-        out.append(operator.index(d))
+                            f"{type(d).__name__} at position {i}") from None
     return tuple(out)
 
 
@@ -269,6 +274,9 @@ def _functorch_differentiates() -> bool:
 
 
 _fast = host.fast  # [the extension's `call`, or None]: one list read per call
+_protocol_in_context = plans._protocol.get  # None: no dispatch_protocol in this context
+_torch_function_mode = getattr(torch._C, "_is_torch_function_mode_enabled", lambda: False)
+_forward_ad = torch.autograd.forward_ad  # its _current_level >= 0 inside a dual_level
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # a module's weight is a Parameter: still a plain tensor
 
@@ -295,21 +303,33 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
         if _functorch_active() and _functorch_differentiates():
             return torch.nn.functional.layer_norm(x, ns, weight, bias, eps)
         return layer_norm_op(x, list(ns), weight, bias, eps)[0]
+    if _forward_ad._current_level >= 0:
+        # forward-mode AD (dual tensors): torch's F.layer_norm, whose tangent formula our launches do not have
+        return torch.nn.functional.layer_norm(x, _normalized(normalized_shape), weight, bias, eps)
     fast = _fast[0]
-    if fast is not None:  # a signature get_plan has decided: served from C++ (labkit.ops.dropin.host)
+    if fast is not None and _protocol_in_context() is None and not _torch_function_mode():
+        # a signature decided before in this (default) context: served from C++ (labkit.ops.dropin.host). A
+        # torch-function mode takes the Python path, whose torch calls it sees, as it did before the fast path.
         y = fast(x, normalized_shape, weight, bias, eps)
         if y is not None:
             return y
+    else:
+        fast = None
     ns = _normalized_cached(normalized_shape)
     if _is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
                                or (bias is not None and bias.requires_grad)):
         plan = plans.get_plan(x, ns, weight, bias, eps, True)
+        if fast is not None:
+            plans.remember(plan, x, ns, weight, bias, eps, True)
         if plan.torch_trains:  # torch's kernels both ways: its own autograd node, with no Python on the way back
             return _layer_norm(x, ns, weight, bias, eps)
         if plan.host is not None:  # the host extension's C++ node: no Python after this call, none on the way back
             return host.module().train(plan.host, x, weight, bias)
         return _apply_layer_norm(x, weight, bias, ns, eps, plan)
-    return plans.get_plan(x, ns, weight, bias, eps, False).forward(x, weight, bias, False)
+    plan = plans.get_plan(x, ns, weight, bias, eps, False)
+    if fast is not None:
+        plans.remember(plan, x, ns, weight, bias, eps, False)
+    return plan.forward(x, weight, bias, False)
 
 
 def layer_norm_with(path: str, x: Tensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> Tensor:

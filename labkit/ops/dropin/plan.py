@@ -29,11 +29,11 @@ _plans: dict[tuple, "Plan"] = {}
 
 def signature(x, normalized_shape: tuple, weight, bias, eps: float, needs_grad: bool) -> tuple:
     # built on every eager call: inline, no helper call per tensor
-    return (x.shape, x.stride(), x.dtype, x.get_device(), x.is_neg(), normalized_shape, eps,
+    return (x.shape, x.stride(), x.dtype, x.get_device(), x.is_neg(), x._is_zerotensor(), normalized_shape, eps,
             None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device(),
-                                         weight.requires_grad, weight.is_neg()),
+                                         weight.requires_grad, weight.is_neg(), weight._is_zerotensor()),
             None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device(), bias.requires_grad,
-                                       bias.is_neg()),
+                                       bias.is_neg(), bias._is_zerotensor()),
             needs_grad)
 
 
@@ -67,6 +67,8 @@ class Plan:
     # the signature as the host extension's LayerNormPlan (labkit.ops.dropin.host), where that serves: set by
     # get_plan (`attach_host`), None where the Python runner serves or torch's kernels serve both ways
     host = None
+    # made in the default context (no dispatch protocol, forced backward or host.off): the fast path may remember it
+    rememberable = False
 
     def __init__(self, reason: str, normalized_shape: tuple, eps: float, rule_source: str = NO_TABLE):
         self.reason, self.normalized_shape, self.eps = reason, normalized_shape, eps
@@ -158,12 +160,10 @@ class dispatch_protocol:
 
     def __enter__(self):
         self._token = _protocol.set(self.protocol)
-        host.suspend(+1)
         return self
 
     def __exit__(self, *exc):
         _protocol.reset(self._token)
-        host.suspend(-1)
 
 
 def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None = None,
@@ -213,22 +213,32 @@ def get_plan(x, normalized_shape: tuple, weight, bias, eps, needs_grad: bool = F
         key = key + (_forced_backward[0],)  # the backward's choice is part of a grad plan (torch_trains)
     plan = _plans.get(key)
     if plan is None:
+        default = force is None and _default_context()
         plan, cacheable = make_plan(x, normalized_shape, weight, bias, eps, force, protocol)
         if needs_grad and type(plan) is Plan:  # torch forward, and no backward plan of ours for it
             plan.torch_trains = backward_plan(x, normalized_shape, weight, bias) is None
         if cacheable:
             plan.host = attach_host(plan, x, normalized_shape, weight, bias, eps, needs_grad)
+            # planned in the default context from start to end: what the fast path may serve for this signature
+            plan.rememberable = default and _default_context()
             if len(_plans) >= MAX_PLANS:
-                _plans.clear()
+                clear()
             _plans[key] = plan
-            if force is None:
-                _remember(x, normalized_shape, weight, bias, eps, needs_grad, plan)
     return plan
 
 
-def _remember(x, ns: tuple, weight, bias, eps, needs_grad: bool, plan: Plan) -> None:
-    """The host extension's fast path serves this signature from now on where it runs what layer_norm would run
-    for it: torch's own call (a torch forward without grad, or torch's kernels both ways), or the host plan."""
+def _default_context() -> bool:
+    """No dispatch protocol in this context, no forced backward, the host extension not turned off: what every
+    decision the fast path remembers was made under."""
+    return _protocol.get() is None and _forced_backward[0] is None and host.unavailable_reason_off() is None
+
+
+def remember(plan: Plan, x, ns: tuple, weight, bias, eps, needs_grad: bool) -> None:
+    """After layer_norm's fast path missed and get_plan answered: the host extension serves this signature from
+    now on where it runs what layer_norm would run for it (torch's own call: a torch forward without grad, or
+    torch's kernels both ways; or the host plan), and `plan` was made in the default context."""
+    if not plan.rememberable:
+        return
     if plan.host is not None:
         host.remember(x, ns, weight, bias, eps, needs_grad, plan.host)
     elif plan.torch_trains or (type(plan) is Plan and not needs_grad):
@@ -352,7 +362,7 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
     # everything grad.refusal reads that is not checked per call (the registered op's backward may be called
     # directly, with any dtypes and devices)
     key = (x.shape, x.stride(), x.dtype, x.get_device(), x.is_neg(), ns, dy.stride(), dy.dtype, dy.get_device(),
-           dy.is_neg(), mean.dtype,
+           dy.is_neg(), dy._is_zerotensor(), mean.is_neg(), rstd.is_neg(), mean.dtype,
            rstd.dtype, mean.numel(), mean.is_contiguous(), rstd.is_contiguous(),
            None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device()),
            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()), forced)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
 
 import labkit
 from labkit.ops.dropin import host, plan
@@ -265,3 +266,39 @@ def test_a_signature_python_had_cached_is_remembered_on_its_next_call(fast):
     host.forget()                                         # as when the C++ table fills up
     labkit.layer_norm(xg, (255,), w, b)
     assert fast(xg, (255,), w, b, 1e-5) is not None
+
+
+_SHAPES = [(4, 64), (3, 7, 32), (2, 255), (5, 16)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(range(len(_SHAPES))), st.sampled_from(["no_grad", "grad", "inference"]),
+                          st.booleans(), st.booleans(), st.sampled_from([None, "weight", "bias", "both"]),
+                          st.sampled_from([1e-5, 1e-6, 0.1])), min_size=1, max_size=25))
+def test_any_sequence_of_calls_keeps_torchs_outputs_and_gradients(calls):
+    """Whatever was decided and remembered before, each call's output has torch's bits and records autograd exactly
+    where F.layer_norm's does, with torch's gradients (grad mode, inference mode, requires_grad on x or the affine
+    are all in the key). On the CPU every decision is torch's own call; tests/test_gpu_host.py runs the same
+    sequences where our kernels and the C++ node serve."""
+    host.module()
+    plan.clear()
+    for which, mode, x_grad, w_grad, affine, eps in calls:
+        shape = _SHAPES[which]
+        x, w, b = _inputs(shape, seed=which)
+        w = w if affine in ("weight", "both") else None
+        b = b if affine in ("bias", "both") else None
+        x.requires_grad_(x_grad)
+        if w is not None:
+            w.requires_grad_(w_grad)
+        ctx = {"no_grad": torch.no_grad, "grad": torch.enable_grad, "inference": torch.inference_mode}[mode]
+        with ctx():
+            y = labkit.layer_norm(x, shape[-1:], w, b, eps)
+            ref = F.layer_norm(x, shape[-1:], w, b, eps)
+        assert torch.equal(_bits(y.detach()), _bits(ref.detach()))
+        assert y.requires_grad == ref.requires_grad
+        if ref.requires_grad:
+            wanted = [t for t in (x, w) if t is not None and t.requires_grad]
+            dy = torch.randn_like(ref)
+            for a, c in zip(torch.autograd.grad(y, wanted, dy), torch.autograd.grad(ref, wanted, dy)):
+                assert torch.equal(_bits(a), _bits(c))
+    plan.clear()

@@ -234,3 +234,40 @@ def test_decided_signatures_are_served_from_cpp_with_torchs_bits(fresh_plans, sh
     ref = torch.nn.functional.layer_norm(xs, ns, w, b)
     got = torch.autograd.grad(ours, (xs, w, b), torch._neg_view(dy))  # a negated grad_y goes to torch's backward
     assert all(_same(a, c) for a, c in zip(got, torch.autograd.grad(ref, (xs, w, b), torch._neg_view(dy))))
+
+
+def test_any_sequence_of_calls_keeps_torchs_outputs_and_gradients_on_the_gpu():
+    """tests/test_fast_path.py's sequences on CUDA tensors, where the fast path serves our forward and the C++ node
+    (shapes our kernels take) beside torch's call: torch's bits, and autograd recorded exactly where F.layer_norm
+    records it, with torch's gradients."""
+    import torch
+    from hypothesis import given, settings, strategies as st
+
+    import labkit
+    from labkit.ops.dropin import host, plan
+
+    shapes = [(16, 1 << 16), (4096, 768), (3, 512 * 33 + 4), (64, 4096), (8, 255)]
+
+    @settings(max_examples=40, deadline=None)
+    @given(st.lists(st.tuples(st.sampled_from(range(len(shapes))), st.sampled_from(["no_grad", "grad", "inference"]),
+                              st.booleans(), st.booleans(), st.sampled_from([None, "weight", "bias", "both"])),
+                    min_size=1, max_size=12))
+    def run(calls):
+        host.module()
+        plan.clear()
+        for which, mode, x_grad, w_grad, affine in calls:
+            x, ns, w, b, dy = _inputs(shapes[which], seed=which)
+            w = w.detach().requires_grad_(w_grad) if affine in ("weight", "both") else None
+            b = b if affine in ("bias", "both") else None
+            x.requires_grad_(x_grad)
+            ctx = {"no_grad": torch.no_grad, "grad": torch.enable_grad, "inference": torch.inference_mode}[mode]
+            with ctx():
+                y = labkit.layer_norm(x, ns, w, b)
+                ref = torch.nn.functional.layer_norm(x, ns, w, b)
+            assert _same(y, ref) and y.requires_grad == ref.requires_grad
+            if ref.requires_grad:
+                wanted = [t for t in (x, w, b) if t is not None and t.requires_grad]
+                for a, c in zip(torch.autograd.grad(y, wanted, dy), torch.autograd.grad(ref, wanted, dy)):
+                    assert _same(a, c)
+        plan.clear()
+    run()

@@ -327,12 +327,30 @@ bool needs_grad(const Tensor& x, const std::optional<Tensor>& w, const std::opti
          (x.requires_grad() || (w && w->requires_grad()) || (b && b->requires_grad()));
 }
 
+// eps as the double torch's parser makes of it: a float, or an int it holds exactly (an eps of 0); anything else
+// (numpy scalars, bools, tensors) returns false and takes the Python path.
+bool parse_eps(py::handle h, double& e) {
+  PyObject* o = h.ptr();
+  if (PyFloat_CheckExact(o)) {
+    e = PyFloat_AS_DOUBLE(o);
+    return true;
+  }
+  if (!PyLong_CheckExact(o)) return false;
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+  if (overflow != 0 || (v == -1 && PyErr_Occurred()) || v > (1LL << 53) || v < -(1LL << 53)) {
+    PyErr_Clear();
+    return false;
+  }
+  e = static_cast<double>(v);
+  return true;
+}
+
 // The key, or false where this call cannot have one (then Python decides, and does not remember).
 bool make_key(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, const std::optional<Tensor>& b,
-              py::handle eps, bool grad, std::vector<int64_t>& k) {
-  if (!PyFloat_CheckExact(eps.ptr())) return false;  // an int or numpy eps: Python's path, as given
+              py::handle eps, bool grad, std::vector<int64_t>& k, double& e) {
+  if (!parse_eps(eps, e)) return false;
   if (!plain_tensor(x) || (w && !plain_tensor(*w)) || (b && !plain_tensor(*b))) return false;
-  double e = PyFloat_AS_DOUBLE(eps.ptr());
   k.reserve(32);
   size_t at = k.size();
   k.push_back(0);  // normalized_shape's length, filled in below
@@ -357,7 +375,8 @@ py::object call(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, 
                 py::handle eps) {
   bool grad = needs_grad(x, w, b);
   std::vector<int64_t> key;
-  if (!make_key(x, ns, w, b, eps, grad, key)) return py::none();
+  double e;
+  if (!make_key(x, ns, w, b, eps, grad, key, e)) return py::none();
   Remembered r;
   {
     std::lock_guard<std::mutex> hold(remembered_lock);
@@ -365,7 +384,6 @@ py::object call(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, 
     if (it == remembered.end()) return py::none();
     r = it->second;
   }
-  double e = PyFloat_AS_DOUBLE(eps.ptr());
   Tensor y;
   bool refused = false;
   {
@@ -396,7 +414,8 @@ void remember(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, co
               py::handle eps, bool grad, int decision, std::optional<c10::intrusive_ptr<LayerNormPlan>> plan) {
   TORCH_CHECK(decision == kTorch || (decision == kOurs && plan), "decision ", decision, " needs its plan");
   std::vector<int64_t> key;
-  if (!make_key(x, ns, w, b, eps, grad, key)) return;
+  double e;
+  if (!make_key(x, ns, w, b, eps, grad, key, e)) return;
   Remembered r;
   r.decision = decision;
   if (plan) r.plan = *plan;

@@ -204,7 +204,8 @@ def test_clearing_the_plans_forgets_every_decision(fast):
                               "numpy array", "range", "huge dim", "huge int"])
 def test_odd_arguments_take_the_python_path(fast, ns, eps):
     """Decided for (255,) and 1e-5 first: each odd spelling is still a miss, and gets torch's answer or torch's
-    kind of error (an int normalized_shape, which nn.LayerNorm's constructor takes, is accepted as (int,))."""
+    kind of error (an int normalized_shape, which nn.LayerNorm's constructor takes, is accepted as (int,)). An int
+    eps is a signature of its own, remembered like a float's."""
     x, w, b = _inputs()
     with torch.no_grad():
         labkit.layer_norm(x, (255,), w, b, 1e-5)
@@ -302,3 +303,12 @@ def test_any_sequence_of_calls_keeps_torchs_outputs_and_gradients(calls):
             for a, c in zip(torch.autograd.grad(y, wanted, dy), torch.autograd.grad(ref, wanted, dy)):
                 assert torch.equal(_bits(a), _bits(c))
     plan.clear()
+
+
+def test_an_int_eps_is_remembered_as_the_float_it_equals(fast):
+    x, w, b = _inputs()
+    with torch.no_grad():
+        labkit.layer_norm(x, (255,), w, b, 0)
+        assert fast(x, (255,), w, b, 0) is not None and fast(x, (255,), w, b, 0.0) is not None
+        assert fast(x, (255,), w, b, True) is None  # a bool is not an eps torch's parser takes as a number here
+        assert torch.equal(_bits(labkit.layer_norm(x, (255,), w, b, 0)), _bits(F.layer_norm(x, (255,), w, b, 0)))

@@ -310,5 +310,5 @@ def test_an_int_eps_is_remembered_as_the_float_it_equals(fast):
     with torch.no_grad():
         labkit.layer_norm(x, (255,), w, b, 0)
         assert fast(x, (255,), w, b, 0) is not None and fast(x, (255,), w, b, 0.0) is not None
-        assert fast(x, (255,), w, b, True) is None  # a bool is not an eps torch's parser takes as a number here
+        assert fast(x, (255,), w, b, True) is None  # a bool: its own spelling, left to the Python path and torch
         assert torch.equal(_bits(labkit.layer_norm(x, (255,), w, b, 0)), _bits(F.layer_norm(x, (255,), w, b, 0)))

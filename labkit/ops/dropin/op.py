@@ -299,13 +299,13 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
     if not plain or _is_compiling() or _functorch_active() or _dispatch_mode_active():
         # compiling, a mode, a transform or a subclass: the registered op (functorch's differentiating
         # transforms: torch's F.layer_norm)
-        ns = _normalized(normalized_shape)
+        ns = _normalized_cached(normalized_shape)
         if _functorch_active() and _functorch_differentiates():
             return torch.nn.functional.layer_norm(x, ns, weight, bias, eps)
         return layer_norm_op(x, list(ns), weight, bias, eps)[0]
     if _forward_ad._current_level >= 0:
         # forward-mode AD (dual tensors): torch's F.layer_norm, whose tangent formula our launches do not have
-        return torch.nn.functional.layer_norm(x, _normalized(normalized_shape), weight, bias, eps)
+        return torch.nn.functional.layer_norm(x, _normalized_cached(normalized_shape), weight, bias, eps)
     fast = _fast[0]
     if fast is not None and _protocol_in_context() is None and not _torch_function_mode():
         # a signature decided before in this (default) context: served from C++ (labkit.ops.dropin.host). A

@@ -361,11 +361,14 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
     forced = _forced_backward[0]
     # everything grad.refusal reads that is not checked per call (the registered op's backward may be called
     # directly, with any dtypes and devices)
-    key = (x.shape, x.stride(), x.dtype, x.get_device(), x.is_neg(), ns, dy.stride(), dy.dtype, dy.get_device(),
-           dy.is_neg(), dy._is_zerotensor(), mean.is_neg(), rstd.is_neg(), mean.dtype,
-           rstd.dtype, mean.numel(), mean.is_contiguous(), rstd.is_contiguous(),
-           None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device()),
-           None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()), forced)
+    key = (x.shape, x.stride(), x.dtype, x.get_device(), x.is_neg(), x._is_zerotensor(), ns, dy.stride(), dy.dtype,
+           dy.get_device(), dy.is_neg(), dy._is_zerotensor(), mean.dtype, rstd.dtype, mean.numel(),
+           mean.is_contiguous(), rstd.is_contiguous(), mean.is_neg(), rstd.is_neg(), mean._is_zerotensor(),
+           rstd._is_zerotensor(),
+           None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device(),
+                                        weight.is_neg(), weight._is_zerotensor()),
+           None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device(), bias.is_neg(),
+                                      bias._is_zerotensor()), forced)
     hit = _grad_plans.get(key)
     if hit is None:
         hit = (None, None)

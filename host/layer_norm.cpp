@@ -256,9 +256,9 @@ Tensor train(c10::intrusive_ptr<LayerNormPlan> p, const Tensor& x, const std::op
 // Python path costs on top of torch's call is mostly building the signature tuple and looking it up.
 // The key holds everything labkit.ops.dropin.plan.signature holds (shape, strides, dtype, device and negation bit
 // of x, weight and bias, which of them require grad, normalized_shape, eps, whether autograd records) plus device
-// types. The
-// protocol and forced-backward contexts are not in it: Python suspends the fast path while any is active
-// (labkit.ops.dropin.host.suspend), so a remembered answer is always the default context's.
+// types. The contexts that change a decision are not in it: Python remembers only decisions planned in the default
+// context, takes its own path where a dispatch protocol is set, and suspends the fast path while a forced backward
+// or host.off is active (labkit.ops.dropin.host.suspend).
 
 enum Decision : int { kTorch = 0, kOurs = 1 };  // torch's layer_norm (its own autograd node), or the plan's
 
@@ -295,29 +295,35 @@ void put_tensor(std::vector<int64_t>& k, const Tensor& t) {
   k.push_back(t.is_neg());  // a lazily negated view: Python refuses it for our kernels (its memory holds -t)
 }
 
-// normalized_shape's dims when it is an int, or a tuple or list (torch.Size included) of exact ints that fit int64;
-// anything else (floats, bools, tensors, numpy integers, SymInts, huge ints) returns false and takes the Python path,
-// which accepts or refuses it as torch does.
-bool parse_int(PyObject* o, std::vector<int64_t>& out) {
+// An exact Python int that fits int64 (not a bool, numpy integer or SymInt), with no Python error left set.
+bool exact_int(PyObject* o, long long& v) {
   if (!PyLong_CheckExact(o)) return false;
   int overflow = 0;
-  long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+  v = PyLong_AsLongLongAndOverflow(o, &overflow);
   if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
     PyErr_Clear();
     return false;
   }
-  out.push_back(v);
   return true;
 }
 
+// normalized_shape's dims when it is an exact int, or a tuple or list (torch.Size included) of them; anything else
+// (floats, bools, tensors, numpy integers, SymInts, huge ints) returns false and takes the Python path, which
+// accepts or refuses it as torch does.
 bool parse_shape(py::handle h, std::vector<int64_t>& out) {
   PyObject* o = h.ptr();
-  if (PyLong_CheckExact(o)) return parse_int(o, out);
+  long long v;
+  if (PyLong_CheckExact(o)) {
+    if (!exact_int(o, v)) return false;
+    out.push_back(v);
+    return true;
+  }
   if (!PyTuple_Check(o) && !PyList_Check(o)) return false;
   Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
   PyObject** items = PySequence_Fast_ITEMS(o);
   for (Py_ssize_t i = 0; i < n; ++i) {
-    if (!parse_int(items[i], out)) return false;
+    if (!exact_int(items[i], v)) return false;
+    out.push_back(v);
   }
   return true;
 }
@@ -335,13 +341,8 @@ bool parse_eps(py::handle h, double& e) {
     e = PyFloat_AS_DOUBLE(o);
     return true;
   }
-  if (!PyLong_CheckExact(o)) return false;
-  int overflow = 0;
-  long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
-  if (overflow != 0 || (v == -1 && PyErr_Occurred()) || v > (1LL << 53) || v < -(1LL << 53)) {
-    PyErr_Clear();
-    return false;
-  }
+  long long v;
+  if (!exact_int(o, v) || v > (1LL << 53) || v < -(1LL << 53)) return false;  // beyond 2^53 a double rounds it
   e = static_cast<double>(v);
   return true;
 }

@@ -66,6 +66,11 @@ class TimingRecord:
         return asdict(self)
 
 
+def us(ms: float | None) -> float | None:
+    """A median in milliseconds as microseconds, for a table's "us" column (None stays None: not timed)."""
+    return None if ms is None else 1e3 * ms
+
+
 def summarize(samples) -> dict:
     """median, quartiles (linear interpolation), min, max and count of a list of milliseconds."""
     a = np.asarray(samples, dtype=np.float64)

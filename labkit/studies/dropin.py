@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 
 from labkit.ops.paths import PATHS
+from labkit.studies.bench import us as _us
 from labkit.studies.measure import host_us_per_call
 from labkit.tasks import L1_40, config, shape_key
 
@@ -532,22 +533,14 @@ def peers(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
     return {"protocol": graph_p.__dict__, "peers": list(PEERS), "versions": versions, "shapes": out}
 
 
-def _peer_best(g: dict) -> tuple[str | None, float | None]:
-    live = {k: g[k] for k in PEERS if g.get(k)}
-    if not live:
-        return None, None
-    best = min(live, key=live.get)
-    return best, live[best]
-
-
 def peer_rows(record: dict | None) -> list[dict]:
     """Per ordinary shape: each method's graph-replay median (us), the path that served the drop-in, its bits, and
     the drop-in against the faster peer and against torch eager (both graph replay)."""
     rows = []
     for r in (record or {}).get("shapes", []):
         g = r.get("graph") or {}
-        best, best_ms = _peer_best(g)
-        ours = g.get("dropin")
+        best = fastest({k: g.get(k) for k in PEERS})
+        best_ms, ours = g.get(best), g.get("dropin")
         rows.append({"shape": r["key"], "torch eager us": _us(g.get("native")), "torch.compile us": _us(g.get("inductor")),
                      "Liger us": _us(g.get("liger")), "drop-in us": _us(ours), "drop-in path": r.get("path"),
                      "bit-identical": r.get("identical"),
@@ -557,25 +550,16 @@ def peer_rows(record: dict | None) -> list[dict]:
     return rows
 
 
-def _us(v):
-    return None if v is None else 1e3 * v
-
-
 def peers_worst(record: dict | None) -> dict:
-    """The worst drop-in ratios of a `dropin_peers` record, each with its shape: against the faster peer and against
-    torch eager (graph replay); None where nothing was timed."""
-    vs_peer = vs_native = (None, None)
-    for row in peer_rows(record):
-        for key, slot in (("x faster peer", 0), ("x torch eager", 1)):
-            v = row[key]
-            cur = (vs_peer, vs_native)[slot]
-            if v is not None and (cur[0] is None or v < cur[0]):
-                if slot == 0:
-                    vs_peer = (v, row["shape"])
-                else:
-                    vs_native = (v, row["shape"])
-    return {"vs_peer": vs_peer[0], "vs_peer_shape": vs_peer[1], "vs_native": vs_native[0],
-            "vs_native_shape": vs_native[1]}
+    """The worst drop-in ratios of a `dropin_peers` record, each with its shape (the first where shapes tie):
+    against the faster peer and against torch eager (graph replay); None where nothing was timed."""
+    rows = peer_rows(record)
+    out = {}
+    for name, column in (("vs_peer", "x faster peer"), ("vs_native", "x torch eager")):
+        judged = [r for r in rows if r[column] is not None]
+        worst = min(judged, key=lambda r: r[column]) if judged else None
+        out[name], out[f"{name}_shape"] = (worst[column], worst["shape"]) if worst else (None, None)
+    return out
 
 
 def fastest(times: dict) -> str | None:

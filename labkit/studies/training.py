@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+from labkit.studies.bench import us as _us
 from labkit.studies.measure import host_us_per_call
 from labkit.tasks import L1_40, shape_key
 
@@ -420,10 +421,6 @@ NOTEBOOK = "10_training"
 ORDINARY_KEYS = tuple(shape_key(s) for s in ORDINARY)
 L1_40_FWDBWD_GOAL_MS = 0.70  # issue 22: L1/40 forward + backward, eager per call
 NATIVE_FLOOR_MS = 0.200  # the goal: >= 1.0x eager native wherever native's forward+backward takes >= 200 us
-
-
-def _us(v):
-    return None if v is None else 1e3 * v
 
 
 def speed_rows(sweep_record: dict | None) -> list[dict]:

@@ -7,7 +7,7 @@
 // first, then the rest of a long row from memory), BlockReduceSum, then dX elementwise.
 #include "grad_ln.cuh"
 
-template <int kMaxVec>
+template <int kMaxVec, bool kTail>
 __device__ __forceinline__ void grad_rows_fused(const float4* __restrict__ x, const float4* __restrict__ dy,
                                                 const float4* __restrict__ gamma, const float* __restrict__ mean,
                                                 const float* __restrict__ rstd, float4* __restrict__ dx, int n4) {
@@ -32,7 +32,8 @@ __device__ __forceinline__ void grad_rows_fused(const float4* __restrict__ x, co
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
         if (tid + 128 * i < n4) grad_push4(s1, s2, kx[i], kd[i], gamma[tid + 128 * i], m, r);
-    for (int j = tid + 128 * kMaxVec; j < n4; j += 128) grad_push4(s1, s2, xr[j], dr[j], gamma[j], m, r);
+    if (kTail)
+        for (int j = tid + 128 * kMaxVec; j < n4; j += 128) grad_push4(s1, s2, xr[j], dr[j], gamma[j], m, r);
     s1 = grad_warp_sum(s1);
     s2 = grad_warp_sum(s2);
     if ((tid & 31) == 0) {
@@ -49,27 +50,26 @@ __device__ __forceinline__ void grad_rows_fused(const float4* __restrict__ x, co
     const float fh = (float)(4 * n4);
     const float term1 = __fmul_rn(r, __frcp_rn(fh));
     float4* out = dx + row * n4;
-    for (int i = 0, j = tid; j < n4; ++i, j += 128) {
-        float4 vx, vd;
-        if (i < kMaxVec) {
 #pragma unroll
-            for (int c = 0; c < kMaxVec; ++c)
-                if (c == i) vx = kx[c], vd = kd[c];  // register-indexed without local memory
-        } else {
-            vx = xr[j];
-            vd = dr[j];
-        }
-        out[j] = grad_input4(vx, vd, gamma[j], m, r, t1, t2, fh, term1);
+    for (int i = 0; i < kMaxVec; ++i) {
+        const int j = tid + 128 * i;
+        if (j < n4) out[j] = grad_input4(kx[i], kd[i], gamma[j], m, r, t1, t2, fh, term1);
     }
+    if (kTail)
+        for (int j = tid + 128 * kMaxVec; j < n4; j += 128)
+            out[j] = grad_input4(xr[j], dr[j], gamma[j], m, r, t1, t2, fh, term1);
 }
 
-// grid: (rows); block: 128. One entry point per register budget (the plan takes the smallest that holds a row).
-#define GRAD_ROWS_FUSED(K, MIN_BLOCKS)                                                                         \
+// grid: (rows); block: 128. One entry point per register budget (the plan takes the smallest that holds a row);
+// only the largest is built for rows longer than its registers (it re-reads the rest: kTail), the others leave
+// that loop out and the registers it takes.
+#define GRAD_ROWS_FUSED(K, MIN_BLOCKS, TAIL)                                                                   \
     extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) grad_rows_fused_reg##K(                       \
         const float4* x, const float4* dy, const float4* gamma, const float* mean, const float* rstd,          \
         float4* dx, int n4) {                                                                                   \
-        grad_rows_fused<K>(x, dy, gamma, mean, rstd, dx, n4);                                                   \
+        grad_rows_fused<K, TAIL>(x, dy, gamma, mean, rstd, dx, n4);                                             \
     }
-GRAD_ROWS_FUSED(2, 8)
-GRAD_ROWS_FUSED(4, 6)
-GRAD_ROWS_FUSED(8, 4)
+GRAD_ROWS_FUSED(2, 12, false)
+GRAD_ROWS_FUSED(4, 8, false)
+GRAD_ROWS_FUSED(8, 5, false)
+GRAD_ROWS_FUSED(16, 3, true)

@@ -5,27 +5,23 @@
 // Contract kept: the statistics are torch's vectorized-path order (welford_ln.cuh) and the output is
 // gamma * (rstd * (x - mean)) + beta, contracted as torch's. Rows longer than kMaxVec * 512 floats re-read
 // their vectors for the output pass (from L2), as torch does.
+//
+// Two layouts of the same arithmetic. rows_fused_reg<K>: torch's block, thread t of the row's 128 holds its own
+// vectors. rows_fused_warp<K>: one warp per row, lane l standing in for torch's threads l, l+32, l+64 and l+96
+// (its four chains side by side, so four independent dependence chains per lane): each chain is shuffled down as
+// torch's warp v does, and lane 0 merges the four warps' states in torch's tree. No shared memory and no
+// __syncthreads, so short rows are not bound by the block's barrier latency; four rows per 128-thread block.
 #include "welford_ln.cuh"
 
-template <int kMaxVec>
-__device__ __forceinline__ void rows_fused(const float4* __restrict__ x, const float4* __restrict__ gamma,
-                                           const float4* __restrict__ beta, float4* __restrict__ y,
-                                           float* __restrict__ mean, float* __restrict__ rstd, int n, float eps) {
-    __shared__ float buf[12];
-    __shared__ float stats[2];
-    const int tid = threadIdx.x + 32 * threadIdx.y;
-    const int n4 = n / 4;
-    const float4* row = x + (size_t)blockIdx.x * n4;
-    float4 keep[kMaxVec > 0 ? kMaxVec : 1];
-#pragma unroll
-    for (int i = 0; i < kMaxVec; ++i) {
-        const int j = tid + 128 * i;
-        if (j < n4) keep[i] = row[j];
-    }
+// Push thread `tid`'s kept vectors (its chain's (4i+1)-th to (4i+4)-th pushes) with constant reciprocals: a
+// thread's vectors run out in order, and the compiler folds a constant IEEE quotient to the same correctly
+// rounded value the in-loop division gives, so no division is left here. Then, with kTail, the rest of a long row
+// from memory; entry points without it are only launched on rows that fit (labkit.ops.rows_fused.function_for),
+// and leaving the tail out saves the registers its division and addressing take.
+template <int kMaxVec, bool kTail>
+__device__ __forceinline__ WelfordLN push_thread(const float4* __restrict__ row, const float4 (&keep)[kMaxVec],
+                                                 int tid, int n4) {
     WelfordLN s{0.f, 0.f, 0.f};
-    // Registers' vectors are pushed with constant reciprocals: a chain's pushes from keep[i] are always its
-    // (4i+1)-th to (4i+4)-th (a thread's vectors run out in order), and the compiler folds a constant IEEE
-    // quotient to the same correctly rounded value the in-loop division gives, so no division is left here.
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i) {
         if (tid + 128 * i < n4) {
@@ -34,7 +30,46 @@ __device__ __forceinline__ void rows_fused(const float4* __restrict__ x, const f
             s.count = (float)(4 * i + 4);
         }
     }
-    for (int j = tid + 128 * kMaxVec; j < n4; j += 128) s = welford_push4(s, row[j]);
+    if (kTail)
+        for (int j = tid + 128 * kMaxVec; j < n4; j += 128) s = welford_push4(s, row[j]);
+    return s;
+}
+
+template <int kMaxVec>
+__device__ __forceinline__ void load_thread(const float4* __restrict__ row, float4 (&keep)[kMaxVec], int tid, int n4) {
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i) {
+        const int j = tid + 128 * i;
+        if (j < n4) keep[i] = row[j];
+    }
+}
+
+template <int kMaxVec, bool kTail>
+__device__ __forceinline__ void write_thread(const float4* __restrict__ row, const float4 (&keep)[kMaxVec],
+                                             const float4* __restrict__ gamma, const float4* __restrict__ beta,
+                                             float4* __restrict__ out, int tid, int n4, float m, float r) {
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i) {
+        const int j = tid + 128 * i;
+        if (j < n4) out[j] = layer_norm_affine4(keep[i], gamma[j], beta[j], m, r);
+    }
+    if (kTail)
+        for (int j = tid + 128 * kMaxVec; j < n4; j += 128)
+            out[j] = layer_norm_affine4(row[j], gamma[j], beta[j], m, r);
+}
+
+template <int kMaxVec, bool kTail>
+__device__ __forceinline__ void rows_fused(const float4* __restrict__ x, const float4* __restrict__ gamma,
+                                           const float4* __restrict__ beta, float4* __restrict__ y,
+                                           float* __restrict__ mean, float* __restrict__ rstd, int n, float eps) {
+    __shared__ float buf[12];
+    __shared__ float stats[2];
+    const int tid = threadIdx.x + 32 * threadIdx.y;
+    const int n4 = n / 4;
+    const float4* row = x + (size_t)blockIdx.x * n4;
+    float4 keep[kMaxVec];
+    load_thread<kMaxVec>(row, keep, tid, n4);
+    WelfordLN s = push_thread<kMaxVec, kTail>(row, keep, tid, n4);
     s = welford_warp_reduce(s);
     s = welford_block_tree4(s, buf);
     if (tid == 0) {
@@ -43,31 +78,66 @@ __device__ __forceinline__ void rows_fused(const float4* __restrict__ x, const f
         rstd[blockIdx.x] = stats[1];
     }
     __syncthreads();
-    const float m = stats[0];
-    const float r = stats[1];
-    float4* out = y + (size_t)blockIdx.x * n4;
-    for (int i = 0, j = tid; j < n4; ++i, j += 128) {
-        float4 v;
-        if (i < kMaxVec) {
+    write_thread<kMaxVec, kTail>(row, keep, gamma, beta, y + (size_t)blockIdx.x * n4, tid, n4, stats[0], stats[1]);
+}
+
+template <int kMaxVec>
+__device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, const float4* __restrict__ gamma,
+                                                const float4* __restrict__ beta, float4* __restrict__ y,
+                                                float* __restrict__ mean, float* __restrict__ rstd, int rows, int n,
+                                                float eps) {
+    const int lane = threadIdx.x;
+    const size_t r_index = (size_t)blockIdx.x * 4 + threadIdx.y;  // rows may come within 3 of INT_MAX
+    if (r_index >= (size_t)rows) return;  // a whole warp leaves: the shuffles below only involve warps of live rows
+    const int n4 = n / 4;
+    const float4* row = x + r_index * n4;
+    float4 keep[4][kMaxVec];  // [torch's warp v][vector i] of torch's thread lane + 32 v
 #pragma unroll
-            for (int c = 0; c < kMaxVec; ++c)
-                if (c == i) v = keep[c];  // register-indexed without local memory
-        } else {
-            v = row[j];
-        }
-        out[j] = layer_norm_affine4(v, gamma[j], beta[j], m, r);
+    for (int v = 0; v < 4; ++v) load_thread<kMaxVec>(row, keep[v], lane + 32 * v, n4);
+    WelfordLN q[4];
+#pragma unroll
+    for (int v = 0; v < 4; ++v) q[v] = welford_warp_reduce(push_thread<kMaxVec, false>(row, keep[v], lane + 32 * v, n4));
+    // torch's tree for 4 warps (welford_block_tree4): 2 -> 0 and 3 -> 1, then 1 -> 0, as merge(own, received).
+    // Every lane computes it (only lane 0's inputs are the warps' states); lane 0's result is broadcast.
+    q[0] = welford_merge(q[0], q[2]);
+    q[1] = welford_merge(q[1], q[3]);
+    q[0] = welford_merge(q[0], q[1]);
+    float m, r;
+    welford_finish(q[0], n, eps, &m, &r);
+    m = __shfl_sync(0xffffffffu, m, 0);
+    r = __shfl_sync(0xffffffffu, r, 0);
+    if (lane == 0) {
+        mean[r_index] = m;
+        rstd[r_index] = r;
     }
+    float4* out = y + r_index * n4;
+#pragma unroll
+    for (int v = 0; v < 4; ++v) write_thread<kMaxVec, false>(row, keep[v], gamma, beta, out, lane + 32 * v, n4, m, r);
 }
 
 // Arguments: x [rows, n/4] float4, gamma/beta [n/4] float4, y [rows, n/4] float4, mean/rstd [rows], n, eps.
-// grid: rows; block: (32, 4). One entry point per register budget: short rows need few vectors per thread,
-// and fewer registers let more blocks share an SM (labkit.ops.chain picks the smallest that holds the row).
-#define ROWS_FUSED(K, MIN_BLOCKS)                                                                              \
+// rows_fused_reg<K>: grid rows, block (32, 4). rows_fused_warp<K> (rows as an extra argument): grid ceil(rows/4),
+// block (32, 4), warp y on row 4 * block + y. One entry point per register budget: short rows need few vectors
+// per thread, and fewer registers let more blocks share an SM (labkit.ops.rows_fused picks the smallest that holds
+// the row; only the largest block entry point takes rows longer than its registers).
+#define ROWS_FUSED(K, MIN_BLOCKS, TAIL)                                                                        \
     extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_reg##K(                            \
         const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int n,   \
         float eps) {                                                                                            \
-        rows_fused<K>(x, gamma, beta, y, mean, rstd, n, eps);                                                   \
+        rows_fused<K, TAIL>(x, gamma, beta, y, mean, rstd, n, eps);                                             \
     }
-ROWS_FUSED(2, 12)
-ROWS_FUSED(4, 8)
-ROWS_FUSED(8, 6)
+ROWS_FUSED(2, 12, false)
+ROWS_FUSED(4, 8, false)
+ROWS_FUSED(8, 6, false)
+ROWS_FUSED(16, 5, false)
+ROWS_FUSED(32, 3, true)  // the largest: rows longer than 16384 floats re-read the rest
+
+#define ROWS_FUSED_WARP(K, MIN_BLOCKS)                                                                         \
+    extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_warp##K(                           \
+        const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int rows, \
+        int n, float eps) {                                                                                     \
+        rows_fused_warp<K>(x, gamma, beta, y, mean, rstd, rows, n, eps);                                        \
+    }
+ROWS_FUSED_WARP(1, 10)
+ROWS_FUSED_WARP(2, 6)
+ROWS_FUSED_WARP(4, 5)

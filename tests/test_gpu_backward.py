@@ -191,3 +191,24 @@ def test_drop_in_hands_training_to_torch_only_where_torch_serves_both_ways(shape
 @pytest.mark.parametrize("shape", [(4096, 768), (8192, 1024), (65536, 256), (70000, 64), (300, 70000)])
 def test_split_schedule_keeps_the_bits(shape):
     _compare(shape, "split")
+
+
+def _split_entry_cases():
+    """Per grad_rows_fused entry point: the longest row it holds, a ragged one, and for the largest a longer row
+    (its tail re-reads the rest); row counts 1 and 3."""
+    from labkit.ops import backward
+
+    cases = []
+    for k in backward.FUSED_VECTORS:
+        full = 4 * backward.SUMS_THREADS * k
+        cases += [(1, full), (3, full - 12)]
+    return cases + [(3, 4 * backward.SUMS_THREADS * backward.FUSED_VECTORS[-1] + 20), (2, 1 << 17)]
+
+
+@pytest.mark.parametrize("shape", _split_entry_cases(), ids=lambda s: "x".join(map(str, s)))
+def test_every_split_entry_point_keeps_the_bits(shape):
+    from labkit.ops import backward
+
+    k = int(backward.fused_function(shape[1]).removeprefix("grad_rows_fused_reg"))
+    assert shape[1] // 4 <= backward.SUMS_THREADS * k or k == backward.FUSED_VECTORS[-1]
+    _compare(shape, "split")

@@ -169,3 +169,27 @@ def test_refusal_table_on_the_gpu():
     assert {r["function"] for r in rows} >= {"reference_order_layer_norm", "chain_layer_norm", "split_stats_layer_norm"}
     bad = [r for r in rows if not r["names_condition"]]
     assert not bad, bad
+
+
+def _rows_fused_cases():
+    """Per rows_fused entry point (warp per row and block per row): the longest row it holds and a ragged one
+    (some of torch's threads without a vector), at row counts that leave a warp-per-row block partly empty; for
+    the largest block entry point rows longer than its registers."""
+    from labkit.ops import rows_fused
+
+    cases = []
+    for k in rows_fused.WARP_VECTORS + rows_fused.VECTORS:
+        full = 4 * rows_fused.THREADS * k
+        cases += [(1, full), (5, full - 4 * 37), (130, full)]
+    return cases + [(3, 4 * rows_fused.THREADS * rows_fused.VECTORS[-1] + 20), (2, 1 << 18), (9, 4), (6, 40)]
+
+
+@pytest.mark.parametrize("shape", _rows_fused_cases(), ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("eps", [1e-5, 0.0, 0.1])
+def test_every_rows_fused_entry_point_bit_identical(shape, eps):
+    x = inputs.make_input("normal_plus_1000", shape, seed=5, device="cuda")
+    w, b = inputs.make_affine("random_normal", shape[1:], seed=5, device="cuda")
+    rec = identity.compare_to_native(
+        lambda x, w, b, e: chain_layer_norm(x, w, b, e, return_stats=True,
+                                            settings=ChainSettings("rows_fused", "auto")), x, w, b, eps)
+    assert rec["identical"], {k: rec[k]["bit_equal_fraction"] for k in ("output", "mean", "rstd")}

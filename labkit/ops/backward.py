@@ -37,7 +37,7 @@ CHAIN_SPLITS = (1, 2)  # kernels/grad_chain_sums.cu's entry points: 32 / S chain
 CHAIN_SMEM = 4 * 3 * 32 * 512  # its ring, whatever the split: 192 KiB per block
 COLUMN_THREADS = 256  # kernels/grad_columns.cu: (256 / G float4 columns) x G groups
 SCHEDULES = ("auto", "chain", "rows", "split")
-FUSED_VECTORS = (2, 4, 8)  # kernels/grad_rows_fused.cu's entry points: float4 vectors of x and dy kept per thread
+FUSED_VECTORS = (2, 4, 8, 16)  # kernels/grad_rows_fused.cu's entry points: float4 vectors of x and dy kept per thread
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,11 @@
-"""Rows-fused reference-order LayerNorm: torch's own one-block-per-row schedule and arithmetic (kernels/rows_fused.cu),
-keeping each thread's float4 vectors in registers between the statistics and the output, so x is read once where a
-row fits (torch reads it twice). For many short rows, where torch's schedule already fills the GPU."""
+"""Rows-fused reference-order LayerNorm: torch's own one-block-per-row arithmetic (kernels/rows_fused.cu), keeping each
+thread's float4 vectors in registers between the statistics and the output, so x is read once where a row fits (torch
+reads it twice). For many short rows, where torch's schedule already fills the GPU.
+
+Two layouts of the same arithmetic: rows of at most WARP_VECTORS[-1] * 512 floats run one warp per row, each lane
+holding four of torch's 128 threads (no block barrier, four rows per block); longer rows run torch's (32, 4) block
+per row. Both give torch's bits: the warp layout shuffles each of its four chains down as torch's warp would and
+merges the four warps' states in torch's tree."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,27 +18,38 @@ from labkit.ops.plans import NO_SCRATCH, Scratch
 PATH = "rows_fused"
 KERNELS = ("rows_fused",)
 MIN_ARCH = 80
-VECTORS = (2, 4, 8)  # kernels/rows_fused.cu's entry points: float4 vectors kept per thread
+VECTORS = (2, 4, 8, 16, 32)  # kernels/rows_fused.cu's block entry points: float4 vectors kept per thread
+WARP_VECTORS = (1, 2, 4)     # its warp-per-row entry points: float4 vectors kept per torch thread (4 per lane)
+THREADS = 128                # torch's threads per row, whose chains both layouts keep
 
 
 def function_for(n: int) -> str:
-    """The entry point with the fewest registers that still keeps a whole row in registers (else the largest,
-    which re-reads the rest): fewer registers, more blocks per SM, which short rows need."""
+    """The entry point with the fewest registers that still keeps a whole row in registers: a warp per row while
+    its lanes can hold it, else a block per row (the largest re-reads the rest of a longer row). Fewer registers,
+    more rows per SM, which short rows need; only rows_fused_reg{VECTORS[-1]} is built for rows that do not fit."""
     n4 = n // 4
-    k = next((k for k in VECTORS if n4 <= 128 * k), VECTORS[-1])
+    k = next((k for k in WARP_VECTORS if n4 <= THREADS * k), None)
+    if k is not None:
+        return f"rows_fused_warp{k}"
+    k = next((k for k in VECTORS if n4 <= THREADS * k), VECTORS[-1])
     return f"rows_fused_reg{k}"
+
+
+def is_warp(function: str) -> bool:
+    return function.startswith("rows_fused_warp")
 
 
 @dataclass(frozen=True)
 class RowsFusedPlan:
     rows: int
     n: int
-    kernel: Kernel  # grid (rows,), block (32, 4): torch's
+    kernel: Kernel  # block (32, 4); grid (rows,) for a block per row, ceil(rows / 4) for a warp per row
     scratch: Scratch = NO_SCRATCH
     path: str = PATH
 
     def program(self, device_index: int) -> Program:
-        args = (Ptr("x"), Ptr("weight"), Ptr("bias"), Ptr("y"), Ptr("mean"), Ptr("rstd"), I32(self.n), EPS)
+        rows = (I32(self.rows),) if is_warp(self.kernel.function) else ()
+        args = (Ptr("x"), Ptr("weight"), Ptr("bias"), Ptr("y"), Ptr("mean"), Ptr("rstd"), *rows, I32(self.n), EPS)
         return Program(FORWARD_SLOTS, (Launch(self.kernel, args, "fused"),))  # statistics and output: one pass
 
     def bind(self, device_index: int) -> BoundProgram:
@@ -43,4 +59,6 @@ class RowsFusedPlan:
 def plan(rows: int, n: int, device: Device) -> RowsFusedPlan:
     if device.arch < MIN_ARCH:
         raise ValueError(f"rows_fused is built for sm_{MIN_ARCH} and later, device is {device.arch_name}")
-    return RowsFusedPlan(rows, n, Kernel("rows_fused", function_for(n), (rows,), (32, 4)))
+    function = function_for(n)
+    grid = (-(-rows // 4),) if is_warp(function) else (rows,)
+    return RowsFusedPlan(rows, n, Kernel("rows_fused", function, grid, (32, 4)))

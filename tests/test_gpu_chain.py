@@ -20,10 +20,10 @@ SHAPES = [
     (7, 4),              # a single vector per row: 127 empty chains per row
     (1, 1 << 24),        # torch's vectorized-path limit
     (33, 2052),          # odd row count, ragged
-    (200, 4096),         # many rows: the rows_fused schedule under "auto"
-    (4096, 1024),              # rows_fused, 2 vectors per thread
-    (300, 2048),               # rows_fused, 4 vectors per thread
-    (1000, 256),               # rows_fused: half of each block's threads have no vector
+    (200, 4096),         # many rows: the rows_fused schedule under "auto" (a block per row)
+    (4096, 1024),              # rows_fused, a warp per row: 2 vectors per torch thread
+    (300, 2048),               # rows_fused, a warp per row: 4 vectors per torch thread
+    (1000, 256),               # rows_fused, a warp per row: half of torch's threads have no vector
     # tma blocking (N % 512 == 0; default ring: 6 stages of 64 steps, reads 8 steps ahead): a partial last stage,
     # fewer steps than the read-ahead, and ring wrap-around
     (2, 512),                    # one step per chain
@@ -171,25 +171,38 @@ def test_refusal_table_on_the_gpu():
     assert not bad, bad
 
 
+
 def _rows_fused_cases():
-    """Per rows_fused entry point (warp per row and block per row): the longest row it holds and a ragged one
-    (some of torch's threads without a vector), at row counts that leave a warp-per-row block partly empty; for
-    the largest block entry point rows longer than its registers."""
+    """Every rows_fused entry point, warp per row and block per row, including those function_for picks for no row
+    length today (each run through a plan built for it, as data/dev/rows_layout/layout.py does): the longest row it
+    holds and a ragged one (some of torch's threads without a vector), at row counts that leave a warp-per-row block
+    partly empty; for the largest block entry point rows longer than its registers."""
     from labkit.ops import rows_fused
 
     cases = []
-    for k in rows_fused.WARP_VECTORS + rows_fused.VECTORS:
-        full = 4 * rows_fused.THREADS * k
-        cases += [(1, full), (5, full - 4 * 37), (130, full)]
-    return cases + [(3, 4 * rows_fused.THREADS * rows_fused.VECTORS[-1] + 20), (2, 1 << 18), (9, 4), (6, 40)]
+    for layout, ks in (("warp", rows_fused.WARP_VECTORS), ("reg", rows_fused.VECTORS)):
+        for k in ks:
+            full = 4 * rows_fused.THREADS * k
+            cases += [(f"rows_fused_{layout}{k}", rows, n) for rows, n in ((1, full), (5, full - 4 * 37), (130, full))]
+    big = f"rows_fused_reg{rows_fused.VECTORS[-1]}"
+    return cases + [(big, 3, 4 * rows_fused.THREADS * rows_fused.VECTORS[-1] + 20), (big, 2, 1 << 18),
+                    ("rows_fused_warp1", 9, 4), ("rows_fused_warp1", 6, 40)]
 
 
-@pytest.mark.parametrize("shape", _rows_fused_cases(), ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("case", _rows_fused_cases(), ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}")
 @pytest.mark.parametrize("eps", [1e-5, 0.0, 0.1])
-def test_every_rows_fused_entry_point_bit_identical(shape, eps):
-    x = inputs.make_input("normal_plus_1000", shape, seed=5, device="cuda")
-    w, b = inputs.make_affine("random_normal", shape[1:], seed=5, device="cuda")
-    rec = identity.compare_to_native(
-        lambda x, w, b, e: chain_layer_norm(x, w, b, e, return_stats=True,
-                                            settings=ChainSettings("rows_fused", "auto")), x, w, b, eps)
-    assert rec["identical"], {k: rec[k]["bit_equal_fraction"] for k in ("output", "mean", "rstd")}
+def test_every_rows_fused_entry_point_bit_identical(case, eps):
+    import torch
+
+    from labkit.core.launch import Kernel
+    from labkit.ops import plans, rows_fused
+
+    function, rows, n = case
+    grid = (-(-rows // 4),) if rows_fused.is_warp(function) else (rows,)
+    plan = rows_fused.RowsFusedPlan(rows, n, Kernel("rows_fused", function, grid, (32, 4)))
+    x = inputs.make_input("normal_plus_1000", (rows, n), seed=5, device="cuda")
+    w, b = inputs.make_affine("random_normal", (n,), seed=5, device="cuda")
+    got = plans.execute(plan, x, w, b, eps)
+    ref = native_layer_norm(x, w, b, eps)
+    for name, r, g in zip(("output", "mean", "rstd"), ref, got):
+        assert torch.equal(r.reshape(-1).view(torch.int32), g.reshape(-1).view(torch.int32)), (function, name)

@@ -3,7 +3,7 @@
 Each (row, warp) pair's 32 Welford chains run in their own block, fed by tensor-map copies
 (kernels/chain_stats_tma.cu; kernels/chain_stats.cu where chains are ragged or the device has no tensor maps),
 merge in torch's tree, then kernels/affine_columns.cu writes the output. `chain_layer_norm` also serves many rows,
-through labkit.ops.rows_fused (torch's own schedule), where the dispatch rule says that is faster: both keep the
+through labkit.ops.rows_fused (torch's per-row arithmetic, x kept in registers), where the dispatch rule says that is faster: both keep the
 bits.
 """
 from __future__ import annotations

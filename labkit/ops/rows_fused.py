@@ -1,4 +1,4 @@
-"""Rows-fused reference-order LayerNorm: torch's own one-block-per-row arithmetic (kernels/rows_fused.cu), keeping each
+"""Rows-fused reference-order LayerNorm: torch's per-row arithmetic (kernels/rows_fused.cu), keeping each
 thread's float4 vectors in registers between the statistics and the output, so x is read once where a row fits (torch
 reads it twice). For many short rows, where torch's schedule already fills the GPU.
 

@@ -41,8 +41,9 @@ GLOSSARY = {
                                          "same bits, output pass spread over many blocks",
     "chain": "this book's kernel: each row's 128 per-thread Welford chains spread over the whole GPU, merged in "
              "torch's tree: torch's bits",
-    "rows_fused": "the reference-order path for many short rows: torch's schedule, one block per row, x kept in "
-                  "registers (kernels/rows_fused.cu)",
+    "rows_fused": "the reference-order path for many short rows: torch's arithmetic with x kept in registers, "
+                  "in torch's block per row or, for rows of at most 2,048 floats, a warp per row standing in for "
+                  "torch's four warps (kernels/rows_fused.cu)",
     "drop-in": "labkit.layer_norm / labkit.LayerNorm: F.layer_norm's signature; our kernels where measured "
                "faster, torch's elsewhere",
     "torch.compile, Inductor": "torch.compile(F.layer_norm): Inductor, its code generator, writes its own kernel "

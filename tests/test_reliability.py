@@ -285,3 +285,16 @@ def test_bits_equal_count_counts_identical_patterns(values, data):
     b[np.array(flips)] = np.nextafter(b[np.array(flips)], np.float32(np.inf))
     want = int((a.view(np.int32) == b.view(np.int32)).sum())
     assert check.bits_equal_count(torch.from_numpy(a), torch.from_numpy(b)) == want
+
+
+def test_the_sanitizer_shapes_reach_every_rows_entry_point():
+    """Every entry point labkit.ops.rows_fused.function_for and backward.fused_function can pick (over every row
+    length a multiple of 4 up to 2^17, and 2^24) runs under the sanitizer at one of its small shapes."""
+    import math
+
+    from labkit.ops import backward, rows_fused
+
+    lengths = [*range(4, (1 << 17) + 1, 4), 1 << 24]
+    n_of = [math.prod(s[1:]) for s in rel.SANITIZER_SMALL_SHAPES]
+    for pick in (rows_fused.function_for, backward.fused_function):
+        assert {pick(n) for n in lengths} == {pick(n) for n in n_of}, pick.__name__

@@ -136,6 +136,12 @@ LAYER_NORM_TARGETS = ("reference_order", "chain_tma", "chain_w4", "chain_w1", "r
 BACKWARD_TARGETS = ("grad_chain", "grad_rows", "grad_split")
 PRODUCT_TARGETS = LAYER_NORM_TARGETS + BACKWARD_TARGETS + ("split_interleaved", "channel_nchw", "channel_rows")
 CHANNEL_TARGETS = ("channel_nchw", "channel_rows")  # notebook 09's kernels: NCHW shapes only
+# The sanitizer's small shapes (scripts/gpu/reliability.py runs every target that takes each): NCHW, ragged chains,
+# the tma ring's partial stage and wrap-around, and rows that reach each entry point rows_fused and grad_rows_fused
+# pick (a warp per row of 256 and 2,048 floats, blocks of 4,096 and 8,192; tests/test_reliability.py checks that
+# every entry point either picks is reached).
+SANITIZER_SMALL_SHAPES = ((2, 64, 64, 64), (3, 64, 17, 19), (5, 1000), (3, 512 * 17), (2, 512 * (64 * 6 * 2 + 3)),
+                          (9, 256), (6, 2048), (5, 4096), (3, 8192))
 
 
 def targets_for(shape, names=PRODUCT_TARGETS, device=None) -> list[str]:

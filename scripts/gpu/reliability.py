@@ -12,7 +12,7 @@ from labkit.records.run import Run
 from labkit.studies.reliability import reliability_block
 from labkit.studies import reliability as rel
 
-SMALL_SHAPES = [(2, 64, 64, 64), (3, 64, 17, 19), (5, 1000), (3, 512 * 17), (2, 512 * (64 * 6 * 2 + 3))]
+SMALL_SHAPES = [tuple(s) for s in rel.SANITIZER_SMALL_SHAPES]
 L1_40 = (16, 64, 256, 256)
 EVIDENCE_SHAPES = [(2, 64, 64, 64), (3, 512 * 17)]
 # seconds per invocation; L1/40 runs 256 MiB through every kernel under the tool

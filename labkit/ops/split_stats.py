@@ -60,12 +60,19 @@ def split_stats_layer_norm(x, weight, bias, eps: float = 1e-5, *, geometry: str 
         raise ValueError(f"geometry must be one of {GEOMETRIES}, got {geometry!r}")
     layout = eligibility.check(x, weight, bias, eps, require_cuda=geometry in KERNEL_GEOMETRIES)
     rows, n = layout.rows, layout.n
-    if geometry in ("flat", "post_flat") and rows > (limit := device_info(current_index(x.device)).max_grid_y):
-        raise ValueError(f"{geometry} geometry puts rows in grid.y, which holds at most {limit} (got rows={rows})")
-    if geometry == "post_interleaved" and -(-n // THREADS) > (limit := device_info(current_index(x.device)).max_grid_y):
-        # the post's own support bound, N <= 65535 * 256, is this limit
-        raise ValueError(f"post_interleaved puts a row's {THREADS}-element tiles in grid.y, which holds at most "
-                         f"{limit} (got N={n})")
+    if geometry in KERNEL_GEOMETRIES:
+        # the output kernel's grid, checked before any launch: rows in grid.y (flat) or a row's tiles there
+        # (interleaved; for the post's prototype that bound is the post's own, N <= 65535 * 256)
+        post = geometry.startswith("post_")  # the post's: one float per thread; the book's: one float4
+        tile = THREADS if post else 4 * THREADS
+        tiles = -(-n // THREADS) if post else -(-(n // 4) // THREADS)
+        interleaved = geometry.endswith("interleaved")
+        grid = (rows, tiles) if interleaved else (tiles, rows)
+        if grid[1] > (limit := device_info(current_index(x.device)).max_grid_y):
+            if interleaved:
+                raise ValueError(f"{geometry} puts a row's {tile}-element tiles in grid.y, which holds at most "
+                                 f"{limit} (got N={n})")
+            raise ValueError(f"{geometry} geometry puts rows in grid.y, which holds at most {limit} (got rows={rows})")
     var, mean = row_var_mean(x, rows, n)
     if geometry in ("eager", "torchscript"):
         fn = split_pointwise
@@ -77,13 +84,9 @@ def split_stats_layer_norm(x, weight, bias, eps: float = 1e-5, *, geometry: str 
         return fn(x.reshape(rows, n), var, mean, weight.reshape(n), bias.reshape(n), float(eps)).reshape(x.shape)
     y = torch.empty_like(x)
     if geometry.startswith("post_"):
-        tiles = -(-n // THREADS)
-        grid = (rows, tiles) if geometry == "post_interleaved" else (tiles, rows)
         launch("post_affine", f"post_affine_{geometry[5:]}", grid, (THREADS,),
                (x, var, mean, weight, bias, y, np.int32(n), np.float32(eps)), x.device, options=POST_OPTIONS)
         return y
-    tiles = -(-(n // 4) // THREADS)
-    grid = (rows, tiles) if geometry == "interleaved" else (tiles, rows)
     launch("split_affine", f"split_affine_{geometry}", grid, (THREADS,),
            (x, var, mean, weight, bias, y, np.int32(n // 4), np.float32(eps)), x.device)
     return y

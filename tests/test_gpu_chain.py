@@ -174,9 +174,9 @@ def test_refusal_table_on_the_gpu():
 
 def _rows_fused_cases():
     """Every rows_fused entry point, warp per row and block per row, including those function_for picks for no row
-    length today (each run through a plan built for it, as data/dev/rows_layout/layout.py does): the longest row it
-    holds and a ragged one (some of torch's threads without a vector), at row counts that leave a warp-per-row block
-    partly empty; for the largest block entry point rows longer than its registers."""
+    length today (each through rows_fused.entry_plan): the longest row it holds and a ragged one (some of torch's
+    threads without a vector), at row counts that leave a warp-per-row block partly empty; for the largest block
+    entry point rows longer than its registers."""
     from labkit.ops import rows_fused
 
     cases = []
@@ -194,12 +194,10 @@ def _rows_fused_cases():
 def test_every_rows_fused_entry_point_bit_identical(case, eps):
     import torch
 
-    from labkit.core.launch import Kernel
     from labkit.ops import plans, rows_fused
 
     function, rows, n = case
-    grid = (-(-rows // 4),) if rows_fused.is_warp(function) else (rows,)
-    plan = rows_fused.RowsFusedPlan(rows, n, Kernel("rows_fused", function, grid, (32, 4)))
+    plan = rows_fused.entry_plan(rows, n, function)
     x = inputs.make_input("normal_plus_1000", (rows, n), seed=5, device="cuda")
     w, b = inputs.make_affine("random_normal", (n,), seed=5, device="cuda")
     got = plans.execute(plan, x, w, b, eps)

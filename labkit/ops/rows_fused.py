@@ -56,9 +56,15 @@ class RowsFusedPlan:
         return BoundProgram(self.program(device_index), device_index)
 
 
+def entry_plan(rows: int, n: int, function: str) -> RowsFusedPlan:
+    """The plan that runs entry point `function` on rows x n, its grid by its layout (a warp or a block per row).
+    `plan` takes function_for(n); tests name every entry point. The row must fit `function` unless it is the
+    largest block entry point (the others are built without the re-read of a longer row's rest)."""
+    grid = (-(-rows // 4),) if is_warp(function) else (rows,)
+    return RowsFusedPlan(rows, n, Kernel("rows_fused", function, grid, (32, 4)))
+
+
 def plan(rows: int, n: int, device: Device) -> RowsFusedPlan:
     if device.arch < MIN_ARCH:
         raise ValueError(f"rows_fused is built for sm_{MIN_ARCH} and later, device is {device.arch_name}")
-    function = function_for(n)
-    grid = (-(-rows // 4),) if is_warp(function) else (rows,)
-    return RowsFusedPlan(rows, n, Kernel("rows_fused", function, grid, (32, 4)))
+    return entry_plan(rows, n, function_for(n))

@@ -1,95 +1,160 @@
 // LayerNorm dX, dgamma and dbeta from the row sums (grad_row_sums.cu / grad_chain_sums.cu), reading x and dy once
-// for all three: the schedule of torch's GammaBetaBackwardCUDAKernelTemplate, with torch's dX written from the
-// same loads.
+// for all three: the order of torch's GammaBetaBackwardCUDAKernelTemplate, with torch's dX written from the same
+// loads, on a grid that spreads the template's groups over blocks (torch keeps all of a column's groups in one
+// block, so N / 32 blocks carry the whole pass, a few SMs where N is a few thousand).
 //
 // Contract kept (torch v2.11.0's LaunchGammaBetaBackwardCUDAKernel for float, grad_ln.cuh's arithmetic):
 // - dX is elementwise given a row's mean, rstd and sums, so any schedule keeps its bits (grad_input).
-// - dgamma/dbeta: column j's sums run over "groups": group g adds rows base + g*R + i (i < R) for base = 0,
-//   R*G_total, 2*R*G_total, ..., in that order (gamma_beta_push; rows past the end add nothing). torch's templates
-//   by M: M < 64: one group (R 8); M < 128: 8 groups; M < 256: 16; else 32 (R 8 each); and for M > 64K with
-//   N / 32 < SMs / 2, G' partial groups of R = 32 rows, one per grid row, left as partials for torch's own
-//   .sum(0) (the caller runs it). In-block groups combine like torch's WARP_SHFL_XOR butterfly, whose lane 0 is
+// - dgamma/dbeta: column j's sums run over G "groups": group g adds rows base + g*R + i (i < R) for base = 0,
+//   R*G, 2*R*G, ..., in that order (gamma_beta_push; rows past the end add nothing). torch's templates by M:
+//   M < 64: one group (R 8); M < 128: 8 groups; M < 256: 16; else 32 (R 8 each); and for M > 64K with
+//   N / 32 < SMs / 2, P partial groups of R = 32 rows, one per grid row, left as partials for torch's own
+//   .sum(0) (the caller runs it). The groups then combine like torch's WARP_SHFL_XOR butterfly, whose lane 0 is
 //   the tree v[l] += v[l + d] for d = G/2, ..., 1.
+// - Which thread runs a (column, group) chain does not change its order; nor does where the tree's steps run.
+//   Block b of B (blockIdx.y) holds groups b, b + B, b + 2B, ... (threadIdx.y = i: group b + B*i), so the tree's
+//   steps with d >= B stay inside one block (l and l + d are both b mod B) and leave v[b] there; the steps
+//   d = B/2, ..., 1 are the same tree over the B blocks' values, which grad_columns_fold runs. B = 1: the block
+//   holds every group and writes the result; the partial form is B = P blocks of one group each, whose values
+//   are torch's partials.
 // - Threads take four columns each (float4): a column's order does not depend on which thread runs it.
 #include "grad_ln.cuh"
 
-// G: groups in the block (threadIdx.y); a grid with gridDim.y > 1 is the partial form (G must be 1 there).
-// dx null: dgamma/dbeta only (grad_rows_fused.cu wrote dX), torch's own GammaBeta pass.
-// grid: (ceil(n4 / CX), partial groups or 1); block: (CX, G) with CX = 256 / G float4 columns.
-template <int G>
-__device__ __forceinline__ void grad_columns(const float4* __restrict__ x, const float4* __restrict__ dy,
-                                             const float4* __restrict__ gamma, const float* __restrict__ mean,
-                                             const float* __restrict__ rstd, const float* __restrict__ s1,
-                                             const float* __restrict__ s2, float4* __restrict__ dx,
-                                             float* __restrict__ dgamma, float* __restrict__ dbeta, int rows,
-                                             int n4, int rows_per_group) {
-    constexpr int CX = 256 / G;
-    constexpr int COLS = 4 * CX;  // columns of the block
-    __shared__ float sdg[G > 1 ? G : 1][G > 1 ? COLS : 1];
-    __shared__ float sdb[G > 1 ? G : 1][G > 1 ? COLS : 1];
-    const int j4 = blockIdx.x * CX + threadIdx.x;
-    const int group = blockIdx.y * G + threadIdx.y;
-    const int stride = rows_per_group * G * gridDim.y;
+constexpr int kChunk = 8;  // rows of a group loaded together; R (8 or 32) is a multiple of it
+
+struct ChunkRows {
+    float4 x[kChunk], dy[kChunk];
+    float mean[kChunk], rstd[kChunk], s1[kChunk], s2[kChunk];
+};
+
+// The next kChunk rows of one group starting at `first` (rows past `rows` are left unread and not pushed).
+__device__ __forceinline__ void load_chunk(ChunkRows& c, const float4* __restrict__ x, const float4* __restrict__ dy,
+                                           const float* __restrict__ mean, const float* __restrict__ rstd,
+                                           const float* __restrict__ s1, const float* __restrict__ s2, bool want_dx,
+                                           int first, int rows, int n4, int j4) {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+        const int r = first + i;
+        if (r < rows) {
+            const size_t at = (size_t)r * n4 + j4;
+            c.x[i] = x[at];
+            c.dy[i] = dy[at];
+            c.mean[i] = mean[r];
+            c.rstd[i] = rstd[r];
+            if (want_dx) {
+                c.s1[i] = s1[r];
+                c.s2[i] = s2[r];
+            }
+        }
+    }
+}
+
+// grid: (ceil(n4 / CX), B or P); block: (CX float4 columns, groups per block), at most 256 threads.
+// out_g/out_b: [gridDim.y][4 * n4], each block's value for its columns (dgamma/dbeta themselves when gridDim.y
+// is 1; either may be null: not wanted). dx null: dgamma/dbeta only (grad_rows_fused.cu wrote dX): torch's own
+// GammaBeta pass. Column tiles run from the last to the first: the row-sum passes read rows front to back, so
+// when they end the rows' tails are what L2 still holds.
+extern "C" __global__ void __launch_bounds__(256) grad_columns(
+    const float4* __restrict__ x, const float4* __restrict__ dy, const float4* __restrict__ gamma,
+    const float* __restrict__ mean, const float* __restrict__ rstd, const float* __restrict__ s1,
+    const float* __restrict__ s2, float4* __restrict__ dx, float* __restrict__ out_g, float* __restrict__ out_b,
+    int rows, int n4, int rows_per_group) {
+    __shared__ float fold[2][256 * 4];  // [array][group-in-block * 4 * CX + column-in-block]
+    const int cx = blockDim.x, gb = blockDim.y;
+    const int j4 = (gridDim.x - 1 - blockIdx.x) * cx + threadIdx.x;
+    const int groups = gridDim.y * gb;
+    const int group = blockIdx.y + gridDim.y * threadIdx.y;
+    const int stride = rows_per_group * groups;
     const bool active = j4 < n4;
+    const bool want_dx = dx != nullptr;
     const float fh = (float)(4 * n4);
     const float inv = __frcp_rn(fh);  // torch's 1.f / fH: the correctly rounded reciprocal
     float4 dg = make_float4(0.f, 0.f, 0.f, 0.f), db = dg;
     if (active) {
         const float4 g = gamma[j4];
-        for (int base = group * rows_per_group; base < rows; base += stride) {
-            const int end = min(base + rows_per_group, rows);
-#pragma unroll 8
-            for (int r = base; r < end; ++r) {
-                const size_t at = (size_t)r * n4 + j4;
-                const float4 vx = x[at], vd = dy[at];
-                const float m = mean[r], rs = rstd[r];
-                if (dx) dx[at] = grad_input4(vx, vd, g, m, rs, s1[r], s2[r], fh, __fmul_rn(rs, inv));
+        // The group's rows in its order, kChunk at a time, the next chunk loaded while this one is pushed.
+        const int chunks_per_block = rows_per_group / kChunk;
+        auto first_row = [&](int k) {  // first row of the group's k-th chunk
+            return group * rows_per_group + (k / chunks_per_block) * stride + (k % chunks_per_block) * kChunk;
+        };
+        ChunkRows cur, next;
+        int k = 0;
+        int first = first_row(0);
+        if (first < rows) load_chunk(cur, x, dy, mean, rstd, s1, s2, want_dx, first, rows, n4, j4);
+        while (first < rows) {
+            const int after = first_row(k + 1);
+            if (after < rows) load_chunk(next, x, dy, mean, rstd, s1, s2, want_dx, after, rows, n4, j4);
+#pragma unroll
+            for (int i = 0; i < kChunk; ++i) {
+                if (first + i >= rows) break;
+                const float4 vx = cur.x[i], vd = cur.dy[i];
+                const float m = cur.mean[i], rs = cur.rstd[i];
+                if (want_dx)
+                    dx[(size_t)(first + i) * n4 + j4] =
+                        grad_input4(vx, vd, g, m, rs, cur.s1[i], cur.s2[i], fh, __fmul_rn(rs, inv));
                 gamma_beta_push(dg.x, db.x, vx.x, vd.x, m, rs);
                 gamma_beta_push(dg.y, db.y, vx.y, vd.y, m, rs);
                 gamma_beta_push(dg.z, db.z, vx.z, vd.z, m, rs);
                 gamma_beta_push(dg.w, db.w, vx.w, vd.w, m, rs);
             }
+            cur = next;
+            first = after;
+            ++k;
         }
     }
-    if (G == 1) {
+    const size_t at = (size_t)blockIdx.y * n4 + j4;  // this block's row of the outputs
+    if (gb == 1) {
         if (active) {
-            const size_t at = (size_t)blockIdx.y * n4 + j4;  // the partial form's row, else row 0
-            if (dgamma) reinterpret_cast<float4*>(dgamma)[at] = dg;
-            if (dbeta) reinterpret_cast<float4*>(dbeta)[at] = db;
+            if (out_g) reinterpret_cast<float4*>(out_g)[at] = dg;
+            if (out_b) reinterpret_cast<float4*>(out_b)[at] = db;
         }
         return;
     }
-    float* mine_g = &sdg[threadIdx.y][4 * threadIdx.x];
-    float* mine_b = &sdb[threadIdx.y][4 * threadIdx.x];
+    const int cols = 4 * cx;  // columns of the block
+    float* mine_g = &fold[0][threadIdx.y * cols + 4 * threadIdx.x];
+    float* mine_b = &fold[1][threadIdx.y * cols + 4 * threadIdx.x];
     mine_g[0] = dg.x, mine_g[1] = dg.y, mine_g[2] = dg.z, mine_g[3] = dg.w;
     mine_b[0] = db.x, mine_b[1] = db.y, mine_b[2] = db.z, mine_b[3] = db.w;
     __syncthreads();
-    // One thread per (array, column) of the block folds the column's G group sums in the butterfly's order.
-    const int t = threadIdx.y * CX + threadIdx.x;
-    if (t >= 2 * COLS) return;
-    const int col = t % COLS;
-    const bool is_beta = t >= COLS;
-    const int j = 4 * blockIdx.x * CX + col;
-    float* out = is_beta ? dbeta : dgamma;
-    if (j >= 4 * n4 || out == nullptr) return;
-    // In place in shared memory (one thread owns the column now): v[l] += v[l + d] for d = G/2, ..., 1.
-    float* v = is_beta ? &sdb[0][col] : &sdg[0][col];
-#pragma unroll
-    for (int d = G >> 1; d > 0; d >>= 1) {
-        for (int l = 0; l < d; ++l) v[l * COLS] = __fadd_rn(v[l * COLS], v[(l + d) * COLS]);
+    // One thread per (array, column) of the block folds the column's gb values in the butterfly's order, in
+    // place (that thread owns the column now): v[l] += v[l + d] for d = gb/2, ..., 1.
+    const int j0 = 4 * (gridDim.x - 1 - blockIdx.x) * cx;
+    for (int t = threadIdx.y * cx + threadIdx.x; t < 2 * cols; t += cx * gb) {
+        const int col = t % cols;
+        const int array = t / cols;
+        float* out = array ? out_b : out_g;
+        if (j0 + col >= 4 * n4 || out == nullptr) continue;
+        float* v = &fold[array][col];
+        for (int d = gb >> 1; d > 0; d >>= 1) {
+            for (int l = 0; l < d; ++l) v[l * cols] = __fadd_rn(v[l * cols], v[(l + d) * cols]);
+        }
+        out[(size_t)blockIdx.y * 4 * n4 + j0 + col] = v[0];
     }
-    out[j] = v[0];
 }
 
-#define GRAD_COLUMNS(G)                                                                                             \
-    extern "C" __global__ void __launch_bounds__(256) grad_columns_g##G(                                           \
-        const float4* x, const float4* dy, const float4* gamma, const float* mean, const float* rstd,              \
-        const float* s1, const float* s2, float4* dx, float* dgamma, float* dbeta, int rows, int n4,               \
-        int rows_per_group) {                                                                                       \
-        grad_columns<G>(x, dy, gamma, mean, rstd, s1, s2, dx, dgamma, dbeta, rows, n4, rows_per_group);            \
+// The tree's last steps, over the B blocks' values of each column: v[l] += v[l + d] for d = B/2, ..., 1.
+// part_g/part_b: [parts][n]; dgamma/dbeta: [n] (null: not wanted). grid: ceil(n / 256); block: 256.
+extern "C" __global__ void __launch_bounds__(256) grad_columns_fold(
+    const float* __restrict__ part_g, const float* __restrict__ part_b, float* __restrict__ dgamma,
+    float* __restrict__ dbeta, int parts, int n) {
+    constexpr int kMaxParts = 32;  // the template's most groups
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+#pragma unroll
+    for (int array = 0; array < 2; ++array) {
+        const float* p = array ? part_b : part_g;
+        float* out = array ? dbeta : dgamma;
+        if (out == nullptr) continue;
+        float v[kMaxParts];
+#pragma unroll
+        for (int l = 0; l < kMaxParts; ++l) v[l] = l < parts ? p[(size_t)l * n + j] : 0.f;
+#pragma unroll
+        for (int d = kMaxParts >> 1; d > 0; d >>= 1) {
+            if (d < parts) {
+#pragma unroll
+                for (int l = 0; l < d; ++l) v[l] = __fadd_rn(v[l], v[l + d]);
+            }
+        }
+        out[j] = v[0];
     }
-
-GRAD_COLUMNS(1)
-GRAD_COLUMNS(8)
-GRAD_COLUMNS(16)
-GRAD_COLUMNS(32)
+}

@@ -1,16 +1,17 @@
-// Reference-order LayerNorm for many short rows: torch's own schedule (one (32, 4) block per row, statistics
-// then output in the same block), with each thread's float4 vectors kept in registers between the two passes
-// so x is read from memory once.
+// Reference-order LayerNorm for many short rows: torch's per-row arithmetic, statistics then output from the same
+// registers, so x is read from memory once.
 //
 // Contract kept: the statistics are torch's vectorized-path order (welford_ln.cuh) and the output is
-// gamma * (rstd * (x - mean)) + beta, contracted as torch's. Rows longer than kMaxVec * 512 floats re-read
-// their vectors for the output pass (from L2), as torch does.
+// gamma * (rstd * (x - mean)) + beta, contracted as torch's. Rows longer than the largest entry point's registers
+// (kMaxVec * 512 floats) re-read the rest of themselves for the output pass (from L2), as torch does.
 //
-// Two layouts of the same arithmetic. rows_fused_reg<K>: torch's block, thread t of the row's 128 holds its own
-// vectors. rows_fused_warp<K>: one warp per row, lane l standing in for torch's threads l, l+32, l+64 and l+96
-// (its four chains side by side, so four independent dependence chains per lane): each chain is shuffled down as
-// torch's warp v does, and lane 0 merges the four warps' states in torch's tree. No shared memory and no
-// __syncthreads, so short rows are not bound by the block's barrier latency; four rows per 128-thread block.
+// Two layouts of the same arithmetic. rows_fused_reg<K>: torch's own (32, 4) block per row, thread t of the row's
+// 128 holding its own vectors. rows_fused_warp1: one warp per row, lane l standing in for torch's threads l, l+32,
+// l+64 and l+96 (their four chains side by side: four independent dependence chains per lane); each chain is
+// shuffled down as torch's warp would, and lane 0 merges the four warps' states in torch's tree. No shared memory
+// and no __syncthreads, four rows per 128-thread block: for rows of at most 512 floats, where the block's barriers
+// are most of a row's time. Longer rows were measured slower in it (data/dev/rows_layout/): one warp then carries
+// four threads' pushes in sequence.
 #include "welford_ln.cuh"
 
 // Push thread `tid`'s kept vectors (its chain's (4i+1)-th to (4i+4)-th pushes) with constant reciprocals: a
@@ -97,13 +98,10 @@ __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, co
     WelfordLN q[4];
 #pragma unroll
     for (int v = 0; v < 4; ++v) q[v] = welford_warp_reduce(push_thread<kMaxVec, false>(row, keep[v], lane + 32 * v, n4));
-    // torch's tree for 4 warps (welford_block_tree4): 2 -> 0 and 3 -> 1, then 1 -> 0, as merge(own, received).
-    // Every lane computes it (only lane 0's inputs are the warps' states); lane 0's result is broadcast.
-    q[0] = welford_merge(q[0], q[2]);
-    q[1] = welford_merge(q[1], q[3]);
-    q[0] = welford_merge(q[0], q[1]);
+    // torch's 4-warp tree. Every lane computes it (only lane 0's inputs are the warps' states); lane 0's result is
+    // broadcast.
     float m, r;
-    welford_finish(q[0], n, eps, &m, &r);
+    welford_finish(welford_tree4(q), n, eps, &m, &r);
     m = __shfl_sync(0xffffffffu, m, 0);
     r = __shfl_sync(0xffffffffu, r, 0);
     if (lane == 0) {
@@ -116,7 +114,7 @@ __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, co
 }
 
 // Arguments: x [rows, n/4] float4, gamma/beta [n/4] float4, y [rows, n/4] float4, mean/rstd [rows], n, eps.
-// rows_fused_reg<K>: grid rows, block (32, 4). rows_fused_warp<K> (rows as an extra argument): grid ceil(rows/4),
+// rows_fused_reg<K>: grid rows, block (32, 4). rows_fused_warp1 (rows as an extra argument): grid ceil(rows/4),
 // block (32, 4), warp y on row 4 * block + y. One entry point per register budget: short rows need few vectors
 // per thread, and fewer registers let more blocks share an SM (labkit.ops.rows_fused picks the smallest that holds
 // the row; only the largest block entry point takes rows longer than its registers).
@@ -138,6 +136,4 @@ ROWS_FUSED(32, 3, true)  // the largest: rows longer than 16384 floats re-read t
         int n, float eps) {                                                                                     \
         rows_fused_warp<K>(x, gamma, beta, y, mean, rstd, rows, n, eps);                                        \
     }
-ROWS_FUSED_WARP(1, 10)
-ROWS_FUSED_WARP(2, 6)
-ROWS_FUSED_WARP(4, 5)
+ROWS_FUSED_WARP(1, 10)  // only one vector per torch thread: longer rows ran slower in this layout than in torch's

@@ -101,6 +101,12 @@ __device__ __forceinline__ WelfordLN welford_block_tree4(WelfordLN s, float* buf
     return s;
 }
 
+// torch's tree for 4 warps on their states held side by side (one thread has all four): 2 -> 0 and 3 -> 1, then
+// 1 -> 0, each as merge(own, received); what welford_block_tree4 computes through shared memory.
+__device__ __forceinline__ WelfordLN welford_tree4(const WelfordLN (&q)[4]) {
+    return welford_merge(welford_merge(q[0], q[2]), welford_merge(q[1], q[3]));
+}
+
 // torch: sigma2 / float(N) by IEEE division, then rsqrt(var + eps) (the hardware rsqrtf, as torch's compat::rsqrt).
 __device__ __forceinline__ void welford_finish(WelfordLN s, int n, float eps, float* mean, float* rstd) {
     *mean = s.mean;
@@ -126,11 +132,7 @@ __device__ __forceinline__ void welford_row_merge_across_blocks(WelfordLN s, int
     const volatile float* st = warp_state + (size_t)row * 12;
     WelfordLN q[4];
     for (int i = 0; i < 4; ++i) q[i] = WelfordLN{st[3 * i], st[3 * i + 1], st[3 * i + 2]};
-    // torch's tree for 4 warps: 2 -> 0 and 3 -> 1, then 1 -> 0, each as merge(own, received).
-    q[0] = welford_merge(q[0], q[2]);
-    q[1] = welford_merge(q[1], q[3]);
-    q[0] = welford_merge(q[0], q[1]);
-    welford_finish(q[0], n, eps, mean + row, rstd + row);
+    welford_finish(welford_tree4(q), n, eps, mean + row, rstd + row);
     row_done[row] = 0u;
 }
 

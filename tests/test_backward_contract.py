@@ -157,3 +157,56 @@ def test_the_chain_split_fills_one_wave_and_its_maps_fit_a_box():
         assert g.dims[0] * g.dims[1] == 512 and g.strides_bytes[0] == 4 * g.dims[0] and g.dims[2] == (1 << 22) // 512
         assert all(b <= 256 for b in g.box) and g.box[2] == backward.chain_steps(split)
         assert p.sums.shared_mem == backward.CHAIN_SMEM and p.scratch.zeroed_at == 8 * rows + 1024 * rows
+
+
+def _butterfly(v):
+    """torch's group tree on the first axis: v[l] += v[l + d] for d = G/2, ..., 1; lane 0's value."""
+    v = v.copy()
+    d = len(v) // 2
+    while d:
+        v[:d] = v[:d] + v[d:2 * d]
+        d //= 2
+    return v[0]
+
+
+@pytest.mark.parametrize("rows", [64, 100, 128, 200, 256, 4096, 32768, 70000])
+@pytest.mark.parametrize("n", [4, 256, 768, 2048, 4096, 16384, 1 << 20])
+def test_the_column_layout_folds_the_groups_in_torchs_tree(rows, n):
+    """kernels/grad_columns.cu's layout as the plan picks it for the H200: blocks of at most 256 threads, at
+    least 8 float4 columns (a cache line per row), groups b, b + B, ... in block b; folding each block's groups
+    in the tree, then the B blocks' values in the tree (grad_columns_fold), gives torch's tree over all groups,
+    bit for bit, on random group sums. With one block of groups there is nothing to fold; the partial form keeps
+    torch's partial groups one per block."""
+    from labkit.ops import backward
+
+    t = backward.gamma_beta_template(rows, n, 132)
+    lay = backward.column_layout(rows, n, 132, t)
+    assert lay.cx * lay.per_block <= backward.COLUMN_THREADS and lay.cx >= backward.COLUMN_MIN_CX
+    if t.partial_groups > 1:
+        assert (lay.per_block, lay.blocks_y, lay.fold) == (1, t.partial_groups, False)
+        return
+    assert lay.per_block * lay.blocks_y == t.groups and lay.fold == (lay.blocks_y > 1)
+    g = np.random.default_rng(rows * 7 + n).standard_normal((t.groups, 64)).astype(np.float32) * \
+        np.float32(1e3) ** np.random.default_rng(n).integers(-3, 3, (t.groups, 1)).astype(np.float32)
+    blocks = np.stack([_butterfly(g[b::lay.blocks_y]) for b in range(lay.blocks_y)])
+    assert np.array_equal(_butterfly(blocks).view(np.int32), _butterfly(g).view(np.int32))
+    if lay.blocks_y > 1:  # contiguous groups per block would give other bits: the test can tell
+        contiguous = np.stack([_butterfly(g[b * lay.per_block:(b + 1) * lay.per_block]) for b in range(lay.blocks_y)])
+        assert not np.array_equal(_butterfly(contiguous).view(np.int32), _butterfly(g).view(np.int32))
+
+
+def test_the_column_pass_spreads_over_the_gpu_where_torchs_layout_would_not():
+    """At N = 768 torch's GammaBeta grid is 24 blocks; the plan's column pass has 192 (the fold after it), and
+    the plan's scratch holds both arrays' block values after the row sums."""
+    from labkit.core.device import Device
+    from labkit.ops import backward
+
+    h200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
+    p = backward.plan(4096, 768, h200, "split")
+    assert p.columns.grid[0] * p.columns.grid[1] >= h200.sm_count and p.fold is not None
+    assert p.scratch.nbytes == p.parts_at + 2 * 4 * p.columns.grid[1] * 768
+    q = backward.plan(4096, 768, h200, "rows")
+    assert q.parts_at >= 8 * 4096 and q.parts_at % 16 == 0
+    steps = q.program(0).steps
+    assert [s.kernel.function for s in steps] == ["grad_row_sums", "grad_columns", "grad_columns_fold"]
+    assert backward.plan(2048, 16384, h200, "split").fold is None  # 512 blocks of all 32 groups already

@@ -109,9 +109,11 @@ def test_affine_columns_compiles_for_sm90(cache_dir):
 
 def test_rows_fused_entry_point_by_row_length(cache_dir):
     assert rows_fused.function_for(256) == "rows_fused_warp1"      # 64 vectors: a warp, 2 per lane
-    assert rows_fused.function_for(1024) == "rows_fused_warp2"     # 256 vectors: 2 per torch thread, 8 per lane
-    assert rows_fused.function_for(2048) == "rows_fused_warp4"
-    assert rows_fused.function_for(2052) == "rows_fused_reg8"      # a block per row once a warp cannot hold it
+    assert rows_fused.function_for(512) == "rows_fused_warp1"      # 128 vectors: one per torch thread, 4 per lane
+    assert rows_fused.function_for(516) == "rows_fused_reg2"       # a block per row once a warp's lanes hold more
+    assert rows_fused.function_for(1024) == "rows_fused_reg2"
+    assert rows_fused.function_for(2048) == "rows_fused_reg4"
+    assert rows_fused.function_for(2052) == "rows_fused_reg8"
     assert rows_fused.function_for(8192) == "rows_fused_reg16"
     assert rows_fused.function_for(16384) == "rows_fused_reg32"
     assert rows_fused.function_for(1 << 20) == "rows_fused_reg32"  # longer rows re-read the rest
@@ -129,9 +131,9 @@ def test_rows_fused_entry_point_by_row_length(cache_dir):
 def test_rows_fused_grid_by_layout():
     """A warp per row: four rows per (32, 4) block, the row count passed so the last block's spare warps leave."""
     for rows in (1, 3, 4, 5, 4097):
-        p = rows_fused.plan(rows, 768, H200)
+        p = rows_fused.plan(rows, 512, H200)
         assert p.kernel.grid == (-(-rows // 4),) and p.kernel.block == (32, 4)
-        assert [a.value for a in p.program(0).steps[0].args if hasattr(a, "value")][:2] == [rows, 768]
+        assert [a.value for a in p.program(0).steps[0].args if hasattr(a, "value")][:2] == [rows, 512]
         q = rows_fused.plan(rows, 4096, H200)
         assert q.kernel.grid == (rows,) and q.kernel.function == "rows_fused_reg8"
 

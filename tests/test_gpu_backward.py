@@ -72,6 +72,20 @@ def test_both_row_sum_schedules_keep_the_bits(shape, schedule):
     _compare(shape, schedule)
 
 
+@pytest.mark.parametrize("shape", [(64, 256), (300, 1024), (4096, 768), (1000, 2052)])
+@pytest.mark.parametrize("schedule", ["rows", "split"])
+def test_the_column_fold_keeps_the_bits(shape, schedule):
+    """Shapes whose column pass spreads the template's groups over blocks and folds them (grad_columns_fold),
+    after either row-sum schedule that writes no tensor maps."""
+    from labkit.core.device import device_info
+    from labkit.ops import backward
+
+    import torch
+
+    assert backward.plan(*shape, device_info(torch.cuda.current_device()), schedule).fold is not None
+    _compare(shape, schedule)
+
+
 @pytest.mark.parametrize("split", [1, 2])
 def test_every_chain_split_keeps_the_bits(split):
     """Each grad_chain_sums entry point (32 / S chains per block), at the most rows that take it on this GPU and

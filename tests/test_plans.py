@@ -77,8 +77,8 @@ def test_reference_order_and_rows_fused_argument_order(recorded):
             assert names == ["reference_order_stats", "affine_rows_interleaved"]
             assert args[0][:3] == [1, 5, 6] and args[1][:6] == [1, 5, 6, 2, 3, 4]
         else:
-            assert names == ["rows_fused_warp2"] and args[0][:6] == [1, 2, 3, 4, 5, 6]
-            assert args[0][6] == np.int32(8) and args[0][7] == np.int32(1024) and args[0][8] == np.float32(0.5)
+            assert names == ["rows_fused_reg2"] and args[0][:6] == [1, 2, 3, 4, 5, 6]
+            assert args[0][6] == np.int32(1024) and args[0][7] == np.float32(0.5)
 
 
 def test_execute_makes_x_device_current_around_every_launch(recorded, monkeypatch):

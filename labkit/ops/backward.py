@@ -30,12 +30,14 @@ from labkit.ops import eligibility
 from labkit.ops.plans import Scratch, bound
 
 PATH = "grad"
-KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns")
+KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns")  # .cu files
 MIN_ARCH = 80  # grad_row_sums and grad_columns; the chain schedule needs tensor maps (sm_90)
 SUMS_THREADS = 128  # torch's num_threads() for the dX kernel
 CHAIN_SPLITS = (1, 2)  # kernels/grad_chain_sums.cu's entry points: 32 / S chains per block (why no more: there)
 CHAIN_SMEM = 4 * 3 * 32 * 512  # its ring, whatever the split: 192 KiB per block
-COLUMN_THREADS = 256  # kernels/grad_columns.cu: (256 / G float4 columns) x G groups
+COLUMN_THREADS = 256  # kernels/grad_columns.cu's most threads per block: (float4 columns) x (groups in the block)
+COLUMN_MIN_CX = 8     # float4 columns per block at least: 128 bytes of a row per group, a whole cache line
+COLUMN_WAVES = 2      # blocks the column pass aims for, per SM, where the template has groups to spread
 SCHEDULES = ("auto", "chain", "rows", "split")
 FUSED_VECTORS = (2, 4, 8, 16)  # kernels/grad_rows_fused.cu's entry points: float4 vectors of x and dy kept per thread
 
@@ -49,6 +51,36 @@ class GammaBetaTemplate:
     groups: int
     rows_per_group: int
     partial_groups: int = 1
+
+
+@dataclass(frozen=True)
+class ColumnLayout:
+    """kernels/grad_columns.cu's grid for a template: blocks of `cx` float4 columns x `per_block` groups, and
+    `blocks_y` blocks over the groups (block b holds groups b, b + blocks_y, ...). `fold`: its blocks' values
+    still need the tree's last steps (grad_columns_fold); in the partial form they are torch's partials instead."""
+
+    cx: int
+    per_block: int
+    blocks_y: int
+    fold: bool
+
+
+def column_layout(rows: int, n: int, sm_count: int, t: GammaBetaTemplate | None = None) -> ColumnLayout:
+    """Where the template's groups x N/4 float4 threads are too few to fill COLUMN_WAVES blocks of
+    COLUMN_THREADS per SM, smaller blocks with fewer groups each (at least COLUMN_MIN_CX columns), the groups spread
+    over blocks and folded by grad_columns_fold. torch's own layout keeps all groups of 32 columns in one block:
+    N / 32 blocks, 24 of 132 SMs at N = 768. The partial form keeps one group per block (torch sums those)."""
+    t = t or gamma_beta_template(rows, n, sm_count)
+    n4 = n // 4
+    if t.partial_groups > 1:
+        cx = min(COLUMN_THREADS, max(COLUMN_MIN_CX, 1 << (n4 - 1).bit_length()))
+        return ColumnLayout(cx, 1, t.partial_groups, False)
+    threads = t.groups * n4
+    per_block_threads = COLUMN_THREADS
+    while per_block_threads > 32 and threads < COLUMN_WAVES * sm_count * per_block_threads:
+        per_block_threads //= 2
+    per_block = min(t.groups, per_block_threads // COLUMN_MIN_CX)
+    return ColumnLayout(per_block_threads // per_block, per_block, t.groups // per_block, t.groups > per_block)
 
 
 def gamma_beta_template(rows: int, n: int, sm_count: int) -> GammaBetaTemplate:
@@ -75,7 +107,10 @@ class GradPlan:
     columns: Kernel
     template: GammaBetaTemplate
     tensor_map: TensorMapGeometry | None  # chain: x and dy as [rows][steps][4 S segments][128 / S floats]
-    scratch: Scratch                     # s1, s2 [rows]; chain: chain sums [rows, 128, 2], then row counters (zeroed)
+    scratch: Scratch                     # s1, s2 [rows]; chain: chain sums [rows, 128, 2], then row counters (zeroed);
+                                         # with a fold, the blocks' dgamma and dbeta values [blocks_y, N] each at `parts_at`
+    fold: Kernel | None = None           # grad_columns_fold: the tree's last steps over the column blocks' values
+    parts_at: int = 0
     path: str = PATH
 
     def program(self, device_index: int) -> Program:
@@ -84,11 +119,18 @@ class GradPlan:
         rows, n4 = self.rows, self.n // 4
         rpg = I32(self.template.rows_per_group)
         stats = (Ptr("mean"), Ptr("rstd"))
+        if self.fold is None:
+            outs, tail = (Ptr("dgamma"), Ptr("dbeta")), ()
+        else:
+            parts = self.columns.grid[1]
+            pg, pb = Ptr("scratch", self.parts_at), Ptr("scratch", self.parts_at + 4 * parts * self.n)
+            outs = (pg, pb)
+            tail = (Launch(self.fold, (pg, pb, Ptr("dgamma"), Ptr("dbeta"), I32(parts), I32(self.n)), "columns"),)
         if self.schedule == "split":  # sums and dX in one pass; the GammaBeta pass then writes no dX
             return Program(BACKWARD_SLOTS, (
                 Launch(self.sums, (Ptr("x"), Ptr("dy"), Ptr("weight")) + stats + (Ptr("dx"), I32(n4)), "sums"),
-                Launch(self.columns, (Ptr("x"), Ptr("dy"), Ptr("weight")) + stats + (U64(0), U64(0), U64(0),
-                       Ptr("dgamma"), Ptr("dbeta"), I32(rows), I32(n4), rpg), "columns")))
+                Launch(self.columns, (Ptr("x"), Ptr("dy"), Ptr("weight")) + stats + (U64(0), U64(0), U64(0))
+                       + outs + (I32(rows), I32(n4), rpg), "columns")) + tail)
         s1, s2 = Ptr("scratch"), Ptr("scratch", 4 * rows)
         steps = []
         if self.tensor_map is not None:
@@ -101,8 +143,8 @@ class GradPlan:
             steps.append(Launch(self.sums, (Ptr("x"), Ptr("dy"), Ptr("weight")) + stats + (s1, s2, I32(n4)),
                                 "sums"))
         steps.append(Launch(self.columns, (Ptr("x"), Ptr("dy"), Ptr("weight")) + stats + (
-            s1, s2, Ptr("dx"), Ptr("dgamma"), Ptr("dbeta"), I32(rows), I32(n4), rpg), "columns"))
-        return Program(BACKWARD_SLOTS, tuple(steps))
+            s1, s2, Ptr("dx")) + outs + (I32(rows), I32(n4), rpg), "columns"))
+        return Program(BACKWARD_SLOTS, tuple(steps) + tail)
 
     def bind(self, device_index: int) -> BoundProgram:
         return BoundProgram(self.program(device_index), device_index)
@@ -155,10 +197,11 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto") -> GradPlan:
         schedule = choose_schedule(rows, n, device)
     n4 = n // 4
     t = gamma_beta_template(rows, n, device.sm_count)
-    cx = COLUMN_THREADS // t.groups
-    columns = Kernel("grad_columns", f"grad_columns_g{t.groups}", (-(-n4 // cx), t.partial_groups), (cx, t.groups))
-    if t.partial_groups > device.max_grid_y:
-        raise ValueError(f"{t.partial_groups} partial groups exceed grid.y ({device.max_grid_y})")
+    lay = column_layout(rows, n, device.sm_count, t)
+    columns = Kernel("grad_columns", "grad_columns", (-(-n4 // lay.cx), lay.blocks_y), (lay.cx, lay.per_block))
+    if lay.blocks_y > device.max_grid_y:
+        raise ValueError(f"{lay.blocks_y} partial groups exceed grid.y ({device.max_grid_y})")
+    fold = Kernel("grad_columns", "grad_columns_fold", (-(-n // 256),), (256,)) if lay.fold else None
     sums_bytes = 8 * rows
     if schedule == "chain":
         if not (device.tensor_maps and n % 512 == 0):
@@ -183,7 +226,11 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto") -> GradPlan:
     else:
         sums = Kernel("grad_rows_fused", fused_function(n), (rows,), (SUMS_THREADS,))
         geometry, scratch = None, Scratch(0)
-    return GradPlan(rows, n, schedule, sums, columns, t, geometry, scratch)
+    parts_at = 0
+    if fold is not None:  # the column blocks' values after the sums' scratch, 16-byte aligned
+        parts_at = -(-scratch.nbytes // 16) * 16
+        scratch = Scratch(parts_at + 2 * 4 * lay.blocks_y * n, scratch.zeroed_at, scratch.zeroed_bytes)
+    return GradPlan(rows, n, schedule, sums, columns, t, geometry, scratch, fold, parts_at)
 
 
 def input_refusal(x, normalized_shape, weight, bias, addresses: bool = True) -> str | None:

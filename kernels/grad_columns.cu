@@ -18,6 +18,7 @@
 //   holds every group and writes the result; the partial form is B = P blocks of one group each, whose values
 //   are torch's partials.
 // - Threads take four columns each (float4): a column's order does not depend on which thread runs it.
+// Two entry points differ only in how a thread's loads are issued (push_streamed, push_prefetched).
 #include "grad_ln.cuh"
 
 constexpr int kChunk = 8;  // rows of a group loaded together; R (8 or 32) is a multiple of it
@@ -49,16 +50,83 @@ __device__ __forceinline__ void load_chunk(ChunkRows& c, const float4* __restric
     }
 }
 
+// One (column, group) chain's rows as the loads arrive: each row loaded where it is pushed (the compiler keeps a
+// few in flight), for layouts with enough threads that other warps hide the latency (few registers, many blocks
+// per SM).
+__device__ __forceinline__ void push_streamed(float4& dg, float4& db, const float4* __restrict__ x,
+                                              const float4* __restrict__ dy, float4 g, const float* __restrict__ mean,
+                                              const float* __restrict__ rstd, const float* __restrict__ s1,
+                                              const float* __restrict__ s2, float4* __restrict__ dx, int group,
+                                              int stride, int rows, int n4, int j4, int rows_per_group, float fh,
+                                              float inv) {
+    for (int base = group * rows_per_group; base < rows; base += stride) {
+        const int end = min(base + rows_per_group, rows);
+#pragma unroll 8
+        for (int r = base; r < end; ++r) {
+            const size_t at = (size_t)r * n4 + j4;
+            const float4 vx = x[at], vd = dy[at];
+            const float m = mean[r], rs = rstd[r];
+            if (dx) dx[at] = grad_input4(vx, vd, g, m, rs, s1[r], s2[r], fh, __fmul_rn(rs, inv));
+            gamma_beta_push(dg.x, db.x, vx.x, vd.x, m, rs);
+            gamma_beta_push(dg.y, db.y, vx.y, vd.y, m, rs);
+            gamma_beta_push(dg.z, db.z, vx.z, vd.z, m, rs);
+            gamma_beta_push(dg.w, db.w, vx.w, vd.w, m, rs);
+        }
+    }
+}
+
+// The same rows kChunk at a time, the next chunk's loads issued before this one is pushed: for layouts with few
+// threads (the groups spread over small blocks, or the partial form), where each thread must keep more bytes in
+// flight itself (more registers, fewer blocks per SM).
+__device__ __forceinline__ void push_prefetched(float4& dg, float4& db, const float4* __restrict__ x,
+                                                const float4* __restrict__ dy, float4 g,
+                                                const float* __restrict__ mean, const float* __restrict__ rstd,
+                                                const float* __restrict__ s1, const float* __restrict__ s2,
+                                                float4* __restrict__ dx, int group, int stride, int rows, int n4,
+                                                int j4, int rows_per_group, float fh, float inv) {
+    const bool want_dx = dx != nullptr;
+    const int chunks_per_group = rows_per_group / kChunk;
+    auto first_row = [&](int k) {  // first row of the group's k-th chunk
+        return group * rows_per_group + (k / chunks_per_group) * stride + (k % chunks_per_group) * kChunk;
+    };
+    ChunkRows cur, next;
+    int k = 0;
+    int first = first_row(0);
+    if (first < rows) load_chunk(cur, x, dy, mean, rstd, s1, s2, want_dx, first, rows, n4, j4);
+    while (first < rows) {
+        const int after = first_row(k + 1);
+        if (after < rows) load_chunk(next, x, dy, mean, rstd, s1, s2, want_dx, after, rows, n4, j4);
+#pragma unroll
+        for (int i = 0; i < kChunk; ++i) {
+            if (first + i >= rows) break;
+            const float4 vx = cur.x[i], vd = cur.dy[i];
+            const float m = cur.mean[i], rs = cur.rstd[i];
+            if (want_dx)
+                dx[(size_t)(first + i) * n4 + j4] =
+                    grad_input4(vx, vd, g, m, rs, cur.s1[i], cur.s2[i], fh, __fmul_rn(rs, inv));
+            gamma_beta_push(dg.x, db.x, vx.x, vd.x, m, rs);
+            gamma_beta_push(dg.y, db.y, vx.y, vd.y, m, rs);
+            gamma_beta_push(dg.z, db.z, vx.z, vd.z, m, rs);
+            gamma_beta_push(dg.w, db.w, vx.w, vd.w, m, rs);
+        }
+        cur = next;
+        first = after;
+        ++k;
+    }
+}
+
 // grid: (ceil(n4 / CX), B or P); block: (CX float4 columns, groups per block), at most 256 threads.
 // out_g/out_b: [gridDim.y][4 * n4], each block's value for its columns (dgamma/dbeta themselves when gridDim.y
 // is 1; either may be null: not wanted). dx null: dgamma/dbeta only (grad_rows_fused.cu wrote dX): torch's own
 // GammaBeta pass. Column tiles run from the last to the first: the row-sum passes read rows front to back, so
 // when they end the rows' tails are what L2 still holds.
-extern "C" __global__ void __launch_bounds__(256) grad_columns(
-    const float4* __restrict__ x, const float4* __restrict__ dy, const float4* __restrict__ gamma,
-    const float* __restrict__ mean, const float* __restrict__ rstd, const float* __restrict__ s1,
-    const float* __restrict__ s2, float4* __restrict__ dx, float* __restrict__ out_g, float* __restrict__ out_b,
-    int rows, int n4, int rows_per_group) {
+template <bool kPrefetch>
+__device__ __forceinline__ void grad_columns(const float4* __restrict__ x, const float4* __restrict__ dy,
+                                             const float4* __restrict__ gamma, const float* __restrict__ mean,
+                                             const float* __restrict__ rstd, const float* __restrict__ s1,
+                                             const float* __restrict__ s2, float4* __restrict__ dx,
+                                             float* __restrict__ out_g, float* __restrict__ out_b, int rows, int n4,
+                                             int rows_per_group) {
     __shared__ float fold[2][256 * 4];  // [array][group-in-block * 4 * CX + column-in-block]
     const int cx = blockDim.x, gb = blockDim.y;
     const int j4 = (gridDim.x - 1 - blockIdx.x) * cx + threadIdx.x;
@@ -66,41 +134,16 @@ extern "C" __global__ void __launch_bounds__(256) grad_columns(
     const int group = blockIdx.y + gridDim.y * threadIdx.y;
     const int stride = rows_per_group * groups;
     const bool active = j4 < n4;
-    const bool want_dx = dx != nullptr;
     const float fh = (float)(4 * n4);
     const float inv = __frcp_rn(fh);  // torch's 1.f / fH: the correctly rounded reciprocal
     float4 dg = make_float4(0.f, 0.f, 0.f, 0.f), db = dg;
     if (active) {
-        const float4 g = gamma[j4];
-        // The group's rows in its order, kChunk at a time, the next chunk loaded while this one is pushed.
-        const int chunks_per_block = rows_per_group / kChunk;
-        auto first_row = [&](int k) {  // first row of the group's k-th chunk
-            return group * rows_per_group + (k / chunks_per_block) * stride + (k % chunks_per_block) * kChunk;
-        };
-        ChunkRows cur, next;
-        int k = 0;
-        int first = first_row(0);
-        if (first < rows) load_chunk(cur, x, dy, mean, rstd, s1, s2, want_dx, first, rows, n4, j4);
-        while (first < rows) {
-            const int after = first_row(k + 1);
-            if (after < rows) load_chunk(next, x, dy, mean, rstd, s1, s2, want_dx, after, rows, n4, j4);
-#pragma unroll
-            for (int i = 0; i < kChunk; ++i) {
-                if (first + i >= rows) break;
-                const float4 vx = cur.x[i], vd = cur.dy[i];
-                const float m = cur.mean[i], rs = cur.rstd[i];
-                if (want_dx)
-                    dx[(size_t)(first + i) * n4 + j4] =
-                        grad_input4(vx, vd, g, m, rs, cur.s1[i], cur.s2[i], fh, __fmul_rn(rs, inv));
-                gamma_beta_push(dg.x, db.x, vx.x, vd.x, m, rs);
-                gamma_beta_push(dg.y, db.y, vx.y, vd.y, m, rs);
-                gamma_beta_push(dg.z, db.z, vx.z, vd.z, m, rs);
-                gamma_beta_push(dg.w, db.w, vx.w, vd.w, m, rs);
-            }
-            cur = next;
-            first = after;
-            ++k;
-        }
+        if (kPrefetch)
+            push_prefetched(dg, db, x, dy, gamma[j4], mean, rstd, s1, s2, dx, group, stride, rows, n4, j4,
+                            rows_per_group, fh, inv);
+        else
+            push_streamed(dg, db, x, dy, gamma[j4], mean, rstd, s1, s2, dx, group, stride, rows, n4, j4,
+                          rows_per_group, fh, inv);
     }
     const size_t at = (size_t)blockIdx.y * n4 + j4;  // this block's row of the outputs
     if (gb == 1) {
@@ -131,6 +174,16 @@ extern "C" __global__ void __launch_bounds__(256) grad_columns(
         out[(size_t)blockIdx.y * 4 * n4 + j0 + col] = v[0];
     }
 }
+
+#define GRAD_COLUMNS(NAME, PREFETCH)                                                                                \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                                        \
+        const float4* x, const float4* dy, const float4* gamma, const float* mean, const float* rstd,              \
+        const float* s1, const float* s2, float4* dx, float* out_g, float* out_b, int rows, int n4,                \
+        int rows_per_group) {                                                                                       \
+        grad_columns<PREFETCH>(x, dy, gamma, mean, rstd, s1, s2, dx, out_g, out_b, rows, n4, rows_per_group);      \
+    }
+GRAD_COLUMNS(grad_columns_streamed, false)   // torch's layout: 256 threads a block, every group in the block
+GRAD_COLUMNS(grad_columns_prefetched, true)  // groups spread over small blocks, or the partial form
 
 // The tree's last steps, over the B blocks' values of each column: v[l] += v[l + d] for d = B/2, ..., 1.
 // part_g/part_b: [parts][n]; dgamma/dbeta: [n] (null: not wanted). grid: ceil(n / 256); block: 256.

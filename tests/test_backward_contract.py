@@ -208,5 +208,8 @@ def test_the_column_pass_spreads_over_the_gpu_where_torchs_layout_would_not():
     q = backward.plan(4096, 768, h200, "rows")
     assert q.parts_at >= 8 * 4096 and q.parts_at % 16 == 0
     steps = q.program(0).steps
-    assert [s.kernel.function for s in steps] == ["grad_row_sums", "grad_columns", "grad_columns_fold"]
-    assert backward.plan(2048, 16384, h200, "split").fold is None  # 512 blocks of all 32 groups already
+    assert [s.kernel.function for s in steps] == ["grad_row_sums", "grad_columns_prefetched", "grad_columns_fold"]
+    assert q.columns.function == "grad_columns_prefetched"
+    wide = backward.plan(2048, 16384, h200, "split")  # 512 blocks of all 32 groups already: torch's layout
+    assert wide.fold is None and wide.columns.function == "grad_columns_streamed"
+    assert backward.plan(100000, 256, h200, "split").columns.function == "grad_columns_prefetched"  # partials

@@ -57,12 +57,20 @@ class GammaBetaTemplate:
 class ColumnLayout:
     """kernels/grad_columns.cu's grid for a template: blocks of `cx` float4 columns x `per_block` groups, and
     `blocks_y` blocks over the groups (block b holds groups b, b + blocks_y, ...). `fold`: its blocks' values
-    still need the tree's last steps (grad_columns_fold); in the partial form they are torch's partials instead."""
+    still need the tree's last steps (grad_columns_fold); in the partial form they are torch's partials instead.
+    `prefetch`: few threads for the GPU (spread groups, or the partial form), so each loads rows ahead itself
+    (grad_columns_prefetched); else torch's own layout, whose many blocks per SM hide the latency
+    (grad_columns_streamed)."""
 
     cx: int
     per_block: int
     blocks_y: int
     fold: bool
+    prefetch: bool = True
+
+    @property
+    def function(self) -> str:
+        return "grad_columns_prefetched" if self.prefetch else "grad_columns_streamed"
 
 
 def column_layout(rows: int, n: int, sm_count: int, t: GammaBetaTemplate | None = None) -> ColumnLayout:
@@ -80,7 +88,8 @@ def column_layout(rows: int, n: int, sm_count: int, t: GammaBetaTemplate | None 
     while per_block_threads > 32 and threads < COLUMN_WAVES * sm_count * per_block_threads:
         per_block_threads //= 2
     per_block = min(t.groups, per_block_threads // COLUMN_MIN_CX)
-    return ColumnLayout(per_block_threads // per_block, per_block, t.groups // per_block, t.groups > per_block)
+    return ColumnLayout(per_block_threads // per_block, per_block, t.groups // per_block, t.groups > per_block,
+                        per_block_threads < COLUMN_THREADS or t.groups > per_block)
 
 
 def gamma_beta_template(rows: int, n: int, sm_count: int) -> GammaBetaTemplate:
@@ -198,7 +207,7 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto") -> GradPlan:
     n4 = n // 4
     t = gamma_beta_template(rows, n, device.sm_count)
     lay = column_layout(rows, n, device.sm_count, t)
-    columns = Kernel("grad_columns", "grad_columns", (-(-n4 // lay.cx), lay.blocks_y), (lay.cx, lay.per_block))
+    columns = Kernel("grad_columns", lay.function, (-(-n4 // lay.cx), lay.blocks_y), (lay.cx, lay.per_block))
     if lay.blocks_y > device.max_grid_y:
         raise ValueError(f"{lay.blocks_y} partial groups exceed grid.y ({device.max_grid_y})")
     fold = Kernel("grad_columns", "grad_columns_fold", (-(-n // 256),), (256,)) if lay.fold else None

@@ -24,7 +24,7 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 PRODUCT_KERNELS = r"chain_stats_tma|chain_stats_w1|chain_stats_w4|reciprocal_table|affine_columns|rows_fused_(?:reg|warp)\d+" \
                   r"|reference_order_stats|affine_rows_interleaved|split_affine_flat|split_affine_interleaved" \
                   r"|nchw_\w+|rows_(?:rms|mean_abs|l2)" \
-                  r"|grad_row_sums|grad_chain_sums_s\d+|grad_rows_fused_reg\d+|grad_columns(?:_fold)?"
+                  r"|grad_row_sums|grad_chain_sums_s\d+|grad_rows_fused_reg\d+|grad_columns_(?:streamed|prefetched|fold)"
 RING_KERNELS = r"ring_\w+"
 OUR_KERNELS = rf"^({PRODUCT_KERNELS}|{RING_KERNELS})$"
 
@@ -140,7 +140,8 @@ CHANNEL_TARGETS = ("channel_nchw", "channel_rows")  # notebook 09's kernels: NCH
 # the tma ring's partial stage and wrap-around, and rows that reach each entry point rows_fused and grad_rows_fused
 # pick (a warp per row of 256 floats, blocks of 2,048, 4,096 and 8,192; tests/test_reliability.py checks that
 # every entry point either picks is reached), and 100 rows, where the backward's column pass spreads the GammaBeta
-# template's 8 groups over blocks and folds them (grad_columns_fold).
+# template's 8 groups over blocks and folds them (grad_columns_prefetched, grad_columns_fold; the others
+# take grad_columns_streamed or, at 5 x 1000, the prefetched one on torch's layout).
 SANITIZER_SMALL_SHAPES = ((2, 64, 64, 64), (3, 64, 17, 19), (5, 1000), (3, 512 * 17), (2, 512 * (64 * 6 * 2 + 3)),
                           (9, 256), (6, 2048), (5, 4096), (3, 8192), (100, 768))
 

@@ -125,7 +125,12 @@ HOST_TINY_CANDIDATES = (HOST_SHAPE, (8, 255), (8, 250))
 HOST_OURS_CANDIDATES = ((16, 1 << 16), (64, 1 << 16), (16, 1 << 18), (4, 1 << 20), (16, 1 << 20))
 
 
-def _host_one(shape, calls: int, device) -> dict:
+HOST_REPEATS = 5  # batches per cost in host_cost (their median is the cost)
+
+
+def _host_one(shape, calls: int, device, repeats: int = HOST_REPEATS) -> dict:
+    import statistics
+
     import torch
 
     import labkit
@@ -137,25 +142,41 @@ def _host_one(shape, calls: int, device) -> dict:
     w, b = w.requires_grad_(), b.requires_grad_()
     xs = x.detach().clone().requires_grad_()
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-    out = {"shape": list(shape), "calls": calls, "forward_path": explain(x, ns, w, b)["path"],
+    out = {"shape": list(shape), "calls": calls, "repeats": repeats, "forward_path": explain(x, ns, w, b)["path"],
            "backward_ours": not backward_is_torchs(x, ns, w, b)}
     # the backward alone needs forwards made before the clock; where keeping them all would take more than
     # 1 GiB, it is the whole step's time less the forward's instead
-    keep_outputs = (calls + 100) * x.numel() * 4 <= 1 << 30
+    per = max(1, calls // repeats)
+    keep_outputs = (per + 100) * x.numel() * 4 <= 1 << 30
     out["bwd_measured_as"] = "autograd.grad of kept forwards" if keep_outputs else "step minus forward"
-    for label, fn in (("torch", torch.nn.functional.layer_norm), ("dropin", labkit.layer_norm)):
-        out[f"{label}_fwd_grad_us"] = host_us_per_call(lambda: fn(xs, ns, w, b, 1e-5), calls, sync)
-        if keep_outputs:
-            ys = [fn(xs, ns, w, b, 1e-5) for _ in range(calls + 100)]
-            it = iter(ys)
-            out[f"{label}_bwd_us"] = host_us_per_call(lambda: torch.autograd.grad(next(it), (xs, w, b), dy), calls,
-                                                      sync)
-            del ys
-        else:
-            whole = host_us_per_call(lambda: torch.autograd.grad(fn(xs, ns, w, b, 1e-5), (xs, w, b), dy), calls, sync)
-            out[f"{label}_bwd_us"] = whole - out[f"{label}_fwd_grad_us"]
-        with torch.no_grad():
-            out[f"{label}_nograd_us"] = host_us_per_call(lambda: fn(x, ns, w, b, 1e-5), calls, sync)
+    fns = (("torch", torch.nn.functional.layer_norm), ("dropin", labkit.layer_norm))
+    samples: dict[str, list[float]] = {}
+
+    def sample(key, us):
+        samples.setdefault(key, []).append(us)
+
+    # `repeats` batches of `per` calls, torch's and the drop-in's interleaved (the order alternating per batch), so
+    # that the host's drift over the measurement (clocks, other processes, the allocator's state) falls on both;
+    # each cost is the median of its batches' per-call means
+    for rep in range(repeats):
+        for label, fn in (fns if rep % 2 == 0 else fns[::-1]):
+            fwd = host_us_per_call(lambda: fn(xs, ns, w, b, 1e-5), per, sync)
+            sample(f"{label}_fwd_grad_us", fwd)
+            if keep_outputs:
+                ys = [fn(xs, ns, w, b, 1e-5) for _ in range(per + 100)]
+                it = iter(ys)
+                sample(f"{label}_bwd_us",
+                       host_us_per_call(lambda: torch.autograd.grad(next(it), (xs, w, b), dy), per, sync))
+                del ys, it
+            else:
+                whole = host_us_per_call(lambda: torch.autograd.grad(fn(xs, ns, w, b, 1e-5), (xs, w, b), dy), per,
+                                         sync)
+                sample(f"{label}_bwd_us", whole - fwd)
+            with torch.no_grad():
+                sample(f"{label}_nograd_us", host_us_per_call(lambda: fn(x, ns, w, b, 1e-5), per, sync))
+    for key, values in samples.items():
+        out[key] = statistics.median(values)
+        out[key.removesuffix("_us") + "_batches_us"] = values
     return out
 
 
@@ -164,8 +185,9 @@ def host_cost(calls: int = 2000, device="cuda") -> dict:
     (torch.autograd.grad of one forward's output, the forward made before the clock starts), and a no-grad
     forward; at the first of HOST_TINY_CANDIDATES the drop-in hands to torch both ways and at the first of
     HOST_OURS_CANDIDATES where our kernels serve both directions (their own path's cost; absent where none does).
-    The `training_host`
-    record: {"calls", "shapes": [per shape: the costs, "forward_path", "backward_ours"]}."""
+    Each cost is the median of HOST_REPEATS batches, torch's and the drop-in's interleaved. The `training_host`
+    record: {"calls", "shapes": [per shape: the costs, each batch's ("*_batches_us"), "forward_path",
+    "backward_ours"]}."""
     import torch
 
     from labkit.ops.dropin import explain

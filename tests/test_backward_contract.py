@@ -175,7 +175,8 @@ def test_the_column_layout_folds_the_groups_in_torchs_tree(rows, n):
     """kernels/grad_columns.cu's layout as the plan picks it for the H200: blocks of at most 256 threads, at
     least 8 float4 columns (a cache line per row), groups b, b + B, ... in block b; folding each block's groups
     in the tree, then the B blocks' values in the tree (grad_columns_fold), gives torch's tree over all groups,
-    bit for bit, on random group sums. With one block of groups there is nothing to fold; the partial form keeps
+    bit for bit, on random group sums. (The arithmetic of the layout; that the kernel maps groups this way is
+    what tests/test_gpu_backward.py checks against torch's bits.) With one block of groups there is nothing to fold; the partial form keeps
     torch's partial groups one per block."""
     from labkit.ops import backward
 

@@ -72,11 +72,11 @@ def test_both_row_sum_schedules_keep_the_bits(shape, schedule):
     _compare(shape, schedule)
 
 
-@pytest.mark.parametrize("shape", [(64, 256), (300, 1024), (4096, 768), (1000, 2052)])
-@pytest.mark.parametrize("schedule", ["rows", "split"])
+@pytest.mark.parametrize("shape,schedule", [(s, sch) for s in ((64, 256), (300, 1024), (4096, 768), (1000, 2052))
+                                            for sch in ("rows", "split")] + [((64, 4096), "chain")])
 def test_the_column_fold_keeps_the_bits(shape, schedule):
     """Shapes whose column pass spreads the template's groups over blocks and folds them (grad_columns_fold),
-    after either row-sum schedule that writes no tensor maps."""
+    after each row-sum schedule (the chain's at 64 rows: its scratch and the blocks' values side by side)."""
     from labkit.core.device import device_info
     from labkit.ops import backward
 

@@ -21,8 +21,8 @@ SHAPES = [
     (1, 1 << 24),        # torch's vectorized-path limit
     (33, 2052),          # odd row count, ragged
     (200, 4096),         # many rows: the rows_fused schedule under "auto" (a block per row)
-    (4096, 1024),              # rows_fused, a warp per row: 2 vectors per torch thread
-    (300, 2048),               # rows_fused, a warp per row: 4 vectors per torch thread
+    (4096, 1024),              # rows_fused, a block per row: 2 vectors per torch thread
+    (300, 2048),               # rows_fused, a block per row: 4 vectors per torch thread
     (1000, 256),               # rows_fused, a warp per row: half of torch's threads have no vector
     # tma blocking (N % 512 == 0; default ring: 6 stages of 64 steps, reads 8 steps ahead): a partial last stage,
     # fewer steps than the read-ahead, and ring wrap-around

@@ -1,7 +1,7 @@
 """LayerNorm backward with torch's bits: dX, dgamma and dbeta as torch.ops.aten.native_layer_norm_backward computes
 them on its vectorized path, on a schedule that reads x and dy twice where torch reads them three times.
 
-Two launches (labkit.core.launch Kernels, planned from (rows, n, device)), in one of three schedules:
+Two or three launches (labkit.core.launch Kernels, planned from (rows, n, device)), in one of three schedules:
 - "chain" (few long rows): the row sums of torch's dX kernel with a row's 128 chains spread over 4 * S blocks fed
   by tensor maps (kernels/grad_chain_sums.cu; S, the split, as many as fit one wave: `chain_split`), then
   kernels/grad_columns.cu: dX, dgamma and dbeta from one more read of x and dy, in the order of torch's
@@ -10,7 +10,11 @@ Two launches (labkit.core.launch Kernels, planned from (rows, n, device)), in on
   block per row for the sums (kernels/grad_row_sums.cu), then grad_columns as above;
 - "split" (narrow rows, where the template's grid is too small to carry dX too): kernels/grad_rows_fused.cu, torch's
   dX schedule with x and dy kept in registers (one read for sums and dX), then grad_columns with dX off (torch's
-  GammaBeta pass, at torch's own parallelism).
+  GammaBeta pass).
+grad_columns keeps torch's order for every (column, group) chain, but spreads the template's groups over blocks where
+torch's own layout (N / 32 blocks of 32 columns) would leave SMs idle, and folds them after (`column_layout`); which
+of the rows and split schedules serves is the device table's backward scores' choice (`choose_schedule` is the
+default without one).
 Where torch leaves partial dgamma/dbeta sums for its own `.sum(0)` (M > 64K, small N), so does this, and `run`
 runs that same `.sum(0)`.
 The arithmetic is held in kernels/grad_ln.cuh and described, with what it was checked against, by
@@ -117,7 +121,8 @@ class GradPlan:
     template: GammaBetaTemplate
     tensor_map: TensorMapGeometry | None  # chain: x and dy as [rows][steps][4 S segments][128 / S floats]
     scratch: Scratch                     # s1, s2 [rows]; chain: chain sums [rows, 128, 2], then row counters (zeroed);
-                                         # with a fold, the blocks' dgamma and dbeta values [blocks_y, N] each at `parts_at`
+                                         # with a fold, the blocks' dgamma and dbeta values, [blocks_y, N]
+                                         # each, from `parts_at`
     fold: Kernel | None = None           # grad_columns_fold: the tree's last steps over the column blocks' values
     parts_at: int = 0
     path: str = PATH

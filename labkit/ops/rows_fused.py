@@ -25,8 +25,8 @@ THREADS = 128                # torch's threads per row, whose chains both layout
 
 
 def function_for(n: int) -> str:
-    """The entry point with the fewest registers that still keeps a whole row in registers: a warp per row while
-    its lanes can hold it, else a block per row (the largest re-reads the rest of a longer row). Fewer registers,
+    """The entry point with the fewest registers that still keeps a whole row in registers: a warp per row for
+    rows of at most WARP_VECTORS[-1] * 512 floats, else a block per row (the largest re-reads the rest of a longer row). Fewer registers,
     more rows per SM, which short rows need; only rows_fused_reg{VECTORS[-1]} is built for rows that do not fit."""
     n4 = n // 4
     k = next((k for k in WARP_VECTORS if n4 <= THREADS * k), None)

@@ -171,9 +171,10 @@ def module_path(sweep: dict):
     return Path(tables.__file__).parent / f"{tables.module_name(dev['name'], dev['arch'], dev['sm_count'])}.py"
 
 
-def table_rows(scores: dict, sm_count: int, backward: bool = False) -> list[dict]:
+def table_rows(scores: dict, sm_count: int, backward: bool = False, graph: dict | None = None) -> list[dict]:
     """The measured points as a grid for display: one row per row level (rows per wave level on this GPU), one
-    column per log2 N, the path the rule takes there (`backward`: the backward's schedules)."""
+    column per log2 N, the path the rule takes there (`backward`: the backward's schedules; `graph`: the table's
+    graph replay scores, which break the eager scores' near ties as the rule's eager choice does)."""
     from labkit.ops.chain import BLOCKS_PER_ROW
     from labkit.ops.dispatch.rule import BACKWARD_ORDER, ORDER, pick
 
@@ -187,6 +188,7 @@ def table_rows(scores: dict, sm_count: int, backward: bool = False) -> list[dict
             if not sc:
                 row[f"2^{y}"] = ""
                 continue
-            row[f"2^{y}"] = short(pick(sc, BACKWARD_ORDER if backward else ORDER))
+            tie = (graph or {}).get(x, {}).get(y)
+            row[f"2^{y}"] = short(pick(sc, BACKWARD_ORDER if backward else ORDER, tie=tie))
         out.append(row)
     return out

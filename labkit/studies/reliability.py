@@ -140,8 +140,9 @@ CHANNEL_TARGETS = ("channel_nchw", "channel_rows")  # notebook 09's kernels: NCH
 # the tma ring's partial stage and wrap-around, and rows that reach each entry point rows_fused and grad_rows_fused
 # pick (a warp per row of 256 floats, blocks of 2,048, 4,096 and 8,192; tests/test_reliability.py checks that
 # every entry point either picks is reached), and 100 rows, where the backward's column pass spreads the GammaBeta
-# template's 8 groups over blocks and folds them (grad_columns_prefetched, grad_columns_fold; the others
-# take grad_columns_streamed or, at 5 x 1000, the prefetched one on torch's layout).
+# template's 8 groups over blocks and folds them (grad_columns_prefetched, grad_columns_fold). The 2 x 394,752
+# rows take grad_columns_streamed (torch's layout, many blocks); the other shapes the prefetched one with every
+# group in a block. Not reached here: the partial form (M > 64K) and the streamed kernel with groups in a block.
 SANITIZER_SMALL_SHAPES = ((2, 64, 64, 64), (3, 64, 17, 19), (5, 1000), (3, 512 * 17), (2, 512 * (64 * 6 * 2 + 3)),
                           (9, 256), (6, 2048), (5, 4096), (3, 8192), (100, 768))
 

@@ -76,7 +76,7 @@ def tune(full: bool = False, rounds: int | None = None, backward: bool = True, p
     chain.schedule_plan.cache_clear()  # chain_layer_norm's automatic schedule asks the rule too
     return {"path": str(path), "device": dev.label, "grid": "full" if full else "short", "shapes": len(shapes),
             "rounds": rounds, "seconds": seconds,
-            "forward_picks": dispatch.table_rows(scores, dev.sm_count),
+            "forward_picks": dispatch.table_rows(scores, dev.sm_count, graph=graph),
             "backward_picks": dispatch.table_rows(back, dev.sm_count, backward=True) if back else [],
             "rule_source": rule.table_source(dev)}
 

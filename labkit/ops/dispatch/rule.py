@@ -5,7 +5,8 @@ The rule reads nothing at import (tests/test_layers.py): it interpolates in the 
 dispatch_table run it was derived from; scripts/dispatch_table.py regenerates it, tests/test_dispatch.py checks
 they agree). Two questions, one rule:
   choose    the drop-in: torch's own kernel ("native") or one of our paths that can take the input, whichever the
-            table says is fastest, leaving torch's kernel only for more than MARGIN;
+            table says is fastest, leaving torch's kernel only for more than MARGIN (under the eager protocol, our
+            paths within TIE of the fastest are told apart by the graph replay scores);
   schedule  chain_layer_norm's automatic schedule: the fastest of our paths offered; on a device without a table,
             the waves rule (chains while a row's blocks fit about two per SM).
 Paths (labkit.ops.paths; every one keeps torch's vectorized-path bits): chain, rows_fused, reference_order.
@@ -82,7 +83,7 @@ def pick(sc: dict, order: tuple[str, ...] = ORDER, tie: dict | None = None) -> s
     native. `tie` (the graph replay scores, for an eager pick): among our paths within TIE of the fastest and
     more than MARGIN faster than torch's, the one `tie` has fastest."""
     best = min(sc, key=lambda p: (sc[p], order.index(p)))
-    if tie and best != paths.NATIVE:
+    if tie and best != paths.NATIVE and best in tie:  # no graph score for the fastest: no evidence to overrule it
         near = [p for p in sc if p != paths.NATIVE and p in tie and sc[p] <= sc[best] * (1 + TIE)
                 and sc[p] < 1 - MARGIN]
         if near:

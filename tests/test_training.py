@@ -1,0 +1,39 @@
+"""Notebook 10's goals from its records (labkit.studies.training): shape by shape where issue 22 says so."""
+from labkit.studies import training as study
+
+
+def _row(key, eager=None, graph=None):
+    return {"key": key, "eager": eager or {}, "graph": graph or {}}
+
+
+def test_sweep_goals_name_each_shape_that_falls_short():
+    sweep = {"shapes": [
+        _row("4x4194304", eager={"native": 16.0, "dropin": 0.5, "native_compiled": 1.0}),
+        _row("1x8x1024x1024", eager={"native": 33.0, "dropin": 0.8, "native_compiled": 0.6}),
+        _row("4096x768", eager={"native": 0.150, "dropin": 0.165}, graph={"native": 44.0, "dropin": 39.0}),
+        _row("8192x4096", eager={"native": 0.4, "dropin": 0.3}, graph={"native": 323.0, "dropin": 234.0}),
+    ]}
+    wide, ordinary, below = study._sweep_goals(sweep)
+    assert wide["met"] is False and "1x8x1024x1024 0.75x" in wide["measured"]
+    assert ordinary["met"] is False and "short of 1.3x: 4096x768 1.13x" in ordinary["measured"]
+    assert "8192x4096 1.38x" in ordinary["measured"] and "8192x4096" not in ordinary["short"]
+    assert below["met"] is False and "+15.0 us" in below["measured"] and "4096x768" in below["measured"]
+    sweep["shapes"][1]["eager"]["native_compiled"] = 0.9
+    sweep["shapes"][2]["eager"]["dropin"] = 0.155
+    wide, _, below = study._sweep_goals(sweep)
+    assert wide["met"] is True and below["met"] is True
+    assert study._sweep_goals(None) == []
+
+
+def test_the_committed_run_judges_every_goal_of_issue_22():
+    from labkit.records.session import newest_complete_run
+
+    run = newest_complete_run("training")
+    goals = study.goals(run["records"])
+    names = [g["goal"] for g in goals]
+    for want in ("L1/40 forward + backward", "L1/40 vs torch.compile", "few wide rows vs torch.compile",
+                 "ordinary shapes, each x native", "where native takes < 200 us", "bits and fuzz"):
+        assert want in names
+    block = study.training_block(run["records"])
+    ordinary = goals[names.index("ordinary shapes, each x native")]
+    assert (ordinary["met"] is True) == (block["ordinary_fwdbwd_worst_vs_native_graph"] >= study.ORDINARY_GRAPH_GOAL)

@@ -142,12 +142,12 @@ def _host_one(shape, calls: int, device, repeats: int = HOST_REPEATS) -> dict:
     w, b = w.requires_grad_(), b.requires_grad_()
     xs = x.detach().clone().requires_grad_()
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-    out = {"shape": list(shape), "calls": calls, "repeats": repeats, "calls_per_batch": max(1, calls // repeats),
+    per = max(1, calls // repeats)
+    out = {"shape": list(shape), "calls": calls, "repeats": repeats, "calls_per_batch": per,
            "forward_path": explain(x, ns, w, b)["path"],
            "backward_ours": not backward_is_torchs(x, ns, w, b)}
     # the backward alone needs forwards made before the clock; where keeping them all would take more than
     # 1 GiB, it is the whole step's time less the forward's instead
-    per = max(1, calls // repeats)
     keep_outputs = (per + 100) * x.numel() * 4 <= 1 << 30
     out["bwd_measured_as"] = "autograd.grad of kept forwards" if keep_outputs else "step minus forward"
     fns = (("torch", torch.nn.functional.layer_norm), ("dropin", labkit.layer_norm))
@@ -543,8 +543,7 @@ def training_block(records: dict) -> dict | None:
             ratio = e["native"] / e["dropin"]
             if worst[0] is None or ratio < worst[0]:
                 worst = (ratio, r["key"])
-    ordinary = [(r["graph"]["native"] / r["graph"]["dropin"]) for r in sweep["shapes"]
-                if r["key"] in ISSUE_ORDINARY_KEYS and (r.get("graph") or {}).get("dropin")]
+    ordinary = [v for _, v in _ratio_rows(sweep, ISSUE_ORDINARY_KEYS, "graph", "native")]
     entries = host_entries(records.get("training_host"))
     host = entries[0] if entries else {}
     ours = next((e for e in entries[1:] if e.get("backward_ours")), None)

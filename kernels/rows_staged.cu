@@ -1,58 +1,107 @@
-// Reference-order LayerNorm for rows too long to keep in registers: torch's per-row arithmetic with x staged in
-// shared memory by bulk asynchronous copies (TMA), so that x is read from memory once wherever a row fits the ring,
-// and the next rows' loads run under this row's arithmetic.
+// Reference-order LayerNorm for long rows: torch's per-row arithmetic with x staged in shared memory by bulk
+// asynchronous copies (TMA). x is read from memory once wherever a row fits the ring, and the next rows load while
+// this row's arithmetic runs.
 //
 // Contract kept: torch's vectorized-path arithmetic (welford_ln.cuh). Thread t of torch's 128 pushes float4s t,
-// t + 128, ... of its row in order, each warp shuffles down, the 4-warp tree merges, then the output is
+// t + 128, ... of its row in order. Each warp shuffles down, the 4-warp tree merges the warps, and the output is
 // gamma * (rstd * (x - mean)) + beta. Only where the bytes come from differs from rows_fused.cu.
 //
-// Schedule. A persistent grid: block b takes rows b, b + gridDim.x, .... Its producer warp streams every row's
-// chunks (kChunk float4s: the next kPerThread float4s of each of the 128 chains) through a ring of `slots` chunks
-// of shared memory; its four consumer warps are torch's (32, 4) block and push each chunk as it lands. The last
-// `kept` = min(chunks, slots - 1) chunks of a row stay in the ring for the output pass. Rows longer than that
-// release their earlier chunks once pushed, and the output pass re-reads those from memory (mostly L2: a row's time
-// ago), after the kept ones, whose release starts the next row's loads. Releases therefore run in stream order,
-// which a ring needs. One slot is always left to the next row, so its first chunk loads under this row's output.
+// Schedule: a persistent grid with one block per SM. Block b takes rows b, b + gridDim.x, .... Three warp-specialized
+// groups form a pipeline per block:
+// - Producer warp. It streams every row's chunks (kChunk float4s: the next kPerThread float4s of each of the 128
+//   chains) through a ring of `slots` chunks of shared memory.
+// - Chain group (warps 0-3, torch's (32, 4) block). It pushes each chunk as it lands, merges in torch's trees, and
+//   hands mean and rstd to the output group through a small ring of statistics.
+// - Output group (kOutWarps warps). It writes the row while the chain group pushes the next one. The row's kept
+//   chunks come from the ring and are released after reading. The earlier chunks of a row longer than the ring come
+//   from memory: the chain group released them once pushed, so that the row could stream through. The global
+//   operands of each chunk (gamma, beta, and x where it is re-read) are loaded one chunk ahead, across rows too.
+// Why groups: one group that did both measured 3-4x under the copy ceiling (data/dev/rows_staged/). Each row then
+// paid its chains, its trees' divisions and a round trip to L2 for gamma and beta, one after another.
 //
-// Reciprocals: the consumers write the table 1.f/k (IEEE division, the quotient torch's push divides in place)
-// once per block; a push reads its four as one broadcast float4.
+// Releases: a row's early chunks are released by the chain group, its kept chunks by the output group. Each has its
+// own empty barrier per slot, and the producer waits on the one that owns the slot's previous chunk.
+//
+// Reciprocals: the block first writes the table 1.f/k by IEEE division (the quotient torch's push divides in place).
+// A push reads its four reciprocals as one broadcast float4.
 #include "welford_ln.cuh"
 #include "async_copy.cuh"
 
 namespace {
-constexpr int kThreads = 128;                  // torch's threads per row
+constexpr int kThreads = 128;                  // torch's threads per row: the chain group
 constexpr int kPerThread = 8;                  // float4s of each chain in one chunk
 constexpr int kChunk = kThreads * kPerThread;  // float4s per chunk: 16 KiB
+constexpr int kOutWarps = 8;
+constexpr int kOutThreads = 32 * kOutWarps;
+constexpr int kOutPer = kChunk / kOutThreads;  // float4s of a chunk per output thread
+constexpr int kStatsRing = 4;                  // rows the chain group may run ahead of the output group
+constexpr int kBlock = kThreads + kOutThreads + 32;
 }  // namespace
 
-// The consumer warps only: the producer warp has left by then.
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
+__device__ __forceinline__ void chain_group_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
+
+// A chunk's pushes for this chain: kFull when every chain has all kPerThread float4s in it (no guard, so the
+// shared-memory reads can all be issued ahead of the dependent pushes).
+template <bool kFull>
+__device__ __forceinline__ void push_chunk(WelfordLN& s, const float4* at, const float4* rc, int j0, int n4) {
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i)
+        if (kFull || j0 + kThreads * i < n4) welford_push4_uncounted(s, at[kThreads * i], rc[i]);
+}
+
+// One output thread's global operands for one chunk of one row.
+struct OutOps {
+    float4 g[kOutPer], b[kOutPer], x[kOutPer];
+};
+
+__device__ __forceinline__ void load_ops(OutOps& o, const float4* __restrict__ x, const float4* __restrict__ gamma,
+                                         const float4* __restrict__ beta, size_t row_at, int j0, int n4,
+                                         bool from_memory) {
+#pragma unroll
+    for (int i = 0; i < kOutPer; ++i) {
+        const int j = j0 + kOutThreads * i;
+        if (j < n4) {
+            o.g[i] = gamma[j];
+            o.b[i] = beta[j];
+            if (from_memory) o.x[i] = x[row_at + j];
+        }
+    }
+}
 
 // Arguments: x [rows, n/4] float4, gamma/beta [n/4], y [rows, n/4], mean/rstd [rows], rows, n, eps, slots.
-// grid: (min(rows, resident blocks),); block: 160 threads (4 consumer warps, then the producer warp).
-// Dynamic shared memory (labkit.ops.rows_staged.smem_bytes): slots * 16 KiB ring, ceil(n/512) float4 reciprocals,
-// 2 * slots mbarriers, 24 floats of warp states.
-extern "C" __global__ void __launch_bounds__(160, 2) rows_staged(
+// grid: (min(rows, SMs),); block: kBlock threads (chain group, output group, producer warp). Dynamic shared
+// memory (labkit.ops.rows_staged.smem_bytes): the ring, the reciprocals, the barriers, the statistics ring and the
+// warp states.
+extern "C" __global__ void __launch_bounds__(kBlock, 1) rows_staged(
     const float4* __restrict__ x, const float4* __restrict__ gamma, const float4* __restrict__ beta,
     float4* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, int rows, int n, float eps,
     int slots) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int n4 = n / 4;
     const int chunks = (n4 + kChunk - 1) / kChunk;
-    const int kept = min(chunks, slots - 1);
+    const int kept = min(chunks, slots - 1);           // one slot is always left to the next row's first chunk
     const int early = chunks - kept;                   // chunks re-read from memory for the output
     const int steps = (n4 + kThreads - 1) / kThreads;  // float4s of the longest chain
     float4* const ring = reinterpret_cast<float4*>(smem);
     float4* const recip = ring + (size_t)slots * kChunk;
     unsigned long long* const full = reinterpret_cast<unsigned long long*>(recip + steps);
-    unsigned long long* const empty = full + slots;
-    float* const states = reinterpret_cast<float*>(empty + slots);  // [row parity][warp][mean, m2, count]
+    unsigned long long* const empty_chain = full + slots;  // released by the chain group: early chunks
+    unsigned long long* const empty_out = empty_chain + slots;  // by the output group: kept chunks
+    unsigned long long* const stats_full = empty_out + slots;
+    unsigned long long* const stats_empty = stats_full + kStatsRing;
+    float2* const stats = reinterpret_cast<float2*>(stats_empty + kStatsRing);  // (mean, rstd) per ring entry
+    float* const states = reinterpret_cast<float*>(stats + kStatsRing);  // [row parity][warp][mean, m2, count]
     const int tid = threadIdx.x;
 
     if (tid == 0) {
         for (int i = 0; i < slots; ++i) {
-            mbar_init(&full[i], 1);           // the producer's expect_tx; the copy's bytes complete it
-            mbar_init(&empty[i], kThreads);   // every consumer thread, once its reads of the slot are done
+            mbar_init(&full[i], 1);  // the producer's expect_tx; the copy's bytes complete it
+            mbar_init(&empty_chain[i], kThreads);
+            mbar_init(&empty_out[i], kOutThreads);
+        }
+        for (int i = 0; i < kStatsRing; ++i) {
+            mbar_init(&stats_full[i], 1);
+            mbar_init(&stats_empty[i], kOutThreads);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -61,94 +110,133 @@ extern "C" __global__ void __launch_bounds__(160, 2) rows_staged(
                                1.f / (float)(4 * q + 4));
     __syncthreads();
 
-    if (tid >= kThreads) {
-        if (tid == kThreads) {
-            int slot = 0;
-            unsigned use = 0;  // how many times the ring has wrapped: the parity of the slot's phases
-            for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-                const float4* src = x + (size_t)r * n4;
-                for (int c = 0; c < chunks; ++c) {
-                    mbar_wait(&empty[slot], (use & 1u) ^ 1u);  // a fresh barrier's previous phase counts as done
-                    const unsigned bytes = 16u * (unsigned)min(kChunk, n4 - c * kChunk);
-                    mbar_expect_tx(&full[slot], bytes);
-                    bulk_copy(ring + (size_t)slot * kChunk, src + (size_t)c * kChunk, bytes, &full[slot]);
-                    if (++slot == slots) {
-                        slot = 0;
-                        ++use;
+    if (tid >= kThreads + kOutThreads) {  // the producer warp; lane 0 issues
+        if (tid != kThreads + kOutThreads) return;
+        int slot = 0, p = 0;
+        unsigned chain_phase = 0, out_phase = 0;  // per slot: the parity of the next release to wait for
+        for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+            const float4* src = x + (size_t)r * n4;
+            for (int c = 0; c < chunks; ++c, ++p) {
+                if (p >= slots) {  // wait until whoever owns the slot's previous chunk has released it
+                    if ((p - slots) % chunks < early) {
+                        mbar_wait(&empty_chain[slot], (chain_phase >> slot) & 1u);
+                        chain_phase ^= 1u << slot;
+                    } else {
+                        mbar_wait(&empty_out[slot], (out_phase >> slot) & 1u);
+                        out_phase ^= 1u << slot;
                     }
                 }
+                const unsigned bytes = 16u * (unsigned)min(kChunk, n4 - c * kChunk);
+                mbar_expect_tx(&full[slot], bytes);
+                bulk_copy(ring + (size_t)slot * kChunk, src + (size_t)c * kChunk, bytes, &full[slot]);
+                if (++slot == slots) slot = 0;
             }
         }
         return;
     }
 
-    const int lane = tid & 31;
-    const int warp = tid >> 5;
-    const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty);
-    // This chain's pushes: 4 per float4 it holds. Counted once (welford_push_uncounted): exact in float.
-    const float count = tid < n4 ? (float)(4 * ((n4 - 1 - tid) / kThreads + 1)) : 0.f;
-    int slot = 0;
-    unsigned use = 0;
-    int parity = 0;
-    for (int r = blockIdx.x; r < rows; r += gridDim.x, parity ^= 1) {
-        int kept_slot = slot + early;  // where the row's first kept chunk sits
-        while (kept_slot >= slots) kept_slot -= slots;
+    if (tid < kThreads) {  // the chain group: torch's 128 threads
+        const int lane = tid & 31;
+        const int warp = tid >> 5;
+        const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty_chain);
+        // This chain's pushes: 4 per float4 it holds. Counted once (welford_push_uncounted): exact in float.
+        const float count = tid < n4 ? (float)(4 * ((n4 - 1 - tid) / kThreads + 1)) : 0.f;
+        const int full_chunks = n4 / kChunk;
+        int slot = 0;
+        unsigned use = 0;
+        int k = 0;
+        for (int r = blockIdx.x; r < rows; r += gridDim.x, ++k) {
+            WelfordLN s{0.f, 0.f, 0.f};
+            for (int c = 0; c < chunks; ++c) {
+                mbar_wait(full0 + 8 * slot, use & 1u);
+                const float4* at = ring + (size_t)slot * kChunk + tid;
+                if (c < full_chunks)
+                    push_chunk<true>(s, at, recip + c * kPerThread, c * kChunk + tid, n4);
+                else
+                    push_chunk<false>(s, at, recip + c * kPerThread, c * kChunk + tid, n4);
+                if (c < early) mbar_arrive(empty0 + 8 * slot);
+                if (++slot == slots) {
+                    slot = 0;
+                    ++use;
+                }
+            }
+            s.count = count;
+            s = welford_warp_reduce(s);
+            // torch's 4-warp tree on the four warps' states, computed by every thread from shared memory: one
+            // barrier per row. The states alternate by row parity: a warp can be one row ahead, never two.
+            float* st = states + 12 * (k & 1);
+            if (lane == 0) {
+                st[3 * warp] = s.mean;
+                st[3 * warp + 1] = s.m2;
+                st[3 * warp + 2] = s.count;
+            }
+            chain_group_sync();
+            const WelfordLN q[4] = {{st[0], st[1], st[2]}, {st[3], st[4], st[5]}, {st[6], st[7], st[8]},
+                                    {st[9], st[10], st[11]}};
+            float m, rs;
+            welford_finish(welford_tree4(q), n, eps, &m, &rs);
+            if (tid == 0) {
+                mean[r] = m;
+                rstd[r] = rs;
+                const int e = k % kStatsRing;
+                mbar_wait(&stats_empty[e], ((k / kStatsRing) & 1) ^ 1);  // a fresh barrier's previous phase is done
+                stats[e] = make_float2(m, rs);
+                mbar_arrive(&stats_full[e]);
+            }
+        }
+        return;
+    }
 
-        WelfordLN s{0.f, 0.f, 0.f};
-        for (int c = 0; c < chunks; ++c) {
-            mbar_wait(full0 + 8 * slot, use & 1u);
-            const float4* at = ring + (size_t)slot * kChunk + tid;
-            const float4* rc = recip + c * kPerThread;
-            const int j0 = c * kChunk + tid;
+    // The output group: rows in the block's order, each row's kept chunks first (their release lets the producer
+    // go on), then its early chunks; one chunk's global operands in flight ahead of the one being written.
+    const int o = tid - kThreads;
+    const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty_out);
+    auto chunk_at = [&](int step) { return step < kept ? early + step : step - kept; };
+    int r = blockIdx.x, step = 0, k = 0;
+    OutOps cur, nxt;
+    if (r < rows) load_ops(cur, x, gamma, beta, (size_t)r * n4, chunk_at(0) * kChunk + o, n4, chunk_at(0) < early);
+    float m = 0.f, rs = 0.f;
+    while (r < rows) {
+        int r2 = r, step2 = step + 1;
+        if (step2 == chunks) {
+            step2 = 0;
+            r2 += gridDim.x;
+        }
+        const int c2 = chunk_at(step2);
+        if (r2 < rows) load_ops(nxt, x, gamma, beta, (size_t)r2 * n4, c2 * kChunk + o, n4, c2 < early);
+        if (step == 0) {
+            const int e = k % kStatsRing;
+            mbar_wait(&stats_full[e], (k / kStatsRing) & 1);
+            const float2 ms = stats[e];
+            m = ms.x;
+            rs = ms.y;
+            mbar_arrive(&stats_empty[e]);
+        }
+        const int c = chunk_at(step);
+        float4* dst = y + (size_t)r * n4 + c * kChunk + o;
+        const int j0 = c * kChunk + o;
+        if (c >= early) {
+            const int pos = k * chunks + c;
+            const int slot = pos % slots;
+            mbar_wait(full0 + 8 * slot, (pos / slots) & 1);  // completed already: the chain group pushed it
+            const float4* at = ring + (size_t)slot * kChunk + o;
+            float4 v[kOutPer];
 #pragma unroll
-            for (int i = 0; i < kPerThread; ++i)
-                if (j0 + kThreads * i < n4) welford_push4_uncounted(s, at[kThreads * i], rc[i]);
-            if (c < early) mbar_arrive(empty0 + 8 * slot);
-            if (++slot == slots) {
-                slot = 0;
-                ++use;
-            }
-        }
-        s.count = count;
-        s = welford_warp_reduce(s);
-        // torch's 4-warp tree on the four warps' states, computed by every thread from shared memory: one barrier
-        // per row. The states alternate by row parity: a warp can be one row ahead, never two (the barrier).
-        float* st = states + 12 * parity;
-        if (lane == 0) {
-            st[3 * warp] = s.mean;
-            st[3 * warp + 1] = s.m2;
-            st[3 * warp + 2] = s.count;
-        }
-        consumers_sync();
-        const WelfordLN q[4] = {{st[0], st[1], st[2]}, {st[3], st[4], st[5]}, {st[6], st[7], st[8]},
-                                {st[9], st[10], st[11]}};
-        float m, rs;
-        welford_finish(welford_tree4(q), n, eps, &m, &rs);
-        if (tid == 0) {
-            mean[r] = m;
-            rstd[r] = rs;
-        }
-
-        float4* dst = y + (size_t)r * n4;
-        for (int c = early; c < chunks; ++c) {
-            const float4* at = ring + (size_t)kept_slot * kChunk + tid;
-            const int j0 = c * kChunk + tid;
+            for (int i = 0; i < kOutPer; ++i)
+                if (j0 + kOutThreads * i < n4) v[i] = at[kOutThreads * i];
+            mbar_arrive(empty0 + 8 * slot);
 #pragma unroll
-            for (int i = 0; i < kPerThread; ++i) {
-                const int j = j0 + kThreads * i;
-                if (j < n4) dst[j] = layer_norm_affine4(at[kThreads * i], gamma[j], beta[j], m, rs);
-            }
-            mbar_arrive(empty0 + 8 * kept_slot);
-            if (++kept_slot == slots) kept_slot = 0;
-        }
-        const float4* src = x + (size_t)r * n4;
-        for (int c = 0; c < early; ++c) {
-            const int j0 = c * kChunk + tid;  // a whole chunk: only the last chunk of a row can be partial
+            for (int i = 0; i < kOutPer; ++i)
+                if (j0 + kOutThreads * i < n4)
+                    dst[kOutThreads * i] = layer_norm_affine4(v[i], cur.g[i], cur.b[i], m, rs);
+        } else {
 #pragma unroll
-            for (int i = 0; i < kPerThread; ++i) {
-                const int j = j0 + kThreads * i;
-                dst[j] = layer_norm_affine4(src[j], gamma[j], beta[j], m, rs);
-            }
+            for (int i = 0; i < kOutPer; ++i)  // a whole chunk: only a row's last chunk can be partial
+                dst[kOutThreads * i] = layer_norm_affine4(cur.x[i], cur.g[i], cur.b[i], m, rs);
         }
+        cur = nxt;
+        if (step2 == 0) ++k;
+        r = r2;
+        step = step2;
     }
 }

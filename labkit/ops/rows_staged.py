@@ -1,10 +1,11 @@
 """Rows-staged reference-order LayerNorm: torch's per-row arithmetic (kernels/rows_staged.cu) with each row staged
 in shared memory by bulk asynchronous copies, for rows too long for rows_fused's registers to hold many of at once.
 
-A persistent grid of `blocks_per_sm` blocks per SM, each streaming its rows' 16 KiB chunks through a ring of
-shared memory: the statistics push each chunk as it lands, the output pass reads the row's kept chunks from the ring
-(the earlier chunks of a row longer than the ring from memory), and the next rows load meanwhile. The same bits as
-rows_fused and torch: each of torch's 128 chains pushes its float4s in order, then torch's warp and 4-warp trees.
+A persistent grid, one block per SM, each streaming its rows' 16 KiB chunks through a ring of shared memory. Its
+chain group (torch's 128 threads) pushes each chunk as it lands. Its output group writes the previous row, from the
+ring for the row's kept chunks and from memory for the earlier chunks of a row longer than the ring. The next rows
+load meanwhile. The same bits as rows_fused and torch: each of torch's 128 chains pushes its float4s in order, then
+torch's warp and 4-warp trees.
 """
 from __future__ import annotations
 
@@ -18,15 +19,18 @@ from labkit.ops.plans import NO_SCRATCH, Scratch
 PATH = "rows_staged"
 KERNELS = ("rows_staged",)
 MIN_ARCH = 90            # bulk copies completing mbarrier transactions
-THREADS = 128            # torch's threads per row: the consumer warps
-BLOCK = THREADS + 32     # and the producer warp
+THREADS = 128            # torch's threads per row: the chain group
+OUT_THREADS = 256        # the output group (kernels/rows_staged.cu kOutWarps)
+BLOCK = THREADS + OUT_THREADS + 32  # and the producer warp
 CHUNK_VECTORS = 1024     # float4s per chunk (kernels/rows_staged.cu kChunk): 8 per chain
 CHUNK_BYTES = 16 * CHUNK_VECTORS
 MIN_SLOTS = 2            # a row's kept chunk and one for the next row's first
+MAX_SLOTS = 32           # the producer keeps each slot's barrier phase in one bit of a 32-bit word
 MAX_N = 2 ** 18          # the reciprocal table, n / 128 floats, stays at most 8 KiB of the ring's shared memory
-BLOCKS_PER_SM = 2        # resident blocks per SM (the kernel's launch bounds allow 2)
-RESERVED_SMEM = 1024     # shared memory the driver keeps per resident block (sm_80 and later)
-STATES_BYTES = 2 * 4 * 3 * 4
+STATS_RING = 4           # kernels/rows_staged.cu kStatsRing
+# per slot: 3 mbarriers; then 2 mbarriers and a (mean, rstd) pair per statistics entry, 2 x 4 warp states
+SLOT_BYTES = CHUNK_BYTES + 3 * 8
+FIXED_BYTES = STATS_RING * (2 * 8 + 8) + 2 * 4 * 3 * 4
 
 
 def steps(n: int) -> int:
@@ -35,14 +39,14 @@ def steps(n: int) -> int:
 
 
 def smem_bytes(n: int, slots: int) -> int:
-    """kernels/rows_staged.cu's dynamic shared memory: the ring, the reciprocals, 2 mbarriers a slot, the states."""
-    return slots * CHUNK_BYTES + 16 * steps(n) + 16 * slots + STATES_BYTES
+    """kernels/rows_staged.cu's dynamic shared memory: the ring and its barriers, the reciprocals, the statistics
+    ring, the warp states."""
+    return slots * SLOT_BYTES + 16 * steps(n) + FIXED_BYTES
 
 
-def slots_for(n: int, device: Device, blocks_per_sm: int = BLOCKS_PER_SM) -> int:
-    """The deepest ring that lets `blocks_per_sm` blocks share an SM's opt-in shared memory."""
-    budget = device.smem_optin_bytes // blocks_per_sm - (RESERVED_SMEM if blocks_per_sm > 1 else 0)
-    return (budget - 16 * steps(n) - STATES_BYTES) // (CHUNK_BYTES + 16)
+def slots_for(n: int, device: Device) -> int:
+    """The deepest ring one block's opt-in shared memory holds (at most MAX_SLOTS)."""
+    return min(MAX_SLOTS, (device.smem_optin_bytes - 16 * steps(n) - FIXED_BYTES) // SLOT_BYTES)
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ class RowsStagedPlan:
     rows: int
     n: int
     slots: int
-    kernel: Kernel  # grid (min(rows, blocks_per_sm * SMs),), block (160,)
+    kernel: Kernel  # grid (min(rows, SMs),), block (BLOCK,)
     scratch: Scratch = NO_SCRATCH
     path: str = PATH
 
@@ -63,7 +67,7 @@ class RowsStagedPlan:
         return BoundProgram(self.program(device_index), device_index)
 
 
-def plan(rows: int, n: int, device: Device, blocks_per_sm: int = BLOCKS_PER_SM) -> RowsStagedPlan:
+def plan(rows: int, n: int, device: Device) -> RowsStagedPlan:
     """The launch for rows x N on `device`; ValueError where it cannot run there."""
     if device.arch < MIN_ARCH:
         raise ValueError(f"rows_staged is built for sm_{MIN_ARCH} and later (bulk copies), device is "
@@ -71,13 +75,10 @@ def plan(rows: int, n: int, device: Device, blocks_per_sm: int = BLOCKS_PER_SM) 
     if n > MAX_N:
         raise ValueError(f"rows_staged keeps a reciprocal per push of a chain in shared memory, for N <= {MAX_N}; "
                          f"got N={n}")
-    if blocks_per_sm not in (1, 2):
-        raise ValueError(f"rows_staged is built for 1 or 2 blocks per SM, got {blocks_per_sm}")
-    slots = slots_for(n, device, blocks_per_sm)
+    slots = slots_for(n, device)
     if slots < MIN_SLOTS:
         raise ValueError(f"rows_staged needs {MIN_SLOTS} ring slots of {CHUNK_BYTES} bytes; {device.name}'s "
-                         f"{device.smem_optin_bytes} bytes of shared memory per block hold {slots} at N={n} with "
-                         f"{blocks_per_sm} blocks per SM")
-    grid = min(rows, blocks_per_sm * device.sm_count)
+                         f"{device.smem_optin_bytes} bytes of shared memory per block hold {slots} at N={n}")
+    grid = min(rows, device.sm_count)
     return RowsStagedPlan(rows, n, slots, Kernel("rows_staged", "rows_staged", (grid,), (BLOCK,),
                                                  smem_bytes(n, slots)))

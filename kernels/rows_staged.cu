@@ -38,6 +38,10 @@ constexpr int kStatsRing = 4;                  // rows the chain group may run a
 constexpr int kBlock = kThreads + kOutThreads + 32;
 }  // namespace
 
+#ifndef STAGED_EARLY_RELEASE
+#define STAGED_EARLY_RELEASE 0  // 1: release slots and statistics right after reading them (debugging only)
+#endif
+
 __device__ __forceinline__ void chain_group_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
 
 // A chunk's pushes for this chain: kFull when every chain has all kPerThread float4s in it (no guard, so the
@@ -210,7 +214,9 @@ extern "C" __global__ void __launch_bounds__(kBlock, 1) rows_staged(
             const float2 ms = stats[e];
             m = ms.x;
             rs = ms.y;
+#if STAGED_EARLY_RELEASE
             mbar_arrive(&stats_empty[e]);
+#endif
         }
         const int c = chunk_at(step);
         float4* dst = y + (size_t)r * n4 + c * kChunk + o;
@@ -224,16 +230,26 @@ extern "C" __global__ void __launch_bounds__(kBlock, 1) rows_staged(
 #pragma unroll
             for (int i = 0; i < kOutPer; ++i)
                 if (j0 + kOutThreads * i < n4) v[i] = at[kOutThreads * i];
+#if STAGED_EARLY_RELEASE
             mbar_arrive(empty0 + 8 * slot);
+#endif
 #pragma unroll
             for (int i = 0; i < kOutPer; ++i)
                 if (j0 + kOutThreads * i < n4)
                     dst[kOutThreads * i] = layer_norm_affine4(v[i], cur.g[i], cur.b[i], m, rs);
+#if !STAGED_EARLY_RELEASE
+            // Released once its values are used: an arrive right after the reads was measured to let the next
+            // copy overwrite a slot still being read (data/dev/rows_staged/).
+            mbar_arrive(empty0 + 8 * slot);
+#endif
         } else {
 #pragma unroll
             for (int i = 0; i < kOutPer; ++i)  // a whole chunk: only a row's last chunk can be partial
                 dst[kOutThreads * i] = layer_norm_affine4(cur.x[i], cur.g[i], cur.b[i], m, rs);
         }
+#if !STAGED_EARLY_RELEASE
+        if (step2 == 0) mbar_arrive(&stats_empty[k % kStatsRing]);  // the row's m and rs are used by now
+#endif
         cur = nxt;
         if (step2 == 0) ++k;
         r = r2;

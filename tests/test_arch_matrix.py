@@ -15,7 +15,7 @@ from labkit.sass.elf import resource_usage
 # opt-in shared memory per block (labkit.core.device.ARCH_SMEM_OPTIN, the programming guide's table); SM counts
 # only shape the plans' grids
 ARCHES = {a: ARCH_SMEM_OPTIN[a] for a in (80, 86, 89, 90, 100, 120)}
-SM90_ONLY = {"chain_stats", "chain_stats_tma", "grad_chain_sums"}
+SM90_ONLY = {"chain_stats", "chain_stats_tma", "grad_chain_sums", "rows_staged"}
 SHAPES = ((16, 1 << 22), (1, 1 << 24), (3, 1000), (4096, 768), (8192, 4096), (100000, 256), (64, 65536))
 REGISTER_FILE = 65536
 
@@ -87,3 +87,8 @@ def test_which_paths_each_arch_gets_is_decided_by_its_limits():
     got = {arch: set(paths.plannable(16, 1 << 22, _device(arch))) for arch in ARCHES}
     assert got[90] == got[100] == {"chain", "rows_fused", "reference_order"}
     assert all(got[a] == {"rows_fused", "reference_order"} for a in (80, 86, 89, 120))
+    # rows_staged (bulk copies, N <= 2**18): from sm_90 on, its ring as deep as each arch's shared memory allows
+    long_rows = {arch: set(paths.plannable(1024, 1 << 16, _device(arch))) for arch in ARCHES}
+    assert all(("rows_staged" in long_rows[a]) == (a >= 90) for a in ARCHES)
+    slots = {a: paths.plan("rows_staged", 1024, 1 << 16, _device(a)).slots for a in (90, 100, 120)}
+    assert slots[90] == slots[100] == 13 and slots[120] == 5

@@ -31,6 +31,7 @@ STATS_RING = 4           # kernels/rows_staged.cu kStatsRing
 # per slot: 3 mbarriers; then 2 mbarriers and a (mean, rstd) pair per statistics entry, 2 x 4 warp states
 SLOT_BYTES = CHUNK_BYTES + 3 * 8
 FIXED_BYTES = STATS_RING * (2 * 8 + 8) + 2 * 4 * 3 * 4
+RESERVED_BYTES = 1024    # the shared memory sm_90 reserves per block, which cuobjdump counts as the kernel's static
 
 
 def steps(n: int) -> int:
@@ -45,8 +46,8 @@ def smem_bytes(n: int, slots: int) -> int:
 
 
 def slots_for(n: int, device: Device) -> int:
-    """The deepest ring one block's opt-in shared memory holds (at most MAX_SLOTS)."""
-    return min(MAX_SLOTS, (device.smem_optin_bytes - 16 * steps(n) - FIXED_BYTES) // SLOT_BYTES)
+    """The deepest ring one block's opt-in shared memory holds beside the reserved KiB (at most MAX_SLOTS)."""
+    return min(MAX_SLOTS, (device.smem_optin_bytes - RESERVED_BYTES - 16 * steps(n) - FIXED_BYTES) // SLOT_BYTES)
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,19 @@
 #include "welford_ln.cuh"
 #include "async_copy.cuh"
 
+#ifndef STAGED_OUT_WARPS
+#define STAGED_OUT_WARPS 16  // labkit.ops.rows_staged.OUT_THREADS / 32
+#endif
+#ifndef STAGED_OUT_AHEAD
+#define STAGED_OUT_AHEAD 2
+#endif
+
 namespace {
 constexpr int kThreads = 128;                  // torch's threads per row: the chain group
 constexpr int kPerThread = 8;                  // float4s of each chain in one chunk
 constexpr int kChunk = kThreads * kPerThread;  // float4s per chunk: 16 KiB
-constexpr int kOutWarps = 8;
+constexpr int kOutWarps = STAGED_OUT_WARPS;
+constexpr int kOutAhead = STAGED_OUT_AHEAD;    // chunks whose global operands are in flight ahead of the one written
 constexpr int kOutThreads = 32 * kOutWarps;
 constexpr int kOutPer = kChunk / kOutThreads;  // float4s of a chunk per output thread
 constexpr int kStatsRing = 4;                  // rows the chain group may run ahead of the output group
@@ -56,6 +64,14 @@ __device__ __forceinline__ void push_chunk(WelfordLN& s, const float4* at, const
 // One output thread's global operands for one chunk of one row.
 struct OutOps {
     float4 g[kOutPer], b[kOutPer], x[kOutPer];
+};
+
+// Where the output group is: row r (the block's k-th), the step-th chunk it writes of that row.
+struct OutStep {
+    int r, step, k;
+    __device__ __forceinline__ OutStep next(int chunks, int grid) const {
+        return step + 1 < chunks ? OutStep{r, step + 1, k} : OutStep{r + grid, 0, k + 1};
+    }
 };
 
 __device__ __forceinline__ void load_ops(OutOps& o, const float4* __restrict__ x, const float4* __restrict__ gamma,
@@ -192,23 +208,30 @@ extern "C" __global__ void __launch_bounds__(kBlock, 1) rows_staged(
     }
 
     // The output group: rows in the block's order, each row's kept chunks first (their release lets the producer
-    // go on), then its early chunks; one chunk's global operands in flight ahead of the one being written.
+    // go on), then its early chunks; kOutAhead chunks' global operands in flight ahead of the one being written
+    // (across rows too: gamma, beta and a re-read x do not depend on the row's statistics).
     const int o = tid - kThreads;
     const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty_out);
     auto chunk_at = [&](int step) { return step < kept ? early + step : step - kept; };
-    int r = blockIdx.x, step = 0, k = 0;
-    OutOps cur, nxt;
-    if (r < rows) load_ops(cur, x, gamma, beta, (size_t)r * n4, chunk_at(0) * kChunk + o, n4, chunk_at(0) < early);
-    float m = 0.f, rs = 0.f;
-    while (r < rows) {
-        int r2 = r, step2 = step + 1;
-        if (step2 == chunks) {
-            step2 = 0;
-            r2 += gridDim.x;
+    OutStep at[kOutAhead + 1];
+    OutOps ops[kOutAhead + 1];
+    at[0] = OutStep{(int)blockIdx.x, 0, 0};
+#pragma unroll
+    for (int i = 1; i <= kOutAhead; ++i) at[i] = at[i - 1].next(chunks, gridDim.x);
+#pragma unroll
+    for (int i = 0; i < kOutAhead; ++i)
+        if (at[i].r < rows) {
+            const int c = chunk_at(at[i].step);
+            load_ops(ops[i], x, gamma, beta, (size_t)at[i].r * n4, c * kChunk + o, n4, c < early);
         }
-        const int c2 = chunk_at(step2);
-        if (r2 < rows) load_ops(nxt, x, gamma, beta, (size_t)r2 * n4, c2 * kChunk + o, n4, c2 < early);
-        if (step == 0) {
+    float m = 0.f, rs = 0.f;
+    while (at[0].r < rows) {
+        if (at[kOutAhead].r < rows) {
+            const int c = chunk_at(at[kOutAhead].step);
+            load_ops(ops[kOutAhead], x, gamma, beta, (size_t)at[kOutAhead].r * n4, c * kChunk + o, n4, c < early);
+        }
+        const int k = at[0].k;
+        if (at[0].step == 0) {
             const int e = k % kStatsRing;
             mbar_wait(&stats_full[e], (k / kStatsRing) & 1);
             const float2 ms = stats[e];
@@ -218,18 +241,19 @@ extern "C" __global__ void __launch_bounds__(kBlock, 1) rows_staged(
             mbar_arrive(&stats_empty[e]);
 #endif
         }
-        const int c = chunk_at(step);
-        float4* dst = y + (size_t)r * n4 + c * kChunk + o;
+        const int c = chunk_at(at[0].step);
+        const OutOps& cur = ops[0];
+        float4* dst = y + (size_t)at[0].r * n4 + c * kChunk + o;
         const int j0 = c * kChunk + o;
         if (c >= early) {
             const int pos = k * chunks + c;
             const int slot = pos % slots;
             mbar_wait(full0 + 8 * slot, (pos / slots) & 1);  // completed already: the chain group pushed it
-            const float4* at = ring + (size_t)slot * kChunk + o;
+            const float4* src = ring + (size_t)slot * kChunk + o;
             float4 v[kOutPer];
 #pragma unroll
             for (int i = 0; i < kOutPer; ++i)
-                if (j0 + kOutThreads * i < n4) v[i] = at[kOutThreads * i];
+                if (j0 + kOutThreads * i < n4) v[i] = src[kOutThreads * i];
 #if STAGED_EARLY_RELEASE
             mbar_arrive(empty0 + 8 * slot);
 #endif
@@ -238,8 +262,8 @@ extern "C" __global__ void __launch_bounds__(kBlock, 1) rows_staged(
                 if (j0 + kOutThreads * i < n4)
                     dst[kOutThreads * i] = layer_norm_affine4(v[i], cur.g[i], cur.b[i], m, rs);
 #if !STAGED_EARLY_RELEASE
-            // Released once its values are used: an arrive right after the reads was measured to let the next
-            // copy overwrite a slot still being read (data/dev/rows_staged/).
+            // Released once its values are used: an arrive right after the reads were issued let the next copy
+            // overwrite a slot still being read (data/dev/rows_staged/race.log).
             mbar_arrive(empty0 + 8 * slot);
 #endif
         } else {
@@ -248,11 +272,13 @@ extern "C" __global__ void __launch_bounds__(kBlock, 1) rows_staged(
                 dst[kOutThreads * i] = layer_norm_affine4(cur.x[i], cur.g[i], cur.b[i], m, rs);
         }
 #if !STAGED_EARLY_RELEASE
-        if (step2 == 0) mbar_arrive(&stats_empty[k % kStatsRing]);  // the row's m and rs are used by now
+        if (at[0].step == chunks - 1) mbar_arrive(&stats_empty[k % kStatsRing]);  // the row's m and rs are used
 #endif
-        cur = nxt;
-        if (step2 == 0) ++k;
-        r = r2;
-        step = step2;
+#pragma unroll
+        for (int i = 0; i < kOutAhead; ++i) {  // constant indices once unrolled: the operands stay in registers
+            at[i] = at[i + 1];
+            ops[i] = ops[i + 1];
+        }
+        at[kOutAhead] = at[kOutAhead - 1].next(chunks, gridDim.x);
     }
 }

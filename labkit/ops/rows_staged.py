@@ -20,7 +20,7 @@ PATH = "rows_staged"
 KERNELS = ("rows_staged",)
 MIN_ARCH = 90            # bulk copies completing mbarrier transactions
 THREADS = 128            # torch's threads per row: the chain group
-OUT_THREADS = 256        # the output group (kernels/rows_staged.cu kOutWarps)
+OUT_THREADS = 512        # the output group (kernels/rows_staged.cu STAGED_OUT_WARPS warps)
 BLOCK = THREADS + OUT_THREADS + 32  # and the producer warp
 CHUNK_VECTORS = 1024     # float4s per chunk (kernels/rows_staged.cu kChunk): 8 per chain
 CHUNK_BYTES = 16 * CHUNK_VECTORS
@@ -83,3 +83,20 @@ def plan(rows: int, n: int, device: Device) -> RowsStagedPlan:
     grid = min(rows, device.sm_count)
     return RowsStagedPlan(rows, n, slots, Kernel("rows_staged", "rows_staged", (grid,), (BLOCK,),
                                                  smem_bytes(n, slots)))
+
+
+def rows_staged_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
+    """LayerNorm over weight's shape with torch's vectorized-path arithmetic, rows staged in shared memory.
+
+    Args and returns as labkit.ops.reference_order.reference_order_layer_norm. Raises ValueError naming the
+    violated condition before any launch: an input torch's vectorized path would not take (labkit.ops.eligibility),
+    a GPU before sm_90, or N above MAX_N.
+    """
+    from labkit.core.device import current_index, device_info
+    from labkit.ops import eligibility
+    from labkit.ops.plans import execute
+
+    layout = eligibility.check(x, weight, bias, eps, out=out)
+    p = plan(layout.rows, layout.n, device_info(current_index(x.device)))
+    y, mean, rstd = execute(p, x, weight, bias, eps, out)
+    return (y, mean, rstd) if return_stats else y

@@ -22,6 +22,7 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # Every kernel of ours (kernels/*.cu and kernels/sanitize/*.cu) and nothing of torch's: the sanitizer instruments
 # only these, so torch's own kernels (input generation, the reference) neither slow it down nor count.
 PRODUCT_KERNELS = r"chain_stats_tma|chain_stats_w1|chain_stats_w4|reciprocal_table|affine_columns|rows_fused_(?:reg|warp)\d+" \
+                  r"|rows_staged" \
                   r"|reference_order_stats|affine_rows_interleaved|split_affine_flat|split_affine_interleaved" \
                   r"|nchw_\w+|rows_(?:rms|mean_abs|l2)" \
                   r"|grad_row_sums|grad_chain_sums_s\d+|grad_rows_fused_reg\d+|grad_columns_(?:streamed|prefetched|fold)"
@@ -131,7 +132,7 @@ def run_sanitizer(tool: str, target: list[str], timeout_s: float, log: Path, lab
 # Targets: what the sanitized child process runs (scripts/gpu/reliability_target.py)
 # ---------------------------------------------------------------------------------------------------------------
 
-LAYER_NORM_TARGETS = ("reference_order", "chain_tma", "chain_w4", "chain_w1", "rows_fused")  # torch's bits
+LAYER_NORM_TARGETS = ("reference_order", "chain_tma", "chain_w4", "chain_w1", "rows_fused", "rows_staged")  # torch's bits
 # the backward's schedules (labkit.ops.backward): dx, dweight and dbias against torch's native_layer_norm_backward
 BACKWARD_TARGETS = ("grad_chain", "grad_rows", "grad_split")
 PRODUCT_TARGETS = LAYER_NORM_TARGETS + BACKWARD_TARGETS + ("split_interleaved", "channel_nchw", "channel_rows")
@@ -143,8 +144,11 @@ CHANNEL_TARGETS = ("channel_nchw", "channel_rows")  # notebook 09's kernels: NCH
 # template's 8 groups over blocks and folds them (grad_columns_prefetched, grad_columns_fold). The 2 x 394,752
 # rows take grad_columns_streamed (torch's layout, many blocks); the other shapes the prefetched one with every
 # group in a block. Not reached here: the partial form (M > 64K) and the streamed kernel with groups in a block.
+# rows_staged takes every shape with N <= 2**18: 2 x 262,144 streams rows longer than its ring (early chunks
+# released by the chain group, re-read for the output), and 300 x 1,028 gives its persistent blocks two or three
+# rows each (the ring and the statistics ring wrap) with a partial chunk and chains of unequal length.
 SANITIZER_SMALL_SHAPES = ((2, 64, 64, 64), (3, 64, 17, 19), (5, 1000), (3, 512 * 17), (2, 512 * (64 * 6 * 2 + 3)),
-                          (9, 256), (6, 2048), (5, 4096), (3, 8192), (100, 768))
+                          (9, 256), (6, 2048), (5, 4096), (3, 8192), (100, 768), (300, 1028))
 
 
 def targets_for(shape, names=PRODUCT_TARGETS, device=None) -> list[str]:
@@ -199,13 +203,15 @@ def _settings(target: str):
 def takes(target: str, rows: int, n: int, device) -> bool:
     """Whether a LayerNorm target's launch plan can take rows x N on `device` (labkit.core.device.Device): the
     plan, not a copy of its limits, decides (the tma blocking's N % 512, grid.y rows, shared memory)."""
-    from labkit.ops import backward, chain, reference_order
+    from labkit.ops import backward, chain, reference_order, rows_staged
 
     try:
         if target in BACKWARD_TARGETS:
             backward.plan(rows, n, device, target.removeprefix("grad_"))
         elif target == "reference_order":
             reference_order.plan(rows, n, device)
+        elif target == "rows_staged":
+            rows_staged.plan(rows, n, device)
         else:
             chain.schedule_plan(rows, n, device, _settings(target))
     except ValueError:
@@ -219,6 +225,10 @@ def _product_call(target: str, x, w, b, eps):
 
     if target == "reference_order":
         return reference_order_layer_norm(x, w, b, eps, return_stats=True)
+    if target == "rows_staged":
+        from labkit.ops.rows_staged import rows_staged_layer_norm
+
+        return rows_staged_layer_norm(x, w, b, eps, return_stats=True)
     return chain_layer_norm(x, w, b, eps, return_stats=True, settings=_settings(target))
 
 
@@ -340,7 +350,7 @@ def run_targets(specs: list[dict], seed: int = 0) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------------------
 
 VALUE_CLASSES = ("normal", "offset_1000", "huge", "tiny", "subnormal", "mixed_scale", "constant_rows", "nonfinite")
-FUZZ_METHODS = ("reference_order", "chain_auto", "chain_tma", "chain_w4", "rows_fused")
+FUZZ_METHODS = ("reference_order", "chain_auto", "chain_tma", "chain_w4", "rows_fused", "rows_staged")
 EDGE_SHAPES = ((1, 4), (70000, 4), (1, 1 << 24), (3, 64, 17, 19), (5, 1000), (2, 516), (65535, 512),
                (127, (1 << 24) - 4))  # the last: numel 2,130,706,924, just under 2**31
 
@@ -443,7 +453,7 @@ def fuzz_counts(record: dict) -> dict:
 # Soak
 # ---------------------------------------------------------------------------------------------------------------
 
-SOAK_METHODS = ("reference_order", "chain_auto", "chain_w4", "chain_tma", "rows_fused", "train_dropin")
+SOAK_METHODS = ("reference_order", "chain_auto", "chain_w4", "chain_tma", "rows_fused", "rows_staged", "train_dropin")
 TRAINING = "train_dropin"  # a training call: labkit.layer_norm with grad on, autograd.grad, our backward forced
 
 

@@ -1,0 +1,146 @@
+"""rows_staged (kernels/rows_staged.cu): bit identity with torch.native_layer_norm (output, mean, rstd as int32
+views) at the corners of its schedule, repeated calls (its groups hand slots and statistics to each other: a
+release ordered wrongly shows as a wrong row now and then, data/dev/rows_staged/race.log), CUDA graph replay and
+concurrent streams. GPU only."""
+import pytest
+
+from labkit import inputs
+from labkit.ops.reference import native_layer_norm
+
+pytestmark = [pytest.mark.gpu, pytest.mark.sm90]  # bulk copies
+
+
+def _bits(t):
+    import torch
+
+    return t.reshape(-1).view(torch.int32)
+
+
+def _run(rows, n, eps=1e-5, kind="normal_plus_1000", seed=7):
+    import torch
+
+    from labkit.ops.rows_staged import rows_staged_layer_norm
+
+    x = inputs.make_input(kind, (rows, n), seed=seed, device="cuda")
+    w, b = inputs.make_affine("random_normal", (n,), seed=seed, device="cuda")
+    got = rows_staged_layer_norm(x, w, b, eps, return_stats=True)
+    ref = native_layer_norm(x, w, b, eps)
+    return [name for name, r, g in zip(("output", "mean", "rstd"), ref, got) if not torch.equal(_bits(r), _bits(g))]
+
+
+def _slots(n):
+    from labkit.core.device import device_info
+    from labkit.ops import rows_staged
+
+    return rows_staged.slots_for(n, device_info(0))
+
+
+CASES = [
+    (1, 4),               # one vector: 127 empty chains, one partial chunk
+    (3, 516),             # a chain one vector longer than the others
+    (7, 4096),            # one full chunk, fewer rows than blocks
+    (500, 4100),          # a partial second chunk; blocks take 3 or 4 rows (the ring and statistics ring wrap)
+    (1000, 1024),         # partial chunks, many rows a block
+    (263, 16388),         # 5 chunks, the last of one vector
+    (40, 65536),          # 16 chunks: longer than the ring, early chunks re-read from memory
+    (300, 65536 + 1024),  # 17 chunks, the last a quarter full; blocks take 2 or 3 rows, each longer than the ring
+    (2, 1 << 18),         # the longest row it takes: 256 chunks through the ring
+    (1, 131076),          # a partial last chunk after early ones
+]
+
+
+@pytest.mark.parametrize("rows,n", CASES, ids=lambda v: str(v))
+@pytest.mark.parametrize("eps", [1e-5, 0.0, 0.1])
+def test_bit_identical(rows, n, eps):
+    assert _run(rows, n, eps) == []
+
+
+@pytest.mark.parametrize("kind", ["uniform", "normal", "constant_1e4"])
+def test_value_classes(kind):
+    assert _run(300, 16384, kind=kind) == []
+
+
+def test_non_finite_rows():
+    import torch
+
+    from labkit.ops.rows_staged import rows_staged_layer_norm
+
+    x = inputs.make_input("normal", (300, 16384), seed=13, device="cuda")
+    x[::7, 5] = float("inf")
+    x[3::11, 17] = float("nan")
+    w, b = inputs.make_affine("random_normal", (16384,), seed=13, device="cuda")
+    got = rows_staged_layer_norm(x, w, b, 1e-5, return_stats=True)
+    assert all(torch.equal(_bits(r), _bits(g)) for r, g in zip(native_layer_norm(x, w, b, 1e-5), got))
+
+
+def test_rows_longer_than_the_ring_are_reached():
+    """The early-chunk path is what the (40, 65536) and (2, 2**18) cases test: rows there have more chunks than
+    the ring keeps (one slot always goes to the next row)."""
+    from labkit.ops import rows_staged
+
+    assert 65536 // 4 // rows_staged.CHUNK_VECTORS > _slots(65536) - 1
+    assert 16384 // 4 // rows_staged.CHUNK_VECTORS <= _slots(16384) - 1
+
+
+def test_repeated_calls_stay_identical():
+    """Many calls at shapes where the groups overlap most (rows fitting the ring several times over, rows
+    longer than it): every call compared, not one."""
+    import torch
+
+    from labkit.ops.rows_staged import rows_staged_layer_norm
+
+    for rows, n in ((2048, 16384), (1024, 65536), (16384, 4096)):
+        x = inputs.make_input("normal", (rows, n), seed=11, device="cuda")
+        w, b = inputs.make_affine("random_normal", (n,), seed=11, device="cuda")
+        ref = [_bits(t) for t in native_layer_norm(x, w, b, 1e-5)]
+        bad = 0
+        for _ in range(25):
+            got = rows_staged_layer_norm(x, w, b, 1e-5, return_stats=True)
+            bad += sum(not torch.equal(r, _bits(g)) for r, g in zip(ref, got))
+        assert bad == 0, (rows, n, bad)
+
+
+def test_graph_replay_and_streams():
+    import torch
+
+    from labkit.ops.rows_staged import rows_staged_layer_norm
+
+    x = inputs.make_input("normal", (600, 32768), seed=12, device="cuda")
+    w, b = inputs.make_affine("random_normal", (32768,), seed=12, device="cuda")
+    ref = _bits(native_layer_norm(x, w, b, 1e-5)[0])
+    static = x.clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        rows_staged_layer_norm(static, w, b)  # loads and plans outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = rows_staged_layer_norm(static, w, b)
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(_bits(y), ref)
+    static.copy_(x * 2)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(_bits(y), _bits(native_layer_norm(x * 2, w, b, 1e-5)[0]))
+    streams = [torch.cuda.Stream() for _ in range(4)]
+    outs = []
+    for i, st in enumerate(streams):
+        st.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(st):
+            outs.append(rows_staged_layer_norm(x + i, w, b))
+    torch.cuda.synchronize()
+    assert all(torch.equal(_bits(o), _bits(native_layer_norm(x + i, w, b, 1e-5)[0])) for i, o in enumerate(outs))
+
+
+def test_refusals_name_the_condition():
+    import torch
+
+    from labkit.ops.rows_staged import rows_staged_layer_norm
+
+    n = (1 << 18) + 4
+    x = torch.randn(2, n, device="cuda")
+    with pytest.raises(ValueError, match="N <= 262144"):
+        rows_staged_layer_norm(x, torch.ones(n, device="cuda"), torch.zeros(n, device="cuda"))

@@ -13,9 +13,11 @@
 // - Chain group (warps 0-3, torch's (32, 4) block). It pushes each chunk as it lands, merges in torch's trees, and
 //   hands mean and rstd to the output group through a small ring of statistics.
 // - Output group (kOutWarps warps). It writes the row while the chain group pushes the next one. The row's kept
-//   chunks come from the ring and are released after reading. The earlier chunks of a row longer than the ring come
-//   from memory: the chain group released them once pushed, so that the row could stream through. The global
-//   operands of each chunk (gamma, beta, and x where it is re-read) are loaded one chunk ahead, across rows too.
+//   chunks come from the ring and are released once their values are used. The earlier chunks of a row longer than
+//   the ring come from memory: the chain group released them once pushed, so that the row could stream through.
+//   The global operands of each chunk (gamma, beta, and x where it is re-read) are loaded kOutAhead chunks ahead,
+//   across rows too. Its width is what keeps enough of those loads in flight: 16 warps one chunk ahead measured
+//   faster than 8 (2048 x 16384: 77 against 99 us under graph replay), and two chunks ahead spilled.
 // Why groups: one group that did both measured 3-4x under the copy ceiling (data/dev/rows_staged/). Each row then
 // paid its chains, its trees' divisions and a round trip to L2 for gamma and beta, one after another.
 //
@@ -28,10 +30,10 @@
 #include "async_copy.cuh"
 
 #ifndef STAGED_OUT_WARPS
-#define STAGED_OUT_WARPS 16  // labkit.ops.rows_staged.OUT_THREADS / 32
+#define STAGED_OUT_WARPS 16  // labkit.ops.rows_staged.OUT_THREADS / 32; 16 measured faster than 8 at every shape probed
 #endif
 #ifndef STAGED_OUT_AHEAD
-#define STAGED_OUT_AHEAD 2
+#define STAGED_OUT_AHEAD 1  // 2 spills the operands to local memory: 2x slower (data/dev/rows_staged/variants.log)
 #endif
 
 namespace {

@@ -229,7 +229,7 @@ def test_functorch_grad_and_jvp_take_torchs_layer_norm(monkeypatch):
 
 @pytest.mark.parametrize("rows,n,arch,expect", [
     # (32768, 2048): issue 24's case of a win the dispatch left unused (torch 168.8 us, rows_fused forced 135.6,
-    # eager per call); the table of run dispatch-table-6db688 takes it (as did the one before it)
+    # eager per call); the table of run dispatch-table-404bf6 takes it (as did those before it)
     (1, 1 << 24, 90, "chain"), (16, 1 << 22, 90, "chain"), (64, 1 << 20, 90, "chain"), (32768, 2048, 90, "rows_fused"),
     (1, 1 << 24, 89, "native"), (1, 1 << 24, 86, "native"), (1, 1 << 24, 80, "native")])
 def test_rule(rows, n, arch, expect):
@@ -364,12 +364,10 @@ def test_the_rule_agrees_with_the_committed_dropin_run():
     table, _ = tables.for_device(sweep["device"]["arch"], sweep["device"]["sm_count"])
     assert table.RUN_ID in sweep["rule_source"], "the committed dropin run timed another table than the code's"
     bad = [r["shape"] for r in study.dispatch_rows(sweep) if not r["agrees"]]
-    # Known disagreements, by run. bc03c9 at 3x64x17x19 (3 rows of 20,672): a host-bound shape, where the forced
-    # candidates run from Python (layer_norm_with) and the eager medians' quartiles overlap (chain 52.4-70.5 us,
-    # rows_fused 49.3-59.3); under graph replay the pick is the faster (chain 10.2 us, rows_fused 13.8), and the
-    # drop-in itself, serving chain from C++, measured 51.9. Runs 2e1ddc and a02dd2 before it showed the same there.
+    # Known disagreements, by run: none in 2c5578. Its predecessor bc03c9 (removed; git history keeps it) had one at
+    # 3x64x17x19, a host-bound shape whose forced candidates' eager quartiles overlapped.
     # A new disagreement fails here; so does a listed one's disappearing (then delete it from the list).
-    known: dict[str, list[str]] = {"20261201T221029Z-nvidia-h200-dropin-bc03c9": ["3x64x17x19"]}
+    known: dict[str, list[str]] = {}
     assert bad == known.get(run["records"]["run"]["run_id"], [])
 
 

@@ -28,8 +28,8 @@ MARGIN = 0.03
 # Under the eager protocol, our paths whose eager scores are within TIE of the fastest's are told apart by their
 # graph replay scores from the same run: where host time is most of an eager call (small inputs: 50-60 us of the
 # forced candidates' Python path against 10-20 us of GPU time) the eager medians differ by less than their
-# quartiles do, and the GPU time is the difference that remains (run dispatch-table-6db688 at 4096 x 1024: eager
-# reference_order 0.83, rows_fused 0.85, quartiles overlapping; graph 1.02 and 0.66).
+# quartiles do, and the GPU time is the difference that remains (run dispatch-table-6db688, since superseded, at
+# 4096 x 1024: eager reference_order 0.83, rows_fused 0.85, quartiles overlapping; graph 1.02 and 0.66).
 TIE = 0.10
 
 # Beyond the longest N measured at a row level only the chain's score is carried on (its lead over torch grows

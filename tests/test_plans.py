@@ -7,7 +7,7 @@ import torch
 
 from labkit.core import launch, program
 from labkit.core.device import Device
-from labkit.ops import chain, plans, reference_order, rows_fused
+from labkit.ops import chain, plans, reference_order, rows_fused, rows_staged
 
 H200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
 
@@ -79,6 +79,34 @@ def test_reference_order_and_rows_fused_argument_order(recorded):
         else:
             assert names == ["rows_fused_reg2"] and args[0][:6] == [1, 2, 3, 4, 5, 6]
             assert args[0][6] == np.int32(1024) and args[0][7] == np.float32(0.5)
+
+
+def test_rows_staged_launch(recorded):
+    """One launch: the forward slots, then rows, N, eps and the ring's depth; a persistent grid of at most one block
+    per SM; its dynamic shared memory the ring, the reciprocals and the barriers, within the device's opt-in."""
+    for rows, n in ((8, 16384), (5000, 65536), (3, 4), (1, 1 << 18)):
+        p = rows_staged.plan(rows, n, H200)
+        recorded["calls"].clear()
+        with plans.device_scope(0):
+            plans.bound(p, 0)((1, 2, 3, 4, 5, 6, 0), np.float32(0.5), ("s", 1000))
+        (fn, grid, block, args, smem, _), = recorded["calls"]
+        assert fn == "rows_staged" and grid == (min(rows, H200.sm_count),) and block == (rows_staged.BLOCK,)
+        assert [int(a) for a in args[:6]] == [1, 2, 3, 4, 5, 6]
+        assert list(args[6:]) == [np.int32(rows), np.int32(n), np.float32(0.5), np.int32(p.slots)]
+        assert smem == rows_staged.smem_bytes(n, p.slots) <= H200.smem_optin_bytes - rows_staged.RESERVED_BYTES
+        assert rows_staged.MIN_SLOTS <= p.slots <= rows_staged.MAX_SLOTS
+        # one more slot would not fit: the ring is as deep as the shared memory allows
+        assert rows_staged.smem_bytes(n, p.slots + 1) > H200.smem_optin_bytes - rows_staged.RESERVED_BYTES
+
+
+@pytest.mark.parametrize("device,n,match", [
+    (Device("A100", 80, 108, 167936, 65535), 16384, "sm_90 and later"),
+    (H200, (1 << 18) + 4, "N <= 262144; got N=262148"),
+    (Device("small", 90, 10, 30 * 1024, 65535), 16384, "needs 2 ring slots"),
+])
+def test_rows_staged_refuses_what_it_cannot_take(device, n, match):
+    with pytest.raises(ValueError, match=match):
+        rows_staged.plan(4, n, device)
 
 
 def test_execute_makes_x_device_current_around_every_launch(recorded, monkeypatch):

@@ -39,12 +39,15 @@ CASES = [
     (1, 4),               # one vector: 127 empty chains, one partial chunk
     (3, 516),             # a chain one vector longer than the others
     (7, 4096),            # one full chunk, fewer rows than blocks
-    (500, 4100),          # a partial second chunk; blocks take 3 or 4 rows (the ring and statistics ring wrap)
+    (500, 4100),          # a partial second chunk; blocks take 3 or 4 rows (the statistics hand-off)
+    (1000, 4100),         # blocks take 7 or 8 rows: the ring (15 chunks a block, 14 slots) and the statistics ring wrap
     (1000, 1024),         # partial chunks, many rows a block
     (263, 16388),         # 5 chunks, the last of one vector
     (40, 65536),          # 16 chunks: longer than the ring, early chunks re-read from memory
     (300, 65536 + 1024),  # 17 chunks, the last a quarter full; blocks take 2 or 3 rows, each longer than the ring
-    (2, 1 << 18),         # the longest row it takes: 256 chunks through the ring
+    (2, 1 << 18),         # the longest row it takes: 64 chunks through the ring
+    (300, 49152),         # 12 chunks: exactly the ring's kept chunks (slots - 1 on the H200), no early chunk
+    (300, 53248),         # 13 chunks: one early chunk
     (1, 131076),          # a partial last chunk after early ones
 ]
 
@@ -74,13 +77,49 @@ def test_non_finite_rows():
 
 
 def test_rows_longer_than_the_ring_are_reached():
-    """The early-chunk path is what the (40, 65536) and (2, 2**18) cases test: rows there have more chunks than
-    the ring keeps (one slot always goes to the next row)."""
+    """A guard on CASES, not on the kernel: on this GPU's ring the (40, 65536) and (2, 2**18) cases have more
+    chunks than the ring keeps (one slot always goes to the next row) and (300, 49152) exactly as many."""
     from labkit.ops import rows_staged
 
     assert 65536 // 4 // rows_staged.CHUNK_VECTORS > _slots(65536) - 1
     assert 16384 // 4 // rows_staged.CHUNK_VECTORS <= _slots(16384) - 1
+    assert 49152 // 4 // rows_staged.CHUNK_VECTORS == _slots(49152) - 1
 
+
+@pytest.mark.parametrize("slots", [2, 3, 5])
+@pytest.mark.parametrize("rows,n", [(400, 4100), (300, 16384), (200, 65536)])
+def test_small_rings(rows, n, slots):
+    """The rings a GPU with less shared memory gets (sm_120: 5 or 6 slots; the least the kernel takes: 2), forced
+    on this one: every chunk then goes through few slots, the longer rows mostly as early chunks."""
+    import dataclasses
+
+    import torch
+
+    from labkit.core.device import device_info
+    from labkit.ops import plans, rows_staged
+
+    p = rows_staged.plan(rows, n, device_info(0))
+    p = dataclasses.replace(p, slots=slots, kernel=dataclasses.replace(p.kernel,
+                                                                        shared_mem=rows_staged.smem_bytes(n, slots)))
+    x = inputs.make_input("normal_plus_1000", (rows, n), seed=14, device="cuda")
+    w, b = inputs.make_affine("random_normal", (n,), seed=14, device="cuda")
+    for _ in range(3):
+        got = plans.execute(p, x, w, b, 1e-5)
+        assert all(torch.equal(_bits(r), _bits(g)) for r, g in zip(native_layer_norm(x, w, b, 1e-5), got))
+
+
+def test_out_and_an_offset_view():
+    import torch
+
+    from labkit.ops.rows_staged import rows_staged_layer_norm
+
+    big = inputs.make_input("normal", (301, 16384), seed=15, device="cuda")
+    x = big[1:]  # storage offset 64 KiB: still 16-byte aligned
+    w, b = inputs.make_affine("random_normal", (16384,), seed=15, device="cuda")
+    out = torch.empty_like(x)
+    y = rows_staged_layer_norm(x, w, b, 1e-5, out=out)
+    assert y.data_ptr() == out.data_ptr()
+    assert torch.equal(_bits(out), _bits(native_layer_norm(x, w, b, 1e-5)[0]))
 
 def test_repeated_calls_stay_identical():
     """Many calls at shapes where the groups overlap most (rows fitting the ring several times over, rows
@@ -89,12 +128,12 @@ def test_repeated_calls_stay_identical():
 
     from labkit.ops.rows_staged import rows_staged_layer_norm
 
-    for rows, n in ((2048, 16384), (1024, 65536), (16384, 4096)):
+    for rows, n, calls in ((2048, 16384, 25), (1024, 65536, 25), (16384, 4096, 100), (1000, 4100, 100)):
         x = inputs.make_input("normal", (rows, n), seed=11, device="cuda")
         w, b = inputs.make_affine("random_normal", (n,), seed=11, device="cuda")
         ref = [_bits(t) for t in native_layer_norm(x, w, b, 1e-5)]
         bad = 0
-        for _ in range(25):
+        for _ in range(calls):
             got = rows_staged_layer_norm(x, w, b, 1e-5, return_stats=True)
             bad += sum(not torch.equal(r, _bits(g)) for r, g in zip(ref, got))
         assert bad == 0, (rows, n, bad)
@@ -107,7 +146,7 @@ def test_graph_replay_and_streams():
 
     x = inputs.make_input("normal", (600, 32768), seed=12, device="cuda")
     w, b = inputs.make_affine("random_normal", (32768,), seed=12, device="cuda")
-    ref = _bits(native_layer_norm(x, w, b, 1e-5)[0])
+    ref = [_bits(t) for t in native_layer_norm(x, w, b, 1e-5)]
     static = x.clone()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -116,11 +155,11 @@ def test_graph_replay_and_streams():
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        y = rows_staged_layer_norm(static, w, b)
+        y, mean, rstd = rows_staged_layer_norm(static, w, b, return_stats=True)
     for _ in range(3):
         g.replay()
     torch.cuda.synchronize()
-    assert torch.equal(_bits(y), ref)
+    assert all(torch.equal(_bits(t), r) for t, r in zip((y, mean, rstd), ref))
     static.copy_(x * 2)
     g.replay()
     torch.cuda.synchronize()

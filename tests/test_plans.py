@@ -99,6 +99,22 @@ def test_rows_staged_launch(recorded):
         assert rows_staged.smem_bytes(n, p.slots + 1) > H200.smem_optin_bytes - rows_staged.RESERVED_BYTES
 
 
+def test_rows_staged_constants_match_the_kernel():
+    """The plan sizes the block and the shared memory from constants the kernel defines: they must agree."""
+    import re
+    from pathlib import Path
+
+    src = (Path(rows_staged.__file__).resolve().parents[2] / "kernels" / "rows_staged.cu").read_text()
+
+    def const(name):
+        return int(re.search(rf"(?:constexpr int {name} =|#define {name}) (\d+)", src).group(1))
+
+    assert const("kThreads") == rows_staged.THREADS
+    assert const("kThreads") * const("kPerThread") == rows_staged.CHUNK_VECTORS
+    assert 32 * const("STAGED_OUT_WARPS") == rows_staged.OUT_THREADS
+    assert const("kStatsRing") == rows_staged.STATS_RING
+
+
 @pytest.mark.parametrize("device,n,match", [
     (Device("A100", 80, 108, 167936, 65535), 16384, "sm_90 and later"),
     (H200, (1 << 18) + 4, "N <= 262144; got N=262148"),

@@ -13,35 +13,36 @@ import pytest
 
 from labkit.core.compile import compile_kernel
 from labkit.sass import tools
+from labkit.sass.parser import parse_sass
 
 pytestmark = pytest.mark.skipif(tools.find_tool("cuobjdump") is None and tools.find_tool("nvdisasm") is None,
                                 reason="no cuobjdump/nvdisasm (pip install nvidia-cuda-cuobjdump)")
 
-_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
 _REGISTER = re.compile(r"\bR(\d+)\b")
 
 
 def arrives_with_loads_pending(sass: str) -> list[tuple[str, list[str]]]:
-    """(arrive address, addresses of the LDS whose results are still unread there), in program order. A load's
-    result is used once any later instruction reads one of its registers, and dead once one is overwritten."""
-    pending: dict[int, str] = {}  # register -> address of the LDS that writes it
+    """(arrive address, addresses of the LDS whose results are still unread there), in program order, over every
+    function of `sass` (labkit.sass.parser.parse_sass). A load's result is used once any later instruction reads one
+    of its registers, and dead once one is overwritten."""
     found = []
-    for m in _INSTRUCTION.finditer(sass):
-        address, opcode, operands = m.group(1), m.group(2), m.group(3)
-        ops = [o.strip() for o in operands.split(",")] if operands.strip() else []
-        dest = int(ops[0][1:]) if ops and re.fullmatch(r"R\d+", ops[0]) else None
-        reads = {int(r) for o in (ops[1:] if dest is not None else ops) for r in _REGISTER.findall(o)}
-        for load in {pending[r] for r in reads if r in pending}:
-            for r in [r for r, a in pending.items() if a == load]:
-                del pending[r]
-        if opcode.startswith("SYNCS.ARRIVE") and pending:
-            found.append((address, sorted(set(pending.values()))))
-        if dest is not None:
-            if opcode.startswith("LDS"):
-                width = 4 if ".128" in opcode else 2 if ".64" in opcode else 1
-                pending.update({r: address for r in range(dest, dest + width)})
-            else:
-                pending.pop(dest, None)
+    for instrs in parse_sass(sass).values():
+        pending: dict[int, str] = {}  # register -> address of the LDS that writes it
+        for ins in instrs:
+            address, ops = f"{ins.addr:04x}", ins.operands
+            dest = int(ops[0][1:]) if ops and re.fullmatch(r"R\d+", ops[0]) else None
+            reads = {int(r) for o in (ops[1:] if dest is not None else ops) for r in _REGISTER.findall(o)}
+            for load in {pending[r] for r in reads if r in pending}:
+                for r in [r for r, a in pending.items() if a == load]:
+                    del pending[r]
+            if ins.opcode.startswith("SYNCS.ARRIVE") and pending:
+                found.append((address, sorted(set(pending.values()))))
+            if dest is not None:
+                if ins.base == "LDS":
+                    width = 4 if ".128" in ins.opcode else 2 if ".64" in ins.opcode else 1
+                    pending.update({r: address for r in range(dest, dest + width)})
+                else:
+                    pending.pop(dest, None)
     return found
 
 
@@ -62,10 +63,11 @@ def test_the_check_catches_the_early_release_build():
 
 
 def test_the_check_on_hand_written_sass():
-    used = ("/*0010*/ LDS.128 R4, [R2] ;\n/*0020*/ FADD R9, R4, R1 ;\n"
-            "/*0030*/ SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R8+URZ], RZ ;")
-    unused = "/*0010*/ LDS.64 R4, [R2] ;\n/*0020*/ SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R8+URZ], RZ ;\n/*0030*/ FADD R9, R5, R1 ;"
-    overwritten = "/*0010*/ @!P0 LDS R4, [R2] ;\n/*0020*/ MOV R4, R1 ;\n/*0030*/ SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R8+URZ], RZ ;"
+    head = "Function : k\n"
+    used = head + ("/*0010*/ LDS.128 R4, [R2] ;\n/*0020*/ FADD R9, R4, R1 ;\n"
+                   "/*0030*/ SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R8+URZ], RZ ;")
+    unused = head + "/*0010*/ LDS.64 R4, [R2] ;\n/*0020*/ SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R8+URZ], RZ ;\n/*0030*/ FADD R9, R5, R1 ;"
+    overwritten = head + "/*0010*/ @!P0 LDS R4, [R2] ;\n/*0020*/ MOV R4, R1 ;\n/*0030*/ SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R8+URZ], RZ ;"
     assert arrives_with_loads_pending(used) == []
     assert arrives_with_loads_pending(unused) == [("0020", ["0010"])]
     assert arrives_with_loads_pending(overwritten) == []

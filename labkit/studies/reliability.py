@@ -202,18 +202,21 @@ def _settings(target: str):
             "rows_fused": ChainSettings("rows_fused")}[target]
 
 
+# Targets that are labkit.ops.paths names run through that path's own plan and public function; the others
+# through chain_layer_norm's schedules (_settings).
+OWN_PATH_TARGETS = ("reference_order", "rows_staged")
+
+
 def takes(target: str, rows: int, n: int, device) -> bool:
     """Whether a LayerNorm target's launch plan can take rows x N on `device` (labkit.core.device.Device): the
     plan, not a copy of its limits, decides (the tma blocking's N % 512, grid.y rows, shared memory)."""
-    from labkit.ops import backward, chain, reference_order, rows_staged
+    from labkit.ops import backward, chain, paths
 
     try:
         if target in BACKWARD_TARGETS:
             backward.plan(rows, n, device, target.removeprefix("grad_"))
-        elif target == "reference_order":
-            reference_order.plan(rows, n, device)
-        elif target == "rows_staged":
-            rows_staged.plan(rows, n, device)
+        elif target in OWN_PATH_TARGETS:
+            paths.plan(target, rows, n, device)
         else:
             chain.schedule_plan(rows, n, device, _settings(target))
     except ValueError:
@@ -224,13 +227,11 @@ def takes(target: str, rows: int, n: int, device) -> bool:
 def _product_call(target: str, x, w, b, eps):
     from labkit.ops.chain import chain_layer_norm
     from labkit.ops.reference_order import reference_order_layer_norm
+    from labkit.ops.rows_staged import rows_staged_layer_norm
 
-    if target == "reference_order":
-        return reference_order_layer_norm(x, w, b, eps, return_stats=True)
-    if target == "rows_staged":
-        from labkit.ops.rows_staged import rows_staged_layer_norm
-
-        return rows_staged_layer_norm(x, w, b, eps, return_stats=True)
+    own = {"reference_order": reference_order_layer_norm, "rows_staged": rows_staged_layer_norm}
+    if target in own:
+        return own[target](x, w, b, eps, return_stats=True)
     return chain_layer_norm(x, w, b, eps, return_stats=True, settings=_settings(target))
 
 

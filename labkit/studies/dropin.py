@@ -553,6 +553,8 @@ def peer_rows(record: dict | None) -> list[dict]:
 def peers_worst(record: dict | None) -> dict:
     """The worst drop-in ratios of a `dropin_peers` record, each with its shape (the first where shapes tie):
     against the faster peer and against torch eager (graph replay); None where nothing was timed."""
+    from labkit.studies.goals import listed
+
     rows = peer_rows(record)
     out = {}
     for name, column, goal_ratio in (("vs_peer", "x faster peer", PEER_GOAL),
@@ -560,7 +562,7 @@ def peers_worst(record: dict | None) -> dict:
         judged = [r for r in rows if r[column] is not None]
         worst = min(judged, key=lambda r: r[column]) if judged else None
         out[name], out[f"{name}_shape"] = (worst[column], worst["shape"]) if worst else (None, None)
-        out[f"{name}_short"] = ", ".join(f"{r['shape']} {r[column]:.2f}x" for r in judged if r[column] < goal_ratio)
+        out[f"{name}_short"] = listed([(r["shape"], r[column]) for r in judged if r[column] < goal_ratio], empty="")
     return out
 
 

@@ -54,6 +54,11 @@ def beside(value: float | None, limit: float, unit: str = "x") -> str:
     return f"{value:.{decimals}f}" + ("x" if unit == "x" else f" {unit}" if unit else "")
 
 
+def listed(ratios, empty: str = "none") -> str:
+    """(shape, ratio) pairs as a verdict names them: '4096x768 0.81x, 8192x1024 0.93x'; `empty` for none."""
+    return ", ".join(f"{k} {v:.2f}x" for k, v in ratios) or empty
+
+
 def tally_text(goals: list[dict]) -> str:
     """'; goals k of n met' for a page's result line, '' where none is judged."""
     t = tally(goals)

@@ -622,15 +622,11 @@ def _ratio_rows(sweep: dict | None, keys, protocol: str, baseline: str) -> list[
     return out
 
 
-def _listed(rows: list[tuple[str, float]]) -> str:
-    return ", ".join(f"{k} {v:.2f}x" for k, v in rows) or "none"
-
-
 def _sweep_goals(sweep: dict | None) -> list[dict]:
     """The goals judged shape by shape: the two other wide shapes against torch.compile, every ordinary shape
     against native (naming each that falls short), and the sweep's shapes where native takes under 200 us."""
     from labkit.studies.bench import PROTOCOL_NAMES
-    from labkit.studies.goals import goal
+    from labkit.studies.goals import goal, listed
 
     if not sweep:
         return []
@@ -642,12 +638,12 @@ def _sweep_goals(sweep: dict | None) -> list[dict]:
              if (r.get("eager") or {}).get("native") and r["eager"].get("dropin")
              and r["eager"]["native"] < NATIVE_FLOOR_MS]
     worst_below = max(below, key=lambda kv: kv[1], default=None)
-    return [goal("few wide rows vs torch.compile", _listed(wide), f">= {WIDE_COMPILE_GOAL}x each",
+    return [goal("few wide rows vs torch.compile", listed(wide), f">= {WIDE_COMPILE_GOAL}x each",
                  (all(v >= WIDE_COMPILE_GOAL for _, v in wide) if wide else None), eager,
                  "wide rows x torch.compile"),
-            goal("ordinary shapes, each x native", f"{_listed(ordinary)}; short of {ORDINARY_GRAPH_GOAL}x: "
-                 f"{_listed(short)}", f">= {ORDINARY_GRAPH_GOAL}x each", (not short) if ordinary else None, graph,
-                 "ordinary shapes x torch eager", f"short: {_listed(short)}"),
+            goal("ordinary shapes, each x native", f"{listed(ordinary)}; short of {ORDINARY_GRAPH_GOAL}x: "
+                 f"{listed(short)}", f">= {ORDINARY_GRAPH_GOAL}x each", (not short) if ordinary else None, graph,
+                 "ordinary shapes x torch eager", f"short: {listed(short)}"),
             goal(f"where native takes < {NATIVE_FLOOR_MS * 1e3:.0f} us",
                  "no such shape in the sweep" if worst_below is None else
                  f"{len(below)} shapes, at most {worst_below[1]:+.1f} us against native ({worst_below[0]})",

@@ -113,53 +113,6 @@ __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, co
     for (int v = 0; v < 4; ++v) write_thread<kMaxVec, false>(row, keep[v], gamma, beta, out, lane + 32 * v, n4, m, r);
 }
 
-// rows_fused_loop<K, kAffineRegs>: the same block per row, persistent. Block b takes rows b, b + gridDim.x, ...,
-// and loads the next row's vectors into registers before this row's pushes, trees and output, so a row's load is
-// in flight while the one before it is reduced (the block-per-row layout waits for each row's load, then for its
-// reductions, then for gamma and beta). With kAffineRegs, gamma and beta are loaded once per block and kept.
-template <int kMaxVec, bool kAffineRegs>
-__device__ __forceinline__ void rows_fused_loop(const float4* __restrict__ x, const float4* __restrict__ gamma,
-                                                const float4* __restrict__ beta, float4* __restrict__ y,
-                                                float* __restrict__ mean, float* __restrict__ rstd, int rows, int n,
-                                                float eps) {
-    __shared__ float buf[12];
-    __shared__ float stats[2];
-    const int tid = threadIdx.x + 32 * threadIdx.y;
-    const int n4 = n / 4;
-    size_t r = blockIdx.x;
-    if (r >= (size_t)rows) return;  // a whole block leaves: no barrier below waits for it
-    float4 g[kMaxVec], b[kMaxVec], keep[kMaxVec], next[kMaxVec];
-    if (kAffineRegs) {
-        load_thread<kMaxVec>(gamma, g, tid, n4);
-        load_thread<kMaxVec>(beta, b, tid, n4);
-    }
-    load_thread<kMaxVec>(x + r * n4, keep, tid, n4);
-    for (; r < (size_t)rows; r += gridDim.x) {
-        const size_t r_next = r + gridDim.x;
-        if (r_next < (size_t)rows) load_thread<kMaxVec>(x + r_next * n4, next, tid, n4);
-        WelfordLN s = push_thread<kMaxVec, false>(nullptr, keep, tid, n4);
-        s = welford_warp_reduce(s);
-        s = welford_block_tree4(s, buf);
-        if (tid == 0) {
-            welford_finish(s, n, eps, &stats[0], &stats[1]);
-            mean[r] = stats[0];
-            rstd[r] = stats[1];
-        }
-        __syncthreads();  // the tree's barriers order this read after the previous row's
-        const float m = stats[0], rs = stats[1];
-        float4* out = y + r * n4;
-#pragma unroll
-        for (int i = 0; i < kMaxVec; ++i) {
-            const int j = tid + 128 * i;
-            if (j < n4)
-                out[j] = kAffineRegs ? layer_norm_affine4(keep[i], g[i], b[i], m, rs)
-                                     : layer_norm_affine4(keep[i], gamma[j], beta[j], m, rs);
-        }
-#pragma unroll
-        for (int i = 0; i < kMaxVec; ++i) keep[i] = next[i];
-    }
-}
-
 // Arguments: x [rows, n/4] float4, gamma/beta [n/4] float4, y [rows, n/4] float4, mean/rstd [rows], n, eps.
 // rows_fused_reg<K>: grid rows, block (32, 4). rows_fused_warp1 (rows as an extra argument): grid ceil(rows/4),
 // block (32, 4), warp y on row 4 * block + y. One entry point per register budget: short rows need few vectors
@@ -184,15 +137,3 @@ ROWS_FUSED(32, 3, true)  // the largest: rows longer than 16384 floats re-read t
         rows_fused_warp<K>(x, gamma, beta, y, mean, rstd, rows, n, eps);                                        \
     }
 ROWS_FUSED_WARP(1, 10)  // only one vector per torch thread: longer rows ran slower in this layout than in torch's
-
-#define ROWS_FUSED_LOOP(K, MIN_BLOCKS, AFFINE, SUFFIX)                                                         \
-    extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_loop##K##SUFFIX(                   \
-        const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int rows, \
-        int n, float eps) {                                                                                     \
-        rows_fused_loop<K, AFFINE>(x, gamma, beta, y, mean, rstd, rows, n, eps);                                \
-    }
-ROWS_FUSED_LOOP(2, 8, true, a)
-ROWS_FUSED_LOOP(2, 8, false, )
-ROWS_FUSED_LOOP(4, 5, true, a)
-ROWS_FUSED_LOOP(4, 6, false, )
-ROWS_FUSED_LOOP(8, 4, false, )

@@ -40,11 +40,6 @@ def is_warp(function: str) -> bool:
     return function.startswith("rows_fused_warp")
 
 
-def takes_rows(function: str) -> bool:
-    """The entry points that are told the row count (their grid does not say it): warp per row and persistent."""
-    return is_warp(function) or function.startswith("rows_fused_loop")
-
-
 @dataclass(frozen=True)
 class RowsFusedPlan:
     rows: int
@@ -54,7 +49,7 @@ class RowsFusedPlan:
     path: str = PATH
 
     def program(self, device_index: int) -> Program:
-        rows = (I32(self.rows),) if takes_rows(self.kernel.function) else ()
+        rows = (I32(self.rows),) if is_warp(self.kernel.function) else ()
         args = (Ptr("x"), Ptr("weight"), Ptr("bias"), Ptr("y"), Ptr("mean"), Ptr("rstd"), *rows, I32(self.n), EPS)
         return Program(FORWARD_SLOTS, (Launch(self.kernel, args, "fused"),))  # statistics and output: one pass
 

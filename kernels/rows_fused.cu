@@ -82,7 +82,50 @@ __device__ __forceinline__ void rows_fused(const float4* __restrict__ x, const f
     write_thread<kMaxVec, kTail>(row, keep, gamma, beta, y + (size_t)blockIdx.x * n4, tid, n4, stats[0], stats[1]);
 }
 
-template <int kMaxVec>
+// One Welford state moved between lanes as a unit (its three floats), within segments of `width` lanes.
+__device__ __forceinline__ WelfordLN shfl_state(WelfordLN s, int src, int width = 32) {
+    return {__shfl_sync(0xffffffffu, s.mean, src, width), __shfl_sync(0xffffffffu, s.m2, src, width),
+            __shfl_sync(0xffffffffu, s.count, src, width)};
+}
+
+__device__ __forceinline__ WelfordLN shfl_down_state(WelfordLN s, int delta, int width) {
+    return {__shfl_down_sync(0xffffffffu, s.mean, delta, width), __shfl_down_sync(0xffffffffu, s.m2, delta, width),
+            __shfl_down_sync(0xffffffffu, s.count, delta, width)};
+}
+
+__device__ __forceinline__ WelfordLN shfl_up_state(WelfordLN s, int delta) {
+    return {__shfl_up_sync(0xffffffffu, s.mean, delta), __shfl_up_sync(0xffffffffu, s.m2, delta),
+            __shfl_up_sync(0xffffffffu, s.count, delta)};
+}
+
+// torch's four warp reductions and its 4-warp tree over the four chains each lane holds (q[v] of lane l is torch's
+// thread l + 32 v), with every merge torch makes made once and the lanes whose results torch never reads reused.
+// torch's shuffle-down by `offset` only feeds its lanes below `offset`, from lanes below 2 * offset: after the
+// step by 16 a warp's 16 lanes that matter fit half a warp, so two of torch's warps share one of ours for the step by
+// 8, and after it all four share one warp (8 lanes each) for the steps by 4, 2 and 1. Each merge still takes
+// (own, received) as torch's does, so the bits are the same: 11 merges a lane instead of 4 x 5 plus the tree.
+// Returns lane 0's state as the row's; the other lanes' are not meaningful.
+__device__ __forceinline__ WelfordLN welford_packed_rows4(WelfordLN (&q)[4], int lane) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) q[v] = welford_merge(q[v], shfl_down_state(q[v], 16, 32));
+    // halves: lanes 0-15 torch's warp 2h's lanes 0-15, lanes 16-31 warp 2h+1's
+    const bool upper = lane >= 16;
+    const WelfordLN up1 = shfl_up_state(q[1], 16), up3 = shfl_up_state(q[3], 16);
+    WelfordLN h0 = upper ? up1 : q[0], h1 = upper ? up3 : q[2];
+    h0 = welford_merge(h0, shfl_down_state(h0, 8, 16));
+    h1 = welford_merge(h1, shfl_down_state(h1, 8, 16));
+    // eighths: lanes 8g..8g+7 torch's warp g's lanes 0-7 (warp g is in half g & 1 of h0 or h1)
+    const int seg = lane >> 3, src = (lane & 7) + (seg & 1) * 16;
+    const WelfordLN from0 = shfl_state(h0, src), from1 = shfl_state(h1, src);
+    WelfordLN e = seg < 2 ? from0 : from1;
+#pragma unroll
+    for (int offset = 4; offset > 0; offset >>= 1) e = welford_merge(e, shfl_down_state(e, offset, 8));
+    // torch's tree: warps 2, 3 into 0, 1 (lanes 0 and 8 receive lanes 16 and 24), then 1 into 0
+    e = welford_merge(e, shfl_down_state(e, 16, 32));
+    return welford_merge(e, shfl_down_state(e, 8, 32));
+}
+
+template <int kMaxVec, bool kPacked>
 __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, const float4* __restrict__ gamma,
                                                 const float4* __restrict__ beta, float4* __restrict__ y,
                                                 float* __restrict__ mean, float* __restrict__ rstd, int rows, int n,
@@ -96,13 +139,19 @@ __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, co
 #pragma unroll
     for (int v = 0; v < 4; ++v) load_thread<kMaxVec>(row, keep[v], lane + 32 * v, n4);
     WelfordLN q[4];
-#pragma unroll
-    for (int v = 0; v < 4; ++v) q[v] = welford_warp_reduce(push_thread<kMaxVec, false>(row, keep[v], lane + 32 * v, n4));
-    // torch's 4-warp tree. Every lane computes it (only lane 0's inputs are the warps' states); lane 0's result is
-    // broadcast.
     float m, r;
-    welford_finish(welford_tree4(q), n, eps, &m, &r);
-    m = __shfl_sync(0xffffffffu, m, 0);
+    if (kPacked) {
+#pragma unroll
+        for (int v = 0; v < 4; ++v) q[v] = push_thread<kMaxVec, false>(row, keep[v], lane + 32 * v, n4);
+        welford_finish(welford_packed_rows4(q, lane), n, eps, &m, &r);
+    } else {
+#pragma unroll
+        for (int v = 0; v < 4; ++v)
+            q[v] = welford_warp_reduce(push_thread<kMaxVec, false>(row, keep[v], lane + 32 * v, n4));
+        // torch's 4-warp tree. Every lane computes it (only lane 0's inputs are the warps' states).
+        welford_finish(welford_tree4(q), n, eps, &m, &r);
+    }
+    m = __shfl_sync(0xffffffffu, m, 0);  // lane 0's result, broadcast
     r = __shfl_sync(0xffffffffu, r, 0);
     if (lane == 0) {
         mean[r_index] = m;
@@ -130,10 +179,13 @@ ROWS_FUSED(8, 6, false)
 ROWS_FUSED(16, 5, false)
 ROWS_FUSED(32, 3, true)  // the largest: rows longer than 16384 floats re-read the rest
 
-#define ROWS_FUSED_WARP(K, MIN_BLOCKS)                                                                         \
-    extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_warp##K(                           \
+#define ROWS_FUSED_WARP(NAME, K, MIN_BLOCKS, PACKED)                                                           \
+    extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) NAME(                                         \
         const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int rows, \
         int n, float eps) {                                                                                     \
-        rows_fused_warp<K>(x, gamma, beta, y, mean, rstd, rows, n, eps);                                        \
+        rows_fused_warp<K, PACKED>(x, gamma, beta, y, mean, rstd, rows, n, eps);                                \
     }
-ROWS_FUSED_WARP(1, 10)  // only one vector per torch thread: longer rows ran slower in this layout than in torch's
+ROWS_FUSED_WARP(rows_fused_warp1, 1, 10, false)
+ROWS_FUSED_WARP(rows_fused_packed1, 1, 10, true)
+ROWS_FUSED_WARP(rows_fused_packed2, 2, 8, true)
+ROWS_FUSED_WARP(rows_fused_packed4, 4, 5, true)

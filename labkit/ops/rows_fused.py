@@ -37,7 +37,7 @@ def function_for(n: int) -> str:
 
 
 def is_warp(function: str) -> bool:
-    return function.startswith("rows_fused_warp")
+    return function.startswith(("rows_fused_warp", "rows_fused_packed"))
 
 
 @dataclass(frozen=True)

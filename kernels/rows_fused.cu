@@ -6,12 +6,13 @@
 // (kMaxVec * 512 floats) re-read the rest of themselves for the output pass (from L2), as torch does.
 //
 // Two layouts of the same arithmetic. rows_fused_reg<K>: torch's own (32, 4) block per row, thread t of the row's
-// 128 holding its own vectors. rows_fused_warp1: one warp per row, lane l standing in for torch's threads l, l+32,
-// l+64 and l+96 (their four chains side by side: four independent dependence chains per lane); each chain is
-// shuffled down as torch's warp would, and lane 0 merges the four warps' states in torch's tree. No shared memory
-// and no __syncthreads, four rows per 128-thread block: for rows of at most 512 floats, where the block's barriers
-// are most of a row's time. Longer rows were measured slower in it (data/dev/rows_layout/): one warp then carries
-// four threads' pushes in sequence.
+// 128 holding its own vectors. rows_fused_warp<K>: one warp per row, lane l standing in for torch's threads l, l+32,
+// l+64 and l+96 (their four chains side by side: four independent dependence chains per lane), merged by torch's
+// four warp reductions and its 4-warp tree with each merge made once (welford_packed_rows4). No shared memory and
+// no __syncthreads, four rows per 128-thread block: for rows of at most 1024 floats. The packing is what makes the
+// warp layout pay above 512 floats: without it a lane made all four warps' 20 merges, and rows of 768 to 2048
+// floats ran slower in it than in the block (data/dev/rows_layout/); with it, rows of 768 and 1000 to 1024 floats
+// ran as fast or faster (up to 13% at 4096 x 768) and rows of 1536 and 2048 still slower (data/dev/rows_packed/).
 #include "welford_ln.cuh"
 
 // Push thread `tid`'s kept vectors (its chain's (4i+1)-th to (4i+4)-th pushes) with constant reciprocals: a
@@ -125,7 +126,7 @@ __device__ __forceinline__ WelfordLN welford_packed_rows4(WelfordLN (&q)[4], int
     return welford_merge(e, shfl_down_state(e, 8, 32));
 }
 
-template <int kMaxVec, bool kPacked>
+template <int kMaxVec>
 __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, const float4* __restrict__ gamma,
                                                 const float4* __restrict__ beta, float4* __restrict__ y,
                                                 float* __restrict__ mean, float* __restrict__ rstd, int rows, int n,
@@ -139,18 +140,10 @@ __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, co
 #pragma unroll
     for (int v = 0; v < 4; ++v) load_thread<kMaxVec>(row, keep[v], lane + 32 * v, n4);
     WelfordLN q[4];
+#pragma unroll
+    for (int v = 0; v < 4; ++v) q[v] = push_thread<kMaxVec, false>(row, keep[v], lane + 32 * v, n4);
     float m, r;
-    if (kPacked) {
-#pragma unroll
-        for (int v = 0; v < 4; ++v) q[v] = push_thread<kMaxVec, false>(row, keep[v], lane + 32 * v, n4);
-        welford_finish(welford_packed_rows4(q, lane), n, eps, &m, &r);
-    } else {
-#pragma unroll
-        for (int v = 0; v < 4; ++v)
-            q[v] = welford_warp_reduce(push_thread<kMaxVec, false>(row, keep[v], lane + 32 * v, n4));
-        // torch's 4-warp tree. Every lane computes it (only lane 0's inputs are the warps' states).
-        welford_finish(welford_tree4(q), n, eps, &m, &r);
-    }
+    welford_finish(welford_packed_rows4(q, lane), n, eps, &m, &r);
     m = __shfl_sync(0xffffffffu, m, 0);  // lane 0's result, broadcast
     r = __shfl_sync(0xffffffffu, r, 0);
     if (lane == 0) {
@@ -163,7 +156,7 @@ __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, co
 }
 
 // Arguments: x [rows, n/4] float4, gamma/beta [n/4] float4, y [rows, n/4] float4, mean/rstd [rows], n, eps.
-// rows_fused_reg<K>: grid rows, block (32, 4). rows_fused_warp1 (rows as an extra argument): grid ceil(rows/4),
+// rows_fused_reg<K>: grid rows, block (32, 4). rows_fused_warp<K> (rows as an extra argument): grid ceil(rows/4),
 // block (32, 4), warp y on row 4 * block + y. One entry point per register budget: short rows need few vectors
 // per thread, and fewer registers let more blocks share an SM (labkit.ops.rows_fused picks the smallest that holds
 // the row; only the largest block entry point takes rows longer than its registers).
@@ -179,13 +172,11 @@ ROWS_FUSED(8, 6, false)
 ROWS_FUSED(16, 5, false)
 ROWS_FUSED(32, 3, true)  // the largest: rows longer than 16384 floats re-read the rest
 
-#define ROWS_FUSED_WARP(NAME, K, MIN_BLOCKS, PACKED)                                                           \
-    extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) NAME(                                         \
+#define ROWS_FUSED_WARP(K, MIN_BLOCKS)                                                                         \
+    extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_warp##K(                           \
         const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int rows, \
         int n, float eps) {                                                                                     \
-        rows_fused_warp<K, PACKED>(x, gamma, beta, y, mean, rstd, rows, n, eps);                                \
+        rows_fused_warp<K>(x, gamma, beta, y, mean, rstd, rows, n, eps);                                        \
     }
-ROWS_FUSED_WARP(rows_fused_warp1, 1, 10, false)
-ROWS_FUSED_WARP(rows_fused_packed1, 1, 10, true)
-ROWS_FUSED_WARP(rows_fused_packed2, 2, 8, true)
-ROWS_FUSED_WARP(rows_fused_packed4, 4, 5, true)
+ROWS_FUSED_WARP(1, 10)
+ROWS_FUSED_WARP(2, 8)  // four vectors per torch thread (16 per lane) measured slower than the block: not built

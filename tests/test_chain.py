@@ -110,8 +110,9 @@ def test_affine_columns_compiles_for_sm90(cache_dir):
 def test_rows_fused_entry_point_by_row_length(cache_dir):
     assert rows_fused.function_for(256) == "rows_fused_warp1"      # 64 vectors: a warp, 2 per lane
     assert rows_fused.function_for(512) == "rows_fused_warp1"      # 128 vectors: one per torch thread, 4 per lane
-    assert rows_fused.function_for(516) == "rows_fused_reg2"       # a block per row once a warp's lanes hold more
-    assert rows_fused.function_for(1024) == "rows_fused_reg2"
+    assert rows_fused.function_for(516) == "rows_fused_warp2"      # two vectors per torch thread, 8 per lane
+    assert rows_fused.function_for(1024) == "rows_fused_warp2"
+    assert rows_fused.function_for(1028) == "rows_fused_reg4"      # a block per row once a warp's lanes hold more
     assert rows_fused.function_for(2048) == "rows_fused_reg4"
     assert rows_fused.function_for(2052) == "rows_fused_reg8"
     assert rows_fused.function_for(8192) == "rows_fused_reg16"

@@ -67,7 +67,7 @@ def test_chain_launches_hand_the_kernels_their_arguments_in_order(recorded):
 
 
 def test_reference_order_and_rows_fused_argument_order(recorded):
-    for p in (reference_order.plan(8, 1024, H200), rows_fused.plan(8, 1024, H200)):
+    for p in (reference_order.plan(8, 1024, H200), rows_fused.plan(8, 2048, H200), rows_fused.plan(9, 1024, H200)):
         recorded["calls"].clear()
         with plans.device_scope(0):
             plans.bound(p, 0)((1, 2, 3, 4, 5, 6, 0), np.float32(0.5), ("s", 1000))
@@ -76,9 +76,14 @@ def test_reference_order_and_rows_fused_argument_order(recorded):
         if p.path == "reference_order":
             assert names == ["reference_order_stats", "affine_rows_interleaved"]
             assert args[0][:3] == [1, 5, 6] and args[1][:6] == [1, 5, 6, 2, 3, 4]
-        else:
-            assert names == ["rows_fused_reg2"] and args[0][:6] == [1, 2, 3, 4, 5, 6]
-            assert args[0][6] == np.int32(1024) and args[0][7] == np.float32(0.5)
+        elif p.n == 2048:  # a block per row: n and eps after the slots
+            assert names == ["rows_fused_reg4"] and args[0][:6] == [1, 2, 3, 4, 5, 6]
+            assert args[0][6] == np.int32(2048) and args[0][7] == np.float32(0.5)
+            assert p.kernel.grid == (8,)
+        else:  # a warp per row: the row count first (a block holds four rows, the last one partly)
+            assert names == ["rows_fused_warp2"] and args[0][:6] == [1, 2, 3, 4, 5, 6]
+            assert args[0][6:] == [np.int32(9), np.int32(1024), np.float32(0.5)]
+            assert p.kernel.grid == (3,)
 
 
 def test_rows_staged_launch(recorded):

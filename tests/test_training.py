@@ -37,3 +37,15 @@ def test_the_committed_run_judges_every_goal_of_issue_22():
     block = study.training_block(run["records"])
     ordinary = goals[names.index("ordinary shapes, each x native")]
     assert (ordinary["met"] is True) == (block["ordinary_fwdbwd_worst_vs_native_graph"] >= study.ORDINARY_GRAPH_GOAL)
+
+
+def test_ratios_are_medians_of_per_round_ratios_where_the_row_kept_its_samples():
+    """Two slow rounds of torch's (host noise) move the ratio of medians, not the median of the rounds' ratios."""
+    row = _row("4096x768", eager={"native": 0.30, "dropin": 0.25})
+    row["eager_samples"] = {"native": [0.20, 0.21, 0.22, 0.60, 0.70], "dropin": [0.21, 0.22, 0.23, 0.24, 0.25]}
+    want = sorted(n / d for n, d in zip(row["eager_samples"]["native"], row["eager_samples"]["dropin"]))[2]
+    assert study.paired(row, "eager", "native", "dropin") == want
+    assert study.speed_rows({"shapes": [row]})[0]["eager x torch"] == want
+    del row["eager_samples"]  # an older record: the ratio of its medians
+    assert study.paired(row, "eager", "native", "dropin") == 0.30 / 0.25
+    assert study.paired(row, "graph", "native", "dropin") is None

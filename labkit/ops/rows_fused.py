@@ -4,9 +4,10 @@ reads it twice). For many short rows, where torch's schedule already fills the G
 
 Two layouts of the same arithmetic: rows of at most WARP_VECTORS[-1] * 512 floats run one warp per row, each lane
 holding four of torch's 128 threads (no block barrier, four rows per block); longer rows run torch's (32, 4) block
-per row. Both give torch's bits: the warp layout shuffles each of its four chains down as torch's warp would and
-merges the four warps' states in torch's tree. The warp layout stops at one vector per torch thread because the
-layout probe (data/dev/rows_layout/, H200) measured it slower than the block above 512 floats."""
+per row. Both give torch's bits: the warp layout makes every merge of torch's four warp reductions and 4-warp tree,
+packed onto the lanes whose results torch never reads (kernels/rows_fused.cu, welford_packed_rows4). It stops at two
+vectors per torch thread because the packing probe (data/dev/rows_packed/, H200) measured four slower than the
+block (rows of 1536 and 2048 floats)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ PATH = "rows_fused"
 KERNELS = ("rows_fused",)
 MIN_ARCH = 80
 VECTORS = (2, 4, 8, 16, 32)  # kernels/rows_fused.cu's block entry points: float4 vectors kept per thread
-WARP_VECTORS = (1,)         # its warp-per-row entry point: float4 vectors kept per torch thread (4 per lane)
+WARP_VECTORS = (1, 2)       # its warp-per-row entry points: float4 vectors kept per torch thread (4x per lane)
 THREADS = 128                # torch's threads per row, whose chains both layouts keep
 
 
@@ -37,7 +38,7 @@ def function_for(n: int) -> str:
 
 
 def is_warp(function: str) -> bool:
-    return function.startswith(("rows_fused_warp", "rows_fused_packed"))
+    return function.startswith("rows_fused_warp")
 
 
 @dataclass(frozen=True)

@@ -49,3 +49,25 @@ def test_ratios_are_medians_of_per_round_ratios_where_the_row_kept_its_samples()
     del row["eager_samples"]  # an older record: the ratio of its medians
     assert study.paired(row, "eager", "native", "dropin") == 0.30 / 0.25
     assert study.paired(row, "graph", "native", "dropin") is None
+
+
+def test_the_sweep_keeps_each_protocols_samples_and_its_rows_judge_by_them(monkeypatch):
+    """training.sweep end to end with host timing standing in for CUDA events (no GPU here): each row keeps both
+    protocols' per-round samples, eager with EAGER_ROUND_FACTOR times the rounds, and no error."""
+    import torch
+
+    from labkit.studies import bench
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda *a, **k: None)
+    monkeypatch.setattr(study, "_tensors", lambda shape, seed, device: tuple(torch.ones(shape) for _ in range(4)))
+    monkeypatch.setattr(study, "methods", lambda *a, **k: {"native": lambda: None, "dropin": lambda: None})
+    real = bench.time_methods
+    monkeypatch.setattr(bench, "time_methods", lambda fns, protocol, baseline=None, timer=None: real(
+        fns, protocol.__class__(**{**protocol.__dict__, "graph": False}), baseline, bench.HostTimer()))
+    rec = study.sweep([(4, 8)], rounds=4, device="cpu", compiled=False)
+    row = rec["shapes"][0]
+    assert row["errors"] == {}
+    assert len(row["eager_samples"]["native"]) == study.EAGER_ROUND_FACTOR * 4
+    assert len(row["graph_samples"]["dropin"]) == 4
+    assert study.speed_rows(rec)[0]["eager x torch"] == study.paired(row, "eager", "native", "dropin")

@@ -103,7 +103,7 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
                 rec = time_methods(ok, protocol, "native")
                 row[key] = {k: v["median_ms"] for k, v in rec.stats.items()}
                 row[f"{key}_stats"] = rec.stats
-                row[f"{key}_samples"] = rec.samples  # per round, every method once in shuffled order: paired ratios
+                row[f"{key}_samples"] = rec.samples_ms  # per round, every method once in shuffled order: paired ratios
             except Exception as exc:
                 row[key] = {}
                 row["errors"][key] = f"{type(exc).__name__}: {str(exc)[:300]}"

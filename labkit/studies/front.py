@@ -42,8 +42,8 @@ GLOSSARY = {
     "chain": "this book's kernel: each row's 128 per-thread Welford chains spread over the whole GPU, merged in "
              "torch's tree: torch's bits",
     "rows_fused": "the reference-order path for many short rows: torch's arithmetic with x kept in registers, "
-                  "in torch's block per row or, for rows of at most 512 floats, a warp per row standing in for "
-                  "torch's four warps (kernels/rows_fused.cu)",
+                  "in torch's block per row or, for rows of at most 1,024 floats, a warp per row standing in for "
+                  "torch's four warps, their merges packed onto lanes torch leaves unread (kernels/rows_fused.cu)",
     "drop-in": "labkit.layer_norm / labkit.LayerNorm: F.layer_norm's signature; our kernels where measured "
                "faster, torch's elsewhere",
     "torch.compile, Inductor": "torch.compile(F.layer_norm): Inductor, its code generator, writes its own kernel "

@@ -139,9 +139,9 @@ PRODUCT_TARGETS = LAYER_NORM_TARGETS + BACKWARD_TARGETS + ("split_interleaved", 
 CHANNEL_TARGETS = ("channel_nchw", "channel_rows")  # notebook 09's kernels: NCHW shapes only
 # The sanitizer's small shapes (scripts/gpu/reliability.py runs every target that takes each): NCHW, ragged chains,
 # the tma ring's partial stage and wrap-around, and rows that reach each entry point rows_fused and grad_rows_fused
-# pick (a warp per row of 256 floats, blocks of 2,048, 4,096 and 8,192; tests/test_reliability.py checks that
-# every entry point either picks is reached), and 100 rows, where the backward's column pass spreads the GammaBeta
-# template's 8 groups over blocks and folds them (grad_columns_prefetched, grad_columns_fold). The 2 x 394,752
+# pick (a warp per row of 256 and of 768 or 1,000 floats, blocks of 2,048, 4,096 and 8,192;
+# tests/test_reliability.py checks that every entry point either picks is reached), and 100 rows, where the
+# backward's column pass spreads the GammaBeta template's 8 groups over blocks and folds them (grad_columns_prefetched, grad_columns_fold). The 2 x 394,752
 # rows take grad_columns_streamed (torch's layout, many blocks); the other shapes the prefetched one with every
 # group in a block. Not reached here: the partial form (M > 64K) and the streamed kernel with groups in a block.
 # rows_staged takes every shape with N <= 2**18: 2 x 262,144 streams rows longer than its ring (early chunks

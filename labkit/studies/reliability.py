@@ -137,18 +137,18 @@ LAYER_NORM_TARGETS = ("reference_order", "chain_tma", "chain_w4", "chain_w1", "r
 BACKWARD_TARGETS = ("grad_chain", "grad_rows", "grad_split")
 PRODUCT_TARGETS = LAYER_NORM_TARGETS + BACKWARD_TARGETS + ("split_interleaved", "channel_nchw", "channel_rows")
 CHANNEL_TARGETS = ("channel_nchw", "channel_rows")  # notebook 09's kernels: NCHW shapes only
-# The sanitizer's small shapes (scripts/gpu/reliability.py runs every target that takes each): NCHW, ragged chains,
-# the tma ring's partial stage and wrap-around, and rows that reach each entry point rows_fused and grad_rows_fused
-# pick (a warp per row of 256 and of 768 or 1,000 floats, blocks of 2,048, 4,096 and 8,192;
-# tests/test_reliability.py checks that every entry point either picks is reached), and 100 rows, where the
-# backward's column pass spreads the GammaBeta template's 8 groups over blocks and folds them (grad_columns_prefetched, grad_columns_fold). The 2 x 394,752
-# rows take grad_columns_streamed (torch's layout, many blocks); the other shapes the prefetched one with every
-# group in a block. Not reached here: the partial form (M > 64K) and the streamed kernel with groups in a block.
-# rows_staged takes every shape with N <= 2**18: 2 x 262,144 streams rows longer than its ring (early chunks
-# released by the chain group, re-read for the output), and 300 x 1,028 gives its persistent blocks two or three
-# rows each (the hand-off of the statistics from row to row) with a partial chunk and chains of unequal length.
-# Neither ring wraps from row to row in these shapes (3 of 14 slots, 3 of 4 statistics entries at most): the GPU
-# tests' repeated calls reach that, not the sanitizer.
+# The sanitizer's small shapes (scripts/gpu/reliability.py runs every target that takes each): NCHW, ragged chains, the
+# tma ring's partial stage and wrap-around, and rows that reach each entry point rows_fused and grad_rows_fused pick (a
+# warp per row of 256 and of 768 or 1,000 floats, blocks of 2,048, 4,096 and 8,192; tests/test_reliability.py checks
+# that every entry point either picks is reached), and 100 rows, where the backward's column pass spreads the GammaBeta
+# template's 8 groups over blocks and folds them (grad_columns_prefetched, grad_columns_fold). The 2 x 394,752 rows take
+# grad_columns_streamed (torch's layout, many blocks); the other shapes the prefetched one with every group in a block.
+# Not reached here: the partial form (M > 64K) and the streamed kernel with groups in a block. rows_staged takes every
+# shape with N <= 2**18: 2 x 262,144 streams rows longer than its ring (early chunks released by the chain group,
+# re-read for the output), and 300 x 1,028 gives its persistent blocks two or three rows each (the hand-off of the
+# statistics from row to row) with a partial chunk and chains of unequal length. Neither ring wraps from row to row in
+# these shapes (3 of 14 slots, 3 of 4 statistics entries at most): the GPU tests' repeated calls reach that, not the
+# sanitizer.
 SANITIZER_SMALL_SHAPES = ((2, 64, 64, 64), (3, 64, 17, 19), (5, 1000), (3, 512 * 17), (2, 512 * (64 * 6 * 2 + 3)),
                           (9, 256), (6, 2048), (5, 4096), (3, 8192), (100, 768), (300, 1028))
 

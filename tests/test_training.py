@@ -40,14 +40,16 @@ def test_the_committed_run_judges_every_goal_of_issue_22():
 
 
 def test_ratios_are_medians_of_per_round_ratios_where_the_row_kept_its_samples():
-    """Two slow rounds of torch's (host noise) move the ratio of medians, not the median of the rounds' ratios."""
-    row = _row("4096x768", eager={"native": 0.30, "dropin": 0.25})
-    row["eager_samples"] = {"native": [0.20, 0.21, 0.22, 0.60, 0.70], "dropin": [0.21, 0.22, 0.23, 0.24, 0.25]}
-    want = sorted(n / d for n, d in zip(row["eager_samples"]["native"], row["eager_samples"]["dropin"]))[2]
-    assert study.paired(row, "eager", "native", "dropin") == want
-    assert study.speed_rows({"shapes": [row]})[0]["eager x torch"] == want
+    """Rounds that drift together (both methods slow in the same round) move the ratio of the medians, not the
+    median of the rounds' ratios: here 1.0 each round, against 2.0 for the medians."""
+    row = _row("4096x768", eager={"native": 2.0, "dropin": 1.0})
+    row["eager_samples"] = {"native": [1.0, 2.0, 3.0], "dropin": [1.0, 1.0, 10.0]}
+    assert study.paired(row, "eager", "native", "dropin") == 1.0
+    assert study.paired_difference_ms(row, "eager", "dropin", "native") == 0.0
+    assert study.speed_rows({"shapes": [row]})[0]["eager x torch"] == 1.0
     del row["eager_samples"]  # an older record: the ratio of its medians
-    assert study.paired(row, "eager", "native", "dropin") == 0.30 / 0.25
+    assert study.paired(row, "eager", "native", "dropin") == 2.0
+    assert study.paired_difference_ms(row, "eager", "dropin", "native") == -1.0
     assert study.paired(row, "graph", "native", "dropin") is None
 
 

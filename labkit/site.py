@@ -555,15 +555,6 @@ def goals_html(runs: dict) -> str:
             f"<ul>{items}</ul></section>")
 
 
-def _short_run_id(run_id: str) -> str:
-    """'20261202T011216Z-nvidia-h200-dropin-273b32' -> 'dropin-273b32': a run's name and hash (data/runs/<id> is
-    the one directory ending so)."""
-    import re
-
-    m = re.fullmatch(r"\d{8}T\d{6}Z-.+?-((?:[a-z]+[-_])*[a-z]+-[0-9a-f]{6})", run_id)
-    return m[1] if m else run_id
-
-
 def front_html(run_paths: dict) -> str:
     """The post, the answer, the goals, the table and the figure (with what its torch.compile points are), read
     from the runs (labkit.studies.front); the glossary and the reproduce box beside each other."""
@@ -577,7 +568,7 @@ def front_html(run_paths: dict) -> str:
     note = front.figure_note(runs) if fig else None
     # each run by its name and hash, as the README and the notebooks cite them (the full id, with its date and GPU,
     # on hover: data/runs/<id>)
-    codes = ", ".join(f"<code title='data/runs/{html.escape(i)}'>{html.escape(_short_run_id(i))}</code>" for i in ids)
+    codes = ", ".join(f"<code title='data/runs/{html.escape(i)}'>{html.escape(short)}</code>" for i, short in ids)
     source = (f"<p class='labkit-build labkit-figure-note'>{html.escape(note) + ' ' if note else ''}Table, goals "
               f"and figure from committed GPU runs {codes}; every ratio is within one run and names its protocol.</p>"
               if ids else "")

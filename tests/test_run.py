@@ -24,6 +24,15 @@ def test_run_ids_never_collide_and_dirs_are_never_reused(tmp_path):
     assert a.path != b.path
 
 
+def test_a_runs_short_id_is_its_name_and_random_suffix(tmp_path):
+    """What the front page cites: the id less its date and GPU, whatever the GPU's or the name's slug holds."""
+    run = results.Run.create(tmp_path, "bit identity", device="cpu")
+    rid = run.meta["run_id"]
+    assert results.short_id(run.meta) == f"bit-identity-{rid[-6:]}" and rid.endswith(results.short_id(run.meta))
+    meta = {"run_id": "20261202T011216Z-nvidia-h200-dropin-273b32", "name": "dropin"}
+    assert results.short_id(meta) == "dropin-273b32"
+
+
 def test_unclosed_run_is_not_complete_and_tampering_is_detected(tmp_path):
     run = results.Run.create(tmp_path, "partial", device="cpu")
     run.write("r", {"v": 1})

@@ -115,6 +115,14 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "x"
 
 
+def short_id(meta: dict) -> str:
+    """A run as the README and the notes cite it, its name and random suffix ('dropin-273b32'), from its run.json
+    (`meta`): the id Run.create made, less its date and GPU."""
+    run_id, name = meta["run_id"], _slug(meta["name"])
+    at = run_id.rfind(f"-{name}-")
+    return run_id[at + 1:] if at >= 0 else run_id
+
+
 class Run:
     """A fresh run directory. Records go in with `write`; `close` writes the manifest that marks it complete."""
 

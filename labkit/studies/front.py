@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from labkit.records.post import about as post_about
-from labkit.records.run import load_run
+from labkit.records.run import load_run, short_id
 from labkit.studies import bit_identity, dropin, kernelbench_timing, parallel_stats, training
 from labkit.studies.bench import PROTOCOL_DEFINITIONS, PROTOCOL_NAMES
 from labkit.studies.catalog import summarize_run
@@ -30,6 +30,7 @@ GOAL_RUNS = ((parallel_stats, "07", "the chain kernel at L1/40 and the post's sh
 
 # One set of names for the whole book: the two protocols (labkit.studies.bench), then the words the tables use.
 PROTOCOLS = {PROTOCOL_NAMES[k]: PROTOCOL_DEFINITIONS[k] for k in ("A", "B")}
+_PROTOCOL_LETTERS = {name: f"protocol {k}" for k, name in PROTOCOL_NAMES.items()}  # goal lines name them so
 GLOSSARY = {
     "L1/40": "KernelBench level 1, task 40: LayerNorm of a (16, 64, 256, 256) float32 tensor over its last three "
              "dims, 16 rows of 4,194,304 values",
@@ -69,9 +70,10 @@ def runs_by_name(paths: dict[str, Path] | None = None) -> dict[str, Path]:
     return out
 
 
-def run_ids(runs: dict[str, Path]) -> list[str]:
-    """The ids of the runs the front page reads (its table, goals, figure and note), sorted."""
-    return sorted(_records(p)["run"]["run_id"] for p in runs.values())
+def run_ids(runs: dict[str, Path]) -> list[tuple[str, str]]:
+    """(id, short id: labkit.records.run.short_id) of the runs the front page reads (its table, goals, figure and
+    note), sorted by id."""
+    return sorted((meta["run_id"], short_id(meta)) for meta in (_records(p)["run"] for p in runs.values()))
 
 
 def _records(path: Path | None) -> dict:
@@ -203,8 +205,7 @@ def goal_lines(goals: list[dict]) -> list[str]:
             line += f" ({', '.join(g['protocols'])})"
         for protocol, missed in g["missed_by_protocol"].items():
             # a timing protocol by its letter: the glossary beside the list spells each out
-            named = protocol.endswith(")") and "(protocol " in protocol
-            short = protocol[protocol.index("(protocol ") + 1:-1] if named else protocol
+            short = _PROTOCOL_LETTERS.get(protocol, protocol)
             where = "" if protocol == "other" else f" in {protocol}" if protocol == HOST else f" under {short}"
             line += f"; missed{where}: " + "; ".join(missed)
         lines.append(line + (f"; {g['not judged']} not judged" if g["not judged"] else "") + ".")

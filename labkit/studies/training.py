@@ -453,30 +453,31 @@ L1_40_FWDBWD_GOAL_MS = 0.70  # issue 22: L1/40 forward + backward, eager per cal
 NATIVE_FLOOR_MS = 0.200  # the goal: >= 1.0x eager native wherever native's forward+backward takes >= 200 us
 
 
-def paired(row: dict, protocol: str, num: str, den: str) -> float | None:
-    """`num`'s time / `den`'s for one sweep row under `protocol`: the median of the per-round ratios where the row
-    kept its samples (each round times every method once), else (older records) the ratio of the medians."""
-    import numpy as np
-
-    s = row.get(f"{protocol}_samples") or {}
-    a, b = s.get(num), s.get(den)
-    if a and b and len(a) == len(b):
-        return float(np.median(np.asarray(a, dtype=float) / np.asarray(b, dtype=float)))
-    t = row.get(protocol) or {}
-    return t[num] / t[den] if t.get(num) and t.get(den) else None
-
-
-def paired_difference_ms(row: dict, protocol: str, a: str, b: str) -> float | None:
-    """`a`'s time - `b`'s in ms, as `paired` takes a ratio: the median of the per-round differences where the row
-    kept its samples, else the difference of the medians."""
+def _per_round(row: dict, protocol: str, a: str, b: str, combine) -> float | None:
+    """`combine(a's times, b's times)` for one sweep row under `protocol`: the median over rounds where the row kept
+    its samples (each round times every method once), else (older records) `combine` of the medians."""
     import numpy as np
 
     s = row.get(f"{protocol}_samples") or {}
     x, y = s.get(a), s.get(b)
     if x and y and len(x) == len(y):
-        return float(np.median(np.asarray(x, dtype=float) - np.asarray(y, dtype=float)))
+        return float(np.median(combine(np.asarray(x, dtype=float), np.asarray(y, dtype=float))))
     t = row.get(protocol) or {}
-    return t[a] - t[b] if t.get(a) and t.get(b) else None
+    return float(combine(t[a], t[b])) if t.get(a) and t.get(b) else None
+
+
+def paired(row: dict, protocol: str, num: str, den: str) -> float | None:
+    """`num`'s time / `den`'s, as a median of per-round ratios (`_per_round`)."""
+    import numpy as np
+
+    return _per_round(row, protocol, num, den, np.divide)
+
+
+def paired_difference_ms(row: dict, protocol: str, a: str, b: str) -> float | None:
+    """`a`'s time - `b`'s in ms, as a median of per-round differences (`_per_round`)."""
+    import numpy as np
+
+    return _per_round(row, protocol, a, b, np.subtract)
 
 
 def speed_rows(sweep_record: dict | None) -> list[dict]:

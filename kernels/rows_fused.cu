@@ -99,15 +99,6 @@ __device__ __forceinline__ WelfordLN shfl_up_state(WelfordLN s, int delta) {
             __shfl_up_sync(0xffffffffu, s.count, delta)};
 }
 
-// The same moves of a count alone (the count pass of welford_packed_rows4).
-__device__ __forceinline__ float shfl_state(float c, int src, int width = 32) {
-    return __shfl_sync(0xffffffffu, c, src, width);
-}
-__device__ __forceinline__ float shfl_down_state(float c, int delta, int width) {
-    return __shfl_down_sync(0xffffffffu, c, delta, width);
-}
-__device__ __forceinline__ float shfl_up_state(float c, int delta) { return __shfl_up_sync(0xffffffffu, c, delta); }
-
 // torch's four warp reductions and its 4-warp tree over the four chains each lane holds (q[v] of lane l is torch's
 // thread l + 32 v), with every merge torch makes made once and the lanes whose results torch never reads reused.
 // torch's shuffle-down by `offset` only feeds its lanes below `offset`, from lanes below 2 * offset: after the
@@ -115,20 +106,19 @@ __device__ __forceinline__ float shfl_up_state(float c, int delta) { return __sh
 // 8, and after it all four share one warp (8 lanes each) for the steps by 4, 2 and 1. Each merge still takes
 // (own, received) as torch's does, so the bits are the same: 11 merges a lane instead of 4 x 5 plus the tree.
 // Returns lane 0's state as the row's; the other lanes' are not meaningful.
-template <class S, class Merge>
-__device__ __forceinline__ S welford_packed_rows4(S (&q)[4], int lane, Merge welford_merge) {
+__device__ __forceinline__ WelfordLN welford_packed_rows4(WelfordLN (&q)[4], int lane) {
 #pragma unroll
     for (int v = 0; v < 4; ++v) q[v] = welford_merge(q[v], shfl_down_state(q[v], 16, 32));
     // halves: lanes 0-15 torch's warp 2h's lanes 0-15, lanes 16-31 warp 2h+1's
     const bool upper = lane >= 16;
-    const S up1 = shfl_up_state(q[1], 16), up3 = shfl_up_state(q[3], 16);
-    S h0 = upper ? up1 : q[0], h1 = upper ? up3 : q[2];
+    const WelfordLN up1 = shfl_up_state(q[1], 16), up3 = shfl_up_state(q[3], 16);
+    WelfordLN h0 = upper ? up1 : q[0], h1 = upper ? up3 : q[2];
     h0 = welford_merge(h0, shfl_down_state(h0, 8, 16));
     h1 = welford_merge(h1, shfl_down_state(h1, 8, 16));
     // eighths: lanes 8g..8g+7 torch's warp g's lanes 0-7 (warp g is in half g & 1 of h0 or h1)
     const int seg = lane >> 3, src = (lane & 7) + (seg & 1) * 16;
-    const S from0 = shfl_state(h0, src), from1 = shfl_state(h1, src);
-    S e = seg < 2 ? from0 : from1;
+    const WelfordLN from0 = shfl_state(h0, src), from1 = shfl_state(h1, src);
+    WelfordLN e = seg < 2 ? from0 : from1;
 #pragma unroll
     for (int offset = 4; offset > 0; offset >>= 1) e = welford_merge(e, shfl_down_state(e, offset, 8));
     // torch's tree: warps 2, 3 into 0, 1 (lanes 0 and 8 receive lanes 16 and 24), then 1 into 0
@@ -136,37 +126,7 @@ __device__ __forceinline__ S welford_packed_rows4(S (&q)[4], int lane, Merge wel
     return welford_merge(e, shfl_down_state(e, 8, 32));
 }
 
-// torch's merge with the quotient 1.f / (a.count + b.count) given (0 where that count is 0): the same operations on
-// the same values as welford_merge, the division made ahead by the count pass.
-__device__ __forceinline__ WelfordLN welford_merge_given(WelfordLN b, WelfordLN a, float coef) {
-    float delta = b.mean - a.mean;
-    float count = a.count + b.count;
-    if (count > 0.f) {
-        float na = a.count * coef;
-        float nb = b.count * coef;
-        return {na * a.mean + nb * b.mean, a.m2 + b.m2 + delta * delta * a.count * nb, count};
-    }
-    return {0.f, 0.f, count};
-}
-
-// torch thread `tid`'s count after push_thread: 4 per vector it holds.
 template <int kMaxVec>
-__device__ __forceinline__ float thread_count(int tid, int n4) {
-    float c = 0.f;
-#pragma unroll
-    for (int i = 0; i < kMaxVec; ++i)
-        if (tid + 128 * i < n4) c = (float)(4 * i + 4);
-    return c;
-}
-
-__device__ __forceinline__ float4 load_no_allocate(const float4* p) {
-    float4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
-    return v;
-}
-
-template <int kMaxVec, bool kCoef, bool kPrefetch, bool kNoAlloc>
 __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, const float4* __restrict__ gamma,
                                                 const float4* __restrict__ beta, float4* __restrict__ y,
                                                 float* __restrict__ mean, float* __restrict__ rstd, int rows, int n,
@@ -177,51 +137,13 @@ __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, co
     const int n4 = n / 4;
     const float4* row = x + r_index * n4;
     float4 keep[4][kMaxVec];  // [torch's warp v][vector i] of torch's thread lane + 32 v
-    if (kNoAlloc) {
 #pragma unroll
-        for (int v = 0; v < 4; ++v)
-#pragma unroll
-            for (int i = 0; i < kMaxVec; ++i) {
-                const int j = lane + 32 * v + 128 * i;
-                if (j < n4) keep[v][i] = load_no_allocate(row + j);
-            }
-    } else {
-#pragma unroll
-        for (int v = 0; v < 4; ++v) load_thread<kMaxVec>(row, keep[v], lane + 32 * v, n4);
-    }
-    if (kPrefetch) {
-#pragma unroll
-        for (int v = 0; v < 4; ++v)
-#pragma unroll
-            for (int i = 0; i < kMaxVec; ++i) {
-                const int j = lane + 32 * v + 128 * i;
-                if (j < n4) {
-                    asm volatile("prefetch.global.L1 [%0];" ::"l"(gamma + j));
-                    asm volatile("prefetch.global.L1 [%0];" ::"l"(beta + j));
-                }
-            }
-    }
-    float coef[11];
-    if (kCoef) {
-        float c[4];
-#pragma unroll
-        for (int v = 0; v < 4; ++v) c[v] = thread_count<kMaxVec>(lane + 32 * v, n4);
-        int k = 0;
-        welford_packed_rows4(c, lane, [&](float own, float received) {
-            const float count = received + own;
-            coef[k++] = count > 0.f ? 1.f / count : 0.f;
-            return count;
-        });
-    }
+    for (int v = 0; v < 4; ++v) load_thread<kMaxVec>(row, keep[v], lane + 32 * v, n4);
     WelfordLN q[4];
 #pragma unroll
     for (int v = 0; v < 4; ++v) q[v] = push_thread<kMaxVec, false>(row, keep[v], lane + 32 * v, n4);
     float m, r;
-    int k = 0;
-    const WelfordLN s = kCoef ? welford_packed_rows4(q, lane, [&](WelfordLN own, WelfordLN received) {
-        return welford_merge_given(own, received, coef[k++]);
-    }) : welford_packed_rows4(q, lane, [](WelfordLN own, WelfordLN received) { return welford_merge(own, received); });
-    welford_finish(s, n, eps, &m, &r);
+    welford_finish(welford_packed_rows4(q, lane), n, eps, &m, &r);
     m = __shfl_sync(0xffffffffu, m, 0);  // lane 0's result, broadcast
     r = __shfl_sync(0xffffffffu, r, 0);
     if (lane == 0) {
@@ -254,30 +176,7 @@ ROWS_FUSED(32, 3, true)  // the largest: rows longer than 16384 floats re-read t
     extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_warp##K(                           \
         const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int rows, \
         int n, float eps) {                                                                                     \
-        rows_fused_warp<K, false, false, false>(x, gamma, beta, y, mean, rstd, rows, n, eps);                   \
+        rows_fused_warp<K>(x, gamma, beta, y, mean, rstd, rows, n, eps);                                        \
     }
 ROWS_FUSED_WARP(1, 10)
 ROWS_FUSED_WARP(2, 8)  // four vectors per torch thread (16 per lane) measured slower than the block: not built
-
-// dev probe variants (data/dev/rows_coef/): c = divisions by a count pass, p = gamma/beta prefetched to L1,
-// n = x loaded without L1 allocation
-#define ROWS_FUSED_WARP_DEV(K, MIN_BLOCKS, NAME, C, P, NA)                                                      \
-    extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_warp##K##_##NAME(                  \
-        const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int rows, \
-        int n, float eps) {                                                                                     \
-        rows_fused_warp<K, C, P, NA>(x, gamma, beta, y, mean, rstd, rows, n, eps);                              \
-    }
-ROWS_FUSED_WARP_DEV(1, 10, c, true, false, false)
-ROWS_FUSED_WARP_DEV(2, 8, c, true, false, false)
-ROWS_FUSED_WARP_DEV(1, 10, p, false, true, false)
-ROWS_FUSED_WARP_DEV(2, 8, p, false, true, false)
-ROWS_FUSED_WARP_DEV(1, 10, cp, true, true, false)
-ROWS_FUSED_WARP_DEV(2, 8, cp, true, true, false)
-ROWS_FUSED_WARP_DEV(1, 10, cpn, true, true, true)
-ROWS_FUSED_WARP_DEV(2, 8, cpn, true, true, true)
-ROWS_FUSED_WARP_DEV(2, 7, c7, true, false, false)
-ROWS_FUSED_WARP_DEV(2, 7, b7, false, false, false)
-ROWS_FUSED_WARP_DEV(1, 8, b8, false, false, false)
-ROWS_FUSED_WARP_DEV(1, 8, c8, true, false, false)
-ROWS_FUSED_WARP_DEV(1, 8, cp8, true, true, false)
-ROWS_FUSED_WARP_DEV(2, 7, cp7, true, true, false)

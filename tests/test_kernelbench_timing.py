@@ -43,8 +43,16 @@ def test_rows_and_verdict_from_a_record():
     # the goals as goal lines (labkit.studies.goals), under protocol B, the same list the front page counts
     assert "(goal <= 0.29 ms: missed)" in lines[3] and "(goal >= 1.1x: missed)" in lines[4]
     assert all("(protocol B)" in ln for ln in lines[3:6])
-    assert [g["met"] for g in kb.goals({"kernelbench_timing": _record()})] == [False, False, False]
+    assert [g["met"] for g in kb.goals({"kernelbench_timing": _record()})][:3] == [False, False, False]
     assert kb.goals({"kernelbench_timing": _record(ours=0.2)})[0]["met"] is True
+    # graph replay in the same run: 0.27 ms against ModelNew's 0.9 * 0.30, torch.compile's 0.9 * 0.32 over it
+    graph_ms, graph_compile = kb.goals({"kernelbench_timing": _record()})[3:]
+    assert graph_ms["met"] is True and "0.270 ms" in graph_ms["measured"]  # <= 0.27: met, just
+    from labkit.studies.goals import goal_line
+
+    assert "(protocol A)" in goal_line(graph_ms)
+    assert graph_compile["met"] is False and graph_compile["measured"].startswith("1.07x")
+    assert [g["met"] for g in kb.goals({"kernelbench_timing": _record(ours=0.31, compiled=0.36)})[3:]] == [False, True]
     # one slow block of torch.compile does not make the goal: every block must meet it
     rec = _record(ours=0.30, compiled=0.32)
     rec["samples_ms"]["torch.compile"][1] = [0.6, 0.6, 0.6]

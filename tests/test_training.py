@@ -73,3 +73,55 @@ def test_the_sweep_keeps_each_protocols_samples_and_its_rows_judge_by_them(monke
     assert len(row["eager_samples"]["native"]) == study.EAGER_ROUND_FACTOR * 4
     assert len(row["graph_samples"]["dropin"]) == 4
     assert study.speed_rows(rec)[0]["eager x torch"] == study.paired(row, "eager", "native", "dropin")
+
+
+def _trace(calls):
+    """A CudaEventTimer trace: per call (start record end, [(kernel ts, end)], sync end), host events first."""
+    ev = []
+    for i, (start, kernels, sync_end) in enumerate(calls):
+        ev.append({"gpu": True, "name": "flush", "ts": start - 100.0, "end": start - 20.0})  # waited for before
+        ev.append({"gpu": False, "name": "cudaEventRecordWithFlags", "ts": start - 2.0, "end": start})
+        ev += [{"gpu": True, "name": f"k{j}", "ts": a, "end": b} for j, (a, b) in enumerate(kernels)]
+        ev.append({"gpu": False, "name": "cudaEventRecordWithFlags", "ts": kernels[0][0] + 1.0,
+                   "end": kernels[0][0] + 2.0})
+        ev.append({"gpu": False, "name": "cudaEventSynchronize", "ts": kernels[0][0] + 3.0, "end": sync_end})
+    return ev
+
+
+def test_call_timelines_split_a_trace_into_busy_wait_and_idle():
+    ev = _trace([(1000.0, [(1050.0, 1150.0), (1140.0, 1200.0), (1300.0, 1400.0)], 1410.0),
+                 (2000.0, [(2010.0, 2100.0)], 2105.0)])
+    got = study.call_timelines(ev, 2)
+    first, second = got["timelines"]
+    # the overlapping kernels count once; the flush before the start record is not the call's
+    assert first == {"kernels": 3, "busy_us": 250.0, "wait_first_us": 50.0, "idle_between_us": 100.0,
+                     "span_us": 400.0}
+    assert second["busy_us"] == 90.0 and second["wait_first_us"] == 10.0 and second["idle_between_us"] == 0.0
+    assert "expected 6" in study.call_timelines(ev, 3)["error"]
+
+
+def test_call_timelines_on_the_probes_l1_40_trace():
+    """The dev probe's profiled drop-in calls at L1/40 (data/dev/rows_coef/): the third call's kernels run back
+    to back, the second's backward started after the forward had ended (its README's reading of the trace)."""
+    import json
+    from pathlib import Path
+
+    rec = json.loads((Path(__file__).resolve().parents[1] / "data/dev/rows_coef/probe.json").read_text())
+    d = rec["l1_40_b"]["dropin"]
+    ev = ([{"gpu": True, "name": k["name"], "ts": k["ts"], "end": k["ts"] + k["dur"]} for k in d["kernels"]]
+          + [{"gpu": False, "name": a["name"], "ts": a["ts"], "end": a["ts"] + a["dur"]} for a in d["api"]])
+    t = study.call_timelines(ev, 3)["timelines"]
+    assert [c["kernels"] for c in t] == [6, 6, 6]
+    assert 635 < t[2]["busy_us"] < 660 and t[2]["idle_between_us"] < 15  # launch gaps of 1-3 us
+    assert 100 < t[1]["idle_between_us"] < 125  # 104 of them between the forward and the backward
+
+
+def test_the_l1_40_goal_says_where_protocol_b_time_goes():
+    timeline = {"shape": [16, 64, 256, 256], "methods": {"dropin": {"event_ms": [0.72, 0.71, 0.73], "timelines": [
+        {"kernels": 6, "busy_us": 650.0, "wait_first_us": 55.0, "idle_between_us": 4.0, "span_us": 709.0}] * 3}}}
+    text = study.timeline_text(timeline)
+    assert text == ("profiled under B: kernels busy 0.65 of 0.72 ms, 55 us before the first kernel, 4 us idle "
+                    "between kernels")
+    assert study.timeline_text({**timeline, "shape": [16, 64, 32, 32]}) is None  # not L1/40: not the goal's
+    rows = study.timeline_rows({"methods": {"dropin": {"event_ms": [1.0], "timelines": [], "error": "x"}}})
+    assert rows[0]["trace"] == "x" and rows[0]["kernels busy ms"] is None

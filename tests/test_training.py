@@ -81,6 +81,8 @@ def _trace(calls):
     for i, (start, kernels, sync_end) in enumerate(calls):
         ev.append({"gpu": True, "name": "flush", "ts": start - 100.0, "end": start - 20.0})  # waited for before
         ev.append({"gpu": False, "name": "cudaEventRecordWithFlags", "ts": start - 2.0, "end": start})
+        ev.append({"gpu": False, "name": "entry", "ts": start + 5.0, "end": start + 8.0})
+        ev.append({"gpu": False, "name": "launch", "ts": start + 9.0, "end": start + 40.0})
         ev += [{"gpu": True, "name": f"k{j}", "ts": a, "end": b} for j, (a, b) in enumerate(kernels)]
         ev.append({"gpu": False, "name": "cudaEventRecordWithFlags", "ts": kernels[0][0] + 1.0,
                    "end": kernels[0][0] + 2.0})
@@ -94,8 +96,11 @@ def test_call_timelines_split_a_trace_into_busy_wait_and_idle():
     got = study.call_timelines(ev, 2)
     first, second = got["timelines"]
     # the overlapping kernels count once; the flush before the start record is not the call's
+    host_ops = first.pop("host_before_first")
     assert first == {"kernels": 3, "busy_us": 250.0, "wait_first_us": 50.0, "idle_between_us": 100.0,
                      "span_us": 400.0}
+    # the host's events while the GPU waited for the first kernel, longest first
+    assert host_ops == [{"name": "launch", "at_us": 9.0, "us": 31.0}, {"name": "entry", "at_us": 5.0, "us": 3.0}]
     assert second["busy_us"] == 90.0 and second["wait_first_us"] == 10.0 and second["idle_between_us"] == 0.0
     assert "expected 6" in study.call_timelines(ev, 3)["error"]
 

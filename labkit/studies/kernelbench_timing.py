@@ -256,11 +256,11 @@ def goals(records: dict) -> list[dict]:
                  "x torch.compile"),
             goal("L1/40 x eager native under KernelBench's timing, worst block", beside(min(vs_ref), B_NATIVE_GOAL),
                  f">= {B_NATIVE_GOAL}x", min(vs_ref) >= B_NATIVE_GOAL, kb, "x torch eager"),
-            goal("L1/40 under graph replay", beside(g_ours, A_MS_GOAL, "ms") + " (median)", f"<= {A_MS_GOAL} ms",
-                 g_ours <= A_MS_GOAL, graph, "graph replay"),
-            goal("L1/40 x torch.compile under graph replay", beside(g_compile / g_ours, A_COMPILE_GOAL)
+            goal("L1/40 median in the same run", beside(g_ours, A_MS_GOAL, "ms"), f"<= {A_MS_GOAL} ms",
+                 g_ours <= A_MS_GOAL, graph, "L1/40 median"),
+            goal("L1/40 x torch.compile in the same run", beside(g_compile / g_ours, A_COMPILE_GOAL)
                  + f" (medians: {g_compile:#.3g} against {g_ours:#.3g} ms)", f">= {A_COMPILE_GOAL}x",
-                 g_compile / g_ours >= A_COMPILE_GOAL, graph, "x torch.compile, graph replay")]
+                 g_compile / g_ours >= A_COMPILE_GOAL, graph, "L1/40 x torch.compile")]
 
 
 def verdict_lines(record: dict | None, source: str) -> list[str]:

@@ -395,6 +395,7 @@ def floor_check(rounds: int = 15, seed: int = 0, device="cuda") -> dict:
 TIMELINE_METHODS = ("dropin", "native_compiled")
 METHOD_LABELS = {"dropin": "drop-in", "native_compiled": "torch.compile(F.layer_norm)"}
 TIMELINE_CALLS = 5
+HOST_OPS_KEPT = 12  # per call: the longest host events before its first kernel (the record keeps them for reading)
 
 
 def timeline_shape(mode: str) -> tuple[int, ...]:
@@ -407,8 +408,8 @@ def b_timeline(shape=L1_40, calls: int = TIMELINE_CALLS, seed: int = 0, eps: flo
     torch.compile, each timed as protocol B times it (the L2 flushed, an event pair around the call) under
     torch.profiler. Per call (`call_timeline`): the event time, the kernels' busy time, the wait from the start
     event to the first kernel (the host's entry into the call, while the GPU idles) and the GPU's idle time between
-    its kernels. The profiler's own per-op cost slows the host, so the host's shares are upper bounds; the
-    `training_b_timeline` record."""
+    its kernels, and the longest host events while the GPU waited for its first kernel. The profiler's own per-op
+    cost slows the host, so the host's shares are upper bounds; the `training_b_timeline` record."""
     from torch.profiler import ProfilerActivity, profile
 
     from labkit.studies.bench import PROTOCOL_B, CudaEventTimer
@@ -421,7 +422,7 @@ def b_timeline(shape=L1_40, calls: int = TIMELINE_CALLS, seed: int = 0, eps: flo
         fn = fns[name]
         for _ in range(PROTOCOL_B.warmups):
             timer(fn, 1)
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], acc_events=True) as prof:
             event_ms = [timer(fn, 1) for _ in range(calls)]
         events = [{"gpu": str(e.device_type).endswith("CUDA"), "name": e.name, "ts": e.time_range.start,
                    "end": e.time_range.end} for e in prof.events()]
@@ -447,13 +448,18 @@ def call_timelines(events: list[dict], calls: int) -> dict:
         ks = [k for k in kernels if k["ts"] >= start["end"] and k["end"] <= done["end"]]
         if not ks:
             return {"timelines": [], "error": "a call with no kernel in the trace"}
+        # what the host ran while the GPU waited for the first kernel: the longest host events in that window
+        waiting = [e for e in host if start["end"] <= e["ts"] < ks[0]["ts"]]
+        longest = sorted(waiting, key=lambda e: e["end"] - e["ts"], reverse=True)[:HOST_OPS_KEPT]
         busy, reach = 0.0, ks[0]["ts"]
         for k in ks:  # the union of the kernels' intervals
             busy += max(0.0, k["end"] - max(k["ts"], reach))
             reach = max(reach, k["end"])
         first, last = ks[0]["ts"], max(k["end"] for k in ks)
         out.append({"kernels": len(ks), "busy_us": busy, "wait_first_us": first - start["end"],
-                    "idle_between_us": (last - first) - busy, "span_us": last - start["end"]})
+                    "idle_between_us": (last - first) - busy, "span_us": last - start["end"],
+                    "host_before_first": [{"name": e["name"][:80], "at_us": e["ts"] - start["end"],
+                                           "us": e["end"] - e["ts"]} for e in longest]})
     return {"timelines": out}
 
 

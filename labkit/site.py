@@ -544,15 +544,19 @@ def reproduce_html(commit: str | None, remote: str | None = None) -> str:
 
 def goals_html(runs: dict) -> str:
     """The goals statement (labkit.studies.front.goals_by_notebook): the total, then per notebook its count and
-    each missed goal under its protocol, as the notebook's verdict judges it."""
+    each missed goal under its protocol by name, and in a fold each with its figure, as the notebook's verdict
+    judges it."""
     from labkit.studies import front
 
     goals = front.goals_by_notebook(runs)
     if not goals:
         return ""
-    items = "".join(f"<li>{html.escape(line)}</li>" for line in front.goal_lines(goals))
+    # the missed goals by name, then (one click away) each with its figure and target, as the verdicts print them
+    short = "".join(f"<li>{html.escape(line)}</li>" for line in front.goal_lines(goals, figures=False))
+    full = "".join(f"<li>{html.escape(line)}</li>" for line in front.goal_lines(goals))
     return (f"<section class='labkit-goals'><p><strong>{html.escape(front.goals_sentence(goals))}</strong></p>"
-            f"<ul>{items}</ul></section>")
+            f"<ul>{short}</ul><details><summary>each missed goal with its figure and target</summary><ul>{full}</ul>"
+            f"</details></section>")
 
 
 def front_html(run_paths: dict) -> str:

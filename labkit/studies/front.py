@@ -178,12 +178,15 @@ def goals_by_notebook(runs: dict[str, Path]) -> list[dict]:
         if not judged:
             continue
         missed: dict[str, list[str]] = {}
+        briefs: dict[str, list[str]] = {}
         for g in judged:
             if g["met"] is False:
                 missed.setdefault(g["protocol"] or "other", []).append(
                     f"{g['brief']} {g['short']} (goal {g['target']})")
+                briefs.setdefault(g["protocol"] or "other", []).append(g["brief"])
         protocols = list(dict.fromkeys(g["protocol"] for g in judged if g["protocol"]))
         out.append({"notebook": notebook, "what": what, **tally(judged), "missed_by_protocol": missed,
+                    "missed_briefs": briefs,
                     "protocols": protocols, "run": _records(p)["run"]["run_id"]})
     return out
 
@@ -196,14 +199,15 @@ def goals_sentence(goals: list[dict]) -> str:
             + (f" ({unjudged} more not judged)" if unjudged else "") + ".")
 
 
-def goal_lines(goals: list[dict]) -> list[str]:
-    """One line per notebook of goals_by_notebook: its count, then each missed goal under its protocol."""
+def goal_lines(goals: list[dict], figures: bool = True) -> list[str]:
+    """One line per notebook of goals_by_notebook: its count, then each missed goal under its protocol, with its
+    figure and target (`figures`) or by name only (the front page's short list)."""
     lines = []
     for g in goals:
         line = f"{g['notebook']}, {g['what']}: {g['met']} of {g['judged']} met"
         if not g["missed_by_protocol"] and g["protocols"]:
             line += f" ({', '.join(g['protocols'])})"
-        for protocol, missed in g["missed_by_protocol"].items():
+        for protocol, missed in g["missed_by_protocol" if figures else "missed_briefs"].items():
             # a timing protocol by its letter: the glossary beside the list spells each out
             short = _PROTOCOL_LETTERS.get(protocol, protocol)
             where = "" if protocol == "other" else f" in {protocol}" if protocol == HOST else f" under {short}"

@@ -534,3 +534,22 @@ def test_the_figure_note_says_how_each_sweep_compiled_from_its_commit():
         assert "recompiled it with the sizes that changed" in front._compile_how({"dropin": "old", "training": "old"})
     finally:
         front._records = real
+
+
+def test_the_front_pages_goal_list_names_misses_and_folds_their_figures(monkeypatch):
+    """goals_html: each notebook's line names its missed goals by brief under their protocol; the fold below has the
+    same lines with each goal's figure and target, as the verdict prints them."""
+    from labkit.studies import front
+
+    goals = [{"notebook": "07", "what": "L1/40", "met": 1, "judged": 3, "not judged": 0, "missed": 2,
+              "protocols": ["graph replay (protocol A)"],
+              "missed_by_protocol": {"graph replay (protocol A)": ["L1/40 median 0.301 ms (goal <= 0.27 ms)"],
+                                     "other": ["bits 29/30 (goal 30/30)"]},
+              "missed_briefs": {"graph replay (protocol A)": ["L1/40 median"], "other": ["bits"]}, "run": "R"}]
+    short, full = front.goal_lines(goals, figures=False), front.goal_lines(goals)
+    assert short == ["07, L1/40: 1 of 3 met; missed under protocol A: L1/40 median; missed: bits."]
+    assert full == ["07, L1/40: 1 of 3 met; missed under protocol A: L1/40 median 0.301 ms (goal <= 0.27 ms); "
+                    "missed: bits 29/30 (goal 30/30)."]
+    monkeypatch.setattr(front, "goals_by_notebook", lambda runs: goals)
+    page = site.goals_html({})
+    assert page.index(site.html.escape(short[0])) < page.index("<details>") < page.index(site.html.escape(full[0]))

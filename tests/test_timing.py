@@ -207,28 +207,3 @@ def test_timing_block_on_a_synthetic_run(tmp_path, cpu_record):
     out = catalog.summarize_run(run.path)
     assert out["timing"]["2x3x4x4/random_normal"]["noaffine_eager_affine"]["status"] == "timed"
 
-
-def test_issue_24s_l1_40_goals_are_set_against_the_schedules_floor():
-    """Notebook 07's verdict: a missed L1/40 time goal below this run's floor of the schedule (faster chain row +
-    output pass) is called out of reach for the schedule, with the floor's parts; floors at another shape are not
-    compared; a goal above the floor is not called out of reach."""
-    from labkit.studies import parallel_stats as ps
-
-    breakdown = {"shape": [16, 64, 256, 256], "x_bytes": 1 << 28, "affine_bytes": 1 << 29, "timing": {"stats": {
-        "output pass (columns, last columns first)": {"median_ms": 0.14},
-        "chain (whole kernel)": {"median_ms": 0.30}, "stats, chains only (tma)": {"median_ms": 0.16}}}}
-    chain_floor = {"ms": 0.155, "pushes": 32768, "cycles_per_push": 9.17, "sm_clock_ghz_implied": 1.95}
-    ceiling = {"read_plus_write_gbps": 4000.0}
-    kb = {"samples_ms": {"ModelNew (labkit)": [[0.31, 0.31], [0.30, 0.30]]},
-          "graph": {"stats": {"ModelNew (labkit)": {"median_ms": 0.299}}}}
-    head, why = ps.floor_verdict_lines(breakdown, chain_floor, ceiling, kb, "run K")
-    assert "0.155 ms + the output pass 0.140 ms = 0.295 ms" in head and "0.299 ms (run K)" in head
-    assert "graph replay <= 0.27 ms (measured 0.299)" in why and "slowest block <= 0.29 ms (measured 0.310)" in why
-    assert "9.17 cycles per push" in why
-    quick = ps.floor_verdict_lines({**breakdown, "shape": [8, 32, 128, 256]}, chain_floor, ceiling, kb, "run K")
-    assert quick == ["issue 24's L1/40 time goals: not judged against a floor here (floors: measured at "
-                     "8x32x128x256, not L1/40; KernelBench's timing: run K)"]
-    fast = {**breakdown, "timing": {"stats": {**breakdown["timing"]["stats"],
-                                              "output pass (columns, last columns first)": {"median_ms": 0.10}}}}
-    lines = ps.floor_verdict_lines(fast, {**chain_floor, "ms": 0.13}, ceiling, kb, "run K")
-    assert len(lines) == 1 and "no missed time goal lies below the floor" in lines[0]

@@ -117,6 +117,8 @@ def test_call_timelines_on_the_probes_l1_40_trace():
           + [{"gpu": False, "name": a["name"], "ts": a["ts"], "end": a["ts"] + a["dur"]} for a in d["api"]])
     t = study.call_timelines(ev, 3)["timelines"]
     assert [c["kernels"] for c in t] == [6, 6, 6]
+    # the first profiled call: the profiler's start-up, a 3.2 ms wait between the forward and the backward
+    assert 640 < t[0]["busy_us"] < 660 and 3000 < t[0]["idle_between_us"] < 3300 and 150 < t[0]["wait_first_us"] < 200
     assert 635 < t[2]["busy_us"] < 660 and t[2]["idle_between_us"] < 15  # launch gaps of 1-3 us
     assert 100 < t[1]["idle_between_us"] < 125  # 104 of them between the forward and the backward
 
@@ -125,8 +127,22 @@ def test_the_l1_40_goal_says_where_protocol_b_time_goes():
     timeline = {"shape": [16, 64, 256, 256], "methods": {"dropin": {"event_ms": [0.72, 0.71, 0.73], "timelines": [
         {"kernels": 6, "busy_us": 650.0, "wait_first_us": 55.0, "idle_between_us": 4.0, "span_us": 709.0}] * 3}}}
     text = study.timeline_text(timeline)
-    assert text == ("profiled under B: kernels busy 0.65 of 0.72 ms, 55 us before the first kernel, 4 us idle "
-                    "between kernels")
+    assert text == ("profiled under B: kernels busy 0.65 of 0.72 ms; host shares, with the profiler's cost in them: "
+                    "55 us before the first kernel, 4 us idle between kernels")
+    # the L1/40 goal of a run carries it
+    run = newest_training_records()
+    l1 = next(g for g in study.goals({**run, "training_b_timeline": timeline})
+              if g["goal"] == "L1/40 forward + backward")
+    assert text in l1["measured"]
+    l1_without = next(g for g in study.goals({**run, "training_b_timeline": None})
+                      if g["goal"] == "L1/40 forward + backward")
+    assert "profiled" not in l1_without["measured"]
     assert study.timeline_text({**timeline, "shape": [16, 64, 32, 32]}) is None  # not L1/40: not the goal's
     rows = study.timeline_rows({"methods": {"dropin": {"event_ms": [1.0], "timelines": [], "error": "x"}}})
     assert rows[0]["trace"] == "x" and rows[0]["kernels busy ms"] is None
+
+
+def newest_training_records() -> dict:
+    from labkit.records.session import newest_complete_run
+
+    return newest_complete_run("training")["records"]

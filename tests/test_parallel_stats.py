@@ -1,0 +1,45 @@
+"""Notebook 07's verdict on issue 24's L1/40 time goals (labkit.studies.parallel_stats.floor_verdict_lines), from
+hand-made records (fixtures of this test, not data)."""
+from labkit.studies import parallel_stats as ps
+
+BREAKDOWN = {"shape": [16, 64, 256, 256], "x_bytes": 1 << 28, "affine_bytes": 1 << 29, "timing": {"stats": {
+    "output pass (columns, last columns first)": {"median_ms": 0.14},
+    "chain (whole kernel)": {"median_ms": 0.30}, "stats, chains only (tma)": {"median_ms": 0.16}}}}
+CHAIN_FLOOR = {"ms": 0.155, "pushes": 32768, "cycles_per_push": 9.17, "sm_clock_ghz_implied": 1.95}
+CEILING = {"read_plus_write_gbps": 4000.0}
+# ModelNew's KernelBench blocks (means 0.31 and 0.30: the slowest 0.31) and its graph-replay median
+KB = {"samples_ms": {n: [[v, v], [v - 0.01, v - 0.01]] for n, v in
+                     (("ModelNew (labkit)", 0.31), ("torch.compile", 0.36), ("reference", 8.0))},
+      "graph": {"stats": {"ModelNew (labkit)": {"median_ms": 0.299}}}}
+
+
+def test_missed_goals_below_the_schedules_floor_are_named_with_the_floors_parts():
+    head, why = ps.floor_verdict_lines(BREAKDOWN, CHAIN_FLOOR, CEILING, KB, "run K")
+    # the chain floor (0.155 = 0.155 * (4194304 / 128) / 32768) is faster than chains only (0.16), so it is the one
+    assert "row (chain_floor.cu) 0.155 ms + the output pass 0.140 ms = 0.295 ms" in head and "0.299 ms (run K)" in head
+    assert "graph replay <= 0.27 ms (measured 0.299, 8% under the floor)" in why
+    assert "slowest block <= 0.29 ms (measured 0.310, 2% under the floor)" in why and "9.17 cycles per push" in why
+
+
+def test_the_faster_chain_row_is_named_as_measured():
+    fast_chains = {**BREAKDOWN, "timing": {"stats": {**BREAKDOWN["timing"]["stats"],
+                                                     "stats, chains only (tma)": {"median_ms": 0.15}}}}
+    head, _ = ps.floor_verdict_lines(fast_chains, CHAIN_FLOOR, CEILING, KB, "run K")
+    assert "row (chains only) 0.150 ms" in head
+
+
+def test_goals_above_the_floor_or_met_are_not_called_below_it():
+    fast = {**BREAKDOWN, "timing": {"stats": {**BREAKDOWN["timing"]["stats"],
+                                              "output pass (columns, last columns first)": {"median_ms": 0.10}}}}
+    lines = ps.floor_verdict_lines(fast, {**CHAIN_FLOOR, "ms": 0.13}, CEILING, KB, "run K")
+    assert len(lines) == 1 and lines[0].endswith("no missed time goal lies below it")
+    met = {**KB, "graph": {"stats": {"ModelNew (labkit)": {"median_ms": 0.26}}},
+           "samples_ms": {**KB["samples_ms"], "ModelNew (labkit)": [[0.28, 0.28]]}}
+    assert len(ps.floor_verdict_lines(BREAKDOWN, CHAIN_FLOOR, CEILING, met, "run K")) == 1
+
+
+def test_floors_at_another_shape_are_not_compared():
+    quick = ps.floor_verdict_lines({**BREAKDOWN, "shape": [8, 32, 128, 256]}, CHAIN_FLOOR, CEILING, KB, "run K")
+    assert quick == ["issue 24's L1/40 time goals: not judged against a floor here (floors: measured at "
+                     "8x32x128x256, not L1/40; KernelBench's timing: run K)"]
+    assert "none measured" in ps.floor_verdict_lines(None, None, None, KB, "run K")[0]

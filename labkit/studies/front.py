@@ -25,7 +25,7 @@ RUNS = (parallel_stats.RUN_NAME, bit_identity.RUN_NAME, dropin.RUN_NAME, trainin
 GRAPH, EAGER = PROTOCOL_NAMES["A"], PROTOCOL_NAMES["B"]
 # the studies whose runs' goals the front page counts, in reading order: (study, notebook, what it judges)
 GOAL_RUNS = ((parallel_stats, "07", "the chain kernel at L1/40 and the post's shapes"),
-             (kernelbench_timing, "07", "L1/40 under KernelBench's timing and graph replay, one run"),
+             (kernelbench_timing, "07", "L1/40, KernelBench's timing and graph replay"),
              (dropin, "08", "the drop-in's forward"), (training, "10", "the drop-in's forward + backward"))
 
 # One set of names for the whole book: the two protocols (labkit.studies.bench), then the words the tables use.

@@ -184,10 +184,10 @@ def floor_verdict_lines(breakdown: dict | None, chain_floor: dict | None, ceilin
                 f"timing: {kb_source})"]
     g = kb_record["graph"]["stats"]
     graph = g[kb.OURS]["median_ms"]
-    block, _, _ = kb._per_block(kb_record)
+    block, _, vs_ref = kb._per_block(kb_record)
     slowest = max(block[kb.OURS])
     # a ratio goal is a time goal too: ModelNew at most the baseline's time / the ratio (per block under B)
-    worst_ref = min(range(len(block[kb.OURS])), key=lambda i: block["reference"][i] / block[kb.OURS][i])
+    worst_ref = vs_ref.index(min(vs_ref))
     floor = row["ms"]
     head = (f"issue 24's L1/40 time goals beside the floor this run measured for the schedule: the faster chain row "
             f"({row['chain_from']}) {row['chain_ms']:#.3g} ms + the output pass {row['output_ms']:#.3g} ms = "

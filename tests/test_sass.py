@@ -132,3 +132,24 @@ def test_committed_summary_is_small_and_says_same_contractions():
         vec = rec["torch"]["functions"]["vectorized_layer_norm_kernel<float, float, false>"]
         # the replay path: verdict recomputed from the committed parts alone
         assert summary.verdict(vec, list(rec["ours"].values()))["same_contractions"]
+
+
+@needs_disasm
+def test_rows_fused_merges_keep_torchs_contraction():
+    """Every Welford merge of every rows_fused entry point, as NVRTC builds them, fuses the received product into
+    the FFMA of the new mean, as torch's SASS does ("first_product"), and keeps torch's m2 update. The compiler chose
+    the other product for the same source expression in a variant whose merge coefficient came from elsewhere
+    (data/dev/rows_coef/: bits lost where the products round); a toolchain that did so here fails this before any
+    GPU run. The warp layout makes 11 merges per lane (welford_packed_rows4), the block layout torch's 5 shuffle
+    merges per warp and its 4-warp tree's 2 (received through shared memory)."""
+    funcs = parser.parse_sass(tools.disassemble(compile_kernel("rows_fused", "sm_90").cubin))
+    warp = {"first_product (received via shfl)": 11}
+    block = {"first_product (received via shfl)": 5, "first_product (received via lds)": 2}
+    from labkit.ops import rows_fused
+
+    assert sorted(funcs) == sorted([f"rows_fused_reg{k}" for k in rows_fused.VECTORS]
+                                   + [f"rows_fused_warp{k}" for k in rows_fused.WARP_VECTORS])  # every entry point
+    for function, instrs in funcs.items():
+        rep = patterns.contract_report(instrs)
+        want = warp if function.startswith("rows_fused_warp") else block
+        assert rep["merge"] == want and rep["merge_m2"] == sum(want.values()), (function, rep["merge"])

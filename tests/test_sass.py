@@ -153,3 +153,19 @@ def test_rows_fused_merges_keep_torchs_contraction():
         rep = patterns.contract_report(instrs)
         want = warp if function.startswith("rows_fused_warp") else block
         assert rep["merge"] == want and rep["merge_m2"] == sum(want.values()), (function, rep["merge"])
+
+
+@needs_disasm
+@pytest.mark.parametrize("kernel", ["rows_staged", "chain_stats_tma", "chain_stats", "reference_stats"])
+def test_the_other_forward_kernels_warp_merges_keep_torchs_contraction(kernel):
+    """The same check on the other reference-order forward kernels: torch's five shuffle-down merges per warp, each
+    with the received product fused, and no merge of another form. Their 4-warp trees read the other warps' states
+    from global memory (welford_row_merge_across_blocks), a form the matcher does not take as received; only
+    reference_stats' tree, through shared memory, is matched here."""
+    funcs = parser.parse_sass(tools.disassemble(compile_kernel(kernel, "sm_90").cubin))
+    merging = {f: patterns.contract_report(i) for f, i in funcs.items() if f != "reciprocal_table"}
+    assert merging
+    for function, rep in merging.items():
+        assert rep["merge"].get("first_product (received via shfl)") == 5, (function, rep["merge"])
+        assert all(k.startswith("first_product") for k in rep["merge"]), (function, rep["merge"])
+        assert rep["merge_m2"] == sum(rep["merge"].values()), (function, rep["merge_m2"])

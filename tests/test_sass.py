@@ -159,9 +159,10 @@ def test_rows_fused_merges_keep_torchs_contraction():
 @pytest.mark.parametrize("kernel", ["rows_staged", "chain_stats_tma", "chain_stats", "reference_stats"])
 def test_the_other_forward_kernels_warp_merges_keep_torchs_contraction(kernel):
     """The same check on the other reference-order forward kernels: torch's five shuffle-down merges per warp, each
-    with the received product fused, and no merge of another form. Their 4-warp trees read the other warps' states
-    from global memory (welford_row_merge_across_blocks), a form the matcher does not take as received; only
-    reference_stats' tree, through shared memory, is matched here."""
+    with the received product fused, and no merge of another form. The chain kernels' and rows_staged's 4-warp
+    trees load all four warps' states, their own included, from memory (global in welford_row_merge_across_blocks,
+    shared in rows_staged), so the matcher cannot tell own from received there and leaves them out; only
+    reference_stats' tree (own state in registers, the other through shared memory) is matched here."""
     funcs = parser.parse_sass(tools.disassemble(compile_kernel(kernel, "sm_90").cubin))
     merging = {f: patterns.contract_report(i) for f, i in funcs.items() if f != "reciprocal_table"}
     assert merging

@@ -136,12 +136,14 @@ def test_committed_summary_is_small_and_says_same_contractions():
 
 @needs_disasm
 def test_rows_fused_merges_keep_torchs_contraction():
-    """Every Welford merge of every rows_fused entry point, as NVRTC builds them, fuses the received product into
-    the FFMA of the new mean, as torch's SASS does ("first_product"), and keeps torch's m2 update. The compiler chose
+    """Every Welford merge of every rows_fused entry point, as NVRTC builds them, fuses the received product into the
+    FFMA of the new mean, as torch's SASS does ("first_product"), and keeps torch's m2 update. The compiler chose
     the other product for the same source expression in a variant whose merge coefficient came from elsewhere
     (data/dev/rows_coef/: bits lost where the products round); a toolchain that did so here fails this before any
-    GPU run. The warp layout makes 11 merges per lane (welford_packed_rows4), the block layout torch's 5 shuffle
-    merges per warp and its 4-warp tree's 2 (received through shared memory)."""
+    GPU run. The matcher wants the coefficient computed from the merge's own count nodes, so a kernel that takes it
+    from elsewhere (that variant's count pass, even written in torch's contraction) fails this too, and would need
+    the matcher taught that form first. The warp layout makes 11 merges per lane (welford_packed_rows4), the block
+    layout torch's 5 shuffle merges per warp and its 4-warp tree's 2 (received through shared memory)."""
     funcs = parser.parse_sass(tools.disassemble(compile_kernel("rows_fused", "sm_90").cubin))
     warp = {"first_product (received via shfl)": 11}
     block = {"first_product (received via shfl)": 5, "first_product (received via lds)": 2}
@@ -168,5 +170,7 @@ def test_the_other_forward_kernels_warp_merges_keep_torchs_contraction(kernel):
     assert merging
     for function, rep in merging.items():
         assert rep["merge"].get("first_product (received via shfl)") == 5, (function, rep["merge"])
+        if kernel == "reference_stats":  # its tree: the other warp's state through shared memory
+            assert rep["merge"].get("first_product (received via lds)") == 2, (function, rep["merge"])
         assert all(k.startswith("first_product") for k in rep["merge"]), (function, rep["merge"])
         assert rep["merge_m2"] == sum(rep["merge"].values()), (function, rep["merge_m2"])

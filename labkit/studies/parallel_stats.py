@@ -168,13 +168,22 @@ def floors(breakdown: dict | None, floor: dict | None, ceiling: dict | None) -> 
     return rows
 
 
+def _tightest_block(ours: list[float], baseline: list[float], ratio: float) -> tuple[float, float] | None:
+    """A per-block ratio goal (ModelNew >= `ratio`x the baseline in every block) as a time: of the blocks that miss
+    it, the one asking the least time, as (baseline / ratio, ModelNew's time there); None where every block meets
+    it."""
+    missed = [(b / ratio, o) for o, b in zip(ours, baseline) if o > b / ratio]
+    return min(missed, default=None)
+
+
 def floor_verdict_lines(breakdown: dict | None, chain_floor: dict | None, ceiling: dict | None,
                         kb_record: dict | None, kb_source: str) -> list[str]:
-    """Issue 24's L1/40 time goals (kernelbench_timing's run: graph replay, and KernelBench's timing in its slowest
-    block, as its goals judge it), and its ratio goals as the times they ask for (ModelNew at most torch.compile's
-    median / 1.10 under graph replay, the reference's time / 27 in the worst block under B), beside the floor this
-    run measured for the schedule at L1/40 (`floors`' row: the faster chain row plus the output pass). The lines say which missed goals lie below that floor, and what it is
-    made of. Floors measured at another shape (quick mode) are not compared."""
+    """Issue 24's L1/40 goals beside the floor this run measured for the schedule at L1/40 (`floors`' row: the
+    faster chain row plus the output pass), from kernelbench_timing's run. Time goals as its goals judge them (graph
+    replay's median, KernelBench's timing in its slowest block); ratio goals as the times they ask for (ModelNew at
+    most torch.compile's median / 1.10 under graph replay; under KernelBench's timing the baseline's block mean /
+    the ratio, in the missed block asking the least). The lines say which missed goals lie below that floor, and
+    what it is made of. Floors measured at another shape (quick mode) are not compared."""
     from labkit.studies import kernelbench_timing as kb
 
     row = next((r for r in floors(breakdown, chain_floor, ceiling) if r["floor"] == FLOOR_ROW), None)
@@ -183,22 +192,22 @@ def floor_verdict_lines(breakdown: dict | None, chain_floor: dict | None, ceilin
         return [f"issue 24's L1/40 time goals: not judged against a floor here (floors: {where}; KernelBench's "
                 f"timing: {kb_source})"]
     g = kb_record["graph"]["stats"]
-    graph = g[kb.OURS]["median_ms"]
-    block, _, vs_ref = kb._per_block(kb_record)
-    slowest = max(block[kb.OURS])
-    # a ratio goal is a time goal too: ModelNew at most the baseline's time / the ratio (per block under B)
-    worst_ref = vs_ref.index(min(vs_ref))
+    graph, compile_graph = g[kb.OURS]["median_ms"], g["torch.compile"]["median_ms"]
+    block, _, _ = kb._per_block(kb_record)
     floor = row["ms"]
     head = (f"issue 24's L1/40 time goals beside the floor this run measured for the schedule: the faster chain row "
             f"({row['chain_from']}) {row['chain_ms']:#.3g} ms + the output pass {row['output_ms']:#.3g} ms = "
             f"{floor:#.3g} ms; achieved under graph replay {graph:#.3g} ms ({kb_source})")
-    asked = (("graph replay", kb.A_MS_GOAL, graph),
-             (f"graph replay at >= {kb.A_COMPILE_GOAL}x torch.compile ({g['torch.compile']['median_ms']:#.3g} ms / "
-              f"{kb.A_COMPILE_GOAL})", g["torch.compile"]["median_ms"] / kb.A_COMPILE_GOAL, graph),
-             ("KernelBench's timing, slowest block", kb.B_MS_GOAL, slowest),
-             (f"KernelBench's timing at >= {kb.B_NATIVE_GOAL}x the reference ({block['reference'][worst_ref]:#.3g} ms "
-              f"/ {kb.B_NATIVE_GOAL}, its worst block)", block["reference"][worst_ref] / kb.B_NATIVE_GOAL,
-              block[kb.OURS][worst_ref]))
+    asked = [("graph replay", kb.A_MS_GOAL, graph),
+             (f"graph replay at >= {kb.A_COMPILE_GOAL}x torch.compile ({compile_graph:#.3g} ms / {kb.A_COMPILE_GOAL})",
+              compile_graph / kb.A_COMPILE_GOAL, graph),
+             ("KernelBench's timing, slowest block", kb.B_MS_GOAL, max(block[kb.OURS]))]
+    for name, baseline, ratio in (("torch.compile", "torch.compile", kb.B_COMPILE_GOAL),
+                                  ("the reference", "reference", kb.B_NATIVE_GOAL)):
+        tight = _tightest_block(block[kb.OURS], block[baseline], ratio)
+        if tight is not None:
+            asked.append((f"KernelBench's timing at >= {ratio}x {name} ({tight[0] * ratio:#.3g} ms / {ratio}, the "
+                          f"missed block asking the least)", *tight))
     missed = [(what, target, got) for what, target, got in asked if got > target]
     below = [f"{what}: at most {target:#.3g} ms, measured {got:#.3g} ({100 * (1 - target / floor):.0f}% under the "
              f"floor)" for what, target, got in missed if target < floor]
@@ -209,8 +218,8 @@ def floor_verdict_lines(breakdown: dict | None, chain_floor: dict | None, ceilin
     if not below:
         return [head + "; no missed time goal lies below it"]
     return [head, f"  below that floor: {'; '.join(below)}. L2 reuse between the passes can beat the sum only "
-                  f"slightly; meeting these needs a dependent chain faster than the {chain_floor['cycles_per_push']:.2f}"
-                  f" cycles per push chain_floor.cu measured, or part of the output written while the chains still "
+                  "slightly; meeting these needs a dependent chain faster than the "
+                  f"{chain_floor['cycles_per_push']:.2f} cycles per push chain_floor.cu measured, or part of the output written while the chains still "
                   f"run (x kept on chip between the passes). Neither was built here"]
 
 

@@ -404,12 +404,13 @@ def timeline_shape(mode: str) -> tuple[int, ...]:
 
 
 def b_timeline(shape=L1_40, calls: int = TIMELINE_CALLS, seed: int = 0, eps: float = 1e-5, device="cuda") -> dict:
-    """Where protocol B's time goes at one shape: `calls` forward + backward calls of the drop-in and of
-    torch.compile, each timed as protocol B times it (the L2 flushed, an event pair around the call) under
-    torch.profiler, after one profiled call that is dropped. Per call (`call_timelines`): the event time, the kernels' busy time, the wait from the start
-    event to the first kernel (the host's entry into the call, while the GPU idles) and the GPU's idle time between
-    its kernels, and the longest host events while the GPU waited for its first kernel. The profiler's own per-op
-    cost slows the host, so the host's shares are upper bounds; the `training_b_timeline` record."""
+    """Where protocol B's time goes at one shape: `calls` forward + backward calls of the drop-in and of torch.compile,
+    each timed as protocol B times it (the L2 flushed, an event pair around the call) under torch.profiler, after
+    one profiled call that is dropped. Per call (`call_timelines`): the event time, the kernels' busy time, the wait
+    from the start event to the first kernel (the host's entry into the call, while the GPU idles) and the GPU's
+    idle time between its kernels, and the longest host events while the GPU waited for its first kernel. The
+    profiler's own per-op cost slows the host, so the host's shares are upper bounds; the `training_b_timeline`
+    record."""
     from torch.profiler import ProfilerActivity, profile
 
     from labkit.studies.bench import PROTOCOL_B, CudaEventTimer

@@ -543,9 +543,9 @@ def test_the_front_pages_goal_list_names_misses_and_folds_their_figures(monkeypa
 
     goals = [{"notebook": "07", "what": "L1/40", "met": 1, "judged": 3, "not judged": 0, "missed": 2,
               "protocols": ["graph replay (protocol A)"],
-              "missed_by_protocol": {"graph replay (protocol A)": ["L1/40 median 0.301 ms (goal <= 0.27 ms)"],
-                                     "other": ["bits 29/30 (goal 30/30)"]},
-              "missed_briefs": {"graph replay (protocol A)": ["L1/40 median"], "other": ["bits"]}, "run": "R"}]
+              "missed_by_protocol": {
+                  "graph replay (protocol A)": [("L1/40 median", "L1/40 median 0.301 ms (goal <= 0.27 ms)")],
+                  "other": [("bits", "bits 29/30 (goal 30/30)")]}, "run": "R"}]
     short, full = front.goal_lines(goals, figures=False), front.goal_lines(goals)
     assert short == ["07, L1/40: 1 of 3 met; missed under protocol A: L1/40 median; missed: bits."]
     assert full == ["07, L1/40: 1 of 3 met; missed under protocol A: L1/40 median 0.301 ms (goal <= 0.27 ms); "

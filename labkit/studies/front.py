@@ -177,16 +177,13 @@ def goals_by_notebook(runs: dict[str, Path]) -> list[dict]:
         judged = study.goals(_records(p))
         if not judged:
             continue
-        missed: dict[str, list[str]] = {}
-        briefs: dict[str, list[str]] = {}
+        missed: dict[str, list[tuple[str, str]]] = {}  # per protocol: (the goal's name, with its figure and target)
         for g in judged:
             if g["met"] is False:
                 missed.setdefault(g["protocol"] or "other", []).append(
-                    f"{g['brief']} {g['short']} (goal {g['target']})")
-                briefs.setdefault(g["protocol"] or "other", []).append(g["brief"])
+                    (g["brief"], f"{g['brief']} {g['short']} (goal {g['target']})"))
         protocols = list(dict.fromkeys(g["protocol"] for g in judged if g["protocol"]))
         out.append({"notebook": notebook, "what": what, **tally(judged), "missed_by_protocol": missed,
-                    "missed_briefs": briefs,
                     "protocols": protocols, "run": _records(p)["run"]["run_id"]})
     return out
 
@@ -207,7 +204,8 @@ def goal_lines(goals: list[dict], figures: bool = True) -> list[str]:
         line = f"{g['notebook']}, {g['what']}: {g['met']} of {g['judged']} met"
         if not g["missed_by_protocol"] and g["protocols"]:
             line += f" ({', '.join(g['protocols'])})"
-        for protocol, missed in g["missed_by_protocol" if figures else "missed_briefs"].items():
+        for protocol, goals_missed in g["missed_by_protocol"].items():
+            missed = [full if figures else brief for brief, full in goals_missed]
             # a timing protocol by its letter: the glossary beside the list spells each out
             short = _PROTOCOL_LETTERS.get(protocol, protocol)
             where = "" if protocol == "other" else f" in {protocol}" if protocol == HOST else f" under {short}"

@@ -3,7 +3,6 @@ behind the chain-parallel kernel (labkit.ops.chain). Records in, tables and figu
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import numpy as np
@@ -219,8 +218,9 @@ def floor_verdict_lines(breakdown: dict | None, chain_floor: dict | None, ceilin
         return [head + "; no missed time goal lies below it"]
     return [head, f"  below that floor: {'; '.join(below)}. L2 reuse between the passes can beat the sum only "
                   "slightly; meeting these needs a dependent chain faster than the "
-                  f"{chain_floor['cycles_per_push']:.2f} cycles per push chain_floor.cu measured, or part of the output written while the chains still "
-                  f"run (x kept on chip between the passes). Neither was built here"]
+                  f"{chain_floor['cycles_per_push']:.2f} cycles per push chain_floor.cu measured, or part of the "
+                  "output written while the chains still run (x kept on chip between the passes). Neither was built "
+                  "here"]
 
 
 def breakdown_rows(breakdown: dict | None) -> list[dict]:

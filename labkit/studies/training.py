@@ -896,8 +896,8 @@ def _within(t: dict, what: str, us: float) -> bool:
     return a is not None and b is not None and a <= b + us
 
 
-RECORDS = ("training_sweep", "training_b_timeline", "training_host", "training_model", "training_wide", "training_floor",
-           "training_identity", "training_fuzz")
+RECORDS = ("training_sweep", "training_b_timeline", "training_host", "training_model", "training_wide",
+           "training_floor", "training_identity", "training_fuzz")
 
 
 def collect(session) -> dict:

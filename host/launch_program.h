@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 
 #include <array>
+#include <initializer_list>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -157,11 +158,29 @@ struct Program {
 
   static constexpr int kMaxArgs = 24;
 
+  // The first step that reads or writes any of `slots` (steps.size() where none does). The host launches the
+  // steps before it first and allocates those slots' buffers after, so the GPU starts while the host allocates.
+  size_t first_use(std::initializer_list<int> slot_list) const {
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const Step& s = steps[i];
+      for (int slot : slot_list) {
+        if (s.memset && s.slot == slot) return i;
+        for (const Arg& a : s.args)
+          if ((a.kind == kPtr || a.kind == kMap) && a.slot == slot) return i;
+      }
+    }
+    return steps.size();
+  }
+
   // Launch every step on `stream` of the current device; `ptrs` holds one address per slot.
-  void run(const uint64_t* ptrs, float eps, CUstream stream) const {
+  void run(const uint64_t* ptrs, float eps, CUstream stream) const { run(ptrs, eps, stream, 0, steps.size()); }
+
+  // Launch steps [begin, end); `ptrs` needs only the slots those steps use.
+  void run(const uint64_t* ptrs, float eps, CUstream stream, size_t begin, size_t end) const {
     const Driver& d = Driver::get();
     if (!d.error.empty()) throw std::runtime_error(d.error);
-    for (const Step& s : steps) {
+    for (size_t k = begin; k < end && k < steps.size(); ++k) {
+      const Step& s = steps[k];
       if (s.memset) {
         check(d.memset_d8_async(ptrs[s.slot] + s.offset, 0, static_cast<size_t>(s.nbytes), stream),
               "cuMemsetD8Async");

@@ -14,6 +14,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -103,6 +104,12 @@ void run(const ProgramHolder& holder, const c10::Device& device, const uint64_t*
   holder.program.run(ptrs, eps, current_stream(device));
 }
 
+// The steps [begin, end) of a program (the caller has made the device's primary context current).
+void run_steps(const ProgramHolder& holder, const c10::Device& device, const uint64_t* ptrs, float eps, size_t begin,
+               size_t end) {
+  holder.program.run(ptrs, eps, current_stream(device), begin, end);
+}
+
 inline uint64_t address(const Tensor& t) {
   return t.defined() ? reinterpret_cast<uint64_t>(t.data_ptr()) : 0;
 }
@@ -113,6 +120,12 @@ inline bool misaligned(const Tensor& a, const Tensor& b, const Tensor& c) {
 
 constexpr int kForwardSlots = 7;   // x, weight, bias, y, mean, rstd, scratch
 constexpr int kBackwardSlots = 9;  // dy, x, mean, rstd, weight, dx, dweight, dbias, scratch
+constexpr int kForwardY = 3;
+constexpr int kBackwardDx = 5, kBackwardDweight = 6, kBackwardDbias = 7;
+
+inline int64_t round_up16(int64_t n) {
+  return (n + 15) / 16 * 16;
+}
 
 // One input signature of the drop-in (labkit.ops.dropin.plan.KernelPlan / Plan), as Python planned it.
 struct LayerNormPlan : torch::CustomClassHolder {
@@ -121,7 +134,49 @@ struct LayerNormPlan : torch::CustomClassHolder {
   double eps = 1e-5;
   int64_t rows = 0, n = 0, forward_scratch = 0, backward_scratch = 0, partial_groups = 1;
   Tensor ones, neg_zeros;  // gamma 1 and beta -0.0 standing in for an absent weight and bias
+  // the first forward step that touches y, the first backward step that touches dx, dweight or dbias: the steps
+  // before them are launched before those outputs are allocated
+  size_t forward_split = 0, backward_split = 0;
+
+  // A training forward's statistics live in one allocation, [scratch | mean | rstd] (the scratch rounded up to 16
+  // bytes): one allocation a call instead of three. Offsets in bytes.
+  int64_t packed_mean_at() const { return round_up16(forward_scratch); }
+  int64_t packed_bytes() const { return packed_mean_at() + 8 * rows; }
 };
+
+// The statistics a training forward saves: torch's mean and rstd tensors (where torch's forward served), or the
+// packed buffer our forward wrote them into (LayerNormPlan::packed_mean_at). Views of the packed buffer are made
+// only where torch's backward needs them as tensors.
+struct SavedStats {
+  Tensor mean, rstd, packed;
+
+  uint64_t mean_address(const LayerNormPlan& p) const {
+    return packed.defined() ? reinterpret_cast<uint64_t>(packed.data_ptr()) + p.packed_mean_at() : address(mean);
+  }
+  uint64_t rstd_address(const LayerNormPlan& p) const {
+    return packed.defined() ? mean_address(p) + 4 * p.rows : address(rstd);
+  }
+  // mean and rstd as float32 tensors of torch's statistics shape (views into the packed buffer where there is one)
+  std::pair<Tensor, Tensor> tensors(const LayerNormPlan& p) const {
+    if (!packed.defined()) return {mean, rstd};
+    auto view = [&](int64_t at) {
+      return packed.narrow(0, at, 4 * p.rows).view(at::kFloat).view(p.stat_shape);
+    };
+    return {view(p.packed_mean_at()), view(p.packed_mean_at() + 4 * p.rows)};
+  }
+};
+
+// The forward program with every slot but y filled in `ptrs`: the steps before y's first use launched, then y
+// allocated (the GPU starts on the statistics while the host allocates), then the rest. Returns y.
+Tensor launch_forward(const LayerNormPlan& p, const Tensor& x, uint64_t (&ptrs)[kForwardSlots]) {
+  const float eps = static_cast<float>(p.eps);
+  labkit_host::use_primary_context(x.device().index());
+  run_steps(*p.forward, x.device(), ptrs, eps, 0, p.forward_split);
+  Tensor y = at::empty(x.sizes(), x.options().dtype(at::kFloat));
+  ptrs[kForwardY] = address(y);
+  run_steps(*p.forward, x.device(), ptrs, eps, p.forward_split, p.forward->program.steps.size());
+  return y;
+}
 
 std::tuple<Tensor, Tensor, Tensor> run_forward(const LayerNormPlan& p, const Tensor& x, const Tensor& w,
                                                const Tensor& b, bool stats) {
@@ -133,7 +188,6 @@ std::tuple<Tensor, Tensor, Tensor> run_forward(const LayerNormPlan& p, const Ten
   }
   c10::DeviceGuard guard(x.device());
   auto f32 = x.options().dtype(at::kFloat);
-  Tensor y = at::empty(x.sizes(), f32);
   Tensor mean, rstd, scratch;
   uint64_t mp, rp, sp;
   if (stats) {
@@ -142,36 +196,65 @@ std::tuple<Tensor, Tensor, Tensor> run_forward(const LayerNormPlan& p, const Ten
     if (p.forward_scratch) scratch = at::empty({p.forward_scratch}, x.options().dtype(at::kByte));
     mp = address(mean), rp = address(rstd);
   } else {  // scratch with mean and rstd behind it: one allocation
-    scratch = at::empty({p.forward_scratch + 8 * p.rows}, x.options().dtype(at::kByte));
-    mp = address(scratch) + p.forward_scratch;
+    scratch = at::empty({p.packed_bytes()}, x.options().dtype(at::kByte));
+    mp = address(scratch) + p.packed_mean_at();
     rp = mp + 4 * p.rows;
   }
   sp = address(scratch);
-  const uint64_t ptrs[7] = {address(x), address(g), address(beta), address(y), mp, rp, sp};
-  run(*p.forward, x.device(), ptrs, static_cast<float>(p.eps));
+  uint64_t ptrs[7] = {address(x), address(g), address(beta), 0, mp, rp, sp};
+  Tensor y = launch_forward(p, x, ptrs);
   return {y, mean, rstd};
 }
 
+// A training forward: y, and the statistics to save (SavedStats). Ours: one allocation for scratch, mean and rstd,
+// the steps before the output's first use launched before y is allocated (the GPU starts while the host allocates).
+std::pair<Tensor, SavedStats> run_forward_train(const LayerNormPlan& p, const Tensor& x, const Tensor& w,
+                                                const Tensor& b) {
+  const Tensor& g = w.defined() ? w : p.ones;
+  const Tensor& beta = b.defined() ? b : p.neg_zeros;
+  if (!p.forward || misaligned(x, g, beta)) {
+    auto [y, mean, rstd] = at::native_layer_norm(x, p.normalized_shape, w, b, p.eps);
+    return {y, SavedStats{mean, rstd, Tensor()}};
+  }
+  c10::DeviceGuard guard(x.device());
+  SavedStats saved;
+  saved.packed = at::empty({p.packed_bytes()}, x.options().dtype(at::kByte));
+  const uint64_t sp = address(saved.packed), mp = saved.mean_address(p), rp = saved.rstd_address(p);
+  uint64_t ptrs[7] = {address(x), address(g), address(beta), 0, mp, rp, sp};
+  Tensor y = launch_forward(p, x, ptrs);
+  return {y, std::move(saved)};
+}
+
 std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor dy, const Tensor& x,
-                                                const Tensor& mean, const Tensor& rstd, const Tensor& w,
-                                                const Tensor& b, std::array<bool, 3> mask) {
+                                                const SavedStats& stats, const Tensor& w, const Tensor& b,
+                                                std::array<bool, 3> mask) {
   const Tensor& g = w.defined() ? w : p.ones;
   // what labkit.ops.backward.refusal asks of grad_y, mean and rstd (a negated view or a ZeroTensor: memory that
-  // does not hold the values)
+  // does not hold the values); the packed statistics are our forward's own
+  const Tensor &mean = stats.mean, &rstd = stats.rstd;
   bool ours = p.backward && dy.is_cuda() && dy.scalar_type() == at::kFloat && !dy.is_neg() &&
-              !dy._is_zerotensor() && dy.sizes() == x.sizes() && mean.is_contiguous() && rstd.is_contiguous() &&
-              !mean.is_neg() && !rstd.is_neg() && mean.numel() == p.rows && rstd.numel() == p.rows;
+              !dy._is_zerotensor() && dy.sizes() == x.sizes() &&
+              (stats.packed.defined() || (mean.is_contiguous() && rstd.is_contiguous() && !mean.is_neg() &&
+                                          !rstd.is_neg() && mean.numel() == p.rows && rstd.numel() == p.rows));
   if (ours) {
     dy = dy.contiguous();  // what torch's backward does first (LayerNormBackwardKernelImpl)
     ours = !misaligned(x, dy, g);
   }
-  if (!ours) return at::native_layer_norm_backward(dy, x, p.normalized_shape, mean, rstd, w, b, mask);
+  if (!ours) {
+    auto [m, r] = stats.tensors(p);
+    return at::native_layer_norm_backward(dy, x, p.normalized_shape, m, r, w, b, mask);
+  }
   c10::DeviceGuard guard(x.device());
   bool want_w = mask[1] && w.defined(), want_b = mask[2] && b.defined();
   auto f32 = x.options().dtype(at::kFloat);
-  Tensor dx = at::empty(x.sizes(), f32);
   Tensor scratch;
   if (p.backward_scratch) scratch = at::empty({p.backward_scratch}, x.options().dtype(at::kByte));
+  uint64_t ptrs[9] = {address(dy), address(x), stats.mean_address(p), stats.rstd_address(p), address(g), 0, 0, 0,
+                      address(scratch)};
+  // the steps before the first that touches dx, dweight or dbias (the row sums) start while those are allocated
+  labkit_host::use_primary_context(x.device().index());
+  run_steps(*p.backward, x.device(), ptrs, 0.0f, 0, p.backward_split);
+  Tensor dx = at::empty(x.sizes(), f32);
   Tensor dg, db;
   if (p.partial_groups > 1) {
     if (want_w) dg = at::empty({p.partial_groups, p.n}, f32);
@@ -180,9 +263,8 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
     if (want_w) dg = at::empty(p.normalized_shape, f32);
     if (want_b) db = at::empty(p.normalized_shape, f32);
   }
-  const uint64_t ptrs[9] = {address(dy), address(x), address(mean), address(rstd), address(g), address(dx),
-                            address(dg), address(db), address(scratch)};
-  run(*p.backward, x.device(), ptrs, 0.0f);
+  ptrs[kBackwardDx] = address(dx), ptrs[kBackwardDweight] = address(dg), ptrs[kBackwardDbias] = address(db);
+  run_steps(*p.backward, x.device(), ptrs, 0.0f, p.backward_split, p.backward->program.steps.size());
   if (p.partial_groups > 1) {  // torch's own .sum(0) of the same partials (LaunchGammaBetaBackwardCUDAKernel)
     if (dg.defined()) dg = dg.sum(0).view(p.normalized_shape);
     if (db.defined()) db = db.sum(0).view(p.normalized_shape);
@@ -197,10 +279,12 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
   static Tensor forward(torch::autograd::AutogradContext* ctx, const Tensor& x, const Tensor& w_in,
                         const Tensor& b_in, int64_t affine, c10::intrusive_ptr<LayerNormPlan> plan) {
     Tensor w = affine & 1 ? w_in : Tensor(), b = affine & 2 ? b_in : Tensor();
-    auto [y, mean, rstd] = run_forward(*plan, x, w, b, true);
-    ctx->save_for_backward({x, mean, rstd, w, b});
+    auto [y, stats] = run_forward_train(*plan, x, w, b);
+    // saved: x, then mean and rstd (torch's forward) or the packed buffer and nothing (ours), then w and b
+    const bool packed = stats.packed.defined();
+    ctx->save_for_backward({x, packed ? stats.packed : stats.mean, packed ? Tensor() : stats.rstd, w, b});
     ctx->saved_data["need"] = static_cast<int64_t>(x.requires_grad() | (w.defined() && w.requires_grad()) << 1 |
-                                                   (b.defined() && b.requires_grad()) << 2);
+                                                   (b.defined() && b.requires_grad()) << 2 | packed << 3);
     ctx->saved_data["plan"] = c10::IValue::make_capsule(std::move(plan));
     return y;
   }
@@ -213,7 +297,7 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
     bool nx = (need & 1) && ctx->needs_input_grad(0), nw = (need & 2) && ctx->needs_input_grad(1),
          nb = (need & 4) && ctx->needs_input_grad(2);
     auto saved = ctx->get_saved_variables();
-    const Tensor &x = saved[0], &mean = saved[1], &rstd = saved[2], &w = saved[3], &b = saved[4];
+    const Tensor &x = saved[0], &w = saved[3], &b = saved[4];
     const Tensor& gy = grads[0];
     if (!gy.defined()) return {Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
     if (torch::autograd::GradMode::is_enabled()) {
@@ -231,7 +315,9 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
       Tensor gb = nb ? g[i++] : Tensor();
       return {gx, gw, gb, Tensor(), Tensor()};
     }
-    auto [gx, gw, gb] = run_backward(*plan, gy, x, mean, rstd, w, b, {nx, nw, nb});
+    const SavedStats stats =
+        need & 8 ? SavedStats{Tensor(), Tensor(), saved[1]} : SavedStats{saved[1], saved[2], Tensor()};
+    auto [gx, gw, gb] = run_backward(*plan, gy, x, stats, w, b, {nx, nw, nb});
     return {nx ? gx : Tensor(), nw ? gw : Tensor(), nb ? gb : Tensor(), Tensor(), Tensor()};
   }
 };
@@ -439,7 +525,12 @@ void forget() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<ProgramHolder, c10::intrusive_ptr<ProgramHolder>>(m, "Program")
       .def(py::init(&make_program), py::arg("slots"), py::arg("steps"))
-      .def_property_readonly("steps", [](const ProgramHolder& h) { return h.program.steps.size(); });
+      .def_property_readonly("steps", [](const ProgramHolder& h) { return h.program.steps.size(); })
+      .def("first_use", [](const ProgramHolder& h, const std::vector<int>& slots) {
+        size_t first = h.program.steps.size();
+        for (int slot : slots) first = std::min(first, h.program.first_use({slot}));
+        return first;
+      });
 
   py::class_<LayerNormPlan, c10::intrusive_ptr<LayerNormPlan>>(m, "LayerNormPlan")
       .def(py::init([](std::optional<c10::intrusive_ptr<ProgramHolder>> forward,
@@ -463,13 +554,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              p->partial_groups = partial_groups;
              p->ones = value_or_undefined(ones);
              p->neg_zeros = value_or_undefined(neg_zeros);
+             if (p->forward) p->forward_split = p->forward->program.first_use({kForwardY});
+             if (p->backward)
+               p->backward_split = p->backward->program.first_use({kBackwardDx, kBackwardDweight, kBackwardDbias});
              return p;
            }),
            py::arg("forward"), py::arg("backward"), py::arg("normalized_shape"), py::arg("eps"),
            py::arg("stat_shape"), py::arg("rows"), py::arg("n"), py::arg("forward_scratch"),
            py::arg("backward_scratch"), py::arg("partial_groups"), py::arg("ones"), py::arg("neg_zeros"))
       .def_property_readonly("has_forward", [](const LayerNormPlan& p) { return bool(p.forward); })
-      .def_property_readonly("has_backward", [](const LayerNormPlan& p) { return bool(p.backward); });
+      .def_property_readonly("has_backward", [](const LayerNormPlan& p) { return bool(p.backward); })
+      .def_property_readonly("forward_split", [](const LayerNormPlan& p) { return p.forward_split; })
+      .def_property_readonly("backward_split", [](const LayerNormPlan& p) { return p.backward_split; });
 
   m.def("forward", [](const LayerNormPlan& p, const Tensor& x, std::optional<Tensor> w, std::optional<Tensor> b) {
     return std::get<0>(run_forward(p, x, value_or_undefined(w), value_or_undefined(b), false));
@@ -493,7 +589,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("backward", [](const LayerNormPlan& p, const Tensor& dy, const Tensor& x, const Tensor& mean,
                        const Tensor& rstd, std::optional<Tensor> w, std::optional<Tensor> b, std::vector<bool> mask) {
     TORCH_CHECK(mask.size() == 3, "output_mask needs 3 entries");
-    return run_backward(p, dy, x, mean, rstd, value_or_undefined(w), value_or_undefined(b),
+    return run_backward(p, dy, x, SavedStats{mean, rstd, Tensor()}, value_or_undefined(w), value_or_undefined(b),
                         {mask[0], mask[1], mask[2]});
   });
   m.def("run", [](const ProgramHolder& h, int device, std::vector<uint64_t> ptrs, float eps) {

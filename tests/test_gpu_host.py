@@ -127,6 +127,32 @@ def test_a_misaligned_view_takes_torchs_other_path_in_cpp(fresh_plans):
     assert all(_same(a, c) for a, c in zip(got, ref))
 
 
+@pytest.mark.parametrize("forward", ["chain", "rows_fused"])
+def test_torchs_backward_reads_the_statistics_our_forward_packed(fresh_plans, forward):
+    """Our training forward keeps mean and rstd in one buffer behind its scratch. Where our backward refuses the
+    call (dy 4 bytes past an aligned address) and where torch's backward is forced, the node hands torch's
+    backward views of that buffer: torch's bits both ways, and on the next, aligned call ours again."""
+    import torch
+
+    from labkit.ops.dropin import host
+    from labkit.ops.dropin import plan as plans
+
+    x, ns, w, b, dy = _inputs((16, 1 << 16))
+    base = torch.randn(x.numel() + 1, device="cuda")
+    shifted = base[1:].view(x.shape)
+    for backward, grad in (("rows", shifted), ("native", dy), ("rows", dy)):
+        with plans.forced_backward(backward):
+            try:
+                p = plans.get_plan(x, ns, w, b, 1e-5, True, force=forward)
+            except ValueError:
+                pytest.skip(f"{forward} cannot take the shape here")
+            assert p.host is not None and p.host.has_forward
+            train = lambda xs, ns_, w_, b_, e: host.module().train(p.host, xs, w_, b_)  # noqa: E731
+            got = _step(train, x, ns, w, b, grad, 1e-5)
+        ref = _step(torch.nn.functional.layer_norm, x, ns, w, b, grad, 1e-5)
+        assert all(_same(a, c) for a, c in zip(got, ref)), (forward, backward, grad.data_ptr() % 16)
+
+
 def test_double_backward_through_the_cpp_node(fresh_plans):
     import torch
 

@@ -142,6 +142,39 @@ def test_every_paths_program_converts_to_the_extensions_form(ext, fake_functions
         assert [tuple(a) for a in step[5]] == [expected(a) for a in described.args]
 
 
+def _touches(step) -> set:
+    """The slots a described step reads or writes."""
+    if isinstance(step, program.Memset):
+        return {step.slot}
+    return {a.slot for a in step.args if isinstance(a, (program.Ptr, program.Map))}
+
+
+@pytest.mark.parametrize("make,outputs,split", [
+    (lambda: chain.plan(16, 1 << 22, H200), ("y",), 2),           # memset and statistics before the output pass
+    (lambda: chain.plan(3, 1000, H200), ("y",), 2),
+    (lambda: rows_fused.plan(4096, 768, H200), ("y",), 0),        # one launch, which writes y
+    (lambda: backward.plan(16, 1 << 22, H200, "chain"), ("dx", "dgamma", "dbeta"), 2),  # memset and row sums
+    (lambda: backward.plan(64, 8192, H200, "rows"), ("dx", "dgamma", "dbeta"), 1),
+    (lambda: backward.plan(100000, 256, H200, "split"), ("dx", "dgamma", "dbeta"), 0),  # sums write dx
+])
+def test_the_steps_before_an_outputs_first_use_are_what_runs_before_it_is_allocated(ext, fake_functions, make,
+                                                                                       outputs, split):
+    """run_forward / run_backward launch the steps before the first one touching y (dx, dgamma, dbeta) and
+    allocate those outputs after: the split the extension computes is the described program's, and the output
+    slots are untouched before it."""
+    described = make().program(0)
+    ext_program = ext.Program(len(described.slots), program.native_steps(program.BoundProgram(described, 0)))
+    slots = {name: i for i, name in enumerate(described.slots)}
+    assert ext_program.first_use([slots[o] for o in outputs]) == split
+    assert all(not (_touches(s) & set(outputs)) for s in described.steps[:split])
+    assert split == len(described.steps) or _touches(described.steps[split]) & set(outputs)
+    forward = outputs == ("y",)
+    ns, rows = [8], 2
+    plan = ext.LayerNormPlan(ext_program if forward else None, None if forward else ext_program, ns, 1e-5,
+                             [rows, 1], rows, 8, 0, 0, 1, None, None)
+    assert (plan.forward_split if forward else plan.backward_split) == split
+
+
 def test_a_program_naming_a_slot_it_lacks_is_refused(ext):
     with pytest.raises(RuntimeError, match="slot"):
         ext.Program(2, [("launch", 0, (1, 1, 1), (1, 1, 1), 0, [(0, 5, 0)])])

@@ -129,9 +129,10 @@ def test_a_misaligned_view_takes_torchs_other_path_in_cpp(fresh_plans):
 
 @pytest.mark.parametrize("forward", ["chain", "rows_fused"])
 def test_torchs_backward_reads_the_statistics_our_forward_packed(fresh_plans, forward):
-    """Our training forward keeps mean and rstd in one buffer behind its scratch. Where our backward refuses the
-    call (dy 4 bytes past an aligned address) and where torch's backward is forced, the node hands torch's
-    backward views of that buffer: torch's bits both ways, and on the next, aligned call ours again."""
+    """Where our backward is planned, our training forward keeps mean and rstd in one buffer behind its scratch;
+    where that backward refuses the call (dy 4 bytes past an aligned address) the node hands torch's backward views
+    of that buffer. Where torch's backward is planned (forced here), mean and rstd are tensors of their own. Torch's
+    bits every way, and ours again on the next, aligned call."""
     import torch
 
     from labkit.ops.dropin import host

@@ -365,8 +365,8 @@ def test_the_rule_agrees_with_the_committed_dropin_run():
     table, _ = tables.for_device(sweep["device"]["arch"], sweep["device"]["sm_count"])
     assert table.RUN_ID in sweep["rule_source"], "the committed dropin run timed another table than the code's"
     bad = [r["shape"] for r in study.dispatch_rows(sweep) if not r["agrees"]]
-    # Known disagreements, by run: none in 9051a9 (nor in 273b32 and 2c5578 before it). bc03c9 (removed; git history keeps it)
-    # had one at 3x64x17x19, a host-bound shape whose forced candidates' eager quartiles overlapped.
+    # Known disagreements, by run: none in 9051a9 (nor in 273b32 and 2c5578 before it). bc03c9 (removed; git
+    # history keeps it) had one at 3x64x17x19, a host-bound shape whose forced candidates' eager quartiles overlapped.
     # A new disagreement fails here; so does a listed one's disappearing (then delete it from the list).
     known: dict[str, list[str]] = {}
     assert bad == known.get(run["records"]["run"]["run_id"], [])

@@ -10,7 +10,6 @@
 #include <dlfcn.h>
 
 #include <array>
-#include <initializer_list>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -158,12 +157,12 @@ struct Program {
 
   static constexpr int kMaxArgs = 24;
 
-  // The first step that reads or writes any of `slots` (steps.size() where none does). The host launches the
+  // The first step that reads or writes any of `wanted` (steps.size() where none does). The host launches the
   // steps before it first and allocates those slots' buffers after, so the GPU starts while the host allocates.
-  size_t first_use(std::initializer_list<int> slot_list) const {
+  size_t first_use(const std::vector<int>& wanted) const {
     for (size_t i = 0; i < steps.size(); ++i) {
       const Step& s = steps[i];
-      for (int slot : slot_list) {
+      for (int slot : wanted) {
         if (s.memset && s.slot == slot) return i;
         for (const Arg& a : s.args)
           if ((a.kind == kPtr || a.kind == kMap) && a.slot == slot) return i;

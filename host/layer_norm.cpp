@@ -14,7 +14,6 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -104,12 +103,6 @@ void run(const ProgramHolder& holder, const c10::Device& device, const uint64_t*
   holder.program.run(ptrs, eps, current_stream(device));
 }
 
-// The steps [begin, end) of a program (the caller has made the device's primary context current).
-void run_steps(const ProgramHolder& holder, const c10::Device& device, const uint64_t* ptrs, float eps, size_t begin,
-               size_t end) {
-  holder.program.run(ptrs, eps, current_stream(device), begin, end);
-}
-
 inline uint64_t address(const Tensor& t) {
   return t.defined() ? reinterpret_cast<uint64_t>(t.data_ptr()) : 0;
 }
@@ -138,8 +131,8 @@ struct LayerNormPlan : torch::CustomClassHolder {
   // before them are launched before those outputs are allocated
   size_t forward_split = 0, backward_split = 0;
 
-  // A training forward's statistics live in one allocation, [scratch | mean | rstd] (the scratch rounded up to 16
-  // bytes): one allocation a call instead of three. Offsets in bytes.
+  // One allocation for the forward's scratch and statistics, [scratch | mean | rstd] (the scratch rounded up to 16
+  // bytes): the no-grad forward's, and the training forward's where our backward is planned. Offsets in bytes.
   int64_t packed_mean_at() const { return round_up16(forward_scratch); }
   int64_t packed_bytes() const { return packed_mean_at() + 8 * rows; }
 };
@@ -151,7 +144,7 @@ struct SavedStats {
   Tensor mean, rstd, packed;
 
   uint64_t mean_address(const LayerNormPlan& p) const {
-    return packed.defined() ? reinterpret_cast<uint64_t>(packed.data_ptr()) + p.packed_mean_at() : address(mean);
+    return packed.defined() ? address(packed) + p.packed_mean_at() : address(mean);
   }
   uint64_t rstd_address(const LayerNormPlan& p) const {
     return packed.defined() ? mean_address(p) + 4 * p.rows : address(rstd);
@@ -166,15 +159,17 @@ struct SavedStats {
   }
 };
 
-// The forward program with every slot but y filled in `ptrs`: the steps before y's first use launched, then y
-// allocated (the GPU starts on the statistics while the host allocates), then the rest. Returns y.
+// The forward program with every slot but y filled in `ptrs`: the steps before y's first use launched (where
+// there are any: the chain's memset and statistics), then y allocated while they run, then the rest. Returns y.
 Tensor launch_forward(const LayerNormPlan& p, const Tensor& x, uint64_t (&ptrs)[kForwardSlots]) {
+  const Program& program = p.forward->program;
   const float eps = static_cast<float>(p.eps);
   labkit_host::use_primary_context(x.device().index());
-  run_steps(*p.forward, x.device(), ptrs, eps, 0, p.forward_split);
+  void* stream = current_stream(x.device());
+  program.run(ptrs, eps, stream, 0, p.forward_split);
   Tensor y = at::empty(x.sizes(), x.options().dtype(at::kFloat));
   ptrs[kForwardY] = address(y);
-  run_steps(*p.forward, x.device(), ptrs, eps, p.forward_split, p.forward->program.steps.size());
+  program.run(ptrs, eps, stream, p.forward_split, program.steps.size());
   return y;
 }
 
@@ -201,7 +196,7 @@ std::tuple<Tensor, Tensor, Tensor> run_forward(const LayerNormPlan& p, const Ten
     rp = mp + 4 * p.rows;
   }
   sp = address(scratch);
-  uint64_t ptrs[7] = {address(x), address(g), address(beta), 0, mp, rp, sp};
+  uint64_t ptrs[kForwardSlots] = {address(x), address(g), address(beta), 0, mp, rp, sp};
   Tensor y = launch_forward(p, x, ptrs);
   return {y, mean, rstd};
 }
@@ -222,7 +217,7 @@ std::pair<Tensor, SavedStats> run_forward_train(const LayerNormPlan& p, const Te
   SavedStats saved;
   saved.packed = at::empty({p.packed_bytes()}, x.options().dtype(at::kByte));
   const uint64_t sp = address(saved.packed), mp = saved.mean_address(p), rp = saved.rstd_address(p);
-  uint64_t ptrs[7] = {address(x), address(g), address(beta), 0, mp, rp, sp};
+  uint64_t ptrs[kForwardSlots] = {address(x), address(g), address(beta), 0, mp, rp, sp};
   Tensor y = launch_forward(p, x, ptrs);
   return {y, std::move(saved)};
 }
@@ -251,11 +246,14 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
   auto f32 = x.options().dtype(at::kFloat);
   Tensor scratch;
   if (p.backward_scratch) scratch = at::empty({p.backward_scratch}, x.options().dtype(at::kByte));
-  uint64_t ptrs[9] = {address(dy), address(x), stats.mean_address(p), stats.rstd_address(p), address(g), 0, 0, 0,
-                      address(scratch)};
-  // the steps before the first that touches dx, dweight or dbias (the row sums) start while those are allocated
+  uint64_t ptrs[kBackwardSlots] = {address(dy), address(x), stats.mean_address(p), stats.rstd_address(p),
+                                   address(g), 0, 0, 0, address(scratch)};
+  // the steps before the first that touches dx, dweight or dbias (the chain and rows schedules' row sums; none in
+  // the split schedule) start while those are allocated
+  const Program& program = p.backward->program;
   labkit_host::use_primary_context(x.device().index());
-  run_steps(*p.backward, x.device(), ptrs, 0.0f, 0, p.backward_split);
+  void* stream = current_stream(x.device());
+  program.run(ptrs, 0.0f, stream, 0, p.backward_split);
   Tensor dx = at::empty(x.sizes(), f32);
   Tensor dg, db;
   if (p.partial_groups > 1) {
@@ -266,7 +264,7 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
     if (want_b) db = at::empty(p.normalized_shape, f32);
   }
   ptrs[kBackwardDx] = address(dx), ptrs[kBackwardDweight] = address(dg), ptrs[kBackwardDbias] = address(db);
-  run_steps(*p.backward, x.device(), ptrs, 0.0f, p.backward_split, p.backward->program.steps.size());
+  program.run(ptrs, 0.0f, stream, p.backward_split, program.steps.size());
   if (p.partial_groups > 1) {  // torch's own .sum(0) of the same partials (LaunchGammaBetaBackwardCUDAKernel)
     if (dg.defined()) dg = dg.sum(0).view(p.normalized_shape);
     if (db.defined()) db = db.sum(0).view(p.normalized_shape);
@@ -528,11 +526,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<ProgramHolder, c10::intrusive_ptr<ProgramHolder>>(m, "Program")
       .def(py::init(&make_program), py::arg("slots"), py::arg("steps"))
       .def_property_readonly("steps", [](const ProgramHolder& h) { return h.program.steps.size(); })
-      .def("first_use", [](const ProgramHolder& h, const std::vector<int>& slots) {
-        size_t first = h.program.steps.size();
-        for (int slot : slots) first = std::min(first, h.program.first_use({slot}));
-        return first;
-      });
+      .def("first_use",
+           [](const ProgramHolder& h, const std::vector<int>& slots) { return h.program.first_use(slots); });
 
   py::class_<LayerNormPlan, c10::intrusive_ptr<LayerNormPlan>>(m, "LayerNormPlan")
       .def(py::init([](std::optional<c10::intrusive_ptr<ProgramHolder>> forward,

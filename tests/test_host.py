@@ -159,8 +159,8 @@ def _touches(step) -> set:
 ])
 def test_the_steps_before_an_outputs_first_use_are_what_runs_before_it_is_allocated(ext, fake_functions, make,
                                                                                        outputs, split):
-    """run_forward / run_backward launch the steps before the first one touching y (dx, dgamma, dbeta) and
-    allocate those outputs after: the split the extension computes is the described program's, and the output
+    """The forward (launch_forward) and run_backward launch the steps before the first one touching y (dx, dgamma,
+    dbeta) and allocate those outputs after: the split the extension computes is the described program's, and the output
     slots are untouched before it."""
     described = make().program(0)
     ext_program = ext.Program(len(described.slots), program.native_steps(program.BoundProgram(described, 0)))

@@ -22,7 +22,7 @@ labkit.studies.backward_contract.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -44,6 +44,9 @@ COLUMN_MIN_CX = 8     # float4 columns per block at least: 128 bytes of a row pe
 COLUMN_WAVES = 2      # blocks the column pass aims for, per SM, where the template has groups to spread
 SCHEDULES = ("auto", "chain", "rows", "split")
 FUSED_VECTORS = (2, 4, 8, 16)  # kernels/grad_rows_fused.cu's entry points: float4 vectors of x and dy kept per thread
+RING_ROWS = 16        # grad_columns_ring's kRing: rows each thread has in flight through shared memory
+RING_ROW_BYTES = 48   # its RingRow: x and dy (a float4 each), mean, rstd, s1, s2
+LOADS = ("streamed", "prefetched", "ring")  # kernels/grad_columns.cu's entry points, by how a thread issues loads
 
 
 @dataclass(frozen=True)
@@ -71,10 +74,16 @@ class ColumnLayout:
     blocks_y: int
     fold: bool
     prefetch: bool = True
+    loads: str | None = None  # one of LOADS where chosen; None: "prefetched" or "streamed" by `prefetch`
 
     @property
     def function(self) -> str:
-        return "grad_columns_prefetched" if self.prefetch else "grad_columns_streamed"
+        return f"grad_columns_{self.loads or ('prefetched' if self.prefetch else 'streamed')}"
+
+    @property
+    def shared_mem(self) -> int:
+        """Dynamic shared memory per block: the ring's slots for each thread (none for the other forms)."""
+        return RING_ROWS * RING_ROW_BYTES * self.cx * self.per_block if self.function == "grad_columns_ring" else 0
 
 
 def column_layout(rows: int, n: int, sm_count: int, t: GammaBetaTemplate | None = None) -> ColumnLayout:
@@ -202,9 +211,12 @@ def fused_function(n: int) -> str:
     return f"grad_rows_fused_reg{k}"
 
 
-def plan(rows: int, n: int, device: Device, schedule: str = "auto") -> GradPlan:
+def plan(rows: int, n: int, device: Device, schedule: str = "auto", loads: str = "auto") -> GradPlan:
+    """`loads`: the column pass's entry point (one of LOADS), or "auto": the layout's (`column_layout`)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if loads != "auto" and loads not in LOADS:
+        raise ValueError(f"loads must be 'auto' or one of {LOADS}, got {loads!r}")
     if device.arch < MIN_ARCH:
         raise ValueError(f"the backward kernels are built for sm_{MIN_ARCH} and later, device is {device.arch_name}")
     if schedule == "auto":
@@ -212,7 +224,13 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto") -> GradPlan:
     n4 = n // 4
     t = gamma_beta_template(rows, n, device.sm_count)
     lay = column_layout(rows, n, device.sm_count, t)
-    columns = Kernel("grad_columns", lay.function, (-(-n4 // lay.cx), lay.blocks_y), (lay.cx, lay.per_block))
+    if loads != "auto":
+        lay = replace(lay, loads=loads)
+    if lay.shared_mem > device.smem_optin_bytes:
+        raise ValueError(f"the ring's {lay.shared_mem} bytes of shared memory per block exceed the device's "
+                         f"{device.smem_optin_bytes}")
+    columns = Kernel("grad_columns", lay.function, (-(-n4 // lay.cx), lay.blocks_y), (lay.cx, lay.per_block),
+                     lay.shared_mem)
     if lay.blocks_y > device.max_grid_y:
         raise ValueError(f"{lay.blocks_y} partial groups exceed grid.y ({device.max_grid_y})")
     fold = Kernel("grad_columns", "grad_columns_fold", (-(-n // 256),), (256,)) if lay.fold else None

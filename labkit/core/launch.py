@@ -76,13 +76,16 @@ def function(kernel: str, name: str, device_index: int, options: tuple[str, ...]
             if entry is None:
                 entry = _functions[key] = [module.get_function(name), 0]
             if entry[1] < shared_mem:
+                import cupy as cp
+                from cupy_backends.cuda.api import driver
+
                 from labkit.core.device import device_info
 
-                if shared_mem > device_info(device_index).smem_block_bytes:
-                    import cupy as cp
-                    from cupy_backends.cuda.api import driver
-
-                    with cp.cuda.Device(device_index):
+                with cp.cuda.Device(device_index):
+                    # The default cap (48 KiB) holds static and dynamic shared memory together: opt in wherever
+                    # the two together pass it, not only where the dynamic part does.
+                    static = driver.funcGetAttribute(driver.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, entry[0].ptr)
+                    if shared_mem + static > device_info(device_index).smem_block_bytes:
                         driver.funcSetAttribute(entry[0].ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                 shared_mem)
                 entry[1] = shared_mem

@@ -34,7 +34,7 @@ from labkit.ops import eligibility
 from labkit.ops.plans import Scratch, bound
 
 PATH = "grad"
-KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns")  # .cu files
+KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns", "grad_columns_tiled")  # .cu files
 MIN_ARCH = 80  # grad_row_sums and grad_columns; the chain schedule needs tensor maps (sm_90)
 SUMS_THREADS = 128  # torch's num_threads() for the dX kernel
 CHAIN_SPLITS = (1, 2)  # kernels/grad_chain_sums.cu's entry points: 32 / S chains per block (why no more: there)
@@ -46,7 +46,9 @@ SCHEDULES = ("auto", "chain", "rows", "split")
 FUSED_VECTORS = (2, 4, 8, 16)  # kernels/grad_rows_fused.cu's entry points: float4 vectors of x and dy kept per thread
 RING_ROWS = 16        # grad_columns_ring's kRing: rows each thread has in flight through shared memory
 RING_ROW_BYTES = 48   # its RingRow: x and dy (a float4 each), mean, rstd, s1, s2
-LOADS = ("streamed", "prefetched", "ring")  # kernels/grad_columns.cu's entry points, by how a thread issues loads
+LOADS = ("streamed", "prefetched", "ring", "tiled")  # the column pass's entry points, by how its loads are issued:
+                                                    # grad_columns.cu's three, kernels/grad_columns_tiled.cu
+TILED_VECS, TILED_THREADS = 8, 256  # grad_columns_tiled's kVecs (float4 columns per block) and kThreads
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,16 @@ class ColumnLayout:
     @property
     def function(self) -> str:
         return f"grad_columns_{self.loads or ('prefetched' if self.prefetch else 'streamed')}"
+
+    @property
+    def kernel(self) -> str:
+        return "grad_columns_tiled" if self.loads == "tiled" else "grad_columns"
+
+    def launch(self, n4: int) -> tuple[tuple[int, int], tuple[int, ...]]:
+        """(grid, block) of the column pass over n4 float4 columns."""
+        if self.loads == "tiled":
+            return (-(-n4 // TILED_VECS), self.blocks_y), (TILED_THREADS,)
+        return (-(-n4 // self.cx), self.blocks_y), (self.cx, self.per_block)
 
     @property
     def shared_mem(self) -> int:
@@ -224,13 +236,16 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto", loads: str =
     n4 = n // 4
     t = gamma_beta_template(rows, n, device.sm_count)
     lay = column_layout(rows, n, device.sm_count, t)
-    if loads != "auto":
+    if loads == "tiled":  # one group per block row, its values folded (or torch's partials) as with one per block
+        blocks_y = t.partial_groups if t.partial_groups > 1 else t.groups
+        lay = ColumnLayout(TILED_VECS, 1, blocks_y, t.partial_groups == 1 and t.groups > 1, False, "tiled")
+    elif loads != "auto":
         lay = replace(lay, loads=loads)
     if lay.shared_mem > device.smem_optin_bytes:
         raise ValueError(f"the ring's {lay.shared_mem} bytes of shared memory per block exceed the device's "
                          f"{device.smem_optin_bytes}")
-    columns = Kernel("grad_columns", lay.function, (-(-n4 // lay.cx), lay.blocks_y), (lay.cx, lay.per_block),
-                     lay.shared_mem)
+    grid, block = lay.launch(n4)
+    columns = Kernel(lay.kernel, lay.function, grid, block, lay.shared_mem)
     if lay.blocks_y > device.max_grid_y:
         raise ValueError(f"{lay.blocks_y} partial groups exceed grid.y ({device.max_grid_y})")
     fold = Kernel("grad_columns", "grad_columns_fold", (-(-n // 256),), (256,)) if lay.fold else None

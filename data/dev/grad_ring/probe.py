@@ -1,6 +1,7 @@
-"""Dev probe: grad_columns_ring (kernels/grad_columns.cu, rows in flight through a shared-memory ring) against the
-entry point the layout picks today (grad_columns_prefetched or _streamed), in both schedules that run the column
-pass after other kernels ("rows": sums then dX + dgamma/dbeta; "split": fused dX then dgamma/dbeta alone).
+"""Dev probe: the column pass's entry points forced (labkit.ops.backward.LOADS: grad_columns.cu's ring, and
+kernels/grad_columns_tiled.cu) against the one the layout picks ("auto": grad_columns_prefetched or _streamed), in
+every schedule that can take the shape ("rows": sums then dX + dgamma/dbeta; "split": fused dX then dgamma/dbeta
+alone; "chain": chain sums then dX + dgamma/dbeta). PROBE_LOADS (comma-separated) picks the forced ones.
 Bits: int32 views of dx, dweight, dbias against torch.ops.aten.native_layer_norm_backward, 2 calls each.
 Time: the backward alone under graph replay (protocol A, 15 rounds), torch's aten backward beside it.
 Writes probe.json into $OUT. Run: python3 data/dev/grad_ring/probe.py"""
@@ -22,7 +23,8 @@ from labkit.studies import bench  # noqa: E402
 
 # Ordinary shapes of issue 22, the training sweep's many-row shapes, and edges of the GammaBeta template: one group
 # (M < 64), 8 and 16 groups, ragged N, the partial form (M > 64K, N / 32 < SMs / 2).
-SHAPES = [(4096, 768), (8192, 1024), (16384, 1024), (8192, 4096), (16384, 4096), (32768, 2048), (4096, 4096),
+LOADS = os.environ.get("PROBE_LOADS", "tiled").split(",")
+SHAPES = [(16, 65536), (32, 131072), (8, 1 << 20), (4096, 768), (8192, 1024), (16384, 1024), (8192, 4096), (16384, 4096), (32768, 2048), (4096, 4096),
           (65536, 256), (2048, 16384), (1024, 16384), (4096, 1000), (8192, 768), (32768, 768), (32768, 1024),
           (3, 768), (100, 768), (200, 512), (1000, 2048), (64, 4096), (70000, 256), (131072, 64), (4096, 8192)]
 
@@ -46,8 +48,8 @@ def main():
         ref = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)
         fns = {"native": lambda: torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)}
         row = {"rows": rows, "n": n, "identical": {}, "function": {}, "smem": {}}
-        for sch in ("rows", "split"):
-            for loads in ("auto", "ring"):
+        for sch in grad.plannable(rows, n, dev):
+            for loads in ("auto", *LOADS):
                 try:
                     p = grad.plan(rows, n, dev, sch, loads)
                 except ValueError as e:

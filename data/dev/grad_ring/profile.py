@@ -21,7 +21,7 @@ def main():
     dev = device_info(0)
     only = os.environ.get("PROBE_ONLY")
     out = []
-    for rows, n in SHAPES:
+    for rows, n in SHAPES + [(16384, 1024), (32768, 2048), (100, 768)]:
         if only and f"{rows}x{n}" != only:
             continue
         x = torch.randn(rows, n, device="cuda") * 3 + 1

@@ -29,8 +29,9 @@ struct TileLoad {
     float mean[kPerThread], rstd[kPerThread], s1[kPerThread], s2[kPerThread];
 };
 
-// grid: (ceil(n4 / 8), groups or partial groups); block: 256. rows_per_group: a power of two (8 or 32).
-extern "C" __global__ void __launch_bounds__(kThreads) grad_columns_tiled(
+// grid: (ceil(n4 / 8), groups or partial groups); block: 256, three a SM (ptxas then keeps it in 80 registers
+// without spilling). rows_per_group: a power of two (8 or 32).
+extern "C" __global__ void __launch_bounds__(kThreads, 3) grad_columns_tiled(
     const float4* __restrict__ x, const float4* __restrict__ dy, const float4* __restrict__ gamma,
     const float* __restrict__ mean, const float* __restrict__ rstd, const float* __restrict__ s1,
     const float* __restrict__ s2, float4* __restrict__ dx, float* __restrict__ out_g, float* __restrict__ out_b,
@@ -78,13 +79,11 @@ extern "C" __global__ void __launch_bounds__(kThreads) grad_columns_tiled(
         const int buf = tile & 1;
         const bool more = row_of((tile + 1) * kTileRows) < rows;
         if (more) load(next, tile + 1);  // in flight while this tile is written and its chains run
-        int mine = 0;                    // this thread's rows in the chain (lane v == 0 counts them for the block)
 #pragma unroll
         for (int h = 0; h < kPerThread; ++h) {
             const int i = h * kLoadRows + lr;
             const int r = row_of(tile * kTileRows + i);
             if (r >= rows) continue;
-            mine += 1;
             if (v == 0) rs[buf][i] = cur.rstd[h];
             if (!col) continue;
             const float4 d = cur.dy[h], xv = cur.x[h];
@@ -97,9 +96,14 @@ extern "C" __global__ void __launch_bounds__(kThreads) grad_columns_tiled(
                     grad_input4(xv, d, g, m, cur.rstd[h], cur.s1[h], cur.s2[h], fh, __fmul_rn(cur.rstd[h], inv));
         }
         // Tile buffer `buf` is written again two tiles on; warp 0 reaches the next barrier only after its chains
-        // over this one, so one barrier per tile keeps the two apart. It also counts the tile's rows.
-        const int valid = __syncthreads_count(v == 0 ? mine : 0) ;
+        // over this one, so one barrier per tile keeps the two apart.
+        __syncthreads();
         if (threadIdx.x < kCols) {
+            int valid = 0;  // the tile's rows in the chain: lane l asks for rows l, l + 32, ...
+#pragma unroll
+            for (int h = 0; h < kPerThread; ++h)
+                valid += __popc(
+                    __ballot_sync(0xffffffffu, row_of(tile * kTileRows + h * kLoadRows + threadIdx.x) < rows));
             const float* p = reinterpret_cast<const float*>(&prod[buf][0][0]) + threadIdx.x;
             const float* d = reinterpret_cast<const float*>(&dys[buf][0][0]) + threadIdx.x;
             const float* q = rs[buf];

@@ -131,7 +131,7 @@ def test_templates_follow_torchs_host_code():
 def test_backward_kernels_compile_where_their_plans_allow(arch, cache_dir):
     from labkit.core.compile import compile_kernel
 
-    for k in ("grad_row_sums", "grad_rows_fused", "grad_columns"):
+    for k in ("grad_row_sums", "grad_rows_fused", "grad_columns", "grad_columns_tiled"):
         assert compile_kernel(k, arch).record.arch == arch
     if arch == "sm_90":
         compile_kernel("grad_chain_sums", arch)
@@ -191,7 +191,7 @@ def test_the_column_layout_folds_the_groups_in_torchs_tree(rows, n):
         np.float32(1e3) ** np.random.default_rng(n).integers(-3, 3, (t.groups, 1)).astype(np.float32)
     blocks = np.stack([_butterfly(g[b::lay.blocks_y]) for b in range(lay.blocks_y)])
     assert np.array_equal(_butterfly(blocks).view(np.int32), _butterfly(g).view(np.int32))
-    if lay.blocks_y > 1:  # contiguous groups per block would give other bits: the test can tell
+    if lay.blocks_y > 1 and lay.per_block > 1:  # contiguous groups per block would give other bits: the test can tell
         contiguous = np.stack([_butterfly(g[b * lay.per_block:(b + 1) * lay.per_block]) for b in range(lay.blocks_y)])
         assert not np.array_equal(_butterfly(contiguous).view(np.int32), _butterfly(g).view(np.int32))
 
@@ -209,8 +209,11 @@ def test_the_column_pass_spreads_over_the_gpu_where_torchs_layout_would_not():
     q = backward.plan(4096, 768, h200, "rows")
     assert q.parts_at >= 8 * 4096 and q.parts_at % 16 == 0
     steps = q.program(0).steps
-    assert [s.kernel.function for s in steps] == ["grad_row_sums", "grad_columns_prefetched", "grad_columns_fold"]
-    assert q.columns.function == "grad_columns_prefetched"
+    assert [s.kernel.function for s in steps] == ["grad_row_sums", "grad_columns_tiled", "grad_columns_fold"]
+    assert q.columns.block == (backward.TILED_THREADS,) and q.columns.grid == (768 // 4 // backward.TILED_VECS, 32)
+    few = backward.plan(64, 4096, h200, "rows")  # chains of 8 rows: shorter than one tile
+    assert few.columns.function == "grad_columns_prefetched"
+    assert backward.plan(4096, 2048, h200, "rows").columns.function == "grad_columns_prefetched"  # 16,384 threads
     wide = backward.plan(2048, 16384, h200, "split")  # 512 blocks of all 32 groups already: torch's layout
     assert wide.fold is None and wide.columns.function == "grad_columns_streamed"
     assert backward.plan(100000, 256, h200, "split").columns.function == "grad_columns_prefetched"  # partials

@@ -122,7 +122,7 @@ def test_sanitizer_argv_filters_our_kernels():
     pattern = argv[argv.index("--kernel-name") + 1].removeprefix("kre=")
     for ours in ("chain_stats_tma", "rows_fused_reg8", "rows_fused_warp1", "rows_fused_reg32", "reference_order_stats", "affine_columns", "ring_ok",
                  "split_affine_interleaved", "nchw_rms_s1_v4", "rows_mean_abs", "grad_row_sums", "grad_chain_sums_s4",
-                 "grad_rows_fused_reg4", "grad_columns_streamed", "grad_columns_prefetched",
+                 "grad_rows_fused_reg4", "grad_columns_streamed", "grad_columns_prefetched", "grad_columns_tiled",
                  "grad_columns_fold"):
         assert re.fullmatch(pattern, ours)
     for theirs in ("vectorized_layer_norm_kernel", "distribution_elementwise_grid_stride_kernel", "rows_other",
@@ -310,4 +310,4 @@ def test_the_sanitizer_shapes_reach_the_column_fold():
 
     lays = [backward.column_layout(s[0], math.prod(s[1:]), 132) for s in rel.SANITIZER_SMALL_SHAPES]
     assert {lay.fold for lay in lays} == {True, False}
-    assert {lay.function for lay in lays} == {"grad_columns_streamed", "grad_columns_prefetched"}
+    assert {lay.function for lay in lays} == {"grad_columns_streamed", "grad_columns_prefetched", "grad_columns_tiled"}

@@ -49,6 +49,13 @@ RING_ROW_BYTES = 48   # its RingRow: x and dy (a float4 each), mean, rstd, s1, s
 LOADS = ("streamed", "prefetched", "ring", "tiled")  # the column pass's entry points, by how its loads are issued:
                                                     # grad_columns.cu's three, kernels/grad_columns_tiled.cu
 TILED_VECS, TILED_THREADS = 8, 256  # grad_columns_tiled's kVecs (float4 columns per block) and kThreads
+TILED_ROWS = 64                     # its kTileRows: rows of a chain per tile
+# grad_columns_tiled serves where the template's chains are long and few: below two warps' worth of (float4
+# column, group) threads per SM, and at least one tile per chain. Measured on the H200 (data/dev/grad_ring/,
+# graph replay, bits equal everywhere): 13% faster than grad_columns_prefetched at 4096 x 768, 10% at 8192 x 1024,
+# 2.3x at 65536 x 256; 10-16% slower from N = 2048 up (16,384 threads and more) and where chains are a few rows
+# (64 x 4096, 200 x 512) or in the partial form (70000 x 256: 1.4x slower).
+TILED_WARPS_PER_SM = 2
 
 
 @dataclass(frozen=True)
@@ -64,12 +71,14 @@ class GammaBetaTemplate:
 
 @dataclass(frozen=True)
 class ColumnLayout:
-    """kernels/grad_columns.cu's grid for a template: blocks of `cx` float4 columns x `per_block` groups, and
-    `blocks_y` blocks over the groups (block b holds groups b, b + blocks_y, ...). `fold`: its blocks' values
-    still need the tree's last steps (grad_columns_fold); in the partial form they are torch's partials instead.
+    """The column pass's grid for a template. kernels/grad_columns.cu: blocks of `cx` float4 columns x
+    `per_block` groups, and `blocks_y` blocks over the groups (block b holds groups b, b + blocks_y, ...). `fold`:
+    its blocks' values still need the tree's last steps (grad_columns_fold); in the partial form they are torch's
+    partials instead.
     `prefetch`: few threads for the GPU (spread groups, or the partial form), so each loads rows ahead itself
     (grad_columns_prefetched); else torch's own layout, whose many blocks per SM hide the latency
-    (grad_columns_streamed)."""
+    (grad_columns_streamed). With `loads` "tiled", kernels/grad_columns_tiled.cu: blocks of 256 threads for
+    `cx` = 8 float4 columns of one group (per_block 1), grouped as above."""
 
     cx: int
     per_block: int
@@ -98,13 +107,27 @@ class ColumnLayout:
         return RING_ROWS * RING_ROW_BYTES * self.cx * self.per_block if self.function == "grad_columns_ring" else 0
 
 
-def column_layout(rows: int, n: int, sm_count: int, t: GammaBetaTemplate | None = None) -> ColumnLayout:
-    """Where the template's groups x N/4 float4 threads are too few to fill COLUMN_WAVES blocks of
-    COLUMN_THREADS per SM, smaller blocks with fewer groups each (at least COLUMN_MIN_CX columns), the groups spread
-    over blocks and folded by grad_columns_fold. torch's own layout keeps all groups of 32 columns in one block:
-    N / 32 blocks, 24 of 132 SMs at N = 768. The partial form keeps one group per block (torch sums those)."""
+def column_layout(rows: int, n: int, sm_count: int, t: GammaBetaTemplate | None = None,
+                  loads: str = "auto") -> ColumnLayout:
+    """Where the template's chains are long and fewer than TILED_WARPS_PER_SM warps of threads per SM,
+    grad_columns_tiled: one group per block row, eight threads loading for each chain (`loads` "tiled" forces it).
+    Else grad_columns.cu: where the template's groups x N/4 float4 threads are too few to fill COLUMN_WAVES blocks
+    of COLUMN_THREADS per SM, smaller blocks with fewer groups each (at least COLUMN_MIN_CX columns), the groups
+    spread over blocks and folded by grad_columns_fold. torch's own layout keeps all groups of 32 columns in one
+    block: N / 32 blocks, 24 of 132 SMs at N = 768. The partial form keeps one group per block (torch sums those).
+    Another `loads` forces that entry point on grad_columns.cu's layout."""
     t = t or gamma_beta_template(rows, n, sm_count)
     n4 = n // 4
+    few = t.groups * n4 < TILED_WARPS_PER_SM * 32 * sm_count and rows >= TILED_ROWS * t.groups
+    if loads == "tiled" or (loads == "auto" and t.partial_groups == 1 and few):
+        blocks_y = t.partial_groups if t.partial_groups > 1 else t.groups
+        return ColumnLayout(TILED_VECS, 1, blocks_y, t.partial_groups == 1 and t.groups > 1, False, "tiled")
+    lay = _spread_layout(t, n4, sm_count)
+    return lay if loads == "auto" else replace(lay, loads=loads)
+
+
+def _spread_layout(t: GammaBetaTemplate, n4: int, sm_count: int) -> ColumnLayout:
+    """grad_columns.cu's layout for a template (column_layout's second case)."""
     if t.partial_groups > 1:
         cx = min(COLUMN_THREADS, max(COLUMN_MIN_CX, 1 << (n4 - 1).bit_length()))
         return ColumnLayout(cx, 1, t.partial_groups, False)
@@ -235,12 +258,7 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto", loads: str =
         schedule = choose_schedule(rows, n, device)
     n4 = n // 4
     t = gamma_beta_template(rows, n, device.sm_count)
-    lay = column_layout(rows, n, device.sm_count, t)
-    if loads == "tiled":  # one group per block row, its values folded (or torch's partials) as with one per block
-        blocks_y = t.partial_groups if t.partial_groups > 1 else t.groups
-        lay = ColumnLayout(TILED_VECS, 1, blocks_y, t.partial_groups == 1 and t.groups > 1, False, "tiled")
-    elif loads != "auto":
-        lay = replace(lay, loads=loads)
+    lay = column_layout(rows, n, device.sm_count, t, loads)
     if lay.shared_mem > device.smem_optin_bytes:
         raise ValueError(f"the ring's {lay.shared_mem} bytes of shared memory per block exceed the device's "
                          f"{device.smem_optin_bytes}")

@@ -51,7 +51,8 @@ def main():
             k = {}
             for e in prof.events():
                 if e.device_type == torch.autograd.DeviceType.CUDA:
-                    k.setdefault(e.name[:60], []).append(e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total)
+                    us = e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+                    k.setdefault(e.name[:60], []).append(us)
             per = {name_: sum(v) / 10 for name_, v in k.items()}
             print(f"{rows}x{n} {name}: " + ", ".join(f"{a} {v:.1f}" for a, v in per.items()), flush=True)
             out.append({"rows": rows, "n": n, "method": name, "kernel_us_per_call": per})

@@ -18,7 +18,7 @@
 //   holds every group and writes the result; the partial form is B = P blocks of one group each, whose values
 //   are torch's partials.
 // - Threads take four columns each (float4): a column's order does not depend on which thread runs it.
-// Three entry points differ only in how a thread's loads are issued (push_streamed, push_prefetched, push_ring).
+// Two entry points differ only in how a thread's loads are issued (push_streamed, push_prefetched).
 #include "grad_ln.cuh"
 
 constexpr int kChunk = 8;  // rows of a group loaded together; R (8 or 32) is a multiple of it
@@ -115,83 +115,12 @@ __device__ __forceinline__ void push_prefetched(float4& dg, float4& db, const fl
     }
 }
 
-// cp.async (sm_80): global-to-shared copies that leave registers free while they fly, one commit group per row.
-__device__ __forceinline__ unsigned shared_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void copy16_async(void* to, const void* from) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_addr(to)), "l"(from) : "memory");
-}
-__device__ __forceinline__ void copy4_async(void* to, const void* from) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(shared_addr(to)), "l"(from) : "memory");
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wait_copies() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
-// A row of one thread's chain in its ring: x and dy (its float4 column), then mean, rstd, s1, s2.
-struct RingRow {
-    float4 x, dy, stats;
-};
-constexpr int kRing = 16;  // rows each thread has in flight: 512 bytes of x and dy (the prefetched form: 256)
-
-// The same rows, kRing of them in flight per thread through its own slots of a shared-memory ring (no other thread
-// reads them, so no barrier): for layouts with so few threads that registers cannot hold the bytes in flight a
-// thread needs (N of a few thousand or less: one or two warps per SM).
-__device__ __forceinline__ void push_ring(float4& dg, float4& db, const float4* __restrict__ x,
-                                          const float4* __restrict__ dy, float4 g, const float* __restrict__ mean,
-                                          const float* __restrict__ rstd, const float* __restrict__ s1,
-                                          const float* __restrict__ s2, float4* __restrict__ dx, int group,
-                                          int stride, int rows, int n4, int j4, int rows_per_group, float fh,
-                                          float inv, RingRow* __restrict__ ring) {
-    const bool want_dx = dx != nullptr;
-    const int threads = blockDim.x * blockDim.y;
-    const int slot = threadIdx.y * blockDim.x + threadIdx.x;
-    // The chain's k-th row: rows only grow with k, so the chain ends at the first one past the end.
-    auto row_of = [&](int k) { return group * rows_per_group + (k / rows_per_group) * stride + k % rows_per_group; };
-    auto issue = [&](int k) {  // an empty group past the end keeps one group per row for wait_copies
-        const int r = row_of(k);
-        if (r < rows) {
-            RingRow& s = ring[(k % kRing) * threads + slot];
-            const size_t at = (size_t)r * n4 + j4;
-            copy16_async(&s.x, x + at);
-            copy16_async(&s.dy, dy + at);
-            copy4_async(&s.stats.x, mean + r);
-            copy4_async(&s.stats.y, rstd + r);
-            if (want_dx) {
-                copy4_async(&s.stats.z, s1 + r);
-                copy4_async(&s.stats.w, s2 + r);
-            }
-        }
-        commit_copies();
-    };
-#pragma unroll
-    for (int k = 0; k < kRing - 1; ++k) issue(k);
-    for (int k = 0; row_of(k) < rows; ++k) {
-        issue(k + kRing - 1);  // into the slot row k - 1 left: this thread read it in the last iteration
-        wait_copies<kRing - 1>();  // rows k + 1 ... k + kRing - 1 may still fly: row k has landed
-        const RingRow& s = ring[(k % kRing) * threads + slot];
-        const float4 vx = s.x, vd = s.dy, st = s.stats;
-        if (want_dx)
-            dx[(size_t)row_of(k) * n4 + j4] = grad_input4(vx, vd, g, st.x, st.y, st.z, st.w, fh, __fmul_rn(st.y, inv));
-        gamma_beta_push(dg.x, db.x, vx.x, vd.x, st.x, st.y);
-        gamma_beta_push(dg.y, db.y, vx.y, vd.y, st.x, st.y);
-        gamma_beta_push(dg.z, db.z, vx.z, vd.z, st.x, st.y);
-        gamma_beta_push(dg.w, db.w, vx.w, vd.w, st.x, st.y);
-    }
-    wait_copies<0>();  // nothing left in flight into shared memory when the block's fold reuses it
-}
-
 // grid: (ceil(n4 / CX), B or P); block: (CX float4 columns, groups per block), at most 256 threads.
 // out_g/out_b: [gridDim.y][4 * n4], each block's value for its columns (dgamma/dbeta themselves when gridDim.y
 // is 1; either may be null: not wanted). dx null: dgamma/dbeta only (grad_rows_fused.cu wrote dX): torch's own
 // GammaBeta pass. Column tiles run from the last to the first: the row-sum passes read rows front to back, so
 // when they end the rows' tails are what L2 still holds.
-enum class Loads { kStreamed, kPrefetched, kRing };
-
-template <Loads kLoads>
+template <bool kPrefetch>
 __device__ __forceinline__ void grad_columns(const float4* __restrict__ x, const float4* __restrict__ dy,
                                              const float4* __restrict__ gamma, const float* __restrict__ mean,
                                              const float* __restrict__ rstd, const float* __restrict__ s1,
@@ -209,17 +138,12 @@ __device__ __forceinline__ void grad_columns(const float4* __restrict__ x, const
     const float inv = __frcp_rn(fh);  // torch's 1.f / fH: the correctly rounded reciprocal
     float4 dg = make_float4(0.f, 0.f, 0.f, 0.f), db = dg;
     if (active) {
-        if (kLoads == Loads::kRing) {
-            extern __shared__ float4 ring_smem[];  // kRing x threads RingRows
-            push_ring(dg, db, x, dy, gamma[j4], mean, rstd, s1, s2, dx, group, stride, rows, n4, j4, rows_per_group,
-                      fh, inv, reinterpret_cast<RingRow*>(ring_smem));
-        } else if (kLoads == Loads::kPrefetched) {
+        if (kPrefetch)
             push_prefetched(dg, db, x, dy, gamma[j4], mean, rstd, s1, s2, dx, group, stride, rows, n4, j4,
                             rows_per_group, fh, inv);
-        } else {
+        else
             push_streamed(dg, db, x, dy, gamma[j4], mean, rstd, s1, s2, dx, group, stride, rows, n4, j4,
                           rows_per_group, fh, inv);
-        }
     }
     const size_t at = (size_t)blockIdx.y * n4 + j4;  // this block's row of the outputs
     if (gb == 1) {
@@ -251,16 +175,15 @@ __device__ __forceinline__ void grad_columns(const float4* __restrict__ x, const
     }
 }
 
-#define GRAD_COLUMNS(NAME, LOADS)                                                                                \
+#define GRAD_COLUMNS(NAME, PREFETCH)                                                                                \
     extern "C" __global__ void __launch_bounds__(256) NAME(                                                        \
         const float4* x, const float4* dy, const float4* gamma, const float* mean, const float* rstd,              \
         const float* s1, const float* s2, float4* dx, float* out_g, float* out_b, int rows, int n4,                \
         int rows_per_group) {                                                                                       \
-        grad_columns<LOADS>(x, dy, gamma, mean, rstd, s1, s2, dx, out_g, out_b, rows, n4, rows_per_group);      \
+        grad_columns<PREFETCH>(x, dy, gamma, mean, rstd, s1, s2, dx, out_g, out_b, rows, n4, rows_per_group);      \
     }
-GRAD_COLUMNS(grad_columns_streamed, Loads::kStreamed)      // torch's layout: 256 threads a block, all groups in it
-GRAD_COLUMNS(grad_columns_prefetched, Loads::kPrefetched)  // groups spread over small blocks, or the partial form
-GRAD_COLUMNS(grad_columns_ring, Loads::kRing)              // the same, rows in flight through shared memory
+GRAD_COLUMNS(grad_columns_streamed, false)   // torch's layout: 256 threads a block, every group in the block
+GRAD_COLUMNS(grad_columns_prefetched, true)  // groups spread over small blocks, or the partial form
 
 // The tree's last steps, over the B blocks' values of each column: v[l] += v[l + d] for d = B/2, ..., 1.
 // part_g/part_b: [parts][n]; dgamma/dbeta: [n] (null: not wanted). grid: ceil(n / 256); block: 256.

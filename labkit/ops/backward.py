@@ -44,10 +44,8 @@ COLUMN_MIN_CX = 8     # float4 columns per block at least: 128 bytes of a row pe
 COLUMN_WAVES = 2      # blocks the column pass aims for, per SM, where the template has groups to spread
 SCHEDULES = ("auto", "chain", "rows", "split")
 FUSED_VECTORS = (2, 4, 8, 16)  # kernels/grad_rows_fused.cu's entry points: float4 vectors of x and dy kept per thread
-RING_ROWS = 16        # grad_columns_ring's kRing: rows each thread has in flight through shared memory
-RING_ROW_BYTES = 48   # its RingRow: x and dy (a float4 each), mean, rstd, s1, s2
-LOADS = ("streamed", "prefetched", "ring", "tiled")  # the column pass's entry points, by how its loads are issued:
-                                                    # grad_columns.cu's three, kernels/grad_columns_tiled.cu
+LOADS = ("streamed", "prefetched", "tiled")  # the column pass's entry points, by how its loads are issued:
+                                            # grad_columns.cu's two, kernels/grad_columns_tiled.cu
 TILED_VECS, TILED_THREADS = 8, 256  # grad_columns_tiled's kVecs (float4 columns per block) and kThreads
 TILED_ROWS = 64                     # its kTileRows: rows of a chain per tile
 # grad_columns_tiled serves where the template's chains are long and few: below two warps' worth of (float4
@@ -100,11 +98,6 @@ class ColumnLayout:
         if self.loads == "tiled":
             return (-(-n4 // TILED_VECS), self.blocks_y), (TILED_THREADS,)
         return (-(-n4 // self.cx), self.blocks_y), (self.cx, self.per_block)
-
-    @property
-    def shared_mem(self) -> int:
-        """Dynamic shared memory per block: the ring's slots for each thread (none for the other forms)."""
-        return RING_ROWS * RING_ROW_BYTES * self.cx * self.per_block if self.function == "grad_columns_ring" else 0
 
 
 def column_layout(rows: int, n: int, sm_count: int, t: GammaBetaTemplate | None = None,
@@ -259,11 +252,8 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto", loads: str =
     n4 = n // 4
     t = gamma_beta_template(rows, n, device.sm_count)
     lay = column_layout(rows, n, device.sm_count, t, loads)
-    if lay.shared_mem > device.smem_optin_bytes:
-        raise ValueError(f"the ring's {lay.shared_mem} bytes of shared memory per block exceed the device's "
-                         f"{device.smem_optin_bytes}")
     grid, block = lay.launch(n4)
-    columns = Kernel(lay.kernel, lay.function, grid, block, lay.shared_mem)
+    columns = Kernel(lay.kernel, lay.function, grid, block)
     if lay.blocks_y > device.max_grid_y:
         raise ValueError(f"{lay.blocks_y} partial groups exceed grid.y ({device.max_grid_y})")
     fold = Kernel("grad_columns", "grad_columns_fold", (-(-n // 256),), (256,)) if lay.fold else None

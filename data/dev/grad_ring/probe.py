@@ -1,5 +1,5 @@
-"""Dev probe: the column pass's entry points forced (labkit.ops.backward.LOADS: grad_columns.cu's ring, and
-kernels/grad_columns_tiled.cu) against the one the layout picks ("auto": grad_columns_prefetched or _streamed), in
+"""Dev probe: the column pass's entry points forced (labkit.ops.backward.LOADS; at 094baaa also grad_columns.cu's
+ring, now grad_columns_ring.cu here) against the one the layout picks ("auto": grad_columns_prefetched or _streamed), in
 every schedule that can take the shape ("rows": sums then dX + dgamma/dbeta; "split": fused dX then dgamma/dbeta
 alone; "chain": chain sums then dX + dgamma/dbeta). PROBE_LOADS (comma-separated) picks the forced ones.
 Bits: int32 views of dx, dweight, dbias against torch.ops.aten.native_layer_norm_backward, 2 calls each.

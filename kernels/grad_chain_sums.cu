@@ -1,14 +1,16 @@
 // The two row sums of torch's LayerNorm dX for few, long rows: torch's 128 per-thread chains of a row spread over
 // 4 * S blocks (S = 1 or 2: 32 / S chains each), fed by tensor-map copies of x, dy and gamma, then torch's
-// WarpReduceSum and BlockReduceSum order over all 128 chains in the row's last block.
+// WarpReduceSum and BlockReduceSum order over all 128 chains in the row's last block. Two entry points:
+// grad_chain_sums_s1 (32 chains a block, one warp pushing both sums) and grad_chain_sums_pairs (16 chains a
+// block, a warp per sum: below).
 //
 // Why S: with up to 16 rows, four blocks per row leave SMs idle and give each SM 32 chains' bytes; S = 2 puts a
 // warp's chains on two SMs (adjacent columns: each copy row is 256 contiguous bytes). Measured on the H200 at
-// 1-16 rows of 2^20-2^24 (torch 2.11): S = 2 is 5-10% faster than S = 1; S = 4, 8, 16 were 2-4x slower (their
-// stages unrolled 128 steps); a block whose chain warp only accumulated, with prep warps computing dy * gamma
-// and its product with x - mean in place, was 2x slower (the ring's shared memory traffic doubles). What sets the
-// pace here is one warp's issue of torch's push (~34 cycles per step of 4 elements, against the 16 of its
-// dependent FADD/FFMA chain), not DRAM.
+// 1-16 rows of 2^20-2^24 (torch 2.11), with one warp pushing both sums: S = 2 was 5-10% faster than S = 1; S = 4,
+// 8, 16 were 2-4x slower (their stages unrolled 128 steps); a block whose chain warp only accumulated, with prep
+// warps computing dy * gamma and its product with x - mean in place, was 2x slower (the ring's shared memory
+// traffic doubles). What set the pace there was one warp's issue of torch's push (~34 cycles per step of 4
+// elements, against the 16 of its dependent FADD/FFMA chain), not DRAM: hence grad_chain_sums_pairs.
 //
 // Contract kept: each chain is torch's thread t = 32 * warp + lane of layer_norm_grad_input_kernel_vectorized,
 // pushing the components of float4 vectors t, t+128, ... in order (grad_ln.cuh's grad_push). Blocks write each
@@ -191,6 +193,194 @@ __device__ __forceinline__ void grad_chain_sums(
     row_done[row] = 0u;
 }
 
+// The pairs schedule, for 16 chains per block (S = 2's geometry, maps and ring): one warp per sum, and each
+// warp instruction doing the products of two steps. Why: one warp pushing both sums issues ~34 instructions per
+// step of 4 elements against the 16 cycles of either dependent chain, so that warp's issue set the pace (above).
+// Here lane l < 16 holds chain l's step 2i and lane l + 16 its step 2i + 1 (one contiguous 512-byte read per
+// array); the upper half's products reach the chain lanes by one shuffle each, and the lower half pushes them in
+// torch's order. Per pair of steps: the s1 warp issues 2 reads + 4 products + 4 shuffles + 8 adds (9 a step), the
+// s2 warp 3 reads + 12 products + 4 shuffles + 8 FMAs (13.5 a step): both under the chain's 16 cycles.
+// Contract kept: the same values as grad_push, pushed in the same order, into the same tree.
+namespace {
+using PairGeometry = GradGeometry<2>;
+constexpr int kPairChains = PairGeometry::kChains;     // 16
+constexpr int kPairs = PairGeometry::kSteps / 2;       // pairs of steps per stage
+constexpr int kPairAhead = 2;                          // pairs read from shared memory ahead of the one pushed
+static_assert(kPairs % kPairAhead == 0, "a stage must hold a whole number of prefetch windows");
+constexpr unsigned kAll = 0xffffffffu;
+}  // namespace
+
+// One pair's pushes into this warp's sum (kSum 1: s1 from dy and gamma; 2: s2 from x too). `first` and `second`:
+// whether steps 2i and 2i + 1 exist (a partial last stage); uniform over the warp.
+template <int kSum>
+__device__ __forceinline__ void pair_push(float& s, float4 vx, float4 vd, float4 vg, float m, float r, bool first,
+                                          bool second) {
+    float p[4];
+    const float d[4] = {vd.x, vd.y, vd.z, vd.w}, g[4] = {vg.x, vg.y, vg.z, vg.w}, x[4] = {vx.x, vx.y, vx.z, vx.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float gp = __fmul_rn(d[k], g[k]);
+        p[k] = kSum == 1 ? gp : __fmul_rn(gp, __fsub_rn(x[k], m));
+    }
+    float q[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) q[k] = __shfl_down_sync(kAll, p[k], 16);
+    if (first) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) s = kSum == 1 ? __fadd_rn(s, p[k]) : __fmaf_rn(r, p[k], s);
+    }
+    if (second) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) s = kSum == 1 ? __fadd_rn(s, q[k]) : __fmaf_rn(r, q[k], s);
+    }
+}
+
+// A lane's reads of pair i in a slot: float4 32 i + lane of each array (the s1 warp reads no x).
+template <int kSum>
+__device__ __forceinline__ void pair_read(float4& vx, float4& vd, float4& vg, const float4* at, int pair) {
+    constexpr int kArray = PairGeometry::kArrayBytes / 16;
+    if (kSum == 2) vx = at[32 * pair];
+    vd = at[kArray + 32 * pair];
+    vg = at[2 * kArray + 32 * pair];
+}
+
+// One stage of pairs: on entry the q arrays hold its first kPairAhead pairs; on exit, the next stage's (after
+// waiting on the next slot's full barrier). kPartial: the last stage, `valid` of its steps existing.
+template <int kSum, bool kPartial>
+__device__ __forceinline__ void pair_stage(float& s, float4 (&qx)[kPairAhead], float4 (&qd)[kPairAhead],
+                                           float4 (&qg)[kPairAhead], const float4* cur, const float4* nxt,
+                                           unsigned next_full, unsigned next_parity, int valid, float m, float r) {
+#pragma unroll
+    for (int i = 0; i < kPairs; ++i) {
+        const float4 vx = qx[i % kPairAhead], vd = qd[i % kPairAhead], vg = qg[i % kPairAhead];
+        const int ahead = i + kPairAhead;
+        if (ahead < kPairs) {
+            pair_read<kSum>(qx[i % kPairAhead], qd[i % kPairAhead], qg[i % kPairAhead], cur, ahead);
+        } else {
+            if (ahead == kPairs) mbar_wait(next_full, next_parity);
+            pair_read<kSum>(qx[i % kPairAhead], qd[i % kPairAhead], qg[i % kPairAhead], nxt, ahead - kPairs);
+        }
+        pair_push<kSum>(s, vx, vd, vg, m, r, !kPartial || 2 * i < valid, !kPartial || 2 * i + 1 < valid);
+    }
+}
+
+// One consumer warp's pass over the ring (grad_stage's structure, by pairs).
+template <int kSum>
+__device__ __forceinline__ float pair_sums(const unsigned char* ring, unsigned full0, unsigned empty0, int steps,
+                                           int lane, float m, float r) {
+    constexpr int kStages = PairGeometry::kStages;
+    const int stages = (steps + PairGeometry::kSteps - 1) / PairGeometry::kSteps;
+    float s = 0.f;
+    float4 qx[kPairAhead], qd[kPairAhead], qg[kPairAhead];
+#pragma unroll
+    for (int i = 0; i < kPairAhead; ++i) qx[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    const auto slot_at = [&](int slot) {
+        return reinterpret_cast<const float4*>(ring + slot * PairGeometry::kStageBytes) + lane;
+    };
+    int slot = 0;
+    unsigned parity = 0;
+    if (stages > 0) {
+        mbar_wait(full0, 0u);
+#pragma unroll
+        for (int i = 0; i < kPairAhead; ++i) pair_read<kSum>(qx[i], qd[i], qg[i], slot_at(0), i);
+    }
+    for (int st = 0; st < stages; ++st) {
+        const int next = slot + 1 == kStages ? 0 : slot + 1;
+        const unsigned next_parity = next == 0 ? parity ^ 1u : parity;
+        const int valid = st + 1 < stages || steps % PairGeometry::kSteps == 0 ? PairGeometry::kSteps
+                                                                                : steps % PairGeometry::kSteps;
+        const float4 *cur = slot_at(slot), *nxt = slot_at(next);
+        const unsigned next_full = full0 + 8 * next;
+        if (valid == PairGeometry::kSteps)
+            pair_stage<kSum, false>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r);
+        else
+            pair_stage<kSum, true>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r);
+        mbar_arrive(empty0 + 8 * slot);  // every lane arrives once its own reads of the slot have been used
+        slot = next;
+        parity = next_parity;
+    }
+    return s;
+}
+
+// grid: (8, rows) — blockIdx.x is the row's segment of 16 chains (as S = 2), blockIdx.y the row; block: 96
+// threads (warp 0 pushes s1, warp 1 s2, warp 2 produces). Dynamic shared memory: S = 2's ring.
+extern "C" __global__ void __launch_bounds__(96) grad_chain_sums_pairs(
+    const __grid_constant__ TensorMap128 x_map,   // as grad_chain_sums_s2's
+    const __grid_constant__ TensorMap128 dy_map,
+    const __grid_constant__ TensorMap128 g_map,
+    const float* __restrict__ mean,               // [rows]
+    const float* __restrict__ rstd,               // [rows]
+    float* __restrict__ chain_sums,               // [rows, 128, 2] scratch: each chain's two sums
+    unsigned* __restrict__ row_done,              // [rows] zero on entry; the last block resets it to zero
+    float* __restrict__ s1_out,                   // [rows]
+    float* __restrict__ s2_out,                   // [rows]
+    int n) {                                      // normalized size, a multiple of 512
+    using G = PairGeometry;
+    extern __shared__ __align__(128) unsigned char ring[];
+    __shared__ unsigned long long full[G::kStages], empty[G::kStages];
+
+    const int seg = blockIdx.x;
+    const int row = blockIdx.y;
+    const int steps = n / 512;
+    const int stages = (steps + G::kSteps - 1) / G::kSteps;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < G::kStages; ++i) {
+            mbar_init(&full[i], 1);
+            mbar_init(&empty[i], 64);  // both consumer warps' lanes
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp == 2) {  // the producer: grad_chain_sums<2>'s, unchanged
+        if (lane == 0) {
+            for (int st = 0; st < stages; ++st) {
+                const int slot = st % G::kStages;
+                mbar_wait(&empty[slot], ((st / G::kStages) & 1) ^ 1);
+                mbar_expect_tx(&full[slot], G::kStageBytes);
+                unsigned char* dst = ring + slot * G::kStageBytes;
+                tensor_copy_4d(dst, &x_map, 0, seg, st * G::kSteps, row, &full[slot]);
+                tensor_copy_4d(dst + G::kArrayBytes, &dy_map, 0, seg, st * G::kSteps, row, &full[slot]);
+                tensor_copy_4d(dst + 2 * G::kArrayBytes, &g_map, 0, seg, st * G::kSteps, 0, &full[slot]);
+            }
+            if (stages > 0) {
+                mbar_wait(&empty[stages % G::kStages], ((stages / G::kStages) & 1) ^ 1);
+                mbar_arrive(&full[stages % G::kStages]);
+            }
+        }
+        return;
+    }
+
+    const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty);
+    const float m = mean[row];
+    const float r = rstd[row];
+    const float s = warp == 0 ? pair_sums<1>(ring, full0, empty0, steps, lane, m, r)
+                              : pair_sums<2>(ring, full0, empty0, steps, lane, m, r);
+    float* sums = chain_sums + (size_t)row * 256;  // [128 chains][2]
+    if (lane < kPairChains) sums[2 * (seg * kPairChains + lane) + warp] = s;
+    __threadfence();  // publish this warp's chain sums before the block counts them
+    asm volatile("bar.sync 1, 64;" ::: "memory");  // both consumer warps (the producer has left)
+    if (warp != 0) return;
+    unsigned done = 0;
+    if (lane == 0) done = atomicAdd(&row_done[row], 1u);
+    done = __shfl_sync(kAll, done, 0);
+    if (done != 7u) return;  // 8 blocks per row
+    __threadfence();  // the other blocks' sums are visible once their counts are
+    const volatile float* vs = sums;
+    float w1[4], w2[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+        w1[w] = grad_warp_sum(vs[2 * (32 * w + lane)]);
+        w2[w] = grad_warp_sum(vs[2 * (32 * w + lane) + 1]);
+    }
+    if (lane != 0) return;
+    s1_out[row] = grad_block_sum4(w1[0], w1[1], w1[2], w1[3]);
+    s2_out[row] = grad_block_sum4(w2[0], w2[1], w2[2], w2[3]);
+    row_done[row] = 0u;
+}
+
 #define GRAD_CHAIN_SUMS(S)                                                                                         \
     extern "C" __global__ void __launch_bounds__(64) grad_chain_sums_s##S(                                         \
         const __grid_constant__ TensorMap128 x_map, const __grid_constant__ TensorMap128 dy_map,                  \
@@ -200,4 +390,3 @@ __device__ __forceinline__ void grad_chain_sums(
         grad_chain_sums<S>(x_map, dy_map, g_map, mean, rstd, chain_sums, row_done, s1_out, s2_out, n);            \
     }
 GRAD_CHAIN_SUMS(1)
-GRAD_CHAIN_SUMS(2)

@@ -49,6 +49,7 @@ def main(argv=None) -> int:
         sweep = dispatch.backward_sweep(shapes, args.rounds, log=print)
         run.write("backward_sweep", sweep)
         scores = dispatch.derive_scores(sweep, ("native", *BACKWARD_PATHS))
+        backward_graph = dispatch.derive_scores(dispatch.graph_sweep(sweep), ("native", *BACKWARD_PATHS))
         table, _ = tables.for_device(sweep["device"]["arch"], sweep["device"]["sm_count"])
         forward = (table.SCORES, table.RUN_ID, {"device": table.DEVICE})
         graph = getattr(table, "GRAPH", None)
@@ -63,8 +64,8 @@ def main(argv=None) -> int:
         # the device's backward table stays (a run of its own), as --backward keeps the forward's
         same_device = table is not None and (table.DEVICE["arch"], table.DEVICE["sm_count"]) == (
             sweep["device"]["arch"], sweep["device"]["sm_count"])  # not another GPU's table, carried over
-        kept = (getattr(table, "BACKWARD", None), getattr(table, "BACKWARD_RUN_ID", None)) if same_device \
-            else (None, None)
+        kept = (getattr(table, "BACKWARD", None), getattr(table, "BACKWARD_RUN_ID", None),
+                getattr(table, "BACKWARD_GRAPH", None)) if same_device else (None, None, None)
     run.write("dispatch_table", {"warm_up": warm, "order_seed": args.seed, "seconds": time.perf_counter() - t0,
                                  "backward": args.backward,
                                  "scores": {repr(x): {str(y): p for y, p in level.items()}
@@ -72,10 +73,11 @@ def main(argv=None) -> int:
     run.close()
     module = Path(args.module) if args.module else dispatch.module_path(sweep)
     if args.backward:
-        module.write_text(dispatch.module_source(*forward, backward=scores, backward_run_id=run.run_id, graph=graph))
+        module.write_text(dispatch.module_source(*forward, backward=scores, backward_run_id=run.run_id, graph=graph,
+                                                 backward_graph=backward_graph))
     else:
         module.write_text(dispatch.module_source(scores, run.run_id, sweep, backward=kept[0], backward_run_id=kept[1],
-                                                 graph=graph))
+                                                 graph=graph, backward_graph=kept[2]))
     if args.copy_to:
         shutil.copy(module, Path(args.copy_to) / module.name)
     print(f"run {run.path}; table written to {module}")

@@ -141,7 +141,7 @@ def test_backward_kernels_compile_where_their_plans_allow(arch, cache_dir):
 
 
 def test_the_chain_split_fills_one_wave_and_its_maps_fit_a_box():
-    """grad_chain_sums_s<S>: the largest split with 4 * S * rows blocks on the SMs (1 at least), and a tensor-map
+    """grad_chain_sums' entry point for S: the largest split with 4 * S * rows blocks on the SMs (1 at least), and a tensor-map
     geometry that tiles the row exactly (128 / S floats x 4 S segments per 512-float step) in boxes TMA takes."""
     from labkit.core.device import Device
     from labkit.ops import backward
@@ -153,7 +153,8 @@ def test_the_chain_split_fills_one_wave_and_its_maps_fit_a_box():
         p = backward.plan(rows, 1 << 22, h200, "chain")
         split = backward.chain_split(rows, h200)
         g = p.tensor_map
-        assert p.sums.function == f"grad_chain_sums_s{split}" and p.sums.grid == (4 * split, rows)
+        assert p.sums.function == backward.chain_function(split) and p.sums.grid == (4 * split, rows)
+        assert p.sums.block == ((96,) if split == 2 else (64,))  # S = 2: a warp per sum and the producer
         assert g.dims[0] * g.dims[1] == 512 and g.strides_bytes[0] == 4 * g.dims[0] and g.dims[2] == (1 << 22) // 512
         assert all(b <= 256 for b in g.box) and g.box[2] == backward.chain_steps(split)
         assert p.sums.shared_mem == backward.CHAIN_SMEM and p.scratch.zeroed_at == 8 * rows + 1024 * rows

@@ -89,7 +89,7 @@ def test_every_committed_table_is_what_its_committed_run_derives(table):
     assert dispatch.derive_scores(sweep) == table.SCORES
     assert table.DEVICE == {k: sweep["device"][k] for k in ("name", "arch", "sm_count")}
     assert dispatch.module_path(sweep).stem == table.__name__.rsplit(".", 1)[-1]
-    backward = None
+    backward = backward_graph = None
     if hasattr(table, "BACKWARD"):
         from labkit.ops.dispatch.rule import BACKWARD_PATHS
 
@@ -97,11 +97,15 @@ def test_every_committed_table_is_what_its_committed_run_derives(table):
         assert brun["complete"] and brun["records"]["run"]["name"] == "dispatch_table"
         backward = dispatch.derive_scores(brun["records"]["backward_sweep"], ("native", *BACKWARD_PATHS))
         assert backward == table.BACKWARD
+        if hasattr(table, "BACKWARD_GRAPH"):  # the same backward run's graph-replay medians
+            backward_graph = dispatch.derive_scores(dispatch.graph_sweep(brun["records"]["backward_sweep"]),
+                                                    ("native", *BACKWARD_PATHS))
+            assert backward_graph == table.BACKWARD_GRAPH
     graph = dispatch.derive_scores(dispatch.graph_sweep(sweep))
     assert graph == table.GRAPH  # the same run's graph-replay medians
     assert dispatch.module_path(sweep).read_text() == dispatch.module_source(
         table.SCORES, table.RUN_ID, sweep, backward=backward,
-        backward_run_id=getattr(table, "BACKWARD_RUN_ID", None), graph=graph)
+        backward_run_id=getattr(table, "BACKWARD_RUN_ID", None), graph=graph, backward_graph=backward_graph)
 
 
 def test_pick_takes_the_fastest_beyond_the_margin():

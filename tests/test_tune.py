@@ -136,3 +136,27 @@ def test_a_malformed_tuned_table_is_ignored_never_raised(table_dir, body):
 def test_an_empty_tune_writes_nothing(table_dir):
     with pytest.raises(ValueError, match="the scores is empty"):
         _write(scores={})
+
+
+def test_the_backward_rule_reads_the_protocols_own_scores(table_dir):
+    """Eager picks by BACKWARD (graph replay breaking near ties), graph replay by BACKWARD_GRAPH where the table has
+    it: a made-up table where host time makes our schedules lose eager (rows 1.2) and win under graph replay (0.6);
+    split within 10% of rows eagerly is told apart by graph replay."""
+    eager = {0.0: {8: {"native": 1.0, "rows": 1.2, "split": 1.25}, 24: {"native": 1.0, "rows": 1.2, "split": 1.25}}}
+    graph = {0.0: {8: {"native": 1.0, "rows": 0.6, "split": 0.8}, 24: {"native": 1.0, "rows": 0.6, "split": 0.8}}}
+    tables.write_tuned({"name": A100.name, "arch": A100.arch, "sm_count": A100.sm_count, "target": A100.target},
+                       SCORES, eager, {"created": "2026-12-03T15:00:00Z", "torch": "test", "grid": "short",
+                                       "rounds": 3}, None, graph)
+    assert rule.choose_backward(64, 4096, A100, ("rows", "split"))[0] == "native"
+    path, why = rule.choose_backward(64, 4096, A100, ("rows", "split"), "graph")
+    assert path == "rows" and "graph replay" in why
+    assert rule.choose_backward(64, 4096, A100, ("split",), "graph")[0] == "split"
+    with pytest.raises(ValueError, match="protocol must be one of"):
+        rule.choose_backward(64, 4096, A100, ("rows",), "replay")
+    # eager near ties: split 0.9 and rows 0.85 eagerly (within TIE), graph replay has split faster
+    eager = {0.0: {8: {"native": 1.0, "rows": 0.85, "split": 0.9}, 24: {"native": 1.0, "rows": 0.85, "split": 0.9}}}
+    graph = {0.0: {8: {"native": 1.0, "rows": 0.8, "split": 0.6}, 24: {"native": 1.0, "rows": 0.8, "split": 0.6}}}
+    tables.write_tuned({"name": A100.name, "arch": A100.arch, "sm_count": A100.sm_count, "target": A100.target},
+                       SCORES, eager, {"created": "2026-12-03T15:01:00Z", "torch": "test", "grid": "short",
+                                       "rounds": 3}, None, graph)
+    assert rule.choose_backward(64, 4096, A100, ("rows", "split"))[0] == "split"

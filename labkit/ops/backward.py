@@ -39,6 +39,7 @@ MIN_ARCH = 80  # grad_row_sums and grad_columns; the chain schedule needs tensor
 SUMS_THREADS = 128  # torch's num_threads() for the dX kernel
 CHAIN_SPLITS = (1, 2)  # kernels/grad_chain_sums.cu's entry points: 32 / S chains per block (why no more: there)
 CHAIN_SMEM = 4 * 3 * 32 * 512  # its ring, whatever the split: 192 KiB per block
+CHAIN_THREADS = {1: 64, 2: 96}  # by split: a chain warp and a producer; at S = 2 a warp per sum and a producer
 COLUMN_THREADS = 256  # kernels/grad_columns.cu's most threads per block: (float4 columns) x (groups in the block)
 COLUMN_MIN_CX = 8     # float4 columns per block at least: 128 bytes of a row per group, a whole cache line
 COLUMN_WAVES = 2      # blocks the column pass aims for, per SM, where the template has groups to spread
@@ -225,6 +226,12 @@ def chain_steps(split: int) -> int:
     return 32 * split
 
 
+def chain_function(split: int) -> str:
+    """grad_chain_sums.cu's entry point for a split: 16 chains per block (S = 2) run as grad_chain_sums_pairs, one
+    warp per sum (why: that file)."""
+    return "grad_chain_sums_pairs" if split == 2 else f"grad_chain_sums_s{split}"
+
+
 def chain_split(rows: int, device: Device) -> int:
     """The largest split that keeps the sums in one wave (one block per SM: the ring fills its shared memory),
     at least 1: 4 * S * rows <= SMs."""
@@ -270,7 +277,7 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto", loads: str =
             raise ValueError(f"the chain schedule needs {smem} bytes of shared memory per block, the device "
                              f"allows {device.smem_optin_bytes}")
         split = chain_split(rows, device)
-        sums = Kernel("grad_chain_sums", f"grad_chain_sums_s{split}", (4 * split, rows), (64,), smem)
+        sums = Kernel("grad_chain_sums", chain_function(split), (4 * split, rows), (CHAIN_THREADS[split],), smem)
         seg = 512 // split  # bytes of one block's chains in one step
         geometry = TensorMapGeometry((128 // split, 4 * split, n // 512, rows), (seg, 2048, 4 * n),
                                      (128 // split, 1, chain_steps(split), 1))

@@ -80,10 +80,13 @@ def derive_scores(sweep: dict, order=None) -> dict[float, dict[int, dict[str, fl
 
 
 def backward_sweep(shape_list, rounds: int = 9, seed: int = 0, eps: float = 1e-5, device="cuda", log=None) -> dict:
-    """The backward alone at each shape, eager per call (CUDA events around one call, L2 flushed), as the drop-in
-    serves it: torch's aten backward ("native") and each of our schedules forced through the drop-in's backward
-    (labkit.ops.dropin.plan.backward, host path included); a schedule that cannot take the shape is left out. The
-    `backward_sweep` record (labkit.studies.dropin.sweep's format)."""
+    """The backward alone at each shape, as the drop-in's autograd node serves it, under both protocols: eager per
+    call (CUDA events around one call, L2 flushed: host time counts) and graph replay (the GPU's time). Every method
+    goes through the host extension's backward entry point (labkit.ops.dropin.host), the code the node runs: torch's
+    backward ("native": a plan with no backward program, so at::native_layer_norm_backward from C++) and each of our
+    schedules that can take the shape, forced. Where the extension does not serve, torch's op from Python and our
+    bound programs from Python (`host_path` False). The `backward_sweep` record (labkit.studies.dropin.sweep's
+    format: per shape `eager` and `graph` medians with their stats)."""
     import time as _time
     from dataclasses import replace
 
@@ -91,13 +94,19 @@ def backward_sweep(shape_list, rounds: int = 9, seed: int = 0, eps: float = 1e-5
 
     from labkit.core.device import current_index, device_info
     from labkit.inputs import make_affine, make_input
+    from labkit.ops import backward as grad
     from labkit.ops.dispatch.rule import BACKWARD_PATHS
-    from labkit.ops.dropin.plan import backward, forced_backward
-    from labkit.studies.bench import PROTOCOL_B, time_methods
+    from labkit.ops.dropin import host
+    from labkit.ops.dropin.plan import host_plan
+    from labkit.ops.plans import bound
+    from labkit.studies.bench import PROTOCOL_A, PROTOCOL_B, time_methods
     from labkit.tasks import shape_key
 
-    protocol = replace(PROTOCOL_B, rounds=rounds)
-    dev = device_info(current_index(torch.device(device)))
+    eager_p = replace(PROTOCOL_B, rounds=rounds)
+    graph_p = replace(PROTOCOL_A, rounds=rounds, repeats=3)
+    index = current_index(torch.device(device))
+    dev = device_info(index)
+    ext = host.module() if host.unavailable(index) is None else None
     rows_out = []
     for shape in shape_list:
         t0 = _time.perf_counter()
@@ -105,41 +114,55 @@ def backward_sweep(shape_list, rounds: int = 9, seed: int = 0, eps: float = 1e-5
         w, b = make_affine("random_normal", shape[1:], seed, device)
         dy = torch.randn(shape, device=device, generator=torch.Generator(device=device).manual_seed(seed))
         ns = tuple(shape[1:])
+        rows, n = x.numel() // w.numel(), w.numel()
         _, mean, rstd = torch.native_layer_norm(x, ns, w, b, eps)
-        mask = (True, True, True)
-        fns = {"native": lambda: torch.ops.aten.native_layer_norm_backward(dy, x, list(ns), mean, rstd, w, b,
-                                                                         list(mask))}
+        mean, rstd = mean.reshape(-1), rstd.reshape(-1)
+        mask = [True, True, True]
 
-        def ours(sch):
-            def call():
-                with forced_backward(sch):
-                    return backward(dy, x, ns, mean, rstd, w, b, mask)
-            return call
-        from labkit.ops import backward as grad
-        for sch in grad.plannable(x.numel() // w.numel(), w.numel(), dev):
-            fns[sch] = ours(sch)
-        rec = time_methods(fns, protocol, "native")
-        rows_out.append({"key": shape_key(shape), "shape": list(shape), "rows": x.numel() // w.numel(),
-                         "n": w.numel(), "eager": {k: v["median_ms"] for k, v in rec.stats.items()},
-                         "eager_stats": rec.stats, "seconds": _time.perf_counter() - t0})
+        def call(gp):
+            if ext is not None:
+                hp = host_plan(index, None, 0, gp, ns, 0.0, [rows], rows, None, None)
+                return lambda: ext.backward(hp, dy, x, mean, rstd, w, b, mask)
+            if gp is None:
+                return lambda: torch.ops.aten.native_layer_norm_backward(dy, x, list(ns), mean, rstd, w, b, mask)
+            launcher = bound(gp, index)
+            return lambda: grad.run(gp, dy, x, ns, mean, rstd, w, b, mask, index, None, launcher)
+
+        fns = {"native": call(None)}
+        for sch, gp in grad.plannable(rows, n, dev).items():
+            fns[sch] = call(gp)
+        row = {"key": shape_key(shape), "shape": list(shape), "rows": rows, "n": n, "errors": {}}
+        for key, protocol in (("eager", eager_p), ("graph", graph_p)):
+            try:
+                rec = time_methods(fns, protocol, "native")
+                row[key] = {k: v["median_ms"] for k, v in rec.stats.items()}
+                row[f"{key}_stats"] = rec.stats
+            except Exception as exc:  # a protocol that fails is a gap in the table, not a crash of the sweep
+                row[key] = {}
+                row["errors"][key] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        row["seconds"] = _time.perf_counter() - t0
+        rows_out.append(row)
         x = dy = None  # freed before the next shape is made
         if log:
             log(f"{rows_out[-1]['key']}: {rows_out[-1]['seconds']:.1f} s")
     return {"device": {"name": torch.cuda.get_device_name(), "arch": dev.arch, "sm_count": dev.sm_count},
-            "paths": ["native", *BACKWARD_PATHS], "protocol": protocol.__dict__, "shapes": rows_out}
+            "paths": ["native", *BACKWARD_PATHS], "host_path": ext is not None,
+            "protocols": {"eager": eager_p.__dict__, "graph": graph_p.__dict__}, "shapes": rows_out}
 
 
 def module_source(scores: dict, run_id: str, sweep: dict, backward: dict | None = None,
-                  backward_run_id: str | None = None, graph: dict | None = None) -> str:
+                  backward_run_id: str | None = None, graph: dict | None = None,
+                  backward_graph: dict | None = None) -> str:
     """The device's generated table module (labkit/ops/dispatch/tables/) for `scores`, citing the run it came from;
     with `graph`, the same run's graph-replay scores (GRAPH); with `backward`, the backward's scores too (BACKWARD,
-    citing BACKWARD_RUN_ID)."""
+    citing BACKWARD_RUN_ID), and `backward_graph` that run's graph-replay ones (BACKWARD_GRAPH)."""
     dev = sweep["device"]
     lines = [f'"""The dispatch table measured on {dev["name"]} ({dev["sm_count"]} SMs, sm_{dev["arch"]}), generated by',
              "scripts/dispatch_table.py (labkit.studies.dispatch.derive_scores) from the run below; do not edit.",
              "",
              "SCORES[row level][log2 N] = {path: eager time / torch's}; row level = labkit.ops.dispatch.rule.row_coord.",
-             "GRAPH: the same under graph replay (the same run); BACKWARD: the backward's eager scores.",
+             "GRAPH: the same under graph replay (the same run); BACKWARD: the backward's eager scores;",
+             "BACKWARD_GRAPH: the backward's under graph replay (its run).",
              '"""',
              f'RUN_ID = "{run_id}"',
              f'DEVICE = {{"name": "{dev["name"]}", "arch": {dev["arch"]}, "sm_count": {dev["sm_count"]}}}',
@@ -148,6 +171,8 @@ def module_source(scores: dict, run_id: str, sweep: dict, backward: dict | None 
         lines += _table_lines("GRAPH", graph)
     if backward is not None:
         lines += [f'BACKWARD_RUN_ID = "{backward_run_id}"', *_table_lines("BACKWARD", backward)]
+        if backward_graph is not None:
+            lines += _table_lines("BACKWARD_GRAPH", backward_graph)
     return "\n".join(lines) + "\n"
 
 

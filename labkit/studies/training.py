@@ -73,6 +73,20 @@ def methods(x, w, b, dy, eps: float, compiled: bool = True) -> dict:
     return m
 
 
+def _as_dispatched(fns: dict, protocol: str) -> dict:
+    """`fns` as a model timed under `protocol` calls them: under graph replay the drop-in plans by the tables'
+    graph-replay scores (`labkit.dispatch_protocol("graph")`, what a model under CUDA graphs sets), forward and
+    backward; eager calls plan by the eager ones (the default)."""
+    if protocol != "graph" or "dropin" not in fns:
+        return fns
+    from labkit import dispatch_protocol
+
+    def dropin(call=fns["dropin"]):
+        with dispatch_protocol("graph"):
+            return call()
+    return {**fns, "dropin": dropin}
+
+
 def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda", compiled: bool = True,
           log=None) -> dict:
     """Forward + backward medians per shape and method, eager per call with the L2 flushed (protocol B: host time
@@ -100,7 +114,7 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
                 row["errors"][name] = f"{type(exc).__name__}: {str(exc)[:300]}"
         for key, protocol in (("eager", eager_p), ("graph", graph_p)):
             try:
-                rec = time_methods(ok, protocol, "native")
+                rec = time_methods(_as_dispatched(ok, key), protocol, "native")
                 row[key] = {k: v["median_ms"] for k, v in rec.stats.items()}
                 row[f"{key}_stats"] = rec.stats
                 row[f"{key}_samples"] = rec.samples_ms  # per round, every method once in shuffled order: paired ratios

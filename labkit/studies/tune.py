@@ -65,11 +65,13 @@ def tune(full: bool = False, rounds: int | None = None, backward: bool = True, p
     graph = dispatch.derive_scores(dispatch.graph_sweep({"device": described, "shapes": fwd}))
     back = dispatch.derive_scores({"device": described, "shapes": bwd}, ("native", *BACKWARD_PATHS)) \
         if backward else None
+    back_graph = dispatch.derive_scores(dispatch.graph_sweep({"device": described, "shapes": bwd}),
+                                        ("native", *BACKWARD_PATHS)) if backward else None
     seconds = round(time.perf_counter() - t0, 1)
     path = tables.write_tuned(described, scores, back, {
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "grid": "full" if full else "short", "rounds": rounds, "seconds": seconds, "warm_up": warm,
-        "shapes": [list(s) for s in sorted(shapes)]}, graph)
+        "shapes": [list(s) for s in sorted(shapes)]}, graph, back_graph)
     plan.clear()  # the next call plans again, by the new table
     from labkit.ops import chain
 
@@ -77,7 +79,7 @@ def tune(full: bool = False, rounds: int | None = None, backward: bool = True, p
     return {"path": str(path), "device": dev.label, "grid": "full" if full else "short", "shapes": len(shapes),
             "rounds": rounds, "seconds": seconds,
             "forward_picks": dispatch.table_rows(scores, dev.sm_count, graph=graph),
-            "backward_picks": dispatch.table_rows(back, dev.sm_count, backward=True) if back else [],
+            "backward_picks": dispatch.table_rows(back, dev.sm_count, backward=True, graph=back_graph) if back else [],
             "rule_source": rule.table_source(dev)}
 
 

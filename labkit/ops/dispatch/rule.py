@@ -172,16 +172,27 @@ BACKWARD_PATHS = ("chain", "rows", "split")  # labkit.ops.backward's schedules, 
 BACKWARD_ORDER = (paths.NATIVE, *BACKWARD_PATHS)  # ties go to the earlier
 
 
-def choose_backward(rows: int, n: int, device: Device, available: tuple[str, ...] = BACKWARD_PATHS) -> tuple[str, str]:
+def choose_backward(rows: int, n: int, device: Device, available: tuple[str, ...] = BACKWARD_PATHS,
+                    protocol: str = "eager") -> tuple[str, str]:
     """(path, why) for a backward our kernels can take: the fastest of torch's backward ("native") and our
-    schedules in `available`, by the device table's BACKWARD scores (backward time / torch's, eager per call),
-    leaving torch's only for more than MARGIN; "native" where the device has no backward table."""
+    schedules in `available`, by the device table's backward scores for `protocol` (BACKWARD: time / torch's eager
+    per call, as the drop-in's autograd node runs them; BACKWARD_GRAPH: under graph replay, where the table has
+    them), leaving torch's only for more than MARGIN; under the eager protocol, near ties told apart by graph
+    replay as the forward's are (`pick`). "native" where the device has no backward table."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
     table, which = tables.for_device(device.arch, device.sm_count, device.name, device.target)
     measured = getattr(table, "BACKWARD", None) if table is not None else None
     if not measured:
         return paths.NATIVE, f"backward unmeasured on this GPU ({which}): torch's backward serves"
+    graph = getattr(table, "BACKWARD_GRAPH", None)
+    kind = "eager"
+    if protocol == "graph" and graph:
+        measured, graph, kind = graph, None, "graph replay"
     sc = {p: v for p, v in scores_in(measured, rows, n, device.sm_count).items()
           if p == paths.NATIVE or p in available}
-    path = pick(sc, BACKWARD_ORDER)
+    tie = scores_in(graph, rows, n, device.sm_count) if graph else None
+    path = pick(sc, BACKWARD_ORDER, tie=tie)
     shown = ", ".join(f"{p} {v:.2f}" for p, v in sorted(sc.items(), key=lambda kv: kv[1]))
-    return path, f"{rows} x {n}: backward time / native interpolated: {shown} ({which}, run {table.BACKWARD_RUN_ID})"
+    return path, (f"{rows} x {n}: backward time / native interpolated ({kind}): {shown} ({which}, run "
+                  f"{table.BACKWARD_RUN_ID})")

@@ -270,11 +270,11 @@ def attach_host(plan: Plan, x, ns: tuple, weight, bias, eps: float, needs_grad: 
     if bias is None and neg_zeros is None:
         neg_zeros = torch.full(ns, -0.0, device=x.device)
     stat_shape = tuple(x.shape[:x.dim() - len(ns)]) + (1,) * len(ns)
-    return _host_plan(index, forward, plan.scratch_bytes if forward is not None else 0, gp, ns, eps, stat_shape,
+    return host_plan(index, forward, plan.scratch_bytes if forward is not None else 0, gp, ns, eps, stat_shape,
                       x.numel() // math.prod(ns), ones, neg_zeros)
 
 
-def _host_plan(index: int, forward, forward_scratch: int, gp, ns: tuple, eps: float, stat_shape, rows: int, ones,
+def host_plan(index: int, forward, forward_scratch: int, gp, ns: tuple, eps: float, stat_shape, rows: int, ones,
                neg_zeros):
     """The host extension's LayerNormPlan on device `index`: `forward` (an extension Program, or None for torch's
     forward) and GradPlan `gp`'s backward program (None: torch's backward). The one place that knows the
@@ -340,7 +340,7 @@ def backward_plan(x, ns: tuple, weight, bias):
     rows = x.numel() // n
     if forced is None:
         available = grad.plannable(rows, n, dev)
-        return available.get(rule.choose_backward(rows, n, dev, tuple(available))[0])
+        return available.get(rule.choose_backward(rows, n, dev, tuple(available), current_protocol())[0])
     try:
         return grad.plan(rows, n, dev, forced)
     except ValueError:  # a forced schedule that cannot take this shape: torch's backward
@@ -368,7 +368,7 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
            None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device(),
                                         weight.is_neg(), weight._is_zerotensor()),
            None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device(), bias.is_neg(),
-                                      bias._is_zerotensor()), forced)
+                                      bias._is_zerotensor()), forced, current_protocol())
     hit = _grad_plans.get(key)
     if hit is None:
         hit = (None, None)
@@ -378,7 +378,7 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
             if gp is not None:
                 ones = torch.ones(ns, device=x.device) if weight is None else None
                 hp = None if host.unavailable(x.get_device()) is not None else \
-                    _host_plan(x.get_device(), None, 0, gp, ns, 0.0, [gp.rows], gp.rows, ones, None)
+                    host_plan(x.get_device(), None, 0, gp, ns, 0.0, [gp.rows], gp.rows, ones, None)
                 hit = (gp, ones, bound(gp, x.get_device()), hp)
         if not capturing:  # a refusal under capture is not the signature's answer
             if len(_grad_plans) >= MAX_PLANS:

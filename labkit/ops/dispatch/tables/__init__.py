@@ -41,6 +41,7 @@ class Tuned:
     path: Path
     meta: dict = field(default_factory=dict)
     GRAPH: dict | None = None  # the same sweep's graph-replay scores
+    BACKWARD_GRAPH: dict | None = None  # the backward sweep's graph-replay scores
 
     @property
     def BACKWARD_RUN_ID(self) -> str:  # noqa: N802  (the committed modules' name)
@@ -134,10 +135,12 @@ def _read_tuned(path: Path, target: str | None = None):
         if not isinstance(d, dict) or d.get("format") != TUNED_FORMAT:
             raise ValueError(f"format {d.get('format') if isinstance(d, dict) else type(d).__name__!r}, this labkit "
                              f"reads {TUNED_FORMAT}")
-        scores, graph, back = (_scores_from_json(d["scores"]), _scores_from_json(d.get("graph")),
-                               _scores_from_json(d.get("backward")))
+        scores, graph, back, back_graph = (_scores_from_json(d["scores"]), _scores_from_json(d.get("graph")),
+                                           _scores_from_json(d.get("backward")),
+                                           _scores_from_json(d.get("backward_graph")))
         _check_scores(scores, "its scores")
-        for other, name in ((graph, "its graph scores"), (back, "its backward scores")):
+        for other, name in ((graph, "its graph scores"), (back, "its backward scores"),
+                            (back_graph, "its backward graph scores")):
             if other is not None:
                 _check_scores(other, name)
         now = measured_with()
@@ -150,7 +153,7 @@ def _read_tuned(path: Path, target: str | None = None):
                      "again")
         else:
             value = Tuned(scores, back, d["device"], f"tuned {d['created']}", path,
-                          {k: d[k] for k in ("torch", "grid", "rounds", "seconds") if k in d}, graph)
+                          {k: d[k] for k in ("torch", "grid", "rounds", "seconds") if k in d}, graph, back_graph)
     except Exception as exc:  # whatever the file holds, a tuned table never breaks the rule: it is not used
         value = f"tuned table {path} is unreadable ({type(exc).__name__}: {exc}): run `labkit tune` again"
     with _tuned_lock:
@@ -158,16 +161,18 @@ def _read_tuned(path: Path, target: str | None = None):
     return value
 
 
-def write_tuned(device: dict, scores: dict, backward: dict | None, meta: dict, graph: dict | None = None) -> Path:
+def write_tuned(device: dict, scores: dict, backward: dict | None, meta: dict, graph: dict | None = None,
+                backward_graph: dict | None = None) -> Path:
     """Write a tuned table for `device` ({"name", "arch", "sm_count", ...}) atomically: its eager scores, the
-    backward's, the graph-replay ones; returns its path."""
+    backward's, the graph-replay ones of each; returns its path."""
     from labkit.core.atomic import atomic_write_bytes
 
     _check_scores(scores, "the scores")  # a tune whose every measurement failed writes nothing
     path = tuned_path(device["name"], device["arch"], device["sm_count"])
     path.parent.mkdir(parents=True, exist_ok=True)
     body = {"format": TUNED_FORMAT, "device": device, **meta, **measured_with(),  # what it was measured with wins
-            "scores": scores_to_json(scores), "backward": scores_to_json(backward), "graph": scores_to_json(graph)}
+            "scores": scores_to_json(scores), "backward": scores_to_json(backward), "graph": scores_to_json(graph),
+            "backward_graph": scores_to_json(backward_graph)}
     atomic_write_bytes(path, (json.dumps(body, indent=1, sort_keys=True) + "\n").encode())
     return path
 

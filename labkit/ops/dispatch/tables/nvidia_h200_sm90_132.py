@@ -2,7 +2,8 @@
 scripts/dispatch_table.py (labkit.studies.dispatch.derive_scores) from the run below; do not edit.
 
 SCORES[row level][log2 N] = {path: eager time / torch's}; row level = labkit.ops.dispatch.rule.row_coord.
-GRAPH: the same under graph replay (the same run); BACKWARD: the backward's eager scores.
+GRAPH: the same under graph replay (the same run); BACKWARD: the backward's eager scores;
+BACKWARD_GRAPH: the backward's under graph replay (its run).
 """
 RUN_ID = "20261202T010800Z-nvidia-h200-dispatch-table-a20dd9"
 DEVICE = {"name": "NVIDIA H200", "arch": 90, "sm_count": 132}

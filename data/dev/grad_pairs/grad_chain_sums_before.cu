@@ -1,0 +1,203 @@
+// The two row sums of torch's LayerNorm dX for few, long rows: torch's 128 per-thread chains of a row spread over
+// 4 * S blocks (S = 1 or 2: 32 / S chains each), fed by tensor-map copies of x, dy and gamma, then torch's
+// WarpReduceSum and BlockReduceSum order over all 128 chains in the row's last block.
+//
+// Why S: with up to 16 rows, four blocks per row leave SMs idle and give each SM 32 chains' bytes; S = 2 puts a
+// warp's chains on two SMs (adjacent columns: each copy row is 256 contiguous bytes). Measured on the H200 at
+// 1-16 rows of 2^20-2^24 (torch 2.11): S = 2 is 5-10% faster than S = 1; S = 4, 8, 16 were 2-4x slower (their
+// stages unrolled 128 steps); a block whose chain warp only accumulated, with prep warps computing dy * gamma
+// and its product with x - mean in place, was 2x slower (the ring's shared memory traffic doubles). What sets the
+// pace here is one warp's issue of torch's push (~34 cycles per step of 4 elements, against the 16 of its
+// dependent FADD/FFMA chain), not DRAM.
+//
+// Contract kept: each chain is torch's thread t = 32 * warp + lane of layer_norm_grad_input_kernel_vectorized,
+// pushing the components of float4 vectors t, t+128, ... in order (grad_ln.cuh's grad_push). Blocks write each
+// chain's two sums; the row's last block gives lane l of its warp chain 32 * w + l of each warp w, so
+// grad_warp_sum forms WarpReduceSum's tree exactly as in torch, then grad_block_sum4 BlockReduceSum's second step
+// over w0..w3. Which block runs a chain changes nothing in its order. Requirement (the plan checks it): N a
+// multiple of 512, so every chain has the same number of steps.
+#include "async_copy.cuh"
+#include "grad_ln.cuh"
+
+namespace {
+// Steps per stage and ring depth per split: every split keeps 4 stages of 48 KiB or more in flight (192 KiB of
+// shared memory per block); a stage is one tensor copy of kSteps x (512 / S) bytes per array (x, dy, gamma).
+template <int S>
+struct GradGeometry {
+    static constexpr int kChains = 32 / S;                  // chains (lanes that push) per block
+    static constexpr int kSteps = 32 * S;
+    static constexpr int kStages = 4;
+    static constexpr int kArrayBytes = kSteps * 512 / S;
+    static constexpr int kStageBytes = 3 * kArrayBytes;
+    static constexpr int kAhead = 4;  // steps read from shared memory ahead of the one being accumulated
+    static_assert(kSteps % kAhead == 0, "a stage must hold a whole number of prefetch windows");
+};
+}  // namespace
+
+struct GradSlot {
+    const float4* x;  // this lane's float4 of step 0 in the slot; step s is kChains * s further
+    const float4* dy;
+    const float4* g;
+};
+
+template <int S>
+__device__ __forceinline__ GradSlot grad_slot(const unsigned char* ring, int slot, int lane) {
+    using G = GradGeometry<S>;
+    const float4* base = reinterpret_cast<const float4*>(ring + slot * G::kStageBytes) + lane;
+    return GradSlot{base, base + G::kArrayBytes / 16, base + 2 * G::kArrayBytes / 16};
+}
+
+template <int S>
+__device__ __forceinline__ void grad_read(float4& vx, float4& vd, float4& vg, GradSlot at, int step) {
+    constexpr int c = GradGeometry<S>::kChains;
+    vx = at.x[c * step];
+    vd = at.dy[c * step];
+    vg = at.g[c * step];
+}
+
+// One stage: on entry the q arrays hold its first kAhead steps; on exit, the next stage's (after waiting on the
+// next slot's full barrier; after the last stage the producer completes that barrier without data).
+template <int S, bool kPartial>
+__device__ __forceinline__ void grad_stage(float& s1, float& s2, float4 (&qx)[GradGeometry<S>::kAhead],
+                                           float4 (&qd)[GradGeometry<S>::kAhead],
+                                           float4 (&qg)[GradGeometry<S>::kAhead], GradSlot cur, GradSlot next,
+                                           unsigned next_full, unsigned next_parity, int valid, float m, float r) {
+    using G = GradGeometry<S>;
+    constexpr int kAhead = G::kAhead;
+#pragma unroll
+    for (int j = 0; j < G::kSteps; ++j) {
+        const float4 vx = qx[j % kAhead], vd = qd[j % kAhead], vg = qg[j % kAhead];
+        const int ahead = j + kAhead;
+        if (ahead < G::kSteps) {
+            grad_read<S>(qx[j % kAhead], qd[j % kAhead], qg[j % kAhead], cur, ahead);
+        } else {
+            if (ahead == G::kSteps) mbar_wait(next_full, next_parity);
+            grad_read<S>(qx[j % kAhead], qd[j % kAhead], qg[j % kAhead], next, ahead - G::kSteps);
+        }
+        if (!kPartial || j < valid) grad_push4(s1, s2, vx, vd, vg, m, r);
+    }
+}
+
+// grid: (4 * S, rows) — blockIdx.x is the row's segment (torch's warp blockIdx.x / S, chains from
+// (blockIdx.x % S) * 32 / S of it), blockIdx.y the row; block: 64 threads (warp 0 runs the chains, warp 1
+// produces). Dynamic shared memory: kStages * kStageBytes.
+template <int S>
+__device__ __forceinline__ void grad_chain_sums(
+    const TensorMap128& x_map,   // x as [rows][steps][4 S segments][128 / S floats], innermost first
+    const TensorMap128& dy_map,  // dy, the same layout
+    const TensorMap128& g_map,   // gamma as one such row (ones when the forward had no weight)
+    const float* __restrict__ mean,     // [rows]
+    const float* __restrict__ rstd,     // [rows]
+    float* __restrict__ chain_sums,     // [rows, 128, 2] scratch: each chain's two sums
+    unsigned* __restrict__ row_done,    // [rows] zero on entry; the last block resets it to zero
+    float* __restrict__ s1_out,         // [rows]
+    float* __restrict__ s2_out,         // [rows]
+    int n) {                            // normalized size, a multiple of 512
+    using G = GradGeometry<S>;
+    constexpr int kStages = G::kStages, kSteps = G::kSteps;
+    extern __shared__ __align__(128) unsigned char ring[];
+    __shared__ unsigned long long full[kStages], empty[kStages];
+
+    const int seg = blockIdx.x;
+    const int row = blockIdx.y;
+    const int steps = n / 512;
+    const int stages = (steps + kSteps - 1) / kSteps;
+    const int lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < kStages; ++i) {
+            mbar_init(&full[i], 1);    // the producer's expect_tx arrive, then the copies' bytes
+            mbar_init(&empty[i], 32);  // the consumer warp's lanes, each after its own reads
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (threadIdx.x >= 32) {
+        if (lane == 0) {
+            for (int st = 0; st < stages; ++st) {
+                const int slot = st % kStages;
+                mbar_wait(&empty[slot], ((st / kStages) & 1) ^ 1);
+                // A partial last stage still lands whole: the maps' step dimension ends there, and TMA fills
+                // out-of-range steps with zeros and counts their bytes.
+                mbar_expect_tx(&full[slot], G::kStageBytes);
+                unsigned char* dst = ring + slot * G::kStageBytes;
+                tensor_copy_4d(dst, &x_map, 0, seg, st * kSteps, row, &full[slot]);
+                tensor_copy_4d(dst + G::kArrayBytes, &dy_map, 0, seg, st * kSteps, row, &full[slot]);
+                tensor_copy_4d(dst + 2 * G::kArrayBytes, &g_map, 0, seg, st * kSteps, 0, &full[slot]);
+            }
+            // Complete the barrier after the last stage without data: the consumer waits on it unconditionally.
+            if (stages > 0) {
+                mbar_wait(&empty[stages % kStages], ((stages / kStages) & 1) ^ 1);
+                mbar_arrive(&full[stages % kStages]);
+            }
+        }
+        return;
+    }
+
+    // Lanes past the block's chains read a pushing lane's data and push into sums nobody keeps: the warp stays
+    // whole for the barriers and the final reduction.
+    const int chain_lane = lane % G::kChains;
+    const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty);
+    const float m = mean[row];
+    const float r = rstd[row];
+    float s1 = 0.f, s2 = 0.f;
+    float4 qx[G::kAhead], qd[G::kAhead], qg[G::kAhead];
+    int slot = 0;
+    unsigned parity = 0;
+    if (stages > 0) {
+        mbar_wait(full0, 0u);
+#pragma unroll
+        for (int i = 0; i < G::kAhead; ++i)
+            grad_read<S>(qx[i], qd[i], qg[i], grad_slot<S>(ring, 0, chain_lane), i);
+    }
+    for (int st = 0; st < stages; ++st) {
+        const int next = slot + 1 == kStages ? 0 : slot + 1;
+        const unsigned next_parity = next == 0 ? parity ^ 1u : parity;
+        const int valid = st + 1 < stages || steps % kSteps == 0 ? kSteps : steps % kSteps;
+        const GradSlot cur_at = grad_slot<S>(ring, slot, chain_lane), next_at = grad_slot<S>(ring, next, chain_lane);
+        if (valid == kSteps)
+            grad_stage<S, false>(s1, s2, qx, qd, qg, cur_at, next_at, full0 + 8 * next, next_parity, kSteps, m, r);
+        else
+            grad_stage<S, true>(s1, s2, qx, qd, qg, cur_at, next_at, full0 + 8 * next, next_parity, valid, m, r);
+        mbar_arrive(empty0 + 8 * slot);  // every lane arrives once its own reads of the slot have been used
+        slot = next;
+        parity = next_parity;
+    }
+
+    float* sums = chain_sums + (size_t)row * 256;  // [128 chains][2]
+    if (lane < G::kChains) {
+        const int chain = seg * G::kChains + lane;  // = 32 * (seg / S) + (seg % S) * kChains + lane
+        sums[2 * chain] = s1;
+        sums[2 * chain + 1] = s2;
+    }
+    __threadfence();  // publish this block's chain sums before counting them
+    __syncwarp();
+    unsigned done = 0;
+    if (lane == 0) done = atomicAdd(&row_done[row], 1u);
+    done = __shfl_sync(0xffffffffu, done, 0);
+    if (done != 4u * S - 1u) return;
+    __threadfence();  // the other blocks' sums are visible once their counts are
+    const volatile float* vs = sums;
+    float w1[4], w2[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+        w1[w] = grad_warp_sum(vs[2 * (32 * w + lane)]);
+        w2[w] = grad_warp_sum(vs[2 * (32 * w + lane) + 1]);
+    }
+    if (lane != 0) return;
+    s1_out[row] = grad_block_sum4(w1[0], w1[1], w1[2], w1[3]);
+    s2_out[row] = grad_block_sum4(w2[0], w2[1], w2[2], w2[3]);
+    row_done[row] = 0u;
+}
+
+#define GRAD_CHAIN_SUMS(S)                                                                                         \
+    extern "C" __global__ void __launch_bounds__(64) grad_chain_sums_s##S(                                         \
+        const __grid_constant__ TensorMap128 x_map, const __grid_constant__ TensorMap128 dy_map,                  \
+        const __grid_constant__ TensorMap128 g_map, const float* __restrict__ mean,                               \
+        const float* __restrict__ rstd, float* __restrict__ chain_sums, unsigned* __restrict__ row_done,          \
+        float* __restrict__ s1_out, float* __restrict__ s2_out, int n) {                                          \
+        grad_chain_sums<S>(x_map, dy_map, g_map, mean, rstd, chain_sums, row_done, s1_out, s2_out, n);            \
+    }
+GRAD_CHAIN_SUMS(1)
+GRAD_CHAIN_SUMS(2)

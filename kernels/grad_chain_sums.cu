@@ -1,8 +1,7 @@
 // The two row sums of torch's LayerNorm dX for few, long rows: torch's 128 per-thread chains of a row spread over
-// 4 * S blocks (S = 1 or 2: 32 / S chains each), fed by tensor-map copies of x, dy and gamma, then torch's
-// WarpReduceSum and BlockReduceSum order over all 128 chains in the row's last block. Two entry points:
-// grad_chain_sums_s1 (32 chains a block, one warp pushing both sums) and grad_chain_sums_pairs (16 chains a
-// block, a warp per sum: below).
+// 4 * S blocks (32 / S chains each), fed by tensor-map copies of x, dy and gamma, then torch's WarpReduceSum and
+// BlockReduceSum order over all 128 chains in the row's last block. Entry points: grad_chain_sums_s1 (32 chains a
+// block, one warp pushing both sums) and grad_chain_sums_split2/4/8 (a warp per sum: below).
 //
 // Why S: with up to 16 rows, four blocks per row leave SMs idle and give each SM 32 chains' bytes; S = 2 puts a
 // warp's chains on two SMs (adjacent columns: each copy row is 256 contiguous bytes). Measured on the H200 at
@@ -10,7 +9,7 @@
 // 8, 16 were 2-4x slower (their stages unrolled 128 steps); a block whose chain warp only accumulated, with prep
 // warps computing dy * gamma and its product with x - mean in place, was 2x slower (the ring's shared memory
 // traffic doubles). What set the pace there was one warp's issue of torch's push (~34 cycles per step of 4
-// elements, against the 16 of its dependent FADD/FFMA chain), not DRAM: hence grad_chain_sums_pairs.
+// elements, against the 16 of its dependent FADD/FFMA chain), not DRAM: hence grad_chain_sums_split<S>.
 //
 // Contract kept: each chain is torch's thread t = 32 * warp + lane of layer_norm_grad_input_kernel_vectorized,
 // pushing the components of float4 vectors t, t+128, ... in order (grad_ln.cuh's grad_push). Blocks write each
@@ -193,28 +192,33 @@ __device__ __forceinline__ void grad_chain_sums(
     row_done[row] = 0u;
 }
 
-// The pairs schedule, for 16 chains per block (S = 2's geometry, maps and ring): one warp per sum, and each
-// warp instruction doing the products of two steps. Why: one warp pushing both sums issues ~34 instructions per
-// step of 4 elements against the 16 cycles of either dependent chain, so that warp's issue set the pace (above).
-// Here lane l < 16 holds chain l's step 2i and lane l + 16 its step 2i + 1 (one contiguous 512-byte read per
-// array); the upper half's products reach the chain lanes by one shuffle each, and the lower half pushes them in
-// torch's order. Per pair of steps: the s1 warp issues 2 reads + 4 products + 4 shuffles + 8 adds (9 a step), the
-// s2 warp 3 reads + 12 products + 4 shuffles + 8 FMAs (13.5 a step): both under the chain's 16 cycles.
+// The split schedule, for S = 2, 4 or 8 (32 / S chains per block, 4 S blocks per row; S's geometry, maps and
+// ring): one warp per sum, and each warp instruction doing the products of S steps. Why: one warp pushing both sums
+// issues ~34 instructions per step of 4 elements against the 16 cycles of either dependent chain, so that warp's
+// issue set the pace (above). Here lane l holds chain l % C's step S i + l / C (C = 32 / S chains; one contiguous
+// 512-byte read per array); the other lanes' products reach the chain lanes (l < C) by S - 1 shuffles each, and
+// those lanes push them in torch's order. Per S steps: the s1 warp issues 2 reads + 4 products + 4 (S - 1)
+// shuffles + 4 S adds, the s2 warp 3 reads + 12 products + 4 (S - 1) shuffles + 4 S FMAs: 9-14 a step, under the
+// chain's 16 cycles. A larger S spreads a row's chains over more SMs, each then carrying fewer chains' bytes through
+// its shared memory (the TMA's writes and both warps' reads).
 // Contract kept: the same values as grad_push, pushed in the same order, into the same tree.
 namespace {
-using PairGeometry = GradGeometry<2>;
-constexpr int kPairChains = PairGeometry::kChains;     // 16
-constexpr int kPairs = PairGeometry::kSteps / 2;       // pairs of steps per stage
-constexpr int kPairAhead = 2;                          // pairs read from shared memory ahead of the one pushed
-static_assert(kPairs % kPairAhead == 0, "a stage must hold a whole number of prefetch windows");
+constexpr int kGroupsAhead = 2;  // groups of S steps read from shared memory ahead of the one pushed
 constexpr unsigned kAll = 0xffffffffu;
+template <int S>
+struct SplitGeometry {
+    using G = GradGeometry<S>;
+    static constexpr int kChains = G::kChains;       // 32 / S
+    static constexpr int kGroups = G::kSteps / S;    // groups of S steps per stage: 32
+    static_assert(kGroups % kGroupsAhead == 0, "a stage must hold a whole number of prefetch windows");
+};
 }  // namespace
 
-// One pair's pushes into this warp's sum (kSum 1: s1 from dy and gamma; 2: s2 from x too). `first` and `second`:
-// whether steps 2i and 2i + 1 exist (a partial last stage); uniform over the warp.
-template <int kSum>
-__device__ __forceinline__ void pair_push(float& s, float4 vx, float4 vd, float4 vg, float m, float r, bool first,
-                                          bool second) {
+// One group's pushes into this warp's sum (kSum 1: s1 from dy and gamma; 2: s2 from x too). `valid`: how many of
+// the group's S steps exist (S but in a partial last stage); uniform over the warp.
+template <int S, int kSum, bool kPartial>
+__device__ __forceinline__ void split_push(float& s, float4 vx, float4 vd, float4 vg, float m, float r, int valid) {
+    constexpr int C = 32 / S;
     float p[4];
     const float d[4] = {vd.x, vd.y, vd.z, vd.w}, g[4] = {vg.x, vg.y, vg.z, vg.w}, x[4] = {vx.x, vx.y, vx.z, vx.w};
 #pragma unroll
@@ -222,79 +226,99 @@ __device__ __forceinline__ void pair_push(float& s, float4 vx, float4 vd, float4
         const float gp = __fmul_rn(d[k], g[k]);
         p[k] = kSum == 1 ? gp : __fmul_rn(gp, __fsub_rn(x[k], m));
     }
-    float q[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) q[k] = __shfl_down_sync(kAll, p[k], 16);
-    if (first) {
+    for (int j = 0; j < S; ++j) {
+        float q[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) s = kSum == 1 ? __fadd_rn(s, p[k]) : __fmaf_rn(r, p[k], s);
-    }
-    if (second) {
+        for (int k = 0; k < 4; ++k) q[k] = j == 0 ? p[k] : __shfl_down_sync(kAll, p[k], j * C);
+        if (!kPartial || j < valid) {
 #pragma unroll
-        for (int k = 0; k < 4; ++k) s = kSum == 1 ? __fadd_rn(s, q[k]) : __fmaf_rn(r, q[k], s);
-    }
-}
-
-// A lane's reads of pair i in a slot: float4 32 i + lane of each array (the s1 warp reads no x).
-template <int kSum>
-__device__ __forceinline__ void pair_read(float4& vx, float4& vd, float4& vg, const float4* at, int pair) {
-    constexpr int kArray = PairGeometry::kArrayBytes / 16;
-    if (kSum == 2) vx = at[32 * pair];
-    vd = at[kArray + 32 * pair];
-    vg = at[2 * kArray + 32 * pair];
-}
-
-// One stage of pairs: on entry the q arrays hold its first kPairAhead pairs; on exit, the next stage's (after
-// waiting on the next slot's full barrier). kPartial: the last stage, `valid` of its steps existing.
-template <int kSum, bool kPartial>
-__device__ __forceinline__ void pair_stage(float& s, float4 (&qx)[kPairAhead], float4 (&qd)[kPairAhead],
-                                           float4 (&qg)[kPairAhead], const float4* cur, const float4* nxt,
-                                           unsigned next_full, unsigned next_parity, int valid, float m, float r) {
-#pragma unroll
-    for (int i = 0; i < kPairs; ++i) {
-        const float4 vx = qx[i % kPairAhead], vd = qd[i % kPairAhead], vg = qg[i % kPairAhead];
-        const int ahead = i + kPairAhead;
-        if (ahead < kPairs) {
-            pair_read<kSum>(qx[i % kPairAhead], qd[i % kPairAhead], qg[i % kPairAhead], cur, ahead);
-        } else {
-            if (ahead == kPairs) mbar_wait(next_full, next_parity);
-            pair_read<kSum>(qx[i % kPairAhead], qd[i % kPairAhead], qg[i % kPairAhead], nxt, ahead - kPairs);
+            for (int k = 0; k < 4; ++k) s = kSum == 1 ? __fadd_rn(s, q[k]) : __fmaf_rn(r, q[k], s);
         }
-        pair_push<kSum>(s, vx, vd, vg, m, r, !kPartial || 2 * i < valid, !kPartial || 2 * i + 1 < valid);
     }
 }
 
-// One consumer warp's pass over the ring (grad_stage's structure, by pairs).
-template <int kSum>
-__device__ __forceinline__ float pair_sums(const unsigned char* ring, unsigned full0, unsigned empty0, int steps,
-                                           int lane, float m, float r) {
-    constexpr int kStages = PairGeometry::kStages;
-    const int stages = (steps + PairGeometry::kSteps - 1) / PairGeometry::kSteps;
-    float s = 0.f;
-    float4 qx[kPairAhead], qd[kPairAhead], qg[kPairAhead];
+// A lane's reads of group i in a slot: float4 32 i + lane of each array (the s1 warp reads no x).
+template <int S, int kSum>
+__device__ __forceinline__ void split_read(float4& vx, float4& vd, float4& vg, const float4* at, int group) {
+    constexpr int kArray = GradGeometry<S>::kArrayBytes / 16;
+    if (kSum == 2) vx = at[32 * group];
+    vd = at[kArray + 32 * group];
+    vg = at[2 * kArray + 32 * group];
+}
+
+// One group: push the one the q slot holds, then refill the slot with group `ahead`'s reads from `at`.
+template <int S, int kSum, bool kPartial>
+__device__ __forceinline__ void split_group(float& s, float4& qx, float4& qd, float4& qg, const float4* at,
+                                            int ahead, int valid, float m, float r) {
+    const float4 vx = qx, vd = qd, vg = qg;
+    split_read<S, kSum>(qx, qd, qg, at, ahead);
+    split_push<S, kSum, kPartial>(s, vx, vd, vg, m, r, valid);
+}
+
+// One stage of groups: on entry the q arrays hold its first kGroupsAhead groups; on exit, the next stage's (after
+// waiting on the next slot's full barrier). kPartial: the last stage, `valid` of its steps existing. The groups
+// run kUnroll at a time, the last kUnroll peeled (they read ahead from the next slot): at S = 8 a whole stage
+// unrolled is ~2,400 instructions per warp, and the two warps' loops would crowd the instruction cache.
+template <int S, int kSum, bool kPartial>
+__device__ __forceinline__ void split_stage(float& s, float4 (&qx)[kGroupsAhead], float4 (&qd)[kGroupsAhead],
+                                            float4 (&qg)[kGroupsAhead], const float4* cur, const float4* nxt,
+                                            unsigned next_full, unsigned next_parity, int valid, float m, float r) {
+    constexpr int kGroups = SplitGeometry<S>::kGroups, kUnroll = 8;
+    static_assert(kGroups % kUnroll == 0 && kUnroll % kGroupsAhead == 0 && kUnroll >= kGroupsAhead,
+                  "whole unrolled windows, each a whole number of prefetch windows");
+#pragma unroll 1
+    for (int i0 = 0; i0 < kGroups - kUnroll; i0 += kUnroll) {
 #pragma unroll
-    for (int i = 0; i < kPairAhead; ++i) qx[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int u = 0; u < kUnroll; ++u)
+            split_group<S, kSum, kPartial>(s, qx[u % kGroupsAhead], qd[u % kGroupsAhead], qg[u % kGroupsAhead],
+                                           cur, i0 + u + kGroupsAhead, valid - S * (i0 + u), m, r);
+    }
+    constexpr int i0 = kGroups - kUnroll;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+        const int ahead = i0 + u + kGroupsAhead;
+        if (ahead < kGroups) {
+            split_group<S, kSum, kPartial>(s, qx[u % kGroupsAhead], qd[u % kGroupsAhead], qg[u % kGroupsAhead],
+                                           cur, ahead, valid - S * (i0 + u), m, r);
+        } else {
+            if (ahead == kGroups) mbar_wait(next_full, next_parity);
+            split_group<S, kSum, kPartial>(s, qx[u % kGroupsAhead], qd[u % kGroupsAhead], qg[u % kGroupsAhead],
+                                           nxt, ahead - kGroups, valid - S * (i0 + u), m, r);
+        }
+    }
+}
+
+// One consumer warp's pass over the ring (grad_stage's structure, by groups of S steps).
+template <int S, int kSum>
+__device__ __forceinline__ float split_sums(const unsigned char* ring, unsigned full0, unsigned empty0, int steps,
+                                            int lane, float m, float r) {
+    using G = GradGeometry<S>;
+    const int stages = (steps + G::kSteps - 1) / G::kSteps;
+    float s = 0.f;
+    float4 qx[kGroupsAhead], qd[kGroupsAhead], qg[kGroupsAhead];
+#pragma unroll
+    for (int i = 0; i < kGroupsAhead; ++i) qx[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     const auto slot_at = [&](int slot) {
-        return reinterpret_cast<const float4*>(ring + slot * PairGeometry::kStageBytes) + lane;
+        return reinterpret_cast<const float4*>(ring + slot * G::kStageBytes) + lane;
     };
     int slot = 0;
     unsigned parity = 0;
     if (stages > 0) {
         mbar_wait(full0, 0u);
 #pragma unroll
-        for (int i = 0; i < kPairAhead; ++i) pair_read<kSum>(qx[i], qd[i], qg[i], slot_at(0), i);
+        for (int i = 0; i < kGroupsAhead; ++i) split_read<S, kSum>(qx[i], qd[i], qg[i], slot_at(0), i);
     }
     for (int st = 0; st < stages; ++st) {
-        const int next = slot + 1 == kStages ? 0 : slot + 1;
+        const int next = slot + 1 == G::kStages ? 0 : slot + 1;
         const unsigned next_parity = next == 0 ? parity ^ 1u : parity;
-        const int valid = st + 1 < stages || steps % PairGeometry::kSteps == 0 ? PairGeometry::kSteps
-                                                                                : steps % PairGeometry::kSteps;
+        const int valid = st + 1 < stages || steps % G::kSteps == 0 ? G::kSteps : steps % G::kSteps;
         const float4 *cur = slot_at(slot), *nxt = slot_at(next);
         const unsigned next_full = full0 + 8 * next;
-        if (valid == PairGeometry::kSteps)
-            pair_stage<kSum, false>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r);
+        if (valid == G::kSteps)
+            split_stage<S, kSum, false>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r);
         else
-            pair_stage<kSum, true>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r);
+            split_stage<S, kSum, true>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r);
         mbar_arrive(empty0 + 8 * slot);  // every lane arrives once its own reads of the slot have been used
         slot = next;
         parity = next_parity;
@@ -302,20 +326,21 @@ __device__ __forceinline__ float pair_sums(const unsigned char* ring, unsigned f
     return s;
 }
 
-// grid: (8, rows) — blockIdx.x is the row's segment of 16 chains (as S = 2), blockIdx.y the row; block: 96
-// threads (warp 0 pushes s1, warp 1 s2, warp 2 produces). Dynamic shared memory: S = 2's ring.
-extern "C" __global__ void __launch_bounds__(96) grad_chain_sums_pairs(
-    const __grid_constant__ TensorMap128 x_map,   // as grad_chain_sums_s2's
-    const __grid_constant__ TensorMap128 dy_map,
-    const __grid_constant__ TensorMap128 g_map,
-    const float* __restrict__ mean,               // [rows]
-    const float* __restrict__ rstd,               // [rows]
-    float* __restrict__ chain_sums,               // [rows, 128, 2] scratch: each chain's two sums
-    unsigned* __restrict__ row_done,              // [rows] zero on entry; the last block resets it to zero
-    float* __restrict__ s1_out,                   // [rows]
-    float* __restrict__ s2_out,                   // [rows]
-    int n) {                                      // normalized size, a multiple of 512
-    using G = PairGeometry;
+// grid: (4 * S, rows) — blockIdx.x is the row's segment of 32 / S chains, blockIdx.y the row; block: 96 threads
+// (warp 0 pushes s1, warp 1 s2, warp 2 produces). Dynamic shared memory: kStages * kStageBytes.
+template <int S>
+__device__ __forceinline__ void grad_chain_sums_split(
+    const TensorMap128& x_map,  // as grad_chain_sums<S>'s
+    const TensorMap128& dy_map,
+    const TensorMap128& g_map,
+    const float* __restrict__ mean,   // [rows]
+    const float* __restrict__ rstd,   // [rows]
+    float* __restrict__ chain_sums,   // [rows, 128, 2] scratch: each chain's two sums
+    unsigned* __restrict__ row_done,  // [rows] zero on entry; the last block resets it to zero
+    float* __restrict__ s1_out,       // [rows]
+    float* __restrict__ s2_out,       // [rows]
+    int n) {                          // normalized size, a multiple of 512
+    using G = GradGeometry<S>;
     extern __shared__ __align__(128) unsigned char ring[];
     __shared__ unsigned long long full[G::kStages], empty[G::kStages];
 
@@ -334,7 +359,7 @@ extern "C" __global__ void __launch_bounds__(96) grad_chain_sums_pairs(
     }
     __syncthreads();
 
-    if (warp == 2) {  // the producer: grad_chain_sums<2>'s, unchanged
+    if (warp == 2) {  // the producer: grad_chain_sums<S>'s
         if (lane == 0) {
             for (int st = 0; st < stages; ++st) {
                 const int slot = st % G::kStages;
@@ -356,17 +381,17 @@ extern "C" __global__ void __launch_bounds__(96) grad_chain_sums_pairs(
     const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty);
     const float m = mean[row];
     const float r = rstd[row];
-    const float s = warp == 0 ? pair_sums<1>(ring, full0, empty0, steps, lane, m, r)
-                              : pair_sums<2>(ring, full0, empty0, steps, lane, m, r);
+    const float s = warp == 0 ? split_sums<S, 1>(ring, full0, empty0, steps, lane, m, r)
+                              : split_sums<S, 2>(ring, full0, empty0, steps, lane, m, r);
     float* sums = chain_sums + (size_t)row * 256;  // [128 chains][2]
-    if (lane < kPairChains) sums[2 * (seg * kPairChains + lane) + warp] = s;
+    if (lane < G::kChains) sums[2 * (seg * G::kChains + lane) + warp] = s;
     __threadfence();  // publish this warp's chain sums before the block counts them
     asm volatile("bar.sync 1, 64;" ::: "memory");  // both consumer warps (the producer has left)
     if (warp != 0) return;
     unsigned done = 0;
     if (lane == 0) done = atomicAdd(&row_done[row], 1u);
     done = __shfl_sync(kAll, done, 0);
-    if (done != 7u) return;  // 8 blocks per row
+    if (done != 4u * S - 1u) return;
     __threadfence();  // the other blocks' sums are visible once their counts are
     const volatile float* vs = sums;
     float w1[4], w2[4];
@@ -380,6 +405,18 @@ extern "C" __global__ void __launch_bounds__(96) grad_chain_sums_pairs(
     s2_out[row] = grad_block_sum4(w2[0], w2[1], w2[2], w2[3]);
     row_done[row] = 0u;
 }
+
+#define GRAD_CHAIN_SUMS_SPLIT(S)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(96) grad_chain_sums_split##S(                                     \
+        const __grid_constant__ TensorMap128 x_map, const __grid_constant__ TensorMap128 dy_map,                  \
+        const __grid_constant__ TensorMap128 g_map, const float* __restrict__ mean,                               \
+        const float* __restrict__ rstd, float* __restrict__ chain_sums, unsigned* __restrict__ row_done,          \
+        float* __restrict__ s1_out, float* __restrict__ s2_out, int n) {                                          \
+        grad_chain_sums_split<S>(x_map, dy_map, g_map, mean, rstd, chain_sums, row_done, s1_out, s2_out, n);      \
+    }
+GRAD_CHAIN_SUMS_SPLIT(2)
+GRAD_CHAIN_SUMS_SPLIT(4)
+GRAD_CHAIN_SUMS_SPLIT(8)
 
 #define GRAD_CHAIN_SUMS(S)                                                                                         \
     extern "C" __global__ void __launch_bounds__(64) grad_chain_sums_s##S(                                         \

@@ -148,13 +148,13 @@ def test_the_chain_split_fills_one_wave_and_its_maps_fit_a_box():
 
     h200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
     assert [backward.chain_split(r, h200) for r in (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 60)] == \
-        [2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1]
-    for rows in (1, 2, 4, 8, 16, 33):
+        [8, 8, 8, 8, 4, 4, 2, 2, 1, 1, 1]
+    for rows in (1, 2, 4, 5, 8, 16, 33):
         p = backward.plan(rows, 1 << 22, h200, "chain")
         split = backward.chain_split(rows, h200)
         g = p.tensor_map
         assert p.sums.function == backward.chain_function(split) and p.sums.grid == (4 * split, rows)
-        assert p.sums.block == ((96,) if split == 2 else (64,))  # S = 2: a warp per sum and the producer
+        assert p.sums.block == ((64,) if split == 1 else (96,))  # S > 1: a warp per sum and the producer
         assert g.dims[0] * g.dims[1] == 512 and g.strides_bytes[0] == 4 * g.dims[0] and g.dims[2] == (1 << 22) // 512
         assert all(b <= 256 for b in g.box) and g.box[2] == backward.chain_steps(split)
         assert p.sums.shared_mem == backward.CHAIN_SMEM and p.scratch.zeroed_at == 8 * rows + 1024 * rows

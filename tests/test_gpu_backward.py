@@ -86,7 +86,7 @@ def test_the_column_fold_keeps_the_bits(shape, schedule):
     _compare(shape, schedule)
 
 
-@pytest.mark.parametrize("split", [1, 2])
+@pytest.mark.parametrize("split", [1, 2, 4, 8])
 def test_every_chain_split_keeps_the_bits(split):
     """Each grad_chain_sums entry point (32 / S chains per block), at the most rows that take it on this GPU and
     a step count that leaves every split a ragged last stage (37 steps of 512)."""

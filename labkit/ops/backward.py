@@ -37,9 +37,9 @@ PATH = "grad"
 KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns", "grad_columns_tiled")  # .cu files
 MIN_ARCH = 80  # grad_row_sums and grad_columns; the chain schedule needs tensor maps (sm_90)
 SUMS_THREADS = 128  # torch's num_threads() for the dX kernel
-CHAIN_SPLITS = (1, 2)  # kernels/grad_chain_sums.cu's entry points: 32 / S chains per block (why no more: there)
+CHAIN_SPLITS = (1, 2, 4, 8)  # kernels/grad_chain_sums.cu's entry points: 32 / S chains per block
 CHAIN_SMEM = 4 * 3 * 32 * 512  # its ring, whatever the split: 192 KiB per block
-CHAIN_THREADS = {1: 64, 2: 96}  # by split: a chain warp and a producer; at S = 2 a warp per sum and a producer
+CHAIN_THREADS = {1: 64, 2: 96, 4: 96, 8: 96}  # by split: a chain warp (S = 1) or a warp per sum, and a producer
 COLUMN_THREADS = 256  # kernels/grad_columns.cu's most threads per block: (float4 columns) x (groups in the block)
 COLUMN_MIN_CX = 8     # float4 columns per block at least: 128 bytes of a row per group, a whole cache line
 COLUMN_WAVES = 2      # blocks the column pass aims for, per SM, where the template has groups to spread
@@ -227,9 +227,9 @@ def chain_steps(split: int) -> int:
 
 
 def chain_function(split: int) -> str:
-    """grad_chain_sums.cu's entry point for a split: 16 chains per block (S = 2) run as grad_chain_sums_pairs, one
-    warp per sum (why: that file)."""
-    return "grad_chain_sums_pairs" if split == 2 else f"grad_chain_sums_s{split}"
+    """grad_chain_sums.cu's entry point for a split: one warp pushing both sums at S = 1, a warp per sum (each
+    instruction doing S steps' products) above (why: that file)."""
+    return "grad_chain_sums_s1" if split == 1 else f"grad_chain_sums_split{split}"
 
 
 def chain_split(rows: int, device: Device) -> int:

@@ -1,8 +1,9 @@
-"""Dev probe: the chain schedule's row sums at 16 chains per block, grad_chain_sums_pairs (kernels/grad_chain_sums.cu:
-a warp per sum, each instruction doing two steps' products) against the single-warp entry point it replaced
-(grad_chain_sums_s2 of grad_chain_sums_before.cu here, the file at b7c8183), inside the whole backward (sums, then
+"""Dev probe: the chain schedule's row sums with a warp per sum, grad_chain_sums_split<S> (kernels/grad_chain_sums.cu:
+32 / S chains per block, each instruction doing S steps' products), at every split S that fits one wave (forced by
+replacing labkit.ops.backward.chain_split), against the single-warp entry point served before (grad_chain_sums_s2 of
+grad_chain_sums_before.cu here, the file at b7c8183) and grad_chain_sums_s1, inside the whole backward (sums, then
 grad_columns' dX + dgamma/dbeta).
-Bits: int32 views of dx, dweight, dbias against torch.ops.aten.native_layer_norm_backward, 2 calls each, for both.
+Bits: int32 views of dx, dweight, dbias against torch.ops.aten.native_layer_norm_backward, 2 calls each, for each.
 Time: the backward alone under graph replay (protocol A, 15 rounds), torch's aten backward beside it, and the chain
 floor (N/128 elements per chain at 4 cycles each, at the SM clock labkit.studies.measure.chain_floor implies).
 The old file is copied into kernels/ on the device machine for the run and removed after (kernels are compiled from
@@ -31,6 +32,7 @@ SHAPES = [(1, 1 << 24), (2, 1 << 23), (4, 1 << 22), (8, 1 << 21), (16, 1 << 22),
           (1, 512 * 37), (16, 512 * 37), (3, 512 * 17), (2, 512 * (64 * 6 * 2 + 3)), (5, 1 << 20), (7, 512 * 129),
           (12, 512 * 1001)]
 BEFORE = "grad_chain_sums_before"
+CHAIN_SPLIT = grad.chain_split
 
 
 def bits_equal(ours, ref):
@@ -59,18 +61,31 @@ def main():
             mask = [True, True, True]
             ref = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)
             fns = {"native": lambda: torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)}
+            auto = grad.chain_split(rows, dev)
             p = grad.plan(rows, n, dev, "chain")
             s = p.sums
-            before = dataclasses.replace(p, sums=Kernel(BEFORE, "grad_chain_sums_s2", s.grid, (64,), s.shared_mem))
-            row = {"rows": rows, "n": n, "function": s.function, "identical": {}}
-            for name, q in (("pairs", p), ("before", before)):
+            plans = {}
+            for split in grad.CHAIN_SPLITS:
+                if split == 1 or 4 * split * rows <= dev.sm_count:
+                    grad.chain_split = (lambda k: lambda rows, device: k)(split)
+                    try:
+                        plans[f"split{split}"] = grad.plan(rows, n, dev, "chain")
+                    finally:
+                        grad.chain_split = CHAIN_SPLIT
+            if 8 * rows <= dev.sm_count:  # the served kernel before, at its 8 blocks per row
+                q = plans["split2"]
+                plans["before_s2"] = dataclasses.replace(
+                    q, sums=Kernel(BEFORE, "grad_chain_sums_s2", q.sums.grid, (64,), q.sums.shared_mem))
+            row = {"rows": rows, "n": n, "auto_split": auto, "function": s.function, "identical": {}}
+            for name, q in plans.items():
                 run = (lambda q: lambda: grad.run(q, dy, x, (n,), mean, rstd, w, b, mask, 0))(q)
                 row["identical"][name] = all(bits_equal(run(), ref) for _ in range(2))
                 fns[name] = run
             # no affine: torch multiplies by ones, our plan passes ones
-            ref0 = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, None, None, mask)
-            row["identical"]["pairs_no_affine"] = bits_equal(
-                grad.run(p, dy, x, (n,), mean, rstd, None, None, mask, 0)[:1], ref0[:1])
+            m0 = [True, False, False]
+            ref0 = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, None, None, m0)
+            row["identical"]["auto_no_affine"] = bits_equal(
+                grad.run(p, dy, x, (n,), mean, rstd, None, None, m0, 0)[:1], ref0[:1])
             rec = bench.time_methods(fns, dataclasses.replace(bench.PROTOCOL_A, rounds=15), "native")
             row["graph_us"] = {m: st["median_ms"] * 1e3 for m, st in rec.stats.items()}
             row["graph_iqr_us"] = {m: (st["q25_ms"] * 1e3, st["q75_ms"] * 1e3) for m, st in rec.stats.items()}

@@ -201,6 +201,12 @@ __device__ __forceinline__ void grad_chain_sums(
 // shuffles + 4 S adds, the s2 warp 3 reads + 12 products + 4 (S - 1) shuffles + 4 S FMAs: 9-14 a step, under the
 // chain's 16 cycles. A larger S spreads a row's chains over more SMs, each then carrying fewer chains' bytes through
 // its shared memory (the TMA's writes and both warps' reads).
+// Measured on the H200 (torch 2.11; data/dev/grad_pairs: the whole backward under graph replay, bits equal at all 14
+// shapes and every split), against the one-warp S = 2 served before: 1 x 2^24 630 -> 520 us (S = 8), 2 x 2^23
+// 346 -> 290, 4 x 2^22 198 -> 170, 8 x 2^21 127 -> 117 (S = 4), 16 x 2^22 350 -> 350 (S = 2, where x and dy's bytes
+// set the pace). The S = 2 form alone times as the one-warp one, so that warp's issue was not the bound; the sums
+// still take about 1.6x their chain at 4 cycles an element, for a reason not yet found (not one SM's bytes alone:
+// four times fewer per SM bought 17%).
 // Contract kept: the same values as grad_push, pushed in the same order, into the same tree.
 namespace {
 constexpr int kGroupsAhead = 2;  // groups of S steps read from shared memory ahead of the one pushed

@@ -147,11 +147,14 @@ def test_the_chain_split_fills_one_wave_and_its_maps_fit_a_box():
     from labkit.ops import backward
 
     h200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
-    assert [backward.chain_split(r, h200) for r in (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 60)] == \
+    n = 1 << 22  # 8,192 steps: every split's stage count passes
+    assert [backward.chain_split(r, n, h200) for r in (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 60)] == \
         [8, 8, 8, 8, 4, 4, 2, 2, 1, 1, 1]
+    # S = 4 and 8 need CHAIN_MIN_STAGES stages of 32 S steps per block: 1,023 steps take S = 4, 511 steps S = 2
+    assert [backward.chain_split(1, 512 * k, h200) for k in (1024, 1023, 512, 511, 37)] == [8, 4, 4, 2, 2]
     for rows in (1, 2, 4, 5, 8, 16, 33):
         p = backward.plan(rows, 1 << 22, h200, "chain")
-        split = backward.chain_split(rows, h200)
+        split = backward.chain_split(rows, 1 << 22, h200)
         g = p.tensor_map
         assert p.sums.function == backward.chain_function(split) and p.sums.grid == (4 * split, rows)
         assert p.sums.block == ((64,) if split == 1 else (96,))  # S > 1: a warp per sum and the producer

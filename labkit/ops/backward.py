@@ -40,6 +40,10 @@ SUMS_THREADS = 128  # torch's num_threads() for the dX kernel
 CHAIN_SPLITS = (1, 2, 4, 8)  # kernels/grad_chain_sums.cu's entry points: 32 / S chains per block
 CHAIN_SMEM = 4 * 3 * 32 * 512  # its ring, whatever the split: 192 KiB per block
 CHAIN_THREADS = {1: 64, 2: 96, 4: 96, 8: 96}  # by split: a chain warp (S = 1) or a warp per sum, and a producer
+# S = 4 and 8 only where each block runs at least this many stages: measured on the H200 (data/dev/grad_pairs, whole
+# backward, graph replay), S = 8 lost at 2 x 771 steps (3 stages: 26.2 us against S = 4's 22.7) and won from 8,192
+# steps; S = 4 lost at 7 x 129 steps (one stage: 14.6 us against 13.1) and won at 771.
+CHAIN_MIN_STAGES = 4
 COLUMN_THREADS = 256  # kernels/grad_columns.cu's most threads per block: (float4 columns) x (groups in the block)
 COLUMN_MIN_CX = 8     # float4 columns per block at least: 128 bytes of a row per group, a whole cache line
 COLUMN_WAVES = 2      # blocks the column pass aims for, per SM, where the template has groups to spread
@@ -232,10 +236,11 @@ def chain_function(split: int) -> str:
     return "grad_chain_sums_s1" if split == 1 else f"grad_chain_sums_split{split}"
 
 
-def chain_split(rows: int, device: Device) -> int:
+def chain_split(rows: int, n: int, device: Device) -> int:
     """The largest split that keeps the sums in one wave (one block per SM: the ring fills its shared memory),
-    at least 1: 4 * S * rows <= SMs."""
-    fits = [s for s in CHAIN_SPLITS if 4 * s * rows <= device.sm_count]
+    at least 1: 4 * S * rows <= SMs, and from S = 4 on at least CHAIN_MIN_STAGES stages of 32 S steps per block."""
+    steps = n // 512
+    fits = [s for s in CHAIN_SPLITS if 4 * s * rows <= device.sm_count and (s <= 2 or steps >= CHAIN_MIN_STAGES * 32 * s)]
     return fits[-1] if fits else 1
 
 
@@ -276,7 +281,7 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto", loads: str =
         if smem > device.smem_optin_bytes:
             raise ValueError(f"the chain schedule needs {smem} bytes of shared memory per block, the device "
                              f"allows {device.smem_optin_bytes}")
-        split = chain_split(rows, device)
+        split = chain_split(rows, n, device)
         sums = Kernel("grad_chain_sums", chain_function(split), (4 * split, rows), (CHAIN_THREADS[split],), smem)
         seg = 512 // split  # bytes of one block's chains in one step
         geometry = TensorMapGeometry((128 // split, 4 * split, n // 512, rows), (seg, 2048, 4 * n),

@@ -61,13 +61,13 @@ def main():
             mask = [True, True, True]
             ref = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)
             fns = {"native": lambda: torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)}
-            auto = grad.chain_split(rows, dev)
+            auto = grad.chain_split(rows, n, dev)
             p = grad.plan(rows, n, dev, "chain")
             s = p.sums
             plans = {}
             for split in grad.CHAIN_SPLITS:
                 if split == 1 or 4 * split * rows <= dev.sm_count:
-                    grad.chain_split = (lambda k: lambda rows, device: k)(split)
+                    grad.chain_split = (lambda k: lambda *args: k)(split)
                     try:
                         plans[f"split{split}"] = grad.plan(rows, n, dev, "chain")
                     finally:

@@ -1,0 +1,276 @@
+// Dev variant (data/dev/grad_cpasync; not in the product): kernels/grad_chain_sums.cu's split schedule at 0949911
+// with its producer issuing cp.async (16 bytes a lane) instead of tensor-map copies. Why: the split forms took ~26-32
+// cycles a step whatever S (2, 4, 8) and whatever the consumers did (a warp per sum, or products made apart by a
+// prep warp, data/dev/grad_prep), as if bound by the copy engine's rate per box row: each step is three rows of
+// 512 / S bytes (x, dy, gamma), ~8-11 cycles each. A warp's cp.async moves 32 float4 in one instruction, whatever
+// rows they come from. Consumers, ring layout and contract unchanged.
+#include "async_copy.cuh"
+#include "grad_ln.cuh"
+
+static __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+}
+
+// The mbarrier gets an arrive when all of this thread's prior cp.async have landed (.noinc: counted in its init).
+static __device__ __forceinline__ void cp_async_arrive_noinc(unsigned long long* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+namespace {
+// Steps per stage and ring depth per split: every split keeps 4 stages of 48 KiB or more in flight (192 KiB of
+// shared memory per block); a stage is one tensor copy of kSteps x (512 / S) bytes per array (x, dy, gamma).
+template <int S>
+struct GradGeometry {
+    static constexpr int kChains = 32 / S;                  // chains (lanes that push) per block
+    static constexpr int kSteps = 32 * S;
+    static constexpr int kStages = 4;
+    static constexpr int kArrayBytes = kSteps * 512 / S;
+    static constexpr int kStageBytes = 3 * kArrayBytes;
+    static constexpr int kAhead = 4;  // steps read from shared memory ahead of the one being accumulated
+    static_assert(kSteps % kAhead == 0, "a stage must hold a whole number of prefetch windows");
+};
+}  // namespace
+
+// The split schedule, for S = 2, 4 or 8 (32 / S chains per block, 4 S blocks per row; S's geometry, maps and
+// ring): one warp per sum, and each warp instruction doing the products of S steps. Why: one warp pushing both sums
+// issues ~34 instructions per step of 4 elements against the 16 cycles of either dependent chain, so that warp's
+// issue set the pace (above). Here lane l holds chain l % C's step S i + l / C (C = 32 / S chains; one contiguous
+// 512-byte read per array); the other lanes' products reach the chain lanes (l < C) by S - 1 shuffles each, and
+// those lanes push them in torch's order. Per S steps: the s1 warp issues 2 reads + 4 products + 4 (S - 1)
+// shuffles + 4 S adds, the s2 warp 3 reads + 12 products + 4 (S - 1) shuffles + 4 S FMAs: 9-14 a step, under the
+// chain's 16 cycles. A larger S spreads a row's chains over more SMs, each then carrying fewer chains' bytes through
+// its shared memory (the TMA's writes and both warps' reads).
+// Measured on the H200 (torch 2.11; data/dev/grad_pairs: the whole backward under graph replay, bits equal at all 14
+// shapes and every split), against the one-warp S = 2 served before: 1 x 2^24 630 -> 520 us (S = 8), 2 x 2^23
+// 346 -> 290, 4 x 2^22 198 -> 170, 8 x 2^21 127 -> 117 (S = 4), 16 x 2^22 350 -> 350 (S = 2, where x and dy's bytes
+// set the pace). The S = 2 form alone times as the one-warp one, so that warp's issue was not the bound; the sums
+// still take about 1.6x their chain at 4 cycles an element, for a reason not yet found (not one SM's bytes alone:
+// four times fewer per SM bought 17%).
+// Contract kept: the same values as grad_push, pushed in the same order, into the same tree.
+namespace {
+constexpr int kGroupsAhead = 2;  // groups of S steps read from shared memory ahead of the one pushed
+constexpr unsigned kAll = 0xffffffffu;
+template <int S>
+struct SplitGeometry {
+    using G = GradGeometry<S>;
+    static constexpr int kChains = G::kChains;       // 32 / S
+    static constexpr int kGroups = G::kSteps / S;    // groups of S steps per stage: 32
+    static_assert(kGroups % kGroupsAhead == 0, "a stage must hold a whole number of prefetch windows");
+};
+}  // namespace
+
+// One group's pushes into this warp's sum (kSum 1: s1 from dy and gamma; 2: s2 from x too). `valid`: how many of
+// the group's S steps exist (S but in a partial last stage); uniform over the warp.
+template <int S, int kSum, bool kPartial>
+__device__ __forceinline__ void split_push(float& s, float4 vx, float4 vd, float4 vg, float m, float r, int valid) {
+    constexpr int C = 32 / S;
+    float p[4];
+    const float d[4] = {vd.x, vd.y, vd.z, vd.w}, g[4] = {vg.x, vg.y, vg.z, vg.w}, x[4] = {vx.x, vx.y, vx.z, vx.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float gp = __fmul_rn(d[k], g[k]);
+        p[k] = kSum == 1 ? gp : __fmul_rn(gp, __fsub_rn(x[k], m));
+    }
+#pragma unroll
+    for (int j = 0; j < S; ++j) {
+        float q[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) q[k] = j == 0 ? p[k] : __shfl_down_sync(kAll, p[k], j * C);
+        if (!kPartial || j < valid) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k) s = kSum == 1 ? __fadd_rn(s, q[k]) : __fmaf_rn(r, q[k], s);
+        }
+    }
+}
+
+// A lane's reads of group i in a slot: float4 32 i + lane of each array (the s1 warp reads no x).
+template <int S, int kSum>
+__device__ __forceinline__ void split_read(float4& vx, float4& vd, float4& vg, const float4* at, int group) {
+    constexpr int kArray = GradGeometry<S>::kArrayBytes / 16;
+    if (kSum == 2) vx = at[32 * group];
+    vd = at[kArray + 32 * group];
+    vg = at[2 * kArray + 32 * group];
+}
+
+// One group: push the one the q slot holds, then refill the slot with group `ahead`'s reads from `at`.
+template <int S, int kSum, bool kPartial>
+__device__ __forceinline__ void split_group(float& s, float4& qx, float4& qd, float4& qg, const float4* at,
+                                            int ahead, int valid, float m, float r) {
+    const float4 vx = qx, vd = qd, vg = qg;
+    split_read<S, kSum>(qx, qd, qg, at, ahead);
+    split_push<S, kSum, kPartial>(s, vx, vd, vg, m, r, valid);
+}
+
+// One stage of groups: on entry the q arrays hold its first kGroupsAhead groups; on exit, the next stage's (after
+// waiting on the next slot's full barrier). kPartial: the last stage, `valid` of its steps existing. The groups
+// run kUnroll at a time, the last kUnroll peeled (they read ahead from the next slot): at S = 8 a whole stage
+// unrolled is ~2,400 instructions per warp, and the two warps' loops would crowd the instruction cache.
+template <int S, int kSum, bool kPartial>
+__device__ __forceinline__ void split_stage(float& s, float4 (&qx)[kGroupsAhead], float4 (&qd)[kGroupsAhead],
+                                            float4 (&qg)[kGroupsAhead], const float4* cur, const float4* nxt,
+                                            unsigned next_full, unsigned next_parity, int valid, float m, float r) {
+    constexpr int kGroups = SplitGeometry<S>::kGroups, kUnroll = 8;
+    static_assert(kGroups % kUnroll == 0 && kUnroll % kGroupsAhead == 0 && kUnroll >= kGroupsAhead,
+                  "whole unrolled windows, each a whole number of prefetch windows");
+#pragma unroll 1
+    for (int i0 = 0; i0 < kGroups - kUnroll; i0 += kUnroll) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+            split_group<S, kSum, kPartial>(s, qx[u % kGroupsAhead], qd[u % kGroupsAhead], qg[u % kGroupsAhead],
+                                           cur, i0 + u + kGroupsAhead, valid - S * (i0 + u), m, r);
+    }
+    constexpr int i0 = kGroups - kUnroll;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+        const int ahead = i0 + u + kGroupsAhead;
+        if (ahead < kGroups) {
+            split_group<S, kSum, kPartial>(s, qx[u % kGroupsAhead], qd[u % kGroupsAhead], qg[u % kGroupsAhead],
+                                           cur, ahead, valid - S * (i0 + u), m, r);
+        } else {
+            if (ahead == kGroups) mbar_wait(next_full, next_parity);
+            split_group<S, kSum, kPartial>(s, qx[u % kGroupsAhead], qd[u % kGroupsAhead], qg[u % kGroupsAhead],
+                                           nxt, ahead - kGroups, valid - S * (i0 + u), m, r);
+        }
+    }
+}
+
+// One consumer warp's pass over the ring (grad_stage's structure, by groups of S steps).
+template <int S, int kSum>
+__device__ __forceinline__ float split_sums(const unsigned char* ring, unsigned full0, unsigned empty0, int steps,
+                                            int lane, float m, float r) {
+    using G = GradGeometry<S>;
+    const int stages = (steps + G::kSteps - 1) / G::kSteps;
+    float s = 0.f;
+    float4 qx[kGroupsAhead], qd[kGroupsAhead], qg[kGroupsAhead];
+#pragma unroll
+    for (int i = 0; i < kGroupsAhead; ++i) qx[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+    const auto slot_at = [&](int slot) {
+        return reinterpret_cast<const float4*>(ring + slot * G::kStageBytes) + lane;
+    };
+    int slot = 0;
+    unsigned parity = 0;
+    if (stages > 0) {
+        mbar_wait(full0, 0u);
+#pragma unroll
+        for (int i = 0; i < kGroupsAhead; ++i) split_read<S, kSum>(qx[i], qd[i], qg[i], slot_at(0), i);
+    }
+    for (int st = 0; st < stages; ++st) {
+        const int next = slot + 1 == G::kStages ? 0 : slot + 1;
+        const unsigned next_parity = next == 0 ? parity ^ 1u : parity;
+        const int valid = st + 1 < stages || steps % G::kSteps == 0 ? G::kSteps : steps % G::kSteps;
+        const float4 *cur = slot_at(slot), *nxt = slot_at(next);
+        const unsigned next_full = full0 + 8 * next;
+        if (valid == G::kSteps)
+            split_stage<S, kSum, false>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r);
+        else
+            split_stage<S, kSum, true>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r);
+        mbar_arrive(empty0 + 8 * slot);  // every lane arrives once its own reads of the slot have been used
+        slot = next;
+        parity = next_parity;
+    }
+    return s;
+}
+
+// grid: (4 * S, rows) — blockIdx.x is the row's segment of 32 / S chains, blockIdx.y the row; block: 96 threads
+// (warp 0 pushes s1, warp 1 s2, warp 2 produces). Dynamic shared memory: kStages * kStageBytes.
+template <int S>
+__device__ __forceinline__ void grad_chain_sums_split(
+    const float4* __restrict__ x,      // [rows, n / 4]
+    const float4* __restrict__ dy,     // [rows, n / 4]
+    const float4* __restrict__ gamma,  // [n / 4] (ones when the forward had no weight)
+    const float* __restrict__ mean,   // [rows]
+    const float* __restrict__ rstd,   // [rows]
+    float* __restrict__ chain_sums,   // [rows, 128, 2] scratch: each chain's two sums
+    unsigned* __restrict__ row_done,  // [rows] zero on entry; the last block resets it to zero
+    float* __restrict__ s1_out,       // [rows]
+    float* __restrict__ s2_out,       // [rows]
+    int n) {                          // normalized size, a multiple of 512
+    using G = GradGeometry<S>;
+    extern __shared__ __align__(128) unsigned char ring[];
+    __shared__ unsigned long long full[G::kStages], empty[G::kStages];
+
+    const int seg = blockIdx.x;
+    const int row = blockIdx.y;
+    const int steps = n / 512;
+    const int stages = (steps + G::kSteps - 1) / G::kSteps;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < G::kStages; ++i) {
+            mbar_init(&full[i], 32);   // the producer's lanes, each when its copies land
+            mbar_init(&empty[i], 64);  // both consumer warps' lanes
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp == 2) {  // the producer: cp.async, 16 bytes a lane, into the ring layout the tensor maps gave
+        // float4 f of a stage's array is step f / C, chain f % C: row float4 (st * kSteps + f / C) * 128 + seg * C
+        // + f % C. Steps past the row's end are not copied (the consumers never push them).
+        constexpr int C = G::kChains, kPerLane = G::kSteps * C / 32;  // float4s per lane per array per stage
+        const size_t n4 = (size_t)n / 4;
+        const float4* xr = x + (size_t)row * n4;
+        const float4* dr = dy + (size_t)row * n4;
+        for (int st = 0; st < stages; ++st) {
+            const int slot = st % G::kStages;
+            mbar_wait(&empty[slot], ((st / G::kStages) & 1) ^ 1);
+            unsigned char* dst = ring + slot * G::kStageBytes;
+#pragma unroll 4
+            for (int k = 0; k < kPerLane; ++k) {
+                const int f = 32 * k + lane;
+                const int step = st * G::kSteps + f / C;
+                if (step < steps) {
+                    const size_t at = (size_t)step * 128 + seg * C + f % C;
+                    cp_async16(dst + 16 * f, xr + at);
+                    cp_async16(dst + G::kArrayBytes + 16 * f, dr + at);
+                    cp_async16(dst + 2 * G::kArrayBytes + 16 * f, gamma + at);
+                }
+            }
+            cp_async_arrive_noinc(&full[slot]);  // the slot's full barrier completes when every lane's copies land
+        }
+        // Complete the barrier after the last stage without data: the consumers wait on it unconditionally.
+        if (stages > 0) {
+            mbar_wait(&empty[stages % G::kStages], ((stages / G::kStages) & 1) ^ 1);
+            cp_async_arrive_noinc(&full[stages % G::kStages]);
+        }
+        return;
+    }
+
+    const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty);
+    const float m = mean[row];
+    const float r = rstd[row];
+    const float s = warp == 0 ? split_sums<S, 1>(ring, full0, empty0, steps, lane, m, r)
+                              : split_sums<S, 2>(ring, full0, empty0, steps, lane, m, r);
+    float* sums = chain_sums + (size_t)row * 256;  // [128 chains][2]
+    if (lane < G::kChains) sums[2 * (seg * G::kChains + lane) + warp] = s;
+    __threadfence();  // publish this warp's chain sums before the block counts them
+    asm volatile("bar.sync 1, 64;" ::: "memory");  // both consumer warps (the producer has left)
+    if (warp != 0) return;
+    unsigned done = 0;
+    if (lane == 0) done = atomicAdd(&row_done[row], 1u);
+    done = __shfl_sync(kAll, done, 0);
+    if (done != 4u * S - 1u) return;
+    __threadfence();  // the other blocks' sums are visible once their counts are
+    const volatile float* vs = sums;
+    float w1[4], w2[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+        w1[w] = grad_warp_sum(vs[2 * (32 * w + lane)]);
+        w2[w] = grad_warp_sum(vs[2 * (32 * w + lane) + 1]);
+    }
+    if (lane != 0) return;
+    s1_out[row] = grad_block_sum4(w1[0], w1[1], w1[2], w1[3]);
+    s2_out[row] = grad_block_sum4(w2[0], w2[1], w2[2], w2[3]);
+    row_done[row] = 0u;
+}
+
+#define GRAD_CHAIN_SUMS_CPASYNC(S)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(96) grad_chain_sums_cpasync##S(                                   \
+        const float4* __restrict__ x, const float4* __restrict__ dy, const float4* __restrict__ gamma,            \
+        const float* __restrict__ mean, const float* __restrict__ rstd, float* __restrict__ chain_sums,           \
+        unsigned* __restrict__ row_done, float* __restrict__ s1_out, float* __restrict__ s2_out, int n) {         \
+        grad_chain_sums_split<S>(x, dy, gamma, mean, rstd, chain_sums, row_done, s1_out, s2_out, n);              \
+    }
+GRAD_CHAIN_SUMS_CPASYNC(2)
+GRAD_CHAIN_SUMS_CPASYNC(4)
+GRAD_CHAIN_SUMS_CPASYNC(8)

@@ -1,6 +1,6 @@
 """Prints what the README quotes from ncu's stall sampling (ncu_source.csv: grad_chain_sums_split8, ncu_prep_source.csv:
-grad_prep's grad_chain_sums_prep8; both at 1 x 2^24): samples by opcode and stall reason, the mbarrier wait loops
-(BRA) apart. Run: python3 data/dev/grad_ncu/stalls.py"""
+grad_prep's grad_chain_sums_prep8; both at 1 x 2^24; SASS lines without samples dropped from the files): samples by
+opcode and stall reason, the mbarrier wait loops (BRA) apart. Run: python3 data/dev/grad_ncu/stalls.py"""
 import collections
 import csv
 import io

@@ -273,6 +273,7 @@ def test_explain_on_cpu_and_meta():
     e = labkit.explain(torch.randn(2, 8), (8,), torch.ones(8), torch.zeros(8))
     assert e["path"] == "native" and "x must be a CUDA tensor (got cpu)" in e["reason"]
     assert e["torch_path"] == "vectorized"
+    assert e["backward"] == "native" and e["backward_reason"] == "not a GPU tensor"
     e = labkit.explain(torch.empty(1, (1 << 24) + 4, device="meta"), ((1 << 24) + 4,))
     assert e["path"] == "native" and e["torch_path"] == "rowwise_moments"
 

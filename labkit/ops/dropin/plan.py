@@ -328,23 +328,33 @@ def backward_plan(x, ns: tuple, weight, bias):
     """The GradPlan our backward runs for a forward on inputs like these, whatever grad_y comes, or None where
     torch's backward serves: forced to, not on a GPU, inputs our backward cannot take
     (labkit.ops.backward.input_refusal), the rule picking torch's for this shape
-    (labkit.ops.dispatch.rule.choose_backward), or a forced schedule that cannot take the shape. Read when the
-    autograd graph is recorded, so a `forced_backward` must be around the forward as well as the backward."""
+    (labkit.ops.dispatch.rule.choose_backward, by the current dispatch protocol's scores), or a forced schedule that
+    cannot take the shape. Read when the autograd graph is recorded, so a `forced_backward` must be around the
+    forward as well as the backward."""
+    return backward_choice(x, ns, weight, bias)[0]
+
+
+def backward_choice(x, ns: tuple, weight, bias) -> tuple:
+    """(GradPlan or None, the schedule's name or "native", why): `backward_plan` with its reason (labkit.explain)."""
     forced = _forced_backward[0]
-    if forced == paths.NATIVE or x.device.type != "cuda":
-        return None
-    if grad.input_refusal(x, ns, weight, bias, addresses=False) is not None:
-        return None
+    if forced == paths.NATIVE:
+        return None, paths.NATIVE, "forced (measurement)"
+    if x.device.type != "cuda":
+        return None, paths.NATIVE, "not a GPU tensor"
+    why = grad.input_refusal(x, ns, weight, bias, addresses=False)
+    if why is not None:
+        return None, paths.NATIVE, why
     dev = device_info(x.get_device())
     n = math.prod(ns)
     rows = x.numel() // n
     if forced is None:
         available = grad.plannable(rows, n, dev)
-        return available.get(rule.choose_backward(rows, n, dev, tuple(available), current_protocol())[0])
+        path, why = rule.choose_backward(rows, n, dev, tuple(available), current_protocol())
+        return available.get(path), path, why
     try:
-        return grad.plan(rows, n, dev, forced)
-    except ValueError:  # a forced schedule that cannot take this shape: torch's backward
-        return None
+        return grad.plan(rows, n, dev, forced), forced, "forced (measurement)"
+    except ValueError as exc:  # a forced schedule that cannot take this shape: torch's backward
+        return None, paths.NATIVE, f"forced {forced!r} cannot take this shape: {exc}"
 
 
 def backward_is_torchs(x, ns: tuple, weight, bias) -> bool:

@@ -120,8 +120,9 @@ def test_sanitizer_argv_filters_our_kernels():
     argv = rel.sanitizer_argv("racecheck", ["python", "t.py"])
     assert argv[:2] == ["compute-sanitizer", "--tool=racecheck"] and argv[-2:] == ["python", "t.py"]
     pattern = argv[argv.index("--kernel-name") + 1].removeprefix("kre=")
-    for ours in ("chain_stats_tma", "rows_fused_reg8", "rows_fused_warp1", "rows_fused_reg32", "reference_order_stats", "affine_columns", "ring_ok",
-                 "split_affine_interleaved", "nchw_rms_s1_v4", "rows_mean_abs", "grad_row_sums", "grad_chain_sums_s4", "grad_chain_sums_split8",
+    for ours in ("chain_stats_tma", "rows_fused_reg8", "rows_fused_warp1", "rows_fused_reg32", "reference_order_stats",
+                 "affine_columns", "ring_ok", "split_affine_interleaved", "nchw_rms_s1_v4", "rows_mean_abs",
+                 "grad_row_sums", "grad_chain_sums_s4", "grad_chain_sums_split8",
                  "grad_rows_fused_reg4", "grad_columns_streamed", "grad_columns_prefetched", "grad_columns_tiled",
                  "grad_columns_fold"):
         assert re.fullmatch(pattern, ours)
@@ -299,6 +300,20 @@ def test_the_sanitizer_shapes_reach_every_rows_entry_point():
     n_of = [math.prod(s[1:]) for s in rel.SANITIZER_SMALL_SHAPES]
     for pick in (rows_fused.function_for, backward.fused_function):
         assert {pick(n) for n in lengths} == {pick(n) for n in n_of}, pick.__name__
+
+
+def test_the_sanitizer_shapes_reach_every_chain_sums_entry_point():
+    """The backward's chain schedule at every split but the one-warp S = 1 (the sanitizer's shapes have few rows)
+    runs under the sanitizer: grad_chain_sums_split2, 4 and 8, for the H200's 132 SMs."""
+    import math
+
+    from labkit.core.device import Device
+    from labkit.ops import backward
+
+    h200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
+    picked = {backward.chain_function(backward.chain_split(s[0], math.prod(s[1:]), h200))
+              for s in rel.SANITIZER_SMALL_SHAPES if math.prod(s[1:]) % 512 == 0}
+    assert {backward.chain_function(k) for k in backward.CHAIN_SPLITS if k > 1} <= picked
 
 
 def test_the_sanitizer_shapes_reach_the_column_fold():

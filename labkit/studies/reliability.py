@@ -25,7 +25,8 @@ PRODUCT_KERNELS = r"chain_stats_tma|chain_stats_w1|chain_stats_w4|reciprocal_tab
                   r"|rows_staged" \
                   r"|reference_order_stats|affine_rows_interleaved|split_affine_flat|split_affine_interleaved" \
                   r"|nchw_\w+|rows_(?:rms|mean_abs|l2)" \
-                  r"|grad_row_sums|grad_chain_sums_(?:s|split)\d+|grad_rows_fused_reg\d+|grad_columns_(?:streamed|prefetched|fold|tiled)"
+                  r"|grad_row_sums|grad_chain_sums_(?:s|split)\d+|grad_rows_fused_reg\d+" \
+                  r"|grad_columns_(?:streamed|prefetched|fold|tiled)"
 RING_KERNELS = r"ring_\w+"
 OUR_KERNELS = rf"^({PRODUCT_KERNELS}|{RING_KERNELS})$"
 
@@ -143,7 +144,9 @@ CHANNEL_TARGETS = ("channel_nchw", "channel_rows")  # notebook 09's kernels: NCH
 # that every entry point either picks is reached), and 100 rows, where the backward's column pass spreads the GammaBeta
 # template's 8 groups over blocks and folds them (grad_columns_prefetched, grad_columns_fold). The 2 x 394,752 rows take
 # grad_columns_streamed (torch's layout, many blocks); the other shapes the prefetched one with every group in a block.
-# 2,048 x 256 takes grad_columns_tiled (32 groups of 64-row chains, few threads: its shared-memory tiles).
+# 2,048 x 256 takes grad_columns_tiled (32 groups of 64-row chains, few threads: its shared-memory tiles). The
+# backward's chain sums: 3 x 512 * 17 take grad_chain_sums_split2, 2 x 394,752 split4, 1 x 512 * 1,027 split8 (its
+# 4-slot ring wraps once, then a last stage of 3 steps).
 # Not reached here: the partial form (M > 64K) and the streamed kernel with groups in a block. rows_staged takes every
 # shape with N <= 2**18: 2 x 262,144 streams rows longer than its ring (early chunks released by the chain group,
 # re-read for the output), and 300 x 1,028 gives its persistent blocks two or three rows each (the hand-off of the
@@ -151,7 +154,8 @@ CHANNEL_TARGETS = ("channel_nchw", "channel_rows")  # notebook 09's kernels: NCH
 # these shapes (3 of 14 slots, 3 of 4 statistics entries at most): the GPU tests' repeated calls reach that, not the
 # sanitizer.
 SANITIZER_SMALL_SHAPES = ((2, 64, 64, 64), (3, 64, 17, 19), (5, 1000), (3, 512 * 17), (2, 512 * (64 * 6 * 2 + 3)),
-                          (9, 256), (6, 2048), (5, 4096), (3, 8192), (100, 768), (300, 1028), (2048, 256))
+                          (9, 256), (6, 2048), (5, 4096), (3, 8192), (100, 768), (300, 1028), (2048, 256),
+                          (1, 512 * 1027))
 
 
 def targets_for(shape, names=PRODUCT_TARGETS, device=None) -> list[str]:

@@ -8,8 +8,9 @@
 // 1-16 rows of 2^20-2^24 (torch 2.11), with one warp pushing both sums: S = 2 was 5-10% faster than S = 1; S = 4,
 // 8, 16 were 2-4x slower (their stages unrolled 128 steps); a block whose chain warp only accumulated, with prep
 // warps computing dy * gamma and its product with x - mean in place, was 2x slower (the ring's shared memory
-// traffic doubles). What set the pace there was one warp's issue of torch's push (~34 cycles per step of 4
-// elements, against the 16 of its dependent FADD/FFMA chain), not DRAM: hence grad_chain_sums_split<S>.
+// traffic doubles). The one warp issued ~34 instructions per step of 4 elements against the 16 cycles of its
+// dependent FADD/FFMA chain; that warp's issue was the suspected bound, and grad_chain_sums_split<S> the test of it
+// (below: it was not the bound at S = 2; spreading the chains over more SMs is what paid).
 //
 // Contract kept: each chain is torch's thread t = 32 * warp + lane of layer_norm_grad_input_kernel_vectorized,
 // pushing the components of float4 vectors t, t+128, ... in order (grad_ln.cuh's grad_push). Blocks write each
@@ -194,19 +195,20 @@ __device__ __forceinline__ void grad_chain_sums(
 
 // The split schedule, for S = 2, 4 or 8 (32 / S chains per block, 4 S blocks per row; S's geometry, maps and
 // ring): one warp per sum, and each warp instruction doing the products of S steps. Why: one warp pushing both sums
-// issues ~34 instructions per step of 4 elements against the 16 cycles of either dependent chain, so that warp's
-// issue set the pace (above). Here lane l holds chain l % C's step S i + l / C (C = 32 / S chains; one contiguous
+// issues ~34 instructions per step of 4 elements against the 16 cycles of either dependent chain (above). Here
+// lane l holds chain l % C's step S i + l / C (C = 32 / S chains; one contiguous
 // 512-byte read per array); the other lanes' products reach the chain lanes (l < C) by S - 1 shuffles each, and
 // those lanes push them in torch's order. Per S steps: the s1 warp issues 2 reads + 4 products + 4 (S - 1)
-// shuffles + 4 S adds, the s2 warp 3 reads + 12 products + 4 (S - 1) shuffles + 4 S FMAs: 9-14 a step, under the
+// shuffles + 4 S adds, the s2 warp 3 reads + 12 products + 4 (S - 1) shuffles + 4 S FMAs: 8-14 a step, under the
 // chain's 16 cycles. A larger S spreads a row's chains over more SMs, each then carrying fewer chains' bytes through
 // its shared memory (the TMA's writes and both warps' reads).
 // Measured on the H200 (torch 2.11; data/dev/grad_pairs: the whole backward under graph replay, bits equal at all 14
 // shapes and every split), against the one-warp S = 2 served before: 1 x 2^24 630 -> 520 us (S = 8), 2 x 2^23
 // 346 -> 290, 4 x 2^22 198 -> 170, 8 x 2^21 127 -> 117 (S = 4), 16 x 2^22 350 -> 350 (S = 2, where x and dy's bytes
 // set the pace). The S = 2 form alone times as the one-warp one, so that warp's issue was not the bound; the sums
-// still take about 1.6x their chain at 4 cycles an element, for a reason not yet found (not one SM's bytes alone:
-// four times fewer per SM bought 17%).
+// still take about 1.6x their chain at 4 cycles an element. Not the copy engine (cp.async in its place timed the
+// same) nor one SM's bytes alone (four times fewer per SM bought 17%); ncu at 1 x 2^24 puts the shuffles' issue
+// first among the consumer warps' stalls (data/dev/grad_ncu).
 // Contract kept: the same values as grad_push, pushed in the same order, into the same tree.
 namespace {
 constexpr int kGroupsAhead = 2;  // groups of S steps read from shared memory ahead of the one pushed
@@ -220,8 +222,9 @@ struct SplitGeometry {
 };
 }  // namespace
 
-// One group's pushes into this warp's sum (kSum 1: s1 from dy and gamma; 2: s2 from x too). `valid`: how many of
-// the group's S steps exist (S but in a partial last stage); uniform over the warp.
+// One group's pushes into this warp's sum (kSum 1: s1 from dy and gamma; 2: s2 from x too). `valid`: the steps
+// that exist from the group's first on (S or more but in a partial last stage, where it can be below 1); step j is
+// pushed when j < valid. Uniform over the warp.
 template <int S, int kSum, bool kPartial>
 __device__ __forceinline__ void split_push(float& s, float4 vx, float4 vd, float4 vg, float m, float r, int valid) {
     constexpr int C = 32 / S;

@@ -34,7 +34,7 @@ def main(argv=None) -> int:
                     "module in labkit/ops/dispatch/tables/)")
     ap.add_argument("--copy-to", default=os.environ.get("OUT"), help="also copy the module here (a GPU machine's $OUT)")
     ap.add_argument("--backward", action="store_true", help="measure the backward's paths instead (a run of its own; "
-                    "the module keeps its forward table and gains BACKWARD)")
+                    "the module keeps its forward tables and gains BACKWARD and BACKWARD_GRAPH)")
     args = ap.parse_args(argv)
     root = Path(os.environ.get("LABKIT_RUNS_ROOT", "build/runs"))
     run = Run.create(root, "dispatch_table", vars(args), device="cuda")

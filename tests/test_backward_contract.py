@@ -141,8 +141,9 @@ def test_backward_kernels_compile_where_their_plans_allow(arch, cache_dir):
 
 
 def test_the_chain_split_fills_one_wave_and_its_maps_fit_a_box():
-    """grad_chain_sums' entry point for S: the largest split with 4 * S * rows blocks on the SMs (1 at least), and a tensor-map
-    geometry that tiles the row exactly (128 / S floats x 4 S segments per 512-float step) in boxes TMA takes."""
+    """grad_chain_sums' entry point for S: the largest split with 4 * S * rows blocks on the SMs (1 at least; S = 4
+    and 8 with CHAIN_MIN_STAGES stages per block), and a tensor-map geometry that tiles the row exactly (128 / S
+    floats x 4 S segments per 512-float step) in boxes TMA takes."""
     from labkit.core.device import Device
     from labkit.ops import backward
 
@@ -151,7 +152,8 @@ def test_the_chain_split_fills_one_wave_and_its_maps_fit_a_box():
     assert [backward.chain_split(r, n, h200) for r in (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 60)] == \
         [8, 8, 8, 8, 4, 4, 2, 2, 1, 1, 1]
     # S = 4 and 8 need CHAIN_MIN_STAGES stages of 32 S steps per block: 1,023 steps take S = 4, 511 steps S = 2
-    assert [backward.chain_split(1, 512 * k, h200) for k in (1024, 1023, 512, 511, 37)] == [8, 4, 4, 2, 2]
+    assert [backward.chain_split(1, 512 * k, h200) for k in (1024, 1023, 512, 511, 37)] == \
+        [8, 4, 4, 2, 2]
     for rows in (1, 2, 4, 5, 8, 16, 33):
         p = backward.plan(rows, 1 << 22, h200, "chain")
         split = backward.chain_split(rows, 1 << 22, h200)

@@ -89,8 +89,8 @@ def test_the_column_fold_keeps_the_bits(shape, schedule):
 @pytest.mark.parametrize("split", [1, 2, 4, 8])
 def test_every_chain_split_keeps_the_bits(split):
     """Each grad_chain_sums entry point (32 / S chains per block), at the most rows that take it on this GPU and
-    a step count that leaves every split a ragged last stage (4,133 steps of 512: 37 past a whole stage of 32 S
-    steps for S = 1..8) and gives S = 4 and 8 their minimum stages."""
+    a step count that leaves every split a ragged last stage (4,133 steps of 512: 37 past a whole number of 64-,
+    128- and 256-step stages, 5 past 32-step ones) and gives S = 4 and 8 their minimum stages."""
     from labkit.core.device import device_info
     from labkit.ops import backward
 

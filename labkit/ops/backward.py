@@ -3,7 +3,8 @@ them on its vectorized path, on a schedule that reads x and dy twice where torch
 
 Two or three launches (labkit.core.launch Kernels, planned from (rows, n, device)), in one of three schedules:
 - "chain" (few long rows): the row sums of torch's dX kernel with a row's 128 chains spread over 4 * S blocks fed
-  by tensor maps (kernels/grad_chain_sums.cu; S, the split, as many as fit one wave: `chain_split`), then
+  by tensor maps (kernels/grad_chain_sums.cu; S, the split, the most that fit one wave with enough stages per
+  block: `chain_split`), then
   kernels/grad_columns.cu: dX, dgamma and dbeta from one more read of x and dy, in the order of torch's
   GammaBetaBackwardCUDAKernelTemplate for this (rows, N) (`gamma_beta_template`);
 - "rows" (wide rows, where that template's grid of N/32 column blocks fills the GPU): torch's one 128-thread
@@ -40,9 +41,11 @@ SUMS_THREADS = 128  # torch's num_threads() for the dX kernel
 CHAIN_SPLITS = (1, 2, 4, 8)  # kernels/grad_chain_sums.cu's entry points: 32 / S chains per block
 CHAIN_SMEM = 4 * 3 * 32 * 512  # its ring, whatever the split: 192 KiB per block
 CHAIN_THREADS = {1: 64, 2: 96, 4: 96, 8: 96}  # by split: a chain warp (S = 1) or a warp per sum, and a producer
-# S = 4 and 8 only where each block runs at least this many stages: measured on the H200 (data/dev/grad_pairs, whole
-# backward, graph replay), S = 8 lost at 2 x 771 steps (3 stages: 26.2 us against S = 4's 22.7) and won from 8,192
-# steps; S = 4 lost at 7 x 129 steps (one stage: 14.6 us against 13.1) and won at 771.
+# S = 4 and 8 only where each block runs at least this many stages of 32 S steps: measured on the H200
+# (data/dev/grad_pairs, whole backward, graph replay), S = 8 lost at 2 x 771 steps (3 whole stages and a partial
+# one: 26.2 us against S = 4's 22.7) and won from 8,192 steps at 1-4 rows; S = 4 lost at 7 x 129 steps (one whole
+# stage: 14.6 us against 13.1) and won at 771. At 4 x 2,100 steps (grad_prep's probe) the rule's S = 8 took 54.9 us
+# and S = 4 52.7: within 4%, left to the rule.
 CHAIN_MIN_STAGES = 4
 COLUMN_THREADS = 256  # kernels/grad_columns.cu's most threads per block: (float4 columns) x (groups in the block)
 COLUMN_MIN_CX = 8     # float4 columns per block at least: 128 bytes of a row per group, a whole cache line
@@ -157,7 +160,7 @@ def gamma_beta_template(rows: int, n: int, sm_count: int) -> GammaBetaTemplate:
 class GradPlan:
     rows: int
     n: int
-    schedule: str                        # "rows" or "chain"
+    schedule: str                        # "chain", "rows" or "split"
     sums: Kernel
     columns: Kernel
     template: GammaBetaTemplate
@@ -226,7 +229,7 @@ def plannable(rows: int, n: int, device: Device) -> dict:
 
 
 def chain_steps(split: int) -> int:
-    """Steps per stage of grad_chain_sums_s<split> (its GradGeometry::kSteps): the tensor maps' box."""
+    """Steps per stage of the split's entry point (GradGeometry<S>::kSteps): the tensor maps' box."""
     return 32 * split
 
 
@@ -240,7 +243,8 @@ def chain_split(rows: int, n: int, device: Device) -> int:
     """The largest split that keeps the sums in one wave (one block per SM: the ring fills its shared memory),
     at least 1: 4 * S * rows <= SMs, and from S = 4 on at least CHAIN_MIN_STAGES stages of 32 S steps per block."""
     steps = n // 512
-    fits = [s for s in CHAIN_SPLITS if 4 * s * rows <= device.sm_count and (s <= 2 or steps >= CHAIN_MIN_STAGES * 32 * s)]
+    fits = [s for s in CHAIN_SPLITS
+            if 4 * s * rows <= device.sm_count and (s <= 2 or steps >= CHAIN_MIN_STAGES * 32 * s)]
     return fits[-1] if fits else 1
 
 

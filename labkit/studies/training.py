@@ -74,9 +74,10 @@ def methods(x, w, b, dy, eps: float, compiled: bool = True) -> dict:
 
 
 def _as_dispatched(fns: dict, protocol: str) -> dict:
-    """`fns` as a model timed under `protocol` calls them: under graph replay the drop-in plans by the tables'
-    graph-replay scores (`labkit.dispatch_protocol("graph")`, what a model under CUDA graphs sets), forward and
-    backward; eager calls plan by the eager ones (the default)."""
+    """`fns` as a model timed under `protocol` calls them: under graph replay the eager drop-in ("dropin") plans by
+    the tables' graph-replay scores, forward and backward (`labkit.dispatch_protocol("graph")`, what a model under
+    CUDA graphs sets); the compiled drop-in and the forced-backward methods plan as by default, as do all eager
+    calls."""
     if protocol != "graph" or "dropin" not in fns:
         return fns
     from labkit import dispatch_protocol

@@ -1,8 +1,9 @@
 """`labkit tune`: the dispatch table measured on the reader's own GPU (issue 25 item 2).
 
 Every candidate path is timed as the committed tables were (labkit.studies.dropin.sweep for the forward,
-labkit.studies.dispatch.backward_sweep for the backward: eager per call, CUDA events around one call, L2 flushed),
-over a grid of (rows, N), reduced to each path's time / torch's per grid point (labkit.studies.dispatch.derive_scores),
+labkit.studies.dispatch.backward_sweep for the backward: eager per call, CUDA events around one call, L2 flushed, and
+graph replay), over a grid of (rows, N), reduced to each path's time / torch's per grid point
+(labkit.studies.dispatch.derive_scores),
 and written to the user's table cache (labkit.ops.dispatch.tables.table_dir(), never the package). From then on the
 rule reads it for this GPU (tables.for_device: a tuned table of the same GPU name, arch and SM count wins over the
 committed ones while the kernel sources are those it was measured with), and labkit.explain's rule_source names it.

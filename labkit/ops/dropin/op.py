@@ -167,7 +167,9 @@ class _LayerNorm(torch.autograd.Function):
     def forward(ctx, x, weight, bias, ns, eps, plan):
         y, mean, rstd = plan.forward(x, weight, bias, True)
         ctx.save_for_backward(x, mean, rstd, weight, bias)
-        ctx.ns, ctx.eps = ns, eps
+        # autograd runs a CUDA backward on its own worker thread, whose context has no dispatch_protocol: the
+        # backward plans by the protocol the forward was called under
+        ctx.ns, ctx.eps, ctx.protocol = ns, eps, plans.current_protocol()
         ctx.mark_non_differentiable(mean, rstd)
         return y
 
@@ -181,7 +183,8 @@ class _LayerNorm(torch.autograd.Function):
             grads = iter(torch.autograd.grad(y, wanted, grad_y, create_graph=True))
             return (next(grads) if need_x else None, next(grads) if need_w else None,
                     next(grads) if need_b else None, None, None, None)
-        gx, gw, gb = plans.backward(grad_y, x, ctx.ns, mean, rstd, weight, bias, (need_x, need_w, need_b))
+        with plans.dispatch_protocol(ctx.protocol):
+            gx, gw, gb = plans.backward(grad_y, x, ctx.ns, mean, rstd, weight, bias, (need_x, need_w, need_b))
         return gx, gw, gb, None, None, None
 
 

@@ -151,7 +151,10 @@ def current_protocol() -> str:
 class dispatch_protocol:
     """`with labkit.dispatch_protocol("graph"):` plans the calls made inside (capture warm-up included) by the
     table's graph-replay scores instead of its eager ones; where the two measurements pick differently, this is
-    the one the model will pay. Outside it, LABKIT_PROTOCOL (default "eager") decides."""
+    the one the model will pay. Outside it, LABKIT_PROTOCOL (default "eager") decides. An eager call's backward is
+    planned with its forward (the host extension's node) or by the forward's protocol (the Python node); the
+    registered op's backward (torch.compile, modes, subclasses) plans in autograd's worker thread, by
+    LABKIT_PROTOCOL: set that for a compiled model under CUDA graphs."""
 
     def __init__(self, protocol: str):
         if protocol not in rule.PROTOCOLS:
@@ -352,7 +355,8 @@ def backward_choice(x, ns: tuple, weight, bias) -> tuple:
         path, why = rule.choose_backward(rows, n, dev, tuple(available), current_protocol())
         return available.get(path), path, why
     try:
-        return grad.plan(rows, n, dev, forced), forced, "forced (measurement)"
+        gp = grad.plan(rows, n, dev, forced)
+        return gp, gp.schedule, "forced (measurement)"
     except ValueError as exc:  # a forced schedule that cannot take this shape: torch's backward
         return None, paths.NATIVE, f"forced {forced!r} cannot take this shape: {exc}"
 

@@ -80,6 +80,53 @@ __device__ __forceinline__ void grad_stage(float& s1, float& s2, float4 (&qx)[Gr
     }
 }
 
+// The producer (lane 0 of a warp): stage st's x, dy and gamma into ring slot st % kStages once the consumers have
+// released it. A partial last stage still lands whole: the maps' step dimension ends there, and TMA fills
+// out-of-range steps with zeros and counts their bytes. After the last stage it completes the next slot's barrier
+// without data: the consumers wait on it unconditionally.
+template <int S>
+__device__ __forceinline__ void produce_stages(unsigned char* ring, unsigned long long* full, unsigned long long* empty,
+                                               const TensorMap128& x_map, const TensorMap128& dy_map,
+                                               const TensorMap128& g_map, int seg, int row, int stages) {
+    using G = GradGeometry<S>;
+    for (int st = 0; st < stages; ++st) {
+        const int slot = st % G::kStages;
+        mbar_wait(&empty[slot], ((st / G::kStages) & 1) ^ 1);
+        mbar_expect_tx(&full[slot], G::kStageBytes);
+        unsigned char* dst = ring + slot * G::kStageBytes;
+        tensor_copy_4d(dst, &x_map, 0, seg, st * G::kSteps, row, &full[slot]);
+        tensor_copy_4d(dst + G::kArrayBytes, &dy_map, 0, seg, st * G::kSteps, row, &full[slot]);
+        tensor_copy_4d(dst + 2 * G::kArrayBytes, &g_map, 0, seg, st * G::kSteps, 0, &full[slot]);
+    }
+    if (stages > 0) {
+        mbar_wait(&empty[stages % G::kStages], ((stages / G::kStages) & 1) ^ 1);
+        mbar_arrive(&full[stages % G::kStages]);
+    }
+}
+
+// One warp, after its block's chain sums are in `sums` ([128 chains][2] of the row) and fenced: count the block
+// in; the row's last block (of `blocks`) gives lane l of its warp chain 32 * w + l of each warp w, so grad_warp_sum
+// forms WarpReduceSum's tree exactly as in torch, then grad_block_sum4 BlockReduceSum's second step over w0..w3.
+__device__ __forceinline__ void row_sums_tail(float* sums, unsigned* row_done, float* s1_out, float* s2_out,
+                                              int row, int lane, unsigned blocks) {
+    unsigned done = 0;
+    if (lane == 0) done = atomicAdd(&row_done[row], 1u);
+    done = __shfl_sync(0xffffffffu, done, 0);
+    if (done != blocks - 1u) return;
+    __threadfence();  // the other blocks' sums are visible once their counts are
+    const volatile float* vs = sums;
+    float w1[4], w2[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+        w1[w] = grad_warp_sum(vs[2 * (32 * w + lane)]);
+        w2[w] = grad_warp_sum(vs[2 * (32 * w + lane) + 1]);
+    }
+    if (lane != 0) return;
+    s1_out[row] = grad_block_sum4(w1[0], w1[1], w1[2], w1[3]);
+    s2_out[row] = grad_block_sum4(w2[0], w2[1], w2[2], w2[3]);
+    row_done[row] = 0u;
+}
+
 // grid: (4 * S, rows) — blockIdx.x is the row's segment (torch's warp blockIdx.x / S, chains from
 // (blockIdx.x % S) * 32 / S of it), blockIdx.y the row; block: 64 threads (warp 0 runs the chains, warp 1
 // produces). Dynamic shared memory: kStages * kStageBytes.
@@ -116,24 +163,7 @@ __device__ __forceinline__ void grad_chain_sums(
     __syncthreads();
 
     if (threadIdx.x >= 32) {
-        if (lane == 0) {
-            for (int st = 0; st < stages; ++st) {
-                const int slot = st % kStages;
-                mbar_wait(&empty[slot], ((st / kStages) & 1) ^ 1);
-                // A partial last stage still lands whole: the maps' step dimension ends there, and TMA fills
-                // out-of-range steps with zeros and counts their bytes.
-                mbar_expect_tx(&full[slot], G::kStageBytes);
-                unsigned char* dst = ring + slot * G::kStageBytes;
-                tensor_copy_4d(dst, &x_map, 0, seg, st * kSteps, row, &full[slot]);
-                tensor_copy_4d(dst + G::kArrayBytes, &dy_map, 0, seg, st * kSteps, row, &full[slot]);
-                tensor_copy_4d(dst + 2 * G::kArrayBytes, &g_map, 0, seg, st * kSteps, 0, &full[slot]);
-            }
-            // Complete the barrier after the last stage without data: the consumer waits on it unconditionally.
-            if (stages > 0) {
-                mbar_wait(&empty[stages % kStages], ((stages / kStages) & 1) ^ 1);
-                mbar_arrive(&full[stages % kStages]);
-            }
-        }
+        if (lane == 0) produce_stages<S>(ring, full, empty, x_map, dy_map, g_map, seg, row, stages);
         return;
     }
 
@@ -175,22 +205,7 @@ __device__ __forceinline__ void grad_chain_sums(
     }
     __threadfence();  // publish this block's chain sums before counting them
     __syncwarp();
-    unsigned done = 0;
-    if (lane == 0) done = atomicAdd(&row_done[row], 1u);
-    done = __shfl_sync(0xffffffffu, done, 0);
-    if (done != 4u * S - 1u) return;
-    __threadfence();  // the other blocks' sums are visible once their counts are
-    const volatile float* vs = sums;
-    float w1[4], w2[4];
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-        w1[w] = grad_warp_sum(vs[2 * (32 * w + lane)]);
-        w2[w] = grad_warp_sum(vs[2 * (32 * w + lane) + 1]);
-    }
-    if (lane != 0) return;
-    s1_out[row] = grad_block_sum4(w1[0], w1[1], w1[2], w1[3]);
-    s2_out[row] = grad_block_sum4(w2[0], w2[1], w2[2], w2[3]);
-    row_done[row] = 0u;
+    row_sums_tail(sums, row_done, s1_out, s2_out, row, lane, 4u * S);
 }
 
 // The split schedule, for S = 2, 4 or 8 (32 / S chains per block, 4 S blocks per row; S's geometry, maps and
@@ -368,22 +383,8 @@ __device__ __forceinline__ void grad_chain_sums_split(
     }
     __syncthreads();
 
-    if (warp == 2) {  // the producer: grad_chain_sums<S>'s
-        if (lane == 0) {
-            for (int st = 0; st < stages; ++st) {
-                const int slot = st % G::kStages;
-                mbar_wait(&empty[slot], ((st / G::kStages) & 1) ^ 1);
-                mbar_expect_tx(&full[slot], G::kStageBytes);
-                unsigned char* dst = ring + slot * G::kStageBytes;
-                tensor_copy_4d(dst, &x_map, 0, seg, st * G::kSteps, row, &full[slot]);
-                tensor_copy_4d(dst + G::kArrayBytes, &dy_map, 0, seg, st * G::kSteps, row, &full[slot]);
-                tensor_copy_4d(dst + 2 * G::kArrayBytes, &g_map, 0, seg, st * G::kSteps, 0, &full[slot]);
-            }
-            if (stages > 0) {
-                mbar_wait(&empty[stages % G::kStages], ((stages / G::kStages) & 1) ^ 1);
-                mbar_arrive(&full[stages % G::kStages]);
-            }
-        }
+    if (warp == 2) {  // the producer
+        if (lane == 0) produce_stages<S>(ring, full, empty, x_map, dy_map, g_map, seg, row, stages);
         return;
     }
 
@@ -397,22 +398,7 @@ __device__ __forceinline__ void grad_chain_sums_split(
     __threadfence();  // publish this warp's chain sums before the block counts them
     asm volatile("bar.sync 1, 64;" ::: "memory");  // both consumer warps (the producer has left)
     if (warp != 0) return;
-    unsigned done = 0;
-    if (lane == 0) done = atomicAdd(&row_done[row], 1u);
-    done = __shfl_sync(kAll, done, 0);
-    if (done != 4u * S - 1u) return;
-    __threadfence();  // the other blocks' sums are visible once their counts are
-    const volatile float* vs = sums;
-    float w1[4], w2[4];
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-        w1[w] = grad_warp_sum(vs[2 * (32 * w + lane)]);
-        w2[w] = grad_warp_sum(vs[2 * (32 * w + lane) + 1]);
-    }
-    if (lane != 0) return;
-    s1_out[row] = grad_block_sum4(w1[0], w1[1], w1[2], w1[3]);
-    s2_out[row] = grad_block_sum4(w2[0], w2[1], w2[2], w2[3]);
-    row_done[row] = 0u;
+    row_sums_tail(sums, row_done, s1_out, s2_out, row, lane, 4u * S);
 }
 
 #define GRAD_CHAIN_SUMS_SPLIT(S)                                                                                   \

@@ -401,24 +401,16 @@ __device__ __forceinline__ void grad_chain_sums_split(
     row_sums_tail(sums, row_done, s1_out, s2_out, row, lane, 4u * S);
 }
 
-#define GRAD_CHAIN_SUMS_SPLIT(S)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(96) grad_chain_sums_split##S(                                     \
+// The entry points: `kernel`'s template at split S as extern "C" `name`, with `threads` per block.
+#define GRAD_CHAIN_SUMS_ENTRY(name, kernel, S, threads)                                                            \
+    extern "C" __global__ void __launch_bounds__(threads) name(                                                    \
         const __grid_constant__ TensorMap128 x_map, const __grid_constant__ TensorMap128 dy_map,                  \
         const __grid_constant__ TensorMap128 g_map, const float* __restrict__ mean,                               \
         const float* __restrict__ rstd, float* __restrict__ chain_sums, unsigned* __restrict__ row_done,          \
         float* __restrict__ s1_out, float* __restrict__ s2_out, int n) {                                          \
-        grad_chain_sums_split<S>(x_map, dy_map, g_map, mean, rstd, chain_sums, row_done, s1_out, s2_out, n);      \
+        kernel<S>(x_map, dy_map, g_map, mean, rstd, chain_sums, row_done, s1_out, s2_out, n);                     \
     }
-GRAD_CHAIN_SUMS_SPLIT(2)
-GRAD_CHAIN_SUMS_SPLIT(4)
-GRAD_CHAIN_SUMS_SPLIT(8)
-
-#define GRAD_CHAIN_SUMS(S)                                                                                         \
-    extern "C" __global__ void __launch_bounds__(64) grad_chain_sums_s##S(                                         \
-        const __grid_constant__ TensorMap128 x_map, const __grid_constant__ TensorMap128 dy_map,                  \
-        const __grid_constant__ TensorMap128 g_map, const float* __restrict__ mean,                               \
-        const float* __restrict__ rstd, float* __restrict__ chain_sums, unsigned* __restrict__ row_done,          \
-        float* __restrict__ s1_out, float* __restrict__ s2_out, int n) {                                          \
-        grad_chain_sums<S>(x_map, dy_map, g_map, mean, rstd, chain_sums, row_done, s1_out, s2_out, n);            \
-    }
-GRAD_CHAIN_SUMS(1)
+GRAD_CHAIN_SUMS_ENTRY(grad_chain_sums_split2, grad_chain_sums_split, 2, 96)
+GRAD_CHAIN_SUMS_ENTRY(grad_chain_sums_split4, grad_chain_sums_split, 4, 96)
+GRAD_CHAIN_SUMS_ENTRY(grad_chain_sums_split8, grad_chain_sums_split, 8, 96)
+GRAD_CHAIN_SUMS_ENTRY(grad_chain_sums_s1, grad_chain_sums, 1, 64)

@@ -44,12 +44,11 @@ def main(argv=None) -> int:
     random.Random(args.seed).shuffle(shapes)
     if args.backward:
         from labkit.ops.dispatch import tables
-        from labkit.ops.dispatch.rule import BACKWARD_PATHS
+        from labkit.ops.dispatch.rule import BACKWARD_ORDER
 
         sweep = dispatch.backward_sweep(shapes, args.rounds, log=print)
         run.write("backward_sweep", sweep)
-        scores = dispatch.derive_scores(sweep, ("native", *BACKWARD_PATHS))
-        backward_graph = dispatch.derive_scores(dispatch.graph_sweep(sweep), ("native", *BACKWARD_PATHS))
+        scores, backward_graph = dispatch.derive_protocols(sweep, BACKWARD_ORDER)
         table, _ = tables.for_device(sweep["device"]["arch"], sweep["device"]["sm_count"])
         forward = (table.SCORES, table.RUN_ID, {"device": table.DEVICE})
         graph = getattr(table, "GRAPH", None)
@@ -58,8 +57,7 @@ def main(argv=None) -> int:
 
         sweep = dropin.sweep(shapes, args.rounds, compiled=False, log=print)
         run.write("dropin_sweep", sweep)
-        scores = dispatch.derive_scores(sweep)
-        graph = dispatch.derive_scores(dispatch.graph_sweep(sweep))
+        scores, graph = dispatch.derive_protocols(sweep)
         table, _ = tables.for_device(sweep["device"]["arch"], sweep["device"]["sm_count"])
         # the device's backward table stays (a run of its own), as --backward keeps the forward's
         same_device = table is not None and (table.DEVICE["arch"], table.DEVICE["sm_count"]) == (

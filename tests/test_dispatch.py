@@ -91,17 +91,17 @@ def test_every_committed_table_is_what_its_committed_run_derives(table):
     assert dispatch.module_path(sweep).stem == table.__name__.rsplit(".", 1)[-1]
     backward = backward_graph = None
     if hasattr(table, "BACKWARD"):
-        from labkit.ops.dispatch.rule import BACKWARD_PATHS
+        from labkit.ops.dispatch.rule import BACKWARD_ORDER
 
         brun = load_run(DATA_RUNS / table.BACKWARD_RUN_ID)
         assert brun["complete"] and brun["records"]["run"]["name"] == "dispatch_table"
-        backward = dispatch.derive_scores(brun["records"]["backward_sweep"], ("native", *BACKWARD_PATHS))
+        backward, derived_graph = dispatch.derive_protocols(brun["records"]["backward_sweep"], BACKWARD_ORDER)
         assert backward == table.BACKWARD
         if hasattr(table, "BACKWARD_GRAPH"):  # the same backward run's graph-replay medians
-            backward_graph = dispatch.derive_scores(dispatch.graph_sweep(brun["records"]["backward_sweep"]),
-                                                    ("native", *BACKWARD_PATHS))
+            backward_graph = derived_graph
             assert backward_graph == table.BACKWARD_GRAPH
-    graph = dispatch.derive_scores(dispatch.graph_sweep(sweep))
+    eager, graph = dispatch.derive_protocols(sweep)
+    assert eager == table.SCORES
     assert graph == table.GRAPH  # the same run's graph-replay medians
     assert dispatch.module_path(sweep).read_text() == dispatch.module_source(
         table.SCORES, table.RUN_ID, sweep, backward=backward,

@@ -20,10 +20,11 @@ SCORES = {0.0: {8: {"native": 1.0, "rows_fused": 0.8, "reference_order": 1.1},
 BACKWARD = {0.0: {8: {"native": 1.0, "rows": 0.7, "split": 0.9}, 24: {"native": 1.0, "rows": 0.7, "split": 0.9}}}
 
 
-def _write(device=A100, scores=SCORES, backward=BACKWARD):
+def _write(device=A100, scores=SCORES, backward=BACKWARD, backward_graph=None):
     return tables.write_tuned({"name": device.name, "arch": device.arch, "sm_count": device.sm_count,
                                "target": device.target}, scores, backward,
-                              {"created": "2026-12-01T15:00:00Z", "torch": "test", "grid": "short", "rounds": 3})
+                              {"created": "2026-12-01T15:00:00Z", "torch": "test", "grid": "short", "rounds": 3},
+                              None, backward_graph)
 
 
 @pytest.fixture
@@ -144,9 +145,7 @@ def test_the_backward_rule_reads_the_protocols_own_scores(table_dir):
     split within 10% of rows eagerly is told apart by graph replay."""
     eager = {0.0: {8: {"native": 1.0, "rows": 1.2, "split": 1.25}, 24: {"native": 1.0, "rows": 1.2, "split": 1.25}}}
     graph = {0.0: {8: {"native": 1.0, "rows": 0.6, "split": 0.8}, 24: {"native": 1.0, "rows": 0.6, "split": 0.8}}}
-    tables.write_tuned({"name": A100.name, "arch": A100.arch, "sm_count": A100.sm_count, "target": A100.target},
-                       SCORES, eager, {"created": "2026-12-03T15:00:00Z", "torch": "test", "grid": "short",
-                                       "rounds": 3}, None, graph)
+    _write(backward=eager, backward_graph=graph)
     assert rule.choose_backward(64, 4096, A100, ("rows", "split"))[0] == "native"
     path, why = rule.choose_backward(64, 4096, A100, ("rows", "split"), "graph")
     assert path == "rows" and "graph replay" in why
@@ -156,7 +155,5 @@ def test_the_backward_rule_reads_the_protocols_own_scores(table_dir):
     # eager near ties: split 0.9 and rows 0.85 eagerly (within TIE), graph replay has split faster
     eager = {0.0: {8: {"native": 1.0, "rows": 0.85, "split": 0.9}, 24: {"native": 1.0, "rows": 0.85, "split": 0.9}}}
     graph = {0.0: {8: {"native": 1.0, "rows": 0.8, "split": 0.6}, 24: {"native": 1.0, "rows": 0.8, "split": 0.6}}}
-    tables.write_tuned({"name": A100.name, "arch": A100.arch, "sm_count": A100.sm_count, "target": A100.target},
-                       SCORES, eager, {"created": "2026-12-03T15:01:00Z", "torch": "test", "grid": "short",
-                                       "rounds": 3}, None, graph)
+    _write(backward=eager, backward_graph=graph)
     assert rule.choose_backward(64, 4096, A100, ("rows", "split"))[0] == "split"

@@ -79,6 +79,13 @@ def derive_scores(sweep: dict, order=None) -> dict[float, dict[int, dict[str, fl
     return out
 
 
+def derive_protocols(sweep: dict, order=None) -> tuple[dict, dict]:
+    """(eager scores, graph-replay scores) of one sweep record (derive_scores of it and of `graph_sweep` of it): the
+    forward's SCORES and GRAPH, or with `order` labkit.ops.dispatch.rule.BACKWARD_ORDER the backward's BACKWARD and
+    BACKWARD_GRAPH."""
+    return derive_scores(sweep, order), derive_scores(graph_sweep(sweep), order)
+
+
 def backward_sweep(shape_list, rounds: int = 9, seed: int = 0, eps: float = 1e-5, device="cuda", log=None) -> dict:
     """The backward alone at each shape, as the drop-in's autograd node serves it, under both protocols: eager per
     call (CUDA events around one call, L2 flushed: host time counts) and graph replay (the GPU's time). Every method

@@ -39,7 +39,7 @@ def tune(full: bool = False, rounds: int | None = None, backward: bool = True, p
 
     from labkit.core.device import current_index, device_info
     from labkit.ops.dispatch import rule, tables
-    from labkit.ops.dispatch.rule import BACKWARD_PATHS
+    from labkit.ops.dispatch.rule import BACKWARD_ORDER
     from labkit.ops.dropin import plan
     from labkit.studies import dropin
 
@@ -62,12 +62,9 @@ def tune(full: bool = False, rounds: int | None = None, backward: bool = True, p
         else:
             bwd += dispatch.backward_sweep([shape], rounds, device=device)["shapes"]
     described = {"name": dev.name, "arch": dev.arch, "sm_count": dev.sm_count, "target": dev.target}
-    scores = dispatch.derive_scores({"device": described, "shapes": fwd})
-    graph = dispatch.derive_scores(dispatch.graph_sweep({"device": described, "shapes": fwd}))
-    back = dispatch.derive_scores({"device": described, "shapes": bwd}, ("native", *BACKWARD_PATHS)) \
-        if backward else None
-    back_graph = dispatch.derive_scores(dispatch.graph_sweep({"device": described, "shapes": bwd}),
-                                        ("native", *BACKWARD_PATHS)) if backward else None
+    scores, graph = dispatch.derive_protocols({"device": described, "shapes": fwd})
+    back, back_graph = dispatch.derive_protocols({"device": described, "shapes": bwd}, BACKWARD_ORDER) \
+        if backward else (None, None)
     seconds = round(time.perf_counter() - t0, 1)
     path = tables.write_tuned(described, scores, back, {
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -274,11 +274,11 @@ def attach_host(plan: Plan, x, ns: tuple, weight, bias, eps: float, needs_grad: 
         neg_zeros = torch.full(ns, -0.0, device=x.device)
     stat_shape = tuple(x.shape[:x.dim() - len(ns)]) + (1,) * len(ns)
     return host_plan(index, forward, plan.scratch_bytes if forward is not None else 0, gp, ns, eps, stat_shape,
-                      x.numel() // math.prod(ns), ones, neg_zeros)
+                     x.numel() // math.prod(ns), ones, neg_zeros)
 
 
 def host_plan(index: int, forward, forward_scratch: int, gp, ns: tuple, eps: float, stat_shape, rows: int, ones,
-               neg_zeros):
+              neg_zeros):
     """The host extension's LayerNormPlan on device `index`: `forward` (an extension Program, or None for torch's
     forward) and GradPlan `gp`'s backward program (None: torch's backward). The one place that knows the
     constructor's arguments."""

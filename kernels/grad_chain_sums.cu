@@ -211,12 +211,12 @@ __device__ __forceinline__ void grad_chain_sums(
 // The split schedule, for S = 2, 4 or 8 (32 / S chains per block, 4 S blocks per row; S's geometry, maps and
 // ring): one warp per sum, and each warp instruction doing the products of S steps. Why: one warp pushing both sums
 // issues ~34 instructions per step of 4 elements against the 16 cycles of either dependent chain (above). Here
-// lane l holds chain l % C's step S i + l / C (C = 32 / S chains; one contiguous
-// 512-byte read per array); the other lanes' products reach the chain lanes (l < C) by S - 1 shuffles each, and
-// those lanes push them in torch's order. Per S steps: the s1 warp issues 2 reads + 4 products + 4 (S - 1)
-// shuffles + 4 S adds, the s2 warp 3 reads + 12 products + 4 (S - 1) shuffles + 4 S FMAs: 8-14 a step, under the
-// chain's 16 cycles. A larger S spreads a row's chains over more SMs, each then carrying fewer chains' bytes through
-// its shared memory (the TMA's writes and both warps' reads).
+// lane l holds chain l % C's step S i + l / C (C = 32 / S chains; one contiguous 512-byte read per array); the
+// other lanes' products reach the chain lanes (l < C) by S - 1 shuffles each (at S = 8 through a shared-memory
+// tile: kTileExchange), and those lanes push them in torch's order. Per S steps: the s1 warp issues 2 reads + 4
+// products + 4 (S - 1) shuffles + 4 S adds, the s2 warp 3 reads + 12 products + 4 (S - 1) shuffles + 4 S FMAs:
+// 8-14 a step, under the chain's 16 cycles. A larger S spreads a row's chains over more SMs, each then carrying
+// fewer chains' bytes through its shared memory (the TMA's writes and both warps' reads).
 // Measured on the H200 (torch 2.11; data/dev/grad_pairs: the whole backward under graph replay, bits equal at all 14
 // shapes and every split), against the one-warp S = 2 served before: 1 x 2^24 630 -> 520 us (S = 8), 2 x 2^23
 // 346 -> 290, 4 x 2^22 198 -> 170, 8 x 2^21 127 -> 117 (S = 4), 16 x 2^22 350 -> 350 (S = 2, where x and dy's bytes
@@ -271,13 +271,53 @@ __device__ __forceinline__ void split_read(float4& vx, float4& vd, float4& vg, c
     vg = at[2 * kArray + 32 * group];
 }
 
-// One group: push the one the q slot holds, then refill the slot with group `ahead`'s reads from `at`.
+// The same pushes with the products reaching the chain lanes through this warp's tile `t` (32 float4, one of
+// two, alternating by group): each lane stores its (chain l % C, step S i + l / C) products, and chain lane c reads
+// its S steps' back, in order: one STS.128 and S LDS.128 a group in place of 4 (S - 1) shuffles.
+template <int S, int kSum, bool kPartial>
+__device__ __forceinline__ void split_push_tile(float& s, float4 vx, float4 vd, float4 vg, float m, float r,
+                                                int valid, float4* t, int lane) {
+    constexpr int C = 32 / S;
+    const float d[4] = {vd.x, vd.y, vd.z, vd.w}, g[4] = {vg.x, vg.y, vg.z, vg.w}, x[4] = {vx.x, vx.y, vx.z, vx.w};
+    float p[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float gp = __fmul_rn(d[k], g[k]);
+        p[k] = kSum == 1 ? gp : __fmul_rn(gp, __fsub_rn(x[k], m));
+    }
+    t[lane] = make_float4(p[0], p[1], p[2], p[3]);
+    __syncwarp();  // every lane's products stored before any lane reads; the other tile takes the next group's
+    float4 q[S];
+#pragma unroll
+    for (int j = 0; j < S; ++j) q[j] = t[j * C + lane % C];
+#pragma unroll
+    for (int j = 0; j < S; ++j) {
+        if (!kPartial || j < valid) {
+            const float v[4] = {q[j].x, q[j].y, q[j].z, q[j].w};
+#pragma unroll
+            for (int k = 0; k < 4; ++k) s = kSum == 1 ? __fadd_rn(s, v[k]) : __fmaf_rn(r, v[k], s);
+        }
+    }
+}
+
+// Which exchange a split uses. Measured on the H200 (torch 2.11; data/dev/grad_xchg, the whole backward under
+// graph replay, bits equal at all 11 probe shapes): at S = 8 the tile beat the shuffles by 7-8% (1 x 2^24 522 ->
+// 482 us, 2 x 2^23 291 -> 271, 4 x 2^22 173 -> 161, 1 x 2^20 38.7 -> 35.8); at S = 4 they tied (within 1%) and at
+// S = 2 the tile lost by 12-25% (its S LDS.128 and the barrier outweigh S - 1 shuffles).
+template <int S>
+constexpr bool kTileExchange = S == 8;
+
+// One group: push the one the q slot holds, then refill the slot with group `ahead`'s reads from `at`. `t`: this
+// warp's tile for the group where kTileExchange<S>.
 template <int S, int kSum, bool kPartial>
 __device__ __forceinline__ void split_group(float& s, float4& qx, float4& qd, float4& qg, const float4* at,
-                                            int ahead, int valid, float m, float r) {
+                                            int ahead, int valid, float m, float r, float4* t, int lane) {
     const float4 vx = qx, vd = qd, vg = qg;
     split_read<S, kSum>(qx, qd, qg, at, ahead);
-    split_push<S, kSum, kPartial>(s, vx, vd, vg, m, r, valid);
+    if constexpr (kTileExchange<S>)
+        split_push_tile<S, kSum, kPartial>(s, vx, vd, vg, m, r, valid, t, lane);
+    else
+        split_push<S, kSum, kPartial>(s, vx, vd, vg, m, r, valid);
 }
 
 // One stage of groups: on entry the q arrays hold its first kGroupsAhead groups; on exit, the next stage's (after
@@ -287,7 +327,8 @@ __device__ __forceinline__ void split_group(float& s, float4& qx, float4& qd, fl
 template <int S, int kSum, bool kPartial>
 __device__ __forceinline__ void split_stage(float& s, float4 (&qx)[kGroupsAhead], float4 (&qd)[kGroupsAhead],
                                             float4 (&qg)[kGroupsAhead], const float4* cur, const float4* nxt,
-                                            unsigned next_full, unsigned next_parity, int valid, float m, float r) {
+                                            unsigned next_full, unsigned next_parity, int valid, float m, float r,
+                                            float4* tiles, int lane) {
     constexpr int kGroups = SplitGeometry<S>::kGroups, kUnroll = 8;
     static_assert(kGroups % kUnroll == 0 && kUnroll % kGroupsAhead == 0 && kUnroll >= kGroupsAhead,
                   "whole unrolled windows, each a whole number of prefetch windows");
@@ -296,7 +337,8 @@ __device__ __forceinline__ void split_stage(float& s, float4 (&qx)[kGroupsAhead]
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
             split_group<S, kSum, kPartial>(s, qx[u % kGroupsAhead], qd[u % kGroupsAhead], qg[u % kGroupsAhead],
-                                           cur, i0 + u + kGroupsAhead, valid - S * (i0 + u), m, r);
+                                           cur, i0 + u + kGroupsAhead, valid - S * (i0 + u), m, r,
+                                           tiles + 32 * (u & 1), lane);
     }
     constexpr int i0 = kGroups - kUnroll;
 #pragma unroll
@@ -304,11 +346,12 @@ __device__ __forceinline__ void split_stage(float& s, float4 (&qx)[kGroupsAhead]
         const int ahead = i0 + u + kGroupsAhead;
         if (ahead < kGroups) {
             split_group<S, kSum, kPartial>(s, qx[u % kGroupsAhead], qd[u % kGroupsAhead], qg[u % kGroupsAhead],
-                                           cur, ahead, valid - S * (i0 + u), m, r);
+                                           cur, ahead, valid - S * (i0 + u), m, r, tiles + 32 * (u & 1), lane);
         } else {
             if (ahead == kGroups) mbar_wait(next_full, next_parity);
             split_group<S, kSum, kPartial>(s, qx[u % kGroupsAhead], qd[u % kGroupsAhead], qg[u % kGroupsAhead],
-                                           nxt, ahead - kGroups, valid - S * (i0 + u), m, r);
+                                           nxt, ahead - kGroups, valid - S * (i0 + u), m, r,
+                                           tiles + 32 * (u & 1), lane);
         }
     }
 }
@@ -316,7 +359,7 @@ __device__ __forceinline__ void split_stage(float& s, float4 (&qx)[kGroupsAhead]
 // One consumer warp's pass over the ring (grad_stage's structure, by groups of S steps).
 template <int S, int kSum>
 __device__ __forceinline__ float split_sums(const unsigned char* ring, unsigned full0, unsigned empty0, int steps,
-                                            int lane, float m, float r) {
+                                            int lane, float m, float r, float4* tiles) {
     using G = GradGeometry<S>;
     const int stages = (steps + G::kSteps - 1) / G::kSteps;
     float s = 0.f;
@@ -340,9 +383,9 @@ __device__ __forceinline__ float split_sums(const unsigned char* ring, unsigned 
         const float4 *cur = slot_at(slot), *nxt = slot_at(next);
         const unsigned next_full = full0 + 8 * next;
         if (valid == G::kSteps)
-            split_stage<S, kSum, false>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r);
+            split_stage<S, kSum, false>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r, tiles, lane);
         else
-            split_stage<S, kSum, true>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r);
+            split_stage<S, kSum, true>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r, tiles, lane);
         mbar_arrive(empty0 + 8 * slot);  // every lane arrives once its own reads of the slot have been used
         slot = next;
         parity = next_parity;
@@ -367,6 +410,7 @@ __device__ __forceinline__ void grad_chain_sums_split(
     using G = GradGeometry<S>;
     extern __shared__ __align__(128) unsigned char ring[];
     __shared__ unsigned long long full[G::kStages], empty[G::kStages];
+    __shared__ float4 tiles[2][kTileExchange<S> ? 64 : 1];  // per consumer warp: two tiles of 32 float4
 
     const int seg = blockIdx.x;
     const int row = blockIdx.y;
@@ -391,8 +435,8 @@ __device__ __forceinline__ void grad_chain_sums_split(
     const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty);
     const float m = mean[row];
     const float r = rstd[row];
-    const float s = warp == 0 ? split_sums<S, 1>(ring, full0, empty0, steps, lane, m, r)
-                              : split_sums<S, 2>(ring, full0, empty0, steps, lane, m, r);
+    const float s = warp == 0 ? split_sums<S, 1>(ring, full0, empty0, steps, lane, m, r, tiles[0])
+                              : split_sums<S, 2>(ring, full0, empty0, steps, lane, m, r, tiles[1]);
     float* sums = chain_sums + (size_t)row * 256;  // [128 chains][2]
     if (lane < G::kChains) sums[2 * (seg * G::kChains + lane) + warp] = s;
     __threadfence();  // publish this warp's chain sums before the block counts them

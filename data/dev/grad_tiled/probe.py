@@ -2,10 +2,14 @@
 the fold fused (grad_columns_tiled_v.cu here), against the committed pass and its grad_columns_fold launch.
 Variants, each inside the whole backward of the "split" and "rows" schedules:
   base        the committed plan (grad_columns_tiled, one item a block, then grad_columns_fold)
-  item        the variant, one item a block, then grad_columns_fold (should time as base)
+  base_fold32 the same with grad_columns_fold in blocks of 32 threads (N / 32 blocks in place of N / 256)
+  item        grad_columns_tiled_v.cu, one item a block, then grad_columns_fold
   item_ff     one item a block, fold fused (a memset of the arrival counters before it)
   persist     3 blocks a SM looping over the items, then grad_columns_fold
-  persist_ff  persistent, fold fused
+  stagedS     grad_columns_staged.cu at S ring stages (cp.async), one item a block; _persist: persistent;
+              _fold32: with the fold in blocks of 32 threads
+First run (commit 805c352: base, item, item_ff, persist, persist_ff): tiled.json of that call; item and persist
+2-4% faster than base, the fused fold 1-3% slower than its kernel.
 Bits: int32 views of dx, dweight, dbias against torch.ops.aten.native_layer_norm_backward for four masks/affine
 cases, 2 calls each. Time: the backward alone under graph replay (protocol A, 15 rounds), torch's beside it.
 The variant is copied into kernels/ on the device machine for the run and removed after. Writes tiled.json into
@@ -34,7 +38,8 @@ from labkit.studies import bench  # noqa: E402
 # Shapes the tiled pass serves (N <= 1052 with 32 groups, at least 64 rows a chain), ragged ones among them.
 SHAPES = [(4096, 768), (8192, 1024), (16384, 1024), (8192, 768), (32768, 768), (32768, 1024), (65536, 256),
           (4096, 1000), (2048, 256), (5000, 768), (12345, 512), (3000, 300), (8192, 512), (16384, 256)]
-VARIANT = "grad_columns_tiled_v"
+TILED_V, STAGED = "grad_columns_tiled_v", "grad_columns_staged"
+STAGE_BYTES = 2 * 64 * 32 * 4 + 4 * 64 * 4  # grad_columns_staged.cu's Tile
 MASKS = {"all": ([True, True, True], True), "no_dgamma": ([True, False, True], True),
          "no_dbeta": ([True, True, False], True), "no_affine": ([True, False, False], False)}
 
@@ -44,31 +49,43 @@ def bits_equal(ours, ref):
                for a, c in zip(ours, ref))
 
 
-def variant(p, dev, persist, fused):
-    """(plan with room for the counters, BoundProgram) of one variant of plan p."""
+def variant(p, dev, kernel, function, blocks_per_sm=None, fused=False, smem=0, fold_threads=None):
+    """(plan with room for the counters, BoundProgram) of plan p with its column pass replaced by `function` of
+    `kernel` (variant arguments: groups, and for grad_columns_tiled_v dgamma, dbeta, arrivals), one item a block or
+    `blocks_per_sm` persistent blocks a SM; `fused` (tiled_v): the fold in the pass; `fold_threads`: the fold
+    kernel's block size."""
     steps = list(p.program(0).steps)
     at = next(i for i, s in enumerate(steps) if isinstance(s, Launch) and s.kernel.function == "grad_columns_tiled")
     old = steps[at]
     gx = -(-(p.n // 4) // 8)
     items = gx * p.template.groups
-    grid = (min(items, 3 * dev.sm_count) if persist else items,)
+    grid = (min(items, blocks_per_sm * dev.sm_count) if blocks_per_sm else items,)
     counters_at = -(-p.scratch.nbytes // 16) * 16
     plan = dataclasses.replace(p, scratch=Scratch(counters_at + 4 * gx, p.scratch.zeroed_at, p.scratch.zeroed_bytes))
-    last = Ptr("scratch", counters_at) if fused else U64(0)  # arrivals: null leaves the fold to its kernel
-    args = old.args + (I32(p.template.groups), Ptr("dgamma"), Ptr("dbeta"), last)
-    new = Launch(Kernel(VARIANT, VARIANT, grid, (256,)), args, old.stage)
+    args = old.args + (I32(p.template.groups),)
+    if kernel == TILED_V:
+        last = Ptr("scratch", counters_at) if fused else U64(0)  # arrivals: null leaves the fold to its kernel
+        args += (Ptr("dgamma"), Ptr("dbeta"), last)
+    new = Launch(Kernel(kernel, function, grid, (256,), smem), args, old.stage)
+    if function == "grad_columns_tiled":  # the committed pass as it is
+        new = old
     if fused:
         steps = [s for s in steps if not (isinstance(s, Launch) and s.kernel.function == "grad_columns_fold")]
         steps[at:at + 1] = [Memset("scratch", counters_at, 4 * gx, old.stage), new]
     else:
         steps[at] = new
+    if fold_threads:
+        steps = [dataclasses.replace(s, kernel=dataclasses.replace(s.kernel, grid=(-(-p.n // fold_threads),),
+                                                                   block=(fold_threads,)))
+                 if isinstance(s, Launch) and s.kernel.function == "grad_columns_fold" else s for s in steps]
     prog = Program(p.program(0).slots, tuple(steps))
     return plan, BoundProgram(prog, 0)
 
 
 def main():
     dev = device_info(0)
-    shutil.copy(HERE / f"{VARIANT}.cu", ROOT / "kernels" / f"{VARIANT}.cu")
+    for k in (TILED_V, STAGED):
+        shutil.copy(HERE / f"{k}.cu", ROOT / "kernels" / f"{k}.cu")
     out = []
     t_all = time.perf_counter()
     try:
@@ -85,9 +102,15 @@ def main():
             for schedule in ("split", "rows"):
                 p = grad.plan(rows, n, dev, schedule, loads="tiled")
                 runs = {"base": (p, None)}
-                for name, persist, fused in (("item", False, False), ("item_ff", False, True),
-                                             ("persist", True, False), ("persist_ff", True, True)):
-                    runs[name] = variant(p, dev, persist, fused)
+                runs["base_fold32"] = variant(p, dev, "grad_columns_tiled", "grad_columns_tiled", fold_threads=32)
+                runs["item"] = variant(p, dev, TILED_V, TILED_V)
+                runs["persist"] = variant(p, dev, TILED_V, TILED_V, blocks_per_sm=3)
+                runs["item_ff"] = variant(p, dev, TILED_V, TILED_V, fused=True)
+                for st, per_sm in ((3, 4), (4, 3)):
+                    f, smem = f"{STAGED}{st}", st * STAGE_BYTES
+                    runs[f"staged{st}"] = variant(p, dev, STAGED, f, smem=smem)
+                    runs[f"staged{st}_persist"] = variant(p, dev, STAGED, f, blocks_per_sm=per_sm, smem=smem)
+                    runs[f"staged{st}_fold32"] = variant(p, dev, STAGED, f, smem=smem, fold_threads=32)
                 for name, (q, launcher) in runs.items():
                     key = f"{schedule}/{name}"
                     ok = True
@@ -110,7 +133,8 @@ def main():
             out.append(row)
             del x, dy
     finally:
-        (ROOT / "kernels" / f"{VARIANT}.cu").unlink()
+        for k in (TILED_V, STAGED):
+            (ROOT / "kernels" / f"{k}.cu").unlink()
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "commit": os.environ.get("LABKIT_GIT_COMMIT"), "seconds": time.perf_counter() - t_all}
     Path(os.environ.get("OUT", "."), "tiled.json").write_text(json.dumps({"meta": meta, "rows": out}, indent=1))

@@ -210,13 +210,17 @@ def test_the_column_pass_spreads_over_the_gpu_where_torchs_layout_would_not():
 
     h200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
     p = backward.plan(4096, 768, h200, "split")
-    assert p.columns.grid[0] * p.columns.grid[1] >= h200.sm_count and p.fold is not None
-    assert p.scratch.nbytes == p.parts_at + 2 * 4 * p.columns.grid[1] * 768
+    assert p.columns.grid[0] >= h200.sm_count and p.fold is not None and p.parts == 32
+    assert p.scratch.nbytes == p.parts_at + 2 * 4 * p.parts * 768
     q = backward.plan(4096, 768, h200, "rows")
     assert q.parts_at >= 8 * 4096 and q.parts_at % 16 == 0
     steps = q.program(0).steps
     assert [s.kernel.function for s in steps] == ["grad_row_sums", "grad_columns_tiled", "grad_columns_fold"]
-    assert q.columns.block == (backward.TILED_THREADS,) and q.columns.grid == (768 // 4 // backward.TILED_VECS, 32)
+    assert q.columns.block == (backward.TILED_THREADS,) and q.columns.grid == (768 // 4 // backward.TILED_VECS * 32,)
+    assert q.columns.shared_mem == backward.TILED_SMEM > 48 * 1024  # the ring opts in past the default 48 KiB
+    columns = steps[1].args
+    assert [a.value for a in columns[-4:]] == [4096, 192, 8, 32]  # rows, N / 4, rows per group, groups
+    assert steps[2].kernel.block == (backward.FOLD_THREADS,) and steps[2].kernel.grid == (768 // backward.FOLD_THREADS,)
     few = backward.plan(64, 4096, h200, "rows")  # chains of 8 rows: shorter than one tile
     assert few.columns.function == "grad_columns_prefetched"
     assert backward.plan(4096, 2048, h200, "rows").columns.function == "grad_columns_prefetched"  # 16,384 threads

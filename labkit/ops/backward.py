@@ -56,6 +56,9 @@ LOADS = ("streamed", "prefetched", "tiled")  # the column pass's entry points, b
                                             # grad_columns.cu's two, kernels/grad_columns_tiled.cu
 TILED_VECS, TILED_THREADS = 8, 256  # grad_columns_tiled's kVecs (float4 columns per block) and kThreads
 TILED_ROWS = 64                     # its kTileRows: rows of a chain per tile
+TILED_SMEM = 3 * (2 * TILED_ROWS * 4 * TILED_VECS + 4 * TILED_ROWS) * 4  # its ring: 3 tiles (x, dy, 4 row stats)
+FOLD_THREADS = 32  # grad_columns_fold's block: N / 32 blocks read the groups' values (0.5 us faster than N / 256
+                   # at N <= 1024 on the H200: data/dev/grad_tiled)
 # grad_columns_tiled serves where the template's chains are long and few: below two warps' worth of (float4
 # column, group) threads per SM, and at least one tile per chain. Measured on the H200 (data/dev/grad_ring/,
 # graph replay, bits equal everywhere): 13% faster than grad_columns_prefetched at 4096 x 768, 10% at 8192 x 1024,
@@ -103,8 +106,8 @@ class ColumnLayout:
 
     def launch(self, n4: int) -> tuple[tuple[int, int], tuple[int, ...]]:
         """(grid, block) of the column pass over n4 float4 columns."""
-        if self.loads == "tiled":
-            return (-(-n4 // TILED_VECS), self.blocks_y), (TILED_THREADS,)
+        if self.loads == "tiled":  # one block per item: (column block, group), column blocks fastest
+            return (-(-n4 // TILED_VECS) * self.blocks_y,), (TILED_THREADS,)
         return (-(-n4 // self.cx), self.blocks_y), (self.cx, self.per_block)
 
 
@@ -170,18 +173,21 @@ class GradPlan:
                                          # each, from `parts_at`
     fold: Kernel | None = None           # grad_columns_fold: the tree's last steps over the column blocks' values
     parts_at: int = 0
+    parts: int = 1                       # the column layout's blocks_y: groups (or partial groups) of values
     path: str = PATH
 
     def program(self, device_index: int) -> Program:
         """dgamma/dbeta slots at address 0 where not wanted (or, in the partial form, [partial_groups, N] buffers
         for the caller's .sum(0)); `weight` is ones where the forward had none."""
         rows, n4 = self.rows, self.n // 4
-        rpg = I32(self.template.rows_per_group)
+        layout_args = (I32(self.template.rows_per_group),)
+        if self.columns.function == "grad_columns_tiled":  # its grid is 1-D: it takes the groups as an argument
+            layout_args += (I32(self.parts),)
         stats = (Ptr("mean"), Ptr("rstd"))
         if self.fold is None:
             outs, tail = (Ptr("dgamma"), Ptr("dbeta")), ()
         else:
-            parts = self.columns.grid[1]
+            parts = self.parts
             pg, pb = Ptr("scratch", self.parts_at), Ptr("scratch", self.parts_at + 4 * parts * self.n)
             outs = (pg, pb)
             tail = (Launch(self.fold, (pg, pb, Ptr("dgamma"), Ptr("dbeta"), I32(parts), I32(self.n)), "columns"),)
@@ -189,7 +195,7 @@ class GradPlan:
             return Program(BACKWARD_SLOTS, (
                 Launch(self.sums, (Ptr("x"), Ptr("dy"), Ptr("weight")) + stats + (Ptr("dx"), I32(n4)), "sums"),
                 Launch(self.columns, (Ptr("x"), Ptr("dy"), Ptr("weight")) + stats + (U64(0), U64(0), U64(0))
-                       + outs + (I32(rows), I32(n4), rpg), "columns")) + tail)
+                       + outs + (I32(rows), I32(n4)) + layout_args, "columns")) + tail)
         s1, s2 = Ptr("scratch"), Ptr("scratch", 4 * rows)
         steps = []
         if self.tensor_map is not None:
@@ -202,7 +208,7 @@ class GradPlan:
             steps.append(Launch(self.sums, (Ptr("x"), Ptr("dy"), Ptr("weight")) + stats + (s1, s2, I32(n4)),
                                 "sums"))
         steps.append(Launch(self.columns, (Ptr("x"), Ptr("dy"), Ptr("weight")) + stats + (
-            s1, s2, Ptr("dx")) + outs + (I32(rows), I32(n4), rpg), "columns"))
+            s1, s2, Ptr("dx")) + outs + (I32(rows), I32(n4)) + layout_args, "columns"))
         return Program(BACKWARD_SLOTS, tuple(steps) + tail)
 
     def bind(self, device_index: int) -> BoundProgram:
@@ -269,10 +275,11 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto", loads: str =
     t = gamma_beta_template(rows, n, device.sm_count)
     lay = column_layout(rows, n, device.sm_count, t, loads)
     grid, block = lay.launch(n4)
-    columns = Kernel(lay.kernel, lay.function, grid, block)
+    columns = Kernel(lay.kernel, lay.function, grid, block, TILED_SMEM if lay.loads == "tiled" else 0)
     if lay.blocks_y > device.max_grid_y:
         raise ValueError(f"{lay.blocks_y} partial groups exceed grid.y ({device.max_grid_y})")
-    fold = Kernel("grad_columns", "grad_columns_fold", (-(-n // 256),), (256,)) if lay.fold else None
+    fold = (Kernel("grad_columns", "grad_columns_fold", (-(-n // FOLD_THREADS),), (FOLD_THREADS,)) if lay.fold
+            else None)
     sums_bytes = 8 * rows
     if schedule == "chain":
         if not (device.tensor_maps and n % 512 == 0):
@@ -301,7 +308,7 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto", loads: str =
     if fold is not None:  # the column blocks' values after the sums' scratch, 16-byte aligned
         parts_at = -(-scratch.nbytes // 16) * 16
         scratch = Scratch(parts_at + 2 * 4 * lay.blocks_y * n, scratch.zeroed_at, scratch.zeroed_bytes)
-    return GradPlan(rows, n, schedule, sums, columns, t, geometry, scratch, fold, parts_at)
+    return GradPlan(rows, n, schedule, sums, columns, t, geometry, scratch, fold, parts_at, lay.blocks_y)
 
 
 def input_refusal(x, normalized_shape, weight, bias, addresses: bool = True) -> str | None:

@@ -223,7 +223,8 @@ def test_the_column_pass_spreads_over_the_gpu_where_torchs_layout_would_not():
     assert steps[2].kernel.block == (backward.FOLD_THREADS,) and steps[2].kernel.grid == (768 // backward.FOLD_THREADS,)
     few = backward.plan(64, 4096, h200, "rows")  # chains of 8 rows: shorter than one tile
     assert few.columns.function == "grad_columns_prefetched"
-    assert backward.plan(4096, 2048, h200, "rows").columns.function == "grad_columns_prefetched"  # 16,384 threads
+    assert backward.plan(4096, 2048, h200, "rows").columns.function == "grad_columns_tiled"  # 16,384 threads
+    assert backward.plan(4096, 4096, h200, "rows").columns.function == "grad_columns_prefetched"  # 32,768
     wide = backward.plan(2048, 16384, h200, "split")  # 512 blocks of all 32 groups already: torch's layout
     assert wide.fold is None and wide.columns.function == "grad_columns_streamed"
     assert backward.plan(100000, 256, h200, "split").columns.function == "grad_columns_prefetched"  # partials

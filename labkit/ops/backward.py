@@ -59,12 +59,14 @@ TILED_ROWS = 64                     # its kTileRows: rows of a chain per tile
 TILED_SMEM = 3 * (2 * TILED_ROWS * 4 * TILED_VECS + 4 * TILED_ROWS) * 4  # its ring: 3 tiles (x, dy, 4 row stats)
 FOLD_THREADS = 32  # grad_columns_fold's block: N / 32 blocks read the groups' values (0.5 us faster than N / 256
                    # at N <= 1024 on the H200: data/dev/grad_tiled)
-# grad_columns_tiled serves where the template's chains are long and few: below two warps' worth of (float4
-# column, group) threads per SM, and at least one tile per chain. Measured on the H200 (data/dev/grad_ring/,
-# graph replay, bits equal everywhere): 13% faster than grad_columns_prefetched at 4096 x 768, 10% at 8192 x 1024,
-# 2.3x at 65536 x 256; 10-16% slower from N = 2048 up (16,384 threads and more) and where chains are a few rows
-# (64 x 4096, 200 x 512) or in the partial form (70000 x 256: 1.4x slower).
-TILED_WARPS_PER_SM = 2
+# grad_columns_tiled serves where the template's chains are long and few: below four warps' worth of (float4
+# column, group) threads per SM (N < 2,112 with 32 groups on 132 SMs), and at least one tile per chain; not in the
+# partial form. Measured on the H200 (data/dev/grad_tiled/boundary_fed73d8.json: the backward alone under graph
+# replay, bits equal everywhere), against grad_columns.cu's layouts in the split schedule: faster at N = 1,536 and
+# 2,048 from 4,096 rows (4096 x 1536 49.9 -> 41.8 us, 32768 x 2048 345.7 -> 325.2), slower at N = 4,096 (8192 x
+# 4096 170.0 -> 172.6), where chains are a few rows (1024 x 4096 30.0 -> 38.2) and in the partial form (70000 x 256
+# 129.9 -> 157.1).
+TILED_WARPS_PER_SM = 4
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""Prints what the README quotes from ncu's stall sampling (ncu_source.csv: grad_chain_sums_split8, ncu_prep_source.csv:
-grad_prep's grad_chain_sums_prep8; both at 1 x 2^24; SASS lines without samples dropped from the files): samples by
+"""Prints what the README quotes from ncu's stall sampling (ncu_source.csv: grad_chain_sums_split8 with shuffles,
+ncu_tile_source.csv: with the tile exchange (commit 8e568fa), ncu_prep_source.csv: grad_prep's grad_chain_sums_prep8;
+all at 1 x 2^24; SASS lines without samples dropped from the files): samples by
 opcode and stall reason, the mbarrier wait loops (BRA) apart. Run: python3 data/dev/grad_ncu/stalls.py"""
 import collections
 import csv
@@ -27,7 +28,7 @@ def samples(name: str):
     return by
 
 
-for name in ("ncu_source.csv", "ncu_prep_source.csv"):
+for name in ("ncu_source.csv", "ncu_tile_source.csv", "ncu_prep_source.csv"):
     by = samples(name)
     total = sum(sum(c.values()) for c in by.values())
     waits = sum(by["BRA"].values())

@@ -221,6 +221,10 @@ def test_the_column_pass_spreads_over_the_gpu_where_torchs_layout_would_not():
     columns = steps[1].args
     assert [a.value for a in columns[-4:]] == [4096, 192, 8, 32]  # rows, N / 4, rows per group, groups
     assert steps[2].kernel.block == (backward.FOLD_THREADS,) and steps[2].kernel.grid == (768 // backward.FOLD_THREADS,)
+    small = Device("small", 80, 132, backward.TILED_SMEM - 1, 65535)  # the tiled pass's ring does not fit
+    assert backward.plan(4096, 768, small, "rows").columns.function == "grad_columns_prefetched"
+    with pytest.raises(ValueError, match="tiled column pass needs"):
+        backward.plan(4096, 768, small, "rows", loads="tiled")
     few = backward.plan(64, 4096, h200, "rows")  # chains of 8 rows: shorter than one tile
     assert few.columns.function == "grad_columns_prefetched"
     assert backward.plan(4096, 2048, h200, "rows").columns.function == "grad_columns_tiled"  # 16,384 threads

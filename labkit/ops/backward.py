@@ -276,9 +276,14 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto", loads: str =
     n4 = n // 4
     t = gamma_beta_template(rows, n, device.sm_count)
     lay = column_layout(rows, n, device.sm_count, t, loads)
+    if lay.loads == "tiled" and TILED_SMEM > device.smem_optin_bytes:  # its ring does not fit this device
+        if loads == "tiled":
+            raise ValueError(f"the tiled column pass needs {TILED_SMEM} bytes of shared memory per block, the device "
+                             f"allows {device.smem_optin_bytes}")
+        lay = _spread_layout(t, n4, device.sm_count)
     grid, block = lay.launch(n4)
     columns = Kernel(lay.kernel, lay.function, grid, block, TILED_SMEM if lay.loads == "tiled" else 0)
-    if lay.blocks_y > device.max_grid_y:
+    if lay.loads != "tiled" and lay.blocks_y > device.max_grid_y:  # the tiled pass's grid is 1-D
         raise ValueError(f"{lay.blocks_y} partial groups exceed grid.y ({device.max_grid_y})")
     fold = (Kernel("grad_columns", "grad_columns_fold", (-(-n // FOLD_THREADS),), (FOLD_THREADS,)) if lay.fold
             else None)

@@ -88,8 +88,8 @@ class ColumnLayout:
     partials instead.
     `prefetch`: few threads for the GPU (spread groups, or the partial form), so each loads rows ahead itself
     (grad_columns_prefetched); else torch's own layout, whose many blocks per SM hide the latency
-    (grad_columns_streamed). With `loads` "tiled", kernels/grad_columns_tiled.cu: blocks of 256 threads for
-    `cx` = 8 float4 columns of one group (per_block 1), grouped as above."""
+    (grad_columns_streamed). With `loads` "tiled", kernels/grad_columns_tiled.cu: a 1-D grid of 256-thread
+    blocks, one per (`cx` = 8 float4 columns, group) item over `blocks_y` groups (per_block 1)."""
 
     cx: int
     per_block: int
@@ -114,18 +114,23 @@ class ColumnLayout:
 
 
 def column_layout(rows: int, n: int, sm_count: int, t: GammaBetaTemplate | None = None,
-                  loads: str = "auto") -> ColumnLayout:
-    """Where the template's chains are long and fewer than TILED_WARPS_PER_SM warps of threads per SM,
-    grad_columns_tiled: one group per block row, eight threads loading for each chain (`loads` "tiled" forces it).
-    Else grad_columns.cu: where the template's groups x N/4 float4 threads are too few to fill COLUMN_WAVES blocks
+                  loads: str = "auto", smem_optin: int | None = None) -> ColumnLayout:
+    """Where the template's chains are long and fewer than TILED_WARPS_PER_SM warps of threads per SM, and its ring
+    fits `smem_optin` (the device's shared memory per block; None: no limit), grad_columns_tiled: a block per (32
+    columns, group), copying 64-row tiles into a ring of TILED_SMEM bytes (`loads` "tiled" forces it, a ValueError
+    where the ring does not fit). Else grad_columns.cu: where the template's groups x N/4 float4 threads are too few to fill COLUMN_WAVES blocks
     of COLUMN_THREADS per SM, smaller blocks with fewer groups each (at least COLUMN_MIN_CX columns), the groups
     spread over blocks and folded by grad_columns_fold. torch's own layout keeps all groups of 32 columns in one
     block: N / 32 blocks, 24 of 132 SMs at N = 768. The partial form keeps one group per block (torch sums those).
     Another `loads` forces that entry point on grad_columns.cu's layout."""
     t = t or gamma_beta_template(rows, n, sm_count)
     n4 = n // 4
+    fits = smem_optin is None or TILED_SMEM <= smem_optin
+    if loads == "tiled" and not fits:
+        raise ValueError(f"the tiled column pass needs {TILED_SMEM} bytes of shared memory per block, the device "
+                         f"allows {smem_optin}")
     few = t.groups * n4 < TILED_WARPS_PER_SM * 32 * sm_count and rows >= TILED_ROWS * t.groups
-    if loads == "tiled" or (loads == "auto" and t.partial_groups == 1 and few):
+    if loads == "tiled" or (loads == "auto" and t.partial_groups == 1 and few and fits):
         blocks_y = t.partial_groups if t.partial_groups > 1 else t.groups
         return ColumnLayout(TILED_VECS, 1, blocks_y, t.partial_groups == 1 and t.groups > 1, False, "tiled")
     lay = _spread_layout(t, n4, sm_count)
@@ -275,12 +280,7 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto", loads: str =
         schedule = choose_schedule(rows, n, device)
     n4 = n // 4
     t = gamma_beta_template(rows, n, device.sm_count)
-    lay = column_layout(rows, n, device.sm_count, t, loads)
-    if lay.loads == "tiled" and TILED_SMEM > device.smem_optin_bytes:  # its ring does not fit this device
-        if loads == "tiled":
-            raise ValueError(f"the tiled column pass needs {TILED_SMEM} bytes of shared memory per block, the device "
-                             f"allows {device.smem_optin_bytes}")
-        lay = _spread_layout(t, n4, device.sm_count)
+    lay = column_layout(rows, n, device.sm_count, t, loads, device.smem_optin_bytes)
     grid, block = lay.launch(n4)
     columns = Kernel(lay.kernel, lay.function, grid, block, TILED_SMEM if lay.loads == "tiled" else 0)
     if lay.loads != "tiled" and lay.blocks_y > device.max_grid_y:  # the tiled pass's grid is 1-D

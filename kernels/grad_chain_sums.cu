@@ -356,6 +356,91 @@ __device__ __forceinline__ void split_stage(float& s, float4 (&qx)[kGroupsAhead]
     }
 }
 
+// The pipelined exchange's pieces: a group's products through tile t into qn (the chain lanes' S float4), and the
+// chain adds over the exchanged values of steps [j0, j1) of a group.
+template <int S, int kSum>
+__device__ __forceinline__ void tile_exchange(float4 (&qn)[S], float4 vx, float4 vd, float4 vg, float m, float4* t,
+                                              int lane) {
+    constexpr int C = 32 / S;
+    const float d[4] = {vd.x, vd.y, vd.z, vd.w}, g[4] = {vg.x, vg.y, vg.z, vg.w}, x[4] = {vx.x, vx.y, vx.z, vx.w};
+    float p[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float gp = __fmul_rn(d[k], g[k]);
+        p[k] = kSum == 1 ? gp : __fmul_rn(gp, __fsub_rn(x[k], m));
+    }
+    t[lane] = make_float4(p[0], p[1], p[2], p[3]);
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < S; ++j) qn[j] = t[j * C + lane % C];
+}
+
+template <int S, int kSum, bool kPartial, int j0, int j1>
+__device__ __forceinline__ void chain_adds(float& s, const float4 (&q)[S], float r, int valid) {
+#pragma unroll
+    for (int j = j0; j < j1; ++j) {
+        if (!kPartial || j < valid) {
+            const float v[4] = {q[j].x, q[j].y, q[j].z, q[j].w};
+#pragma unroll
+            for (int k = 0; k < 4; ++k) s = kSum == 1 ? __fadd_rn(s, v[k]) : __fmaf_rn(r, v[k], s);
+        }
+    }
+}
+
+// Group i where kTileExchange<S>: qe holds its exchanged values, the q slot group i+1's reads; refill the slot with
+// group `ahead`'s, send group i+1 through tile t between the two halves of group i's adds. Why one group ahead:
+// ncu at 1 x 2^24 (data/dev/grad_ncu/ncu_tile*) put the consumer warps' samples on the chain's own dependence, the
+// exchange's STS, barrier and LDS issued in order between groups, on the chain's path; here their latency overlaps
+// the adds. Measured on the H200 (data/dev/grad_pipe, whole backward under graph replay, bits equal at 7 shapes):
+// 5-9% faster than the exchange in line (1 x 2^24 476.9 -> 434.2 us, 2 x 2^23 266.1 -> 245.1, 4 x 2^22 159.3 ->
+// 151.0); the exchange before all the adds gained 2-4%.
+template <int S, int kSum, bool kPartial>
+__device__ __forceinline__ void pipe_group(float& s, float4 (&qe)[S], float4& qx, float4& qd, float4& qg,
+                                           const float4* at, int ahead, int valid, float m, float r, float4* t,
+                                           int lane) {
+    const float4 vx = qx, vd = qd, vg = qg;
+    split_read<S, kSum>(qx, qd, qg, at, ahead);
+    float4 qn[S];
+    chain_adds<S, kSum, kPartial, 0, S / 2>(s, qe, r, valid);
+    tile_exchange<S, kSum>(qn, vx, vd, vg, m, t, lane);
+    chain_adds<S, kSum, kPartial, S / 2, S>(s, qe, r, valid);
+#pragma unroll
+    for (int j = 0; j < S; ++j) qe[j] = qn[j];
+}
+
+// split_stage with the exchange one group ahead: on entry qe holds the stage's group 0 exchanged and the q arrays
+// groups 1 .. kGroupsAhead's reads; on exit, the next stage's likewise.
+template <int S, int kSum, bool kPartial>
+__device__ __forceinline__ void pipe_stage(float& s, float4 (&qe)[S], float4 (&qx)[kGroupsAhead],
+                                           float4 (&qd)[kGroupsAhead], float4 (&qg)[kGroupsAhead], const float4* cur,
+                                           const float4* nxt, unsigned next_full, unsigned next_parity, int valid,
+                                           float m, float r, float4* tiles, int lane) {
+    constexpr int kGroups = SplitGeometry<S>::kGroups, kUnroll = 8;
+#pragma unroll 1
+    for (int i0 = 0; i0 < kGroups - kUnroll; i0 += kUnroll) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int w = (u + 1) % kGroupsAhead;
+            pipe_group<S, kSum, kPartial>(s, qe, qx[w], qd[w], qg[w], cur, i0 + u + 1 + kGroupsAhead,
+                                                 valid - S * (i0 + u), m, r, tiles + 32 * ((u + 1) & 1), lane);
+        }
+    }
+    constexpr int i0 = kGroups - kUnroll;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+        const int w = (u + 1) % kGroupsAhead;
+        const int ahead = i0 + u + 1 + kGroupsAhead;
+        if (ahead < kGroups) {
+            pipe_group<S, kSum, kPartial>(s, qe, qx[w], qd[w], qg[w], cur, ahead, valid - S * (i0 + u), m,
+                                                 r, tiles + 32 * ((u + 1) & 1), lane);
+        } else {
+            if (ahead == kGroups) mbar_wait(next_full, next_parity);
+            pipe_group<S, kSum, kPartial>(s, qe, qx[w], qd[w], qg[w], nxt, ahead - kGroups,
+                                                 valid - S * (i0 + u), m, r, tiles + 32 * ((u + 1) & 1), lane);
+        }
+    }
+}
+
 // One consumer warp's pass over the ring (grad_stage's structure, by groups of S steps).
 template <int S, int kSum>
 __device__ __forceinline__ float split_sums(const unsigned char* ring, unsigned full0, unsigned empty0, int steps,
@@ -376,16 +461,33 @@ __device__ __forceinline__ float split_sums(const unsigned char* ring, unsigned 
 #pragma unroll
         for (int i = 0; i < kGroupsAhead; ++i) split_read<S, kSum>(qx[i], qd[i], qg[i], slot_at(0), i);
     }
+    float4 qe[S];  // kTileExchange<S>: the next group pushed, already exchanged
+    if (kTileExchange<S> && stages > 0) {  // group 0 through tile 0; its slot refilled with group kGroupsAhead's
+        const float4 vx = qx[0], vd = qd[0], vg = qg[0];
+        split_read<S, kSum>(qx[0], qd[0], qg[0], slot_at(0), kGroupsAhead);
+        tile_exchange<S, kSum>(qe, vx, vd, vg, m, tiles, lane);
+    }
     for (int st = 0; st < stages; ++st) {
         const int next = slot + 1 == G::kStages ? 0 : slot + 1;
         const unsigned next_parity = next == 0 ? parity ^ 1u : parity;
         const int valid = st + 1 < stages || steps % G::kSteps == 0 ? G::kSteps : steps % G::kSteps;
         const float4 *cur = slot_at(slot), *nxt = slot_at(next);
         const unsigned next_full = full0 + 8 * next;
-        if (valid == G::kSteps)
-            split_stage<S, kSum, false>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r, tiles, lane);
-        else
-            split_stage<S, kSum, true>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r, tiles, lane);
+        if constexpr (kTileExchange<S>) {
+            if (valid == G::kSteps)
+                pipe_stage<S, kSum, false>(s, qe, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r, tiles,
+                                           lane);
+            else
+                pipe_stage<S, kSum, true>(s, qe, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r, tiles,
+                                          lane);
+        } else {
+            if (valid == G::kSteps)
+                split_stage<S, kSum, false>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r, tiles,
+                                            lane);
+            else
+                split_stage<S, kSum, true>(s, qx, qd, qg, cur, nxt, next_full, next_parity, valid, m, r, tiles,
+                                           lane);
+        }
         mbar_arrive(empty0 + 8 * slot);  // every lane arrives once its own reads of the slot have been used
         slot = next;
         parity = next_parity;

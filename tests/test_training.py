@@ -166,7 +166,8 @@ def test_l1_40_goals_under_kernelbench_timing_judge_every_block():
     assert abs(block["l1_40_fwdbwd_ms"] - (0.65 + 0.66 + 0.72) / 3) < 1e-9 and block["l1_40_fwdbwd_ms"] < 0.70
     assert abs(block["l1_40_slowest_block_ms"] - 0.72) < 1e-9
     assert abs(block["l1_40_vs_compiled_worst_block"] - 0.85 / 0.66) < 1e-9
-    assert block["l1_40_interleaved_fwdbwd_ms"] == study.training_block(run)["l1_40_fwdbwd_ms"]
+    assert block["l1_40_interleaved_fwdbwd_ms"] == study.training_block({**run, "training_kernelbench": None})[
+        "l1_40_fwdbwd_ms"]
     goals = {g["goal"]: g for g in study.goals({**run, "training_kernelbench": record})}
     assert goals["L1/40 forward + backward"]["met"] is False and "slowest block 0.720 ms" in \
         goals["L1/40 forward + backward"]["measured"]

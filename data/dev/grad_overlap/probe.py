@@ -3,7 +3,8 @@ them? Stand-ins, not our kernels: "side" is two torch column reductions (torch.s
 [N] outputs), which read x and dy once and write 2N floats, the bytes a dgamma/dbeta pass moves. Per shape, under
 CUDA events (median of 30, after 5 warm-ups): our whole backward alone (labkit.ops.backward.backward), the side
 work alone, the two in sequence on one stream, and the two at once (the backward on one stream, launched first,
-the side work on another, both waited for). Writes overlap.json under $OUT (default .)."""
+the side work on another, both waited for), each captured in a CUDA graph and replayed (GRAPH=0: eager calls). Writes
+overlap.json under $OUT (default .)."""
 import json
 import os
 import statistics
@@ -17,12 +18,21 @@ from labkit.ops import backward as grad  # noqa: E402
 from labkit.studies import training  # noqa: E402
 
 SHAPES = ((1, 1 << 24), (2, 1 << 23), (4, 1 << 22), (16, 1 << 22))
+GRAPH = os.environ.get("GRAPH", "1") == "1"  # 0: eager calls, host launch time in the figures
 
 
 def timed(fn, n=30, warm=5):
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
+    if GRAPH:  # the call captured once, its replays timed: no host time in the figures
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        fn = g.replay
+        for _ in range(warm):
+            fn()
+        torch.cuda.synchronize()
     out = []
     for _ in range(n):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -37,7 +47,7 @@ def timed(fn, n=30, warm=5):
 
 def main():
     sa, sb = torch.cuda.Stream(), torch.cuda.Stream()
-    res = {"torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "shapes": []}
+    res = {"graph": GRAPH, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(), "shapes": []}
     for rows, n in SHAPES:
         x, w, b, dy = training._tensors((rows, n), 0, "cuda")
         _, mean, rstd = torch.native_layer_norm(x, (n,), w, b, 1e-5)
@@ -73,7 +83,7 @@ def main():
         x = dy = w = b = None
         torch.cuda.empty_cache()
     os.makedirs(os.environ.get("OUT", "."), exist_ok=True)
-    json.dump(res, open(os.path.join(os.environ.get("OUT", "."), "overlap.json"), "w"), indent=1)
+    json.dump(res, open(os.path.join(os.environ.get("OUT", "."), f"overlap_{'graph' if GRAPH else 'eager'}.json"), "w"), indent=1)
 
 
 if __name__ == "__main__":

@@ -127,7 +127,8 @@ def test_the_l1_40_goal_says_where_protocol_b_time_goes():
     timeline = {"shape": [16, 64, 256, 256], "methods": {"dropin": {"event_ms": [0.72, 0.71, 0.73], "timelines": [
         {"kernels": 6, "busy_us": 650.0, "wait_first_us": 55.0, "idle_between_us": 4.0, "span_us": 709.0}] * 3}}}
     text = study.timeline_text(timeline)
-    assert text == ("profiled under B: kernels busy 0.65 of 0.72 ms; host shares, with the profiler's cost in them: "
+    assert text == ("profiled as the eager rounds time a call (the GPU idle at the start event): kernels busy 0.65 "
+                    "of 0.72 ms; host shares, with the profiler's cost in them: "
                     "55 us before the first kernel, 4 us idle between kernels")
     # the L1/40 goal of a run carries it
     run = newest_training_records()
@@ -185,3 +186,44 @@ def test_kernelbench_fwdbwd_refuses_empty_blocks_before_any_work():
 
     with pytest.raises(ValueError, match="blocks and num_trials"):
         study.kernelbench_fwdbwd(blocks=0)
+
+
+def test_a_kernelbench_record_at_another_shape_judges_no_l1_40_goal():
+    """Quick mode records KernelBench's timing at a small wide shape: the L1/40 goals must not read it."""
+    run = newest_training_records()
+    quick = {**_kb([0.20, 0.20, 0.20], [0.30, 0.30, 0.30], [0.30, 0.30, 0.30]), "shape": [16, 64, 32, 32]}
+    assert study.kernelbench_figures(quick) is None
+    block = study.training_block({**run, "training_kernelbench": quick})
+    assert "l1_40_slowest_block_ms" not in block
+    assert block["l1_40_fwdbwd_ms"] == block["l1_40_interleaved_fwdbwd_ms"]
+    l1 = next(g for g in study.goals({**run, "training_kernelbench": quick}) if g["goal"] == "L1/40 forward + backward")
+    assert "KernelBench" not in l1["measured"]
+
+
+def test_the_l1_40_goal_says_how_the_interleaved_rounds_would_judge():
+    run = newest_training_records()
+    record = _kb([0.65, 0.66, 0.68], [0.90, 0.85, 0.95], [16.7, 16.7, 16.7])
+    t = study.training_block({**run, "training_kernelbench": record})
+    l1 = next(g for g in study.goals({**run, "training_kernelbench": record}) if g["goal"] == "L1/40 forward + backward")
+    word = "would meet" if t["l1_40_interleaved_fwdbwd_ms"] <= study.L1_40_FWDBWD_GOAL_MS else "would miss"
+    assert f"interleaved eager rounds, where the host's entry counts, " in l1["measured"] and f"({word})" in l1["measured"]
+
+
+def test_the_complete_floor_counts_gamma_dgamma_and_dbeta():
+    """At one row the output pass moves twice the issue floor's bytes (x, dy, gamma read; dx, dgamma, dbeta
+    written against x, dy read and dx written); at many rows the two floors meet."""
+    gbps = 4000.0
+    floor = {"ceiling": {"read_plus_write_gbps": gbps}, "shapes": []}
+    for rows, n in ((1, 1 << 24), (64, 1 << 16)):
+        elems = rows * n
+        floor["shapes"].append({"key": f"{rows}x{n}", "rows": rows, "n": n, "schedule": "chain", "chain_ms": 0.05,
+                                "sums_bytes_ms": 8 * elems / (gbps * 1e6), "output_bytes_ms": 12 * elems / (gbps * 1e6),
+                                "floor_ms": 0.0, "ours": {"median_ms": 1.0}})
+        floor["shapes"][-1]["floor_ms"] = max(0.05, floor["shapes"][-1]["sums_bytes_ms"]) + \
+            floor["shapes"][-1]["output_bytes_ms"]
+    one, many = study.floor_rows(floor)
+    sums, output = study.complete_floor_ms(floor["shapes"][0], gbps)
+    assert abs(output / floor["shapes"][0]["output_bytes_ms"] - 2.0) < 1e-6
+    assert abs(one["complete floor us"] - (max(0.05, sums) + output) * 1e3) < 1e-6
+    assert 1.0 < many["floor us"] and many["complete floor us"] / many["floor us"] < 1.02
+    assert "complete floor us" not in study.floor_rows({**floor, "ceiling": {}})[0]

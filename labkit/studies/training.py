@@ -136,7 +136,6 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
 # --- L1/40 under KernelBench's own timing ---------------------------------------------------------------------------
 
 KB_METHODS = ("native", "dropin", "native_compiled")
-KB_WARMUP = 3  # time_execution_with_cuda_event's default (labkit.studies.kernelbench_timing.EVAL_WARMUP)
 KB_LABELS = {"native": "torch eager F.layer_norm", "dropin": "drop-in", "native_compiled": "torch.compile(F.layer_norm)"}
 
 
@@ -151,7 +150,7 @@ def kernelbench_fwdbwd(shape=L1_40, blocks: int = 3, num_trials: int = 100, seed
     after another method's, the GPU idle at each start event) stand beside it."""
     import torch
 
-    from labkit.studies.kernelbench_timing import DISCARD_FIRST, cuda_event_times
+    from labkit.studies.kernelbench_timing import DISCARD_FIRST, EVAL_WARMUP, cuda_event_times
 
     if blocks < 1 or num_trials < 1:
         raise ValueError(f"blocks and num_trials must be at least 1, got {blocks} and {num_trials}")
@@ -163,11 +162,11 @@ def kernelbench_fwdbwd(shape=L1_40, blocks: int = 3, num_trials: int = 100, seed
         order = list(KB_METHODS[block % len(KB_METHODS):] + KB_METHODS[:block % len(KB_METHODS)])
         orders.append(order)
         for name in order:
-            samples[name].append(cuda_event_times(fns[name], KB_WARMUP, num_trials))
+            samples[name].append(cuda_event_times(fns[name], EVAL_WARMUP, num_trials))
     x = w = b = dy = fns = None
     torch.cuda.empty_cache()
     return {"shape": list(shape), "blocks": blocks, "num_trials": num_trials, "discard_first": DISCARD_FIRST,
-            "warmup": KB_WARMUP, "orders": orders, "samples_ms": samples}
+            "warmup": EVAL_WARMUP, "orders": orders, "samples_ms": samples}
 
 
 KB_PROTOCOL = "KernelBench's cuda_event timing (protocol B): means over all trials"
@@ -179,10 +178,11 @@ def _kb_block_means(record: dict) -> dict:
 
 
 def kernelbench_figures(record: dict | None) -> dict | None:
-    """From a `training_kernelbench` record: every program's mean over all trials (as KernelBench reports), the
-    drop-in's slowest block, and its worst block's ratios (their mean / the drop-in's, block by block: one block
-    where a program runs slow as a whole must not carry a pooled mean)."""
-    if not record:
+    """From a `training_kernelbench` record at L1/40: every program's mean over all trials (as KernelBench reports),
+    the drop-in's slowest block, and its worst block's ratios (their mean / the drop-in's, block by block: one block
+    where a program runs slow as a whole must not carry a pooled mean). None for a record at another shape (quick
+    mode's), which no L1/40 goal may read."""
+    if not record or tuple(record["shape"]) != tuple(L1_40):
         return None
     block = _kb_block_means(record)
     pooled = {n: statistics.fmean([t for b in record["samples_ms"][n] for t in b]) for n in KB_METHODS}
@@ -576,13 +576,14 @@ def timeline_rows(record: dict | None) -> list[dict]:
 
 
 def timeline_text(record: dict | None, method: str = "dropin") -> str | None:
-    """The drop-in's profiled B call at L1/40 in words, for the L1/40 goal: GPU busy, then the host's share."""
+    """The drop-in's profiled eager call at L1/40 in words, for the L1/40 goal: GPU busy, then the host's share."""
     if not record or tuple(record["shape"]) != tuple(L1_40):
         return None
     row = next((r for r in timeline_rows(record) if r["method"] == METHOD_LABELS.get(method, method)), None)
     if not row or row["kernels busy ms"] is None:
         return None
-    return (f"profiled under B: kernels busy {row['kernels busy ms']:.3g} of {row['event ms (profiled)']:.3g} ms; "
+    return (f"profiled as the eager rounds time a call (the GPU idle at the start event): kernels busy "
+            f"{row['kernels busy ms']:.3g} of {row['event ms (profiled)']:.3g} ms; "
             f"host shares, with the profiler's cost in them: {row['before the first kernel us']:.0f} us before the "
             f"first kernel, {row['idle between kernels us']:.0f} us idle between kernels")
 
@@ -745,7 +746,7 @@ def host_rows(host: dict | None) -> list[dict]:
 def complete_floor_ms(row: dict, gbps: float) -> tuple[float, float]:
     """(sums, output) bytes at the copy ceiling counting every byte the backward must move: the issue's floor counts
     x and dy read and dx written; the row sums also read gamma (N floats), the output pass reads gamma and writes
-    dgamma and dbeta (3N floats), which at one to four rows is a third to a half of the output pass's bytes."""
+    dgamma and dbeta (3N floats): half of the output pass's bytes at one row, a third at two, a fifth at four."""
     elems, n = row["rows"] * row["n"], row["n"]
     return 4 * (2 * elems + n) / (gbps * 1e6), 4 * (3 * elems + 3 * n) / (gbps * 1e6)
 
@@ -919,6 +920,13 @@ def _sweep_goals(sweep: dict | None) -> list[dict]:
                  f"slower than torch eager below {NATIVE_FLOOR_MS * 1e3:.0f} us")]
 
 
+def _would(value: float | None, limit: float, at_least: bool) -> str:
+    """' (would meet)' / ' (would miss)': the goal judged on a figure shown beside the one that judges it."""
+    if value is None:
+        return ""
+    return " (would meet)" if (value >= limit if at_least else value <= limit) else " (would miss)"
+
+
 def _l1_40_goals(t: dict, records: dict) -> list[dict]:
     """Issue 22's three L1/40 goals. Under KernelBench's timing (a run with `training_kernelbench`) each is judged in
     every block, as notebook 07 judges the forward's (the slowest block's mean, the worst block's ratio), with the
@@ -932,19 +940,22 @@ def _l1_40_goals(t: dict, records: dict) -> list[dict]:
     vs_comp = t["l1_40_vs_compiled_worst_block"] if kb else t["l1_40_vs_compiled"]
     vs_nat = t["l1_40_vs_native_worst_block"] if kb else t["l1_40_vs_native"]
     why = timeline_text(records.get("training_b_timeline"))
+    protocol = PROTOCOL_NAMES["B"]  # KernelBench's cuda_event method is protocol B, exactly; the rounds its older form
     if kb:
-        protocol = PROTOCOL_NAMES["B"]  # KernelBench's cuda_event method is protocol B, exactly
-        beside_time = (f"; mean of all trials {_fmt(t['l1_40_fwdbwd_ms'])} ms; interleaved rounds "
-                       f"{_fmt(t['l1_40_interleaved_fwdbwd_ms'])} ms" + (f", {why}" if why else ""))
-        what, per = "KernelBench's timing, slowest block", "KernelBench's timing, worst block"
+        il = t["l1_40_interleaved_fwdbwd_ms"]
+        beside_time = (f"; mean of all trials {_fmt(t['l1_40_fwdbwd_ms'])} ms; in the sweep's interleaved eager "
+                       f"rounds, where the host's entry counts, {_fmt(il)} ms{_would(il, L1_40_FWDBWD_GOAL_MS, False)}"
+                       + (f"; {why}" if why else ""))
+        kbt = "KernelBench's cuda_event timing (its L2 thrash runs while the host enters the call)"
+        what, per = f"{kbt}, slowest block", f"{kbt}, worst block"
+        ic, inat = t["l1_40_interleaved_vs_compiled"], t["l1_40_interleaved_vs_native"]
         beside_comp = (f"; all trials {_fmt(t['l1_40_vs_compiled'], '.3g')}x (torch.compile "
                        f"{_fmt(t['l1_40_compiled_fwdbwd_ms'])} ms); interleaved rounds "
-                       f"{_fmt(t['l1_40_interleaved_vs_compiled'], '.3g')}x")
+                       f"{beside(ic, COMPILE_RATIO_GOAL)}{_would(ic, COMPILE_RATIO_GOAL, True)}")
         beside_nat = (f"; all trials {_fmt(t['l1_40_vs_native'], '.3g')}x (torch eager "
                       f"{_fmt(t['l1_40_native_fwdbwd_ms'])} ms); interleaved rounds "
-                      f"{_fmt(t['l1_40_interleaved_vs_native'], '.3g')}x")
+                      f"{beside(inat, NATIVE_RATIO_GOAL)}{_would(inat, NATIVE_RATIO_GOAL, True)}")
     else:
-        protocol = PROTOCOL_NAMES["B"]
         beside_time = f"; {why}" if why else ""
         what, per = "median", "per round"
         beside_comp = f"; torch.compile {_fmt(t['l1_40_compiled_fwdbwd_ms'])} ms (median)"
@@ -969,8 +980,9 @@ def _host_bound_text(records: dict, t: dict) -> str:
     if not row or not row.get("graph") or not row.get("eager_stats"):
         return ""
     g, e = row["graph"], row["eager_stats"]
-    if not all(k in g and k in e for k in ("native", "dropin")) or max(g["native"], g["dropin"]) * 2 > e["native"]["median_ms"]:
-        return ""
+    if not all(k in g and k in e for k in ("native", "dropin")) or \
+            max(g["native"], g["dropin"]) * 2 > min(e["native"]["median_ms"], e["dropin"]["median_ms"]):
+        return ""  # not host-bound: a GPU time within half of an eager time
     q = {k: f"{_us(e[k]['q25_ms']):.0f}-{_us(e[k]['q75_ms']):.0f}" for k in ("native", "dropin")}
     return (f" (host-bound: under graph replay the drop-in takes {_us(g['dropin']):.0f} us against native's "
             f"{_us(g['native']):.0f}; eager per call the quartiles are {q['dropin']} and {q['native']} us)")

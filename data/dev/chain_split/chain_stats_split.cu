@@ -18,6 +18,9 @@
 #ifndef SPLIT_STAGES
 #define SPLIT_STAGES 4
 #endif
+#ifndef SPLIT_DELAY_STORE
+#define SPLIT_DELAY_STORE 0  // 1: each step's new means stored one step later (data/dev/chain_split/README.md)
+#endif
 
 namespace {
 constexpr int kSteps = 64;
@@ -52,6 +55,9 @@ __device__ __forceinline__ void mean_stage(float& mean, float4 (&qv)[kAhead], fl
                                            const float4* cur_seg, const float4* cur_rec, const float4* nxt_seg,
                                            const float4* nxt_rec, unsigned next_full, unsigned next_parity,
                                            float4* out, int valid) {
+#if SPLIT_DELAY_STORE
+    float4 prev = make_float4(0.f, 0.f, 0.f, 0.f);
+#endif
 #pragma unroll
     for (int j = 0; j < kSteps; ++j) {
         const float4 v = qv[j % kAhead];
@@ -71,9 +77,20 @@ __device__ __forceinline__ void mean_stage(float& mean, float4 (&qv)[kAhead], fl
             nm.y = mean_push(mean, v.y, r.y);
             nm.z = mean_push(mean, v.z, r.z);
             nm.w = mean_push(mean, v.w, r.w);
+#if SPLIT_DELAY_STORE
+            // store the step before's means: a store reads its registers late, and the next step's FADD would
+            // otherwise wait to overwrite them (a write-after-read stall on the chain)
+            if (j > 0) out[32 * (j - 1)] = prev;
+            prev = nm;
+#else
             out[32 * j] = nm;
+#endif
         }
     }
+#if SPLIT_DELAY_STORE
+    const int last = kPartial ? valid - 1 : kSteps - 1;
+    if (last >= 0) out[32 * last] = prev;
+#endif
 }
 
 // The m2 warp's stage, reading ahead within the stage only (it runs faster than the mean warp).

@@ -29,6 +29,9 @@ SHAPES = [(16, 64 * 256 * 256), (4, 1 << 22), (1, 1 << 24), (8, 1 << 21), (16, 5
           (3, 512 * 64), (64, 1 << 18)]
 
 
+VARIANTS = {"split4": (), "split4_delay": ("-DSPLIT_DELAY_STORE=1",)}  # first run (split_v1.json): split4, split3
+
+
 def smem(stages: int) -> int:
     return stages * (64 * 512 + 64 * 16) + 2 * 64 * 512
 
@@ -42,10 +45,9 @@ def main():
         for rows, n in SHAPES:
             served = chain.plan(rows, n, dev)
             plans = {"served": served}
-            for stages in (4, 3):
-                k = Kernel(VARIANT, VARIANT, (4, rows), (96,), smem(stages),
-                           () if stages == 4 else (f"-DSPLIT_STAGES={stages}",))
-                plans[f"split{stages}"] = dataclasses.replace(served, stats=k)
+            for name, opts in VARIANTS.items():
+                k = Kernel(VARIANT, VARIANT, (4, rows), (96,), smem(4), opts)
+                plans[name] = dataclasses.replace(served, stats=k)
             row = {"rows": rows, "n": n, "identical": {}, "whole": {}, "stats": {}}
             for dist in ("uniform", "normal"):
                 g = torch.Generator(device="cuda").manual_seed(rows * 13 + n)

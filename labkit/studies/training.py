@@ -136,7 +136,8 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
 # --- L1/40 under KernelBench's own timing ---------------------------------------------------------------------------
 
 KB_METHODS = ("native", "dropin", "native_compiled")
-KB_LABELS = {"native": "torch eager F.layer_norm", "dropin": "drop-in", "native_compiled": "torch.compile(F.layer_norm)"}
+KB_LABELS = {"native": "torch eager F.layer_norm", "dropin": "drop-in",
+             "native_compiled": "torch.compile(F.layer_norm)"}
 
 
 def kernelbench_fwdbwd(shape=L1_40, blocks: int = 3, num_trials: int = 100, seed: int = 0, eps: float = 1e-5,
@@ -809,7 +810,8 @@ def training_block(records: dict) -> dict | None:
         m = kb["mean_ms"]
         headline = {"l1_40_protocol": KB_PROTOCOL, "l1_40_fwdbwd_ms": m["dropin"],
                     "l1_40_compiled_fwdbwd_ms": m["native_compiled"], "l1_40_native_fwdbwd_ms": m["native"],
-                    "l1_40_vs_compiled": m["native_compiled"] / m["dropin"], "l1_40_vs_native": m["native"] / m["dropin"],
+                    "l1_40_vs_compiled": m["native_compiled"] / m["dropin"],
+                    "l1_40_vs_native": m["native"] / m["dropin"],
                     "l1_40_slowest_block_ms": kb["dropin_slowest_block_ms"],
                     "l1_40_vs_compiled_worst_block": kb["vs_compiled_worst_block"],
                     "l1_40_vs_native_worst_block": kb["vs_native_worst_block"]}

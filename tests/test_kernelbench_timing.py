@@ -93,3 +93,20 @@ def test_the_forward_summary_block_merges_the_two_runs_that_measure_it():
     sweep = load_run(runs["dropin"])["records"]["dropin_sweep"]
     assert f["dispatch_worst_vs_native_eager"] == min(r["eager"]["native"] / r["eager"]["dropin"]
                                                       for r in sweep["shapes"] if r["eager"].get("dropin"))
+
+
+def test_rotated_blocks_times_each_program_back_to_back_in_a_rotated_order(monkeypatch):
+    calls = []
+
+    def fake(fn, num_warmup, num_trials):
+        calls.append((fn(), num_warmup))
+        return [float(len(calls))] * num_trials
+
+    monkeypatch.setattr(kb, "cuda_event_times", fake)
+    samples, orders = kb.rotated_blocks({"a": (lambda: "a", 3), "b": (lambda: "b", 5), "c": (lambda: "c", 3)},
+                                        blocks=4, num_trials=2)
+    assert orders == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert calls[:4] == [("a", 3), ("b", 5), ("c", 3), ("b", 5)]
+    assert samples["a"] == [[1.0, 1.0], [6.0, 6.0], [8.0, 8.0], [10.0, 10.0]]
+    assert kb.block_means(samples)["b"] == [2.0, 4.0, 9.0, 11.0]
+    assert kb.pooled_means({"x": [[1.0, 2.0], [6.0]]}) == {"x": 3.0}

@@ -148,7 +148,7 @@ def headline_rows(runs: dict[str, Path]) -> list[dict]:
         t = training.training_block(recs) or {}
         row = next((r for r in (recs.get("training_sweep") or {}).get("shapes", []) if r.get("l1_40")), None)
         bits = f"{t.get('backward_identical')} inputs; model steps {t.get('model_steps_identical')}"
-        kb = "l1_40_slowest_block_ms" in t  # the run judges L1/40 under KernelBench's timing (notebook 10)
+        kb = training.judged_by_kernelbench(t)  # the run judges L1/40 under KernelBench's timing (notebook 10)
         if kb and row:  # the sweep's interleaved eager figure goes beside it in the summary sentence
             il = t.get("l1_40_interleaved_fwdbwd_ms")
             rows.append({"result": f"forward + backward: {FWDBWD_KB}", "shape": _shape(row["key"], True),
@@ -162,8 +162,7 @@ def headline_rows(runs: dict[str, Path]) -> list[dict]:
             if not d.get("dropin"):
                 continue
             goal = proto == EAGER
-            what = FWDBWD
-            rows.append({"result": f"forward + backward: {what}",
+            rows.append({"result": f"forward + backward: {FWDBWD}",
                          "shape": _shape(row["key"], True), "protocol": proto,
                          "ms": d["dropin"], "x torch eager": training.paired(row, key, "native", "dropin"),
                          "x torch.compile": training.paired(row, key, "native_compiled", "dropin"),
@@ -231,10 +230,9 @@ def goal_lines(goals: list[dict], figures: bool = True) -> list[str]:
 def summary_sentences(runs: dict[str, Path], rows: list[dict] | None = None) -> list[str]:
     """What was asked and what was found, in a few sentences, every number from `headline_rows` (pass them when
     already read)."""
-    rows_given = rows
+    listed = headline_rows(runs) if rows is None else rows
     post = post_about()
-    rows = {(r["result"].split(":")[0], r["result"].split(": ")[-1].split(" ")[0], r["protocol"]): r
-            for r in (headline_rows(runs) if rows is None else rows)}
+    rows = {(r["result"].split(":")[0], r["result"].split(": ")[-1].split(" ")[0], r["protocol"]): r for r in listed}
     meta = next((m for m in (_meta(p) for p in runs.values()) if m), {})
     out = [f"The post \u201c{post['title']}\u201d ({post['author']}, {post['date']}) made PyTorch's FP32 LayerNorm at "
            f"L1/40 faster with tested bit identity: torch's arithmetic in torch's order, the output pass spread over "
@@ -252,8 +250,7 @@ def summary_sentences(runs: dict[str, Path], rows: list[dict] | None = None) -> 
                      f"{chain['ms']:.3g} ms with the same bits ({chain['bit-identical']}), {x(chain['x torch eager'])} "
                      f"torch eager and {x(chain['x torch.compile'])} torch.compile, "
                      + (f"both under {GRAPH}" if ref else f"under {GRAPH}"))
-    by_result = {r["result"]: r for r in (headline_rows(runs) if rows_given is None else rows_given)}
-    fb = by_result.get(f"forward + backward: {FWDBWD_KB}")
+    fb = next((r for r in listed if r["result"] == f"forward + backward: {FWDBWD_KB}"), None)
     if fb:
         found.append(f"the drop-in's forward + backward keeps eager's bits ({fb['bit-identical']}) in {fb['ms']:.3g} "
                      f"ms, {x(fb['x torch eager'])} torch eager and {x(fb['x torch.compile'])} torch.compile, under "

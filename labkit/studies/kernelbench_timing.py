@@ -109,6 +109,33 @@ def _programs(device="cuda") -> tuple[dict, object]:
 GRAD_ENABLED = {"reference": True, "torch.compile": False, "ModelNew (labkit)": True}  # as KernelBench times each
 
 
+def rotated_blocks(progs: dict, blocks: int, num_trials: int, log=None) -> tuple[dict, list[list[str]]]:
+    """({name: [per block, its trials' ms]}, [per block, the order]) of `progs` ({name: (callable, num_warmup)}) by
+    cuda_event_times, each program's trials back to back, `blocks` times over with the order rotated by one."""
+    names = list(progs)
+    samples: dict[str, list[list[float]]] = {n: [] for n in names}
+    orders = []
+    for b in range(blocks):
+        order = names[b % len(names):] + names[:b % len(names)]
+        orders.append(order)
+        for name in order:
+            fn, warm = progs[name]
+            samples[name].append(cuda_event_times(fn, warm, num_trials))
+            if log:
+                log(f"[kernelbench] block {b + 1} {name}: mean {statistics.fmean(samples[name][-1]):.4f} ms")
+    return samples, orders
+
+
+def block_means(samples: dict) -> dict:
+    """KernelBench's mean per block, per program, of `samples` ({name: [per block, its trials' ms]})."""
+    return {n: [statistics.fmean(b) for b in blocks] for n, blocks in samples.items()}
+
+
+def pooled_means(samples: dict) -> dict:
+    """KernelBench's mean over all trials of every block, per program (what its evaluator reports)."""
+    return {n: statistics.fmean([t for b in blocks for t in b]) for n, blocks in samples.items()}
+
+
 def run(blocks: int = 3, num_trials: int = NUM_TRIALS, graph_rounds: int = 35, log=None) -> dict:
     """The `kernelbench_timing` record: per block and program KernelBench's cuda_event samples, then the same
     programs under graph replay (protocol A) in the same run, and each program's output checked bit for bit
@@ -126,16 +153,7 @@ def run(blocks: int = 3, num_trials: int = NUM_TRIALS, graph_rounds: int = 35, l
         ref = progs["reference"][0]()
         bits = {name: bool(torch.equal(fn().view(torch.int32), ref.view(torch.int32))) for name, (fn, _) in progs.items()}
         del ref
-    samples: dict[str, list[list[float]]] = {m: [] for m in METHODS}
-    orders = []
-    for b in range(blocks):
-        order = list(METHODS[b % len(METHODS):] + METHODS[:b % len(METHODS)])
-        orders.append(order)
-        for name in order:
-            fn, warm = progs[name]
-            samples[name].append(cuda_event_times(fn, warm, num_trials))
-            if log:
-                log(f"[kernelbench] block {b + 1} {name}: mean {statistics.fmean(samples[name][-1]):.4f} ms")
+    samples, orders = rotated_blocks({n: progs[n] for n in METHODS}, blocks, num_trials, log)
     with torch.no_grad():
         graph = time_methods({n: fn for n, (fn, _) in progs.items()}, PROTOCOL_A, "reference")
     import labkit
@@ -214,15 +232,14 @@ def rows(record: dict | None) -> list[dict]:
 
 
 def _pooled_means(record: dict) -> dict:
-    """KernelBench's mean over all trials of every block, per program (what its evaluator reports)."""
-    return {n: statistics.fmean([t for b in record["samples_ms"][n] for t in b]) for n in METHODS}
+    return pooled_means({n: record["samples_ms"][n] for n in METHODS})
 
 
 def _per_block(record: dict) -> tuple[dict, list[float], list[float]]:
     """KernelBench's mean per block for each program, and per block ModelNew's ratio to torch.compile and to the
     reference (their time / ours)."""
     ours = OURS
-    block = {n: [statistics.fmean(b) for b in record["samples_ms"][n]] for n in METHODS}
+    block = block_means({n: record["samples_ms"][n] for n in METHODS})
     vs_compile = [c / o for c, o in zip(block["torch.compile"], block[ours])]
     vs_ref = [r / o for r, o in zip(block["reference"], block[ours])]
     return block, vs_compile, vs_ref

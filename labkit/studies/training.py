@@ -151,19 +151,13 @@ def kernelbench_fwdbwd(shape=L1_40, blocks: int = 3, num_trials: int = 100, seed
     after another method's, the GPU idle at each start event) stand beside it."""
     import torch
 
-    from labkit.studies.kernelbench_timing import DISCARD_FIRST, EVAL_WARMUP, cuda_event_times
+    from labkit.studies.kernelbench_timing import DISCARD_FIRST, EVAL_WARMUP, rotated_blocks
 
     if blocks < 1 or num_trials < 1:
         raise ValueError(f"blocks and num_trials must be at least 1, got {blocks} and {num_trials}")
     x, w, b, dy = _tensors(shape, seed, device)
     fns = methods(x, w, b, dy, eps, compiled=True)
-    samples: dict[str, list[list[float]]] = {n: [] for n in KB_METHODS}
-    orders = []
-    for block in range(blocks):
-        order = list(KB_METHODS[block % len(KB_METHODS):] + KB_METHODS[:block % len(KB_METHODS)])
-        orders.append(order)
-        for name in order:
-            samples[name].append(cuda_event_times(fns[name], EVAL_WARMUP, num_trials))
+    samples, orders = rotated_blocks({n: (fns[n], EVAL_WARMUP) for n in KB_METHODS}, blocks, num_trials)
     x = w = b = dy = fns = None
     torch.cuda.empty_cache()
     return {"shape": list(shape), "blocks": blocks, "num_trials": num_trials, "discard_first": DISCARD_FIRST,
@@ -174,8 +168,9 @@ KB_PROTOCOL = "KernelBench's cuda_event timing (protocol B): means over all tria
 INTERLEAVED_PROTOCOL = "eager per call, methods interleaved per round (medians; paired per-round ratios)"
 
 
-def _kb_block_means(record: dict) -> dict:
-    return {n: [statistics.fmean(b) for b in record["samples_ms"][n]] for n in KB_METHODS}
+def judged_by_kernelbench(t: dict) -> bool:
+    """Whether a `training` block's L1/40 figures are KernelBench's timing (else the sweep's interleaved rounds)."""
+    return t.get("l1_40_protocol") == KB_PROTOCOL
 
 
 def kernelbench_figures(record: dict | None) -> dict | None:
@@ -183,10 +178,12 @@ def kernelbench_figures(record: dict | None) -> dict | None:
     the drop-in's slowest block, and its worst block's ratios (their mean / the drop-in's, block by block: one block
     where a program runs slow as a whole must not carry a pooled mean). None for a record at another shape (quick
     mode's), which no L1/40 goal may read."""
+    from labkit.studies.kernelbench_timing import block_means, pooled_means
+
     if not record or tuple(record["shape"]) != tuple(L1_40):
         return None
-    block = _kb_block_means(record)
-    pooled = {n: statistics.fmean([t for b in record["samples_ms"][n] for t in b]) for n in KB_METHODS}
+    samples = {n: record["samples_ms"][n] for n in KB_METHODS}
+    block, pooled = block_means(samples), pooled_means(samples)
     per = {n: [o / d for o, d in zip(block[n], block["dropin"])] for n in ("native", "native_compiled")}
     return {"mean_ms": pooled, "block_means_ms": block, "dropin_slowest_block_ms": max(block["dropin"]),
             "vs_compiled_worst_block": min(per["native_compiled"]), "vs_native_worst_block": min(per["native"]),
@@ -849,7 +846,7 @@ def summary_lines(s: dict) -> list[str]:
     t = s.get("training")
     if not t:
         return []
-    how = "KernelBench's timing" if "l1_40_slowest_block_ms" in t else "eager"
+    how = "KernelBench's timing" if judged_by_kernelbench(t) else "eager"
     return [f"training: L1/40 fwd+bwd {_fmt(t['l1_40_fwdbwd_ms'])} ms {how} (graph {_fmt(t['l1_40_graph_fwdbwd_ms'])}"
             f", torch.compile {_fmt(t['l1_40_compiled_fwdbwd_ms'])}, native {_fmt(t['l1_40_native_fwdbwd_ms'])}); "
             f"worst eager x native {_fmt(t['fwdbwd_worst_ratio_vs_native'], '.2f')} at {t['fwdbwd_worst_shape']}; "
@@ -867,7 +864,7 @@ def page_headline(records: dict, s: dict) -> str:
 
     vs_comp = t.get("l1_40_vs_compiled")
     vs = f", {ratio(vs_comp)} torch.compile" if vs_comp else ""
-    how = "KernelBench's timing (mean)" if "l1_40_slowest_block_ms" in t else PROTOCOL_NAMES["B"]
+    how = "KernelBench's timing (mean)" if judged_by_kernelbench(t) else PROTOCOL_NAMES["B"]
     return (f"L1/40 forward + backward under {how}: {t['l1_40_fwdbwd_ms']:.3g} ms{vs}; backward bits "
             f"{t['backward_identical']}, model steps {t['model_steps_identical']} identical"
             f"{tally_text(goals(records))} {on_gpu(s)}")
@@ -937,7 +934,7 @@ def _l1_40_goals(t: dict, records: dict) -> list[dict]:
     from labkit.studies.goals import beside, goal
 
     graph = PROTOCOL_NAMES["A"]
-    kb = "l1_40_slowest_block_ms" in t
+    kb = judged_by_kernelbench(t)
     l1 = t["l1_40_slowest_block_ms"] if kb else t["l1_40_fwdbwd_ms"]
     vs_comp = t["l1_40_vs_compiled_worst_block"] if kb else t["l1_40_vs_compiled"]
     vs_nat = t["l1_40_vs_native_worst_block"] if kb else t["l1_40_vs_native"]

@@ -20,13 +20,15 @@ __device__ __forceinline__ float4 load_x(const float4* p, unsigned long long dro
     return v;
 }
 
-template <bool kLoadFirst, bool kStreamStore, bool kNormal>
+template <bool kLoadFirst, bool kStreamStore, bool kNormal, int kPart = 0>
 __device__ __forceinline__ void affine_keep(const float4* __restrict__ x, const float* __restrict__ mean,
                                             const float* __restrict__ rstd, const float4* __restrict__ gamma,
                                             const float4* __restrict__ beta, float4* __restrict__ y, int rows,
                                             int n4) {
     constexpr int kUnroll = 4;
-    const int j = (gridDim.x - 1 - blockIdx.x) * blockDim.x + threadIdx.x;
+    // kPart (retention.py): 0 = every column; 1 = only the last gridDim.x * 256 columns; 2 = only the first
+    const int base = kPart == 1 ? n4 - (int)gridDim.x * (int)blockDim.x : 0;
+    const int j = base + (gridDim.x - 1 - blockIdx.x) * blockDim.x + threadIdx.x;
     if (j >= n4) return;
     unsigned long long drop;
     asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(drop));
@@ -67,6 +69,17 @@ AFFINE_K(1, 0, 0)
 AFFINE_K(1, 1, 0)
 AFFINE_K(0, 1, 1)
 AFFINE_K(1, 1, 1)
+
+// retention.py's partial output passes: the served schedule over the rows' last or first columns only
+#define AFFINE_PART(NAME, PART)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(256) NAME(                                                        \
+        const float4* __restrict__ x, const float* __restrict__ mean, const float* __restrict__ rstd,            \
+        const float4* __restrict__ gamma, const float4* __restrict__ beta, float4* __restrict__ y, int rows,     \
+        int n4) {                                                                                                  \
+        affine_keep<false, false, false, PART>(x, mean, rstd, gamma, beta, y, rows, n4);                          \
+    }
+AFFINE_PART(affine_tail, 1)
+AFFINE_PART(affine_head, 2)
 
 // Puts every 128-byte line of x back to evict_normal: run between the probe's variants, so no variant's evict_last
 // lines carry into the next one's timing. grid: ceil(lines / 256); block 256.

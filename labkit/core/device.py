@@ -80,6 +80,16 @@ def device_info(index: int) -> Device:
     return d
 
 
+def on_chip_storage(index: int) -> dict:
+    """What device `index` can hold on chip, in bytes (cudaGetDeviceProperties through CuPy): per SM, its shared
+    memory and its register file; and the L2. Notebook 07 bounds schedules that keep data on chip with it."""
+    from cupy.cuda import runtime
+
+    p = runtime.getDeviceProperties(index)
+    return {"sm_count": p["multiProcessorCount"], "smem_per_sm": p["sharedMemPerMultiprocessor"],
+            "registers_per_sm": 4 * p["regsPerMultiprocessor"], "l2": p["l2CacheSize"]}
+
+
 def overridden(device: Device, override: str) -> Device:
     """`device` as the arch override `override` ("" for none, else "compute_XY") makes it; ValueError naming the
     value when the override cannot apply (not compute_XY, an arch with no known limits, or above the GPU's own)."""

@@ -74,8 +74,8 @@ HELD = {**BREAKDOWN, "timing": {"stats": {**BREAKDOWN["timing"]["stats"], ps.WRI
 
 def test_held_rows_take_the_output_pass_beyond_its_writes_in_proportion_to_x_held():
     rows = {r["floor"]: r for r in ps.floors(HELD, CHAIN_FLOOR, CEILING)}
-    idle = rows[f"{ps.HELD_ROW}: the 68 SMs the statistics leave idle's shared memory and registers"]
-    every = rows[f"{ps.HELD_ROW}: every SM (132)'s shared memory and registers"]
+    idle = rows[f"{ps.HELD_ROW}, in the shared memory and registers of the 68 SMs the statistics leave idle"]
+    every = rows[f"{ps.HELD_ROW}, in the shared memory and registers of all 132 SMs"]
     per_sm = (228 + 256) << 10
     assert idle["held_bytes"] == 68 * per_sm and every["held_bytes"] == 132 * per_sm
     # saved = (0.14 - 0.065) * held / x_bytes + what L2 carried (0.180 - 0.1795)
@@ -98,10 +98,10 @@ def test_goals_below_the_floor_are_set_against_the_held_bounds():
     head, why, held = ps.floor_verdict_lines(HELD, CHAIN_FLOOR, CEILING, KB, "run K")
     # every SM: 0.295 - (0.075 * 132 * 484 KiB / 256 MiB + 0.0005) = 0.2762; the idle SMs: 0.2851
     assert "graph replay: at most 0.270 ms, measured 0.299 (8% under the floor), under even the bound with x held " \
-           "in every SM (0.276 ms)" in why
+           "in all SMs (0.276 ms)" in why
     # 0.29 lies between: holding (0.295 - 0.29) / saved of every SM's 65.4 MB = 17 MB would reach it
     assert ("slowest block: at most 0.290 ms, measured 0.310 (2% under the floor), reachable only holding >= 17 MB "
             "of x on chip (the idle SMs hold 34 MB: 0.285 ms)") in why
-    assert "L2 carried 0.5 us" in held and "0.285 ms with the idle SMs', 0.276 ms with every SM's" in held
+    assert "L2 carried 0.5 us" in held and "0.285 ms in the idle SMs, 0.276 ms in all SMs" in held
     assert "9.17 cycles per push" in held and "not measured" not in why
     assert "not measured in this run" in ps.floor_verdict_lines(BREAKDOWN, CHAIN_FLOOR, CEILING, KB, "run K")[1]

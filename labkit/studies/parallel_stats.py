@@ -206,7 +206,7 @@ def floors(breakdown: dict | None, floor: dict | None, ceiling: dict | None) -> 
     return rows
 
 
-HELD_ROW = "x held on chip between the passes"  # the start of both held rows' names (idle SMs', every SM's)
+HELD_ROW = "x held on chip between the passes"  # the start of both held rows' names (the idle SMs, all SMs)
 
 
 def held_rows(breakdown: dict, floor_ms: float) -> list[dict]:
@@ -228,11 +228,11 @@ def held_rows(breakdown: dict, floor_ms: float) -> list[dict]:
              "how": f"{CARRY_FIRST} minus over the last 1/{CARRY_PART} (read last by the statistics)"},
             {"floor": WRITES, "ms": writes,
              "how": f"{breakdown['x_bytes'] / writes / 1e6:.0f} GB/s: the output pass with none of x left to read"}]
-    for who, sms in ((f"the {idle} SMs the statistics leave idle", idle), (f"every SM ({chip['sm_count']})",
+    for who, sms in ((f"the {idle} SMs the statistics leave idle", idle), (f"all {chip['sm_count']} SMs",
                                                                           chip["sm_count"])):
         held = sms * per_sm
         saved = max(0.0, aff - writes) * min(1.0, held / breakdown["x_bytes"]) + max(0.0, carried)
-        rows.append({"floor": f"{HELD_ROW}: {who}'s shared memory and registers", "ms": floor_ms - saved,
+        rows.append({"floor": f"{HELD_ROW}, in the shared memory and registers of {who}", "ms": floor_ms - saved,
                      "how": f"{held / 1e6:.1f} MB of {breakdown['x_bytes'] / 1e6:.0f} MB held: the output pass "
                             f"saves that share of its {max(0.0, aff - writes) * 1e3:.1f} us beyond the writes",
                      "saved_ms": saved, "held_bytes": held})
@@ -304,7 +304,7 @@ def _below_note(what: str, target: float, got: float, floor: float, held: list[d
         return line
     idle, every = held
     if target < every["ms"]:
-        return f"{line}, under even the bound with x held in every SM ({every['ms']:#.3g} ms)"
+        return f"{line}, under even the bound with x held in all SMs ({every['ms']:#.3g} ms)"
     need = every["held_bytes"] * (floor - target) / every["saved_ms"]
     return (f"{line}, reachable only holding >= {need / 1e6:.0f} MB of x on chip (the idle SMs hold "
             f"{idle['held_bytes'] / 1e6:.0f} MB: {idle['ms']:#.3g} ms)")
@@ -317,8 +317,8 @@ def held_lines(breakdown: dict, held: list[dict], cycles: str) -> list[str]:
     return [f"  between the passes, this run: L2 carried {carried * 1e3:.1f} us of the output pass over the rows' "
             f"last 1/{CARRY_PART} (what the statistics read last, against their first 1/{CARRY_PART}); holding x in "
             f"shared memory and registers saves at most the output pass's time beyond its writes, in proportion "
-            f"to the share held: {held[0]['ms']:#.3g} ms with the idle SMs', {held[1]['ms']:#.3g} ms with every "
-            f"SM's. Below those bounds only a dependent chain faster than the {cycles} (the statistics kernel runs "
+            f"to the share held: {held[0]['ms']:#.3g} ms in the idle SMs, {held[1]['ms']:#.3g} ms in all "
+            f"SMs. Below those bounds only a dependent chain faster than the {cycles} (the statistics kernel runs "
             f"at it) would help; statistics then output cannot"]
 
 

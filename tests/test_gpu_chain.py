@@ -206,14 +206,20 @@ def test_every_rows_fused_entry_point_bit_identical(case, eps):
         assert torch.equal(r.reshape(-1).view(torch.int32), g.reshape(-1).view(torch.int32)), (function, name)
 
 
-@pytest.mark.parametrize("shape", [(16, 64, 256, 256), (3, 512 * 64 * 7)], ids=lambda s: "x".join(map(str, s)))
-def test_notebook_07s_carry_pair_writes_the_parts_it_names(shape):
-    """parallel_stats.carry_methods: the statistics, then the output kernel over the rows' last or first 1/8 of
-    columns through offset pointers; each writes exactly its part of y, and that part equals torch's bits."""
+# (shape, floats of each row in a carry part): an exact eighth, and one rounded down to whole 256-thread blocks
+# (18944 / 4 / 8 = 592 columns: 2 blocks, 512 columns, 2048 floats)
+CARRY_SHAPES = [((16, 64, 256, 256), 64 * 256 * 256 // 8), ((3, 512 * 64 * 7), 512 * 64 * 7 // 8), ((3, 18944), 2048)]
+
+
+@pytest.mark.parametrize("shape,part", CARRY_SHAPES, ids=[f"{s[0]}x{s[-1]}" for s, _ in CARRY_SHAPES])
+def test_notebook_07s_carry_pair_writes_the_parts_it_names(shape, part):
+    """parallel_stats.carry_methods: the output kernel over the rows' last or first part of columns through offset
+    pointers, after the statistics or alone; each writes exactly its part of y, and that part equals torch's bits."""
     import torch
 
     from labkit.core.device import device_info
     from labkit.ops import chain
+    from labkit.ops.plans import stats_only
     from labkit.studies import parallel_stats as ps
 
     x = inputs.make_input("normal_plus_1000", shape, seed=4, device="cuda")
@@ -221,14 +227,12 @@ def test_notebook_07s_carry_pair_writes_the_parts_it_names(shape):
     rows, n = x.numel() // w.numel(), w.numel()
     p = chain.plan(rows, n, device_info(0), ChainSettings("chain"))
     mean, rstd = torch.empty(rows, device="cuda"), torch.empty(rows, device="cuda")
-    from labkit.ops.plans import stats_only
-
     ref = native_layer_norm(x, w, b, 1e-5)[0].reshape(rows, n)
-    part = n // 4 // ps.CARRY_PART // 256 * 1024  # floats a part covers
-    for name, cols in ((ps.CARRY_LAST, slice(n - part, n)), (ps.CARRY_FIRST, slice(0, part))):
+    stats_only(p, x, mean, rstd, 1e-5)  # the parts alone read these
+    for name, cols in ((ps.CARRY_LAST, slice(n - part, n)), (ps.CARRY_FIRST, slice(0, part)),
+                       (ps.PART_LAST, slice(n - part, n)), (ps.PART_FIRST, slice(0, part))):
         y = torch.full_like(x, float("nan"))
-        m = ps.carry_methods(p, lambda: stats_only(p, x, mean, rstd, 1e-5), x, mean, rstd, w, b, y)
-        m[name]()
+        ps.carry_methods(p, lambda: stats_only(p, x, mean, rstd, 1e-5), x, mean, rstd, w, b, y)[name]()
         y = y.reshape(rows, n)
-        assert torch.equal(y[:, cols].view(torch.int32), ref[:, cols].view(torch.int32))
-        assert int(torch.isnan(y).sum()) == rows * (n - part)  # nothing written outside the part
+        assert torch.equal(y[:, cols].view(torch.int32), ref[:, cols].view(torch.int32)), name
+        assert int(torch.isnan(y).sum()) == rows * (n - part), name  # nothing written outside the part

@@ -87,7 +87,8 @@ def on_chip_storage(index: int) -> dict:
 
     p = runtime.getDeviceProperties(index)
     return {"sm_count": p["multiProcessorCount"], "smem_per_sm": p["sharedMemPerMultiprocessor"],
-            "registers_per_sm": 4 * p["regsPerMultiprocessor"], "l2": p["l2CacheSize"]}
+            "registers_per_sm": 4 * p["regsPerMultiprocessor"],  # 32-bit registers, 4 bytes each
+            "l2": p["l2CacheSize"]}
 
 
 def overridden(device: Device, override: str) -> Device:

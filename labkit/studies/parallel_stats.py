@@ -76,17 +76,23 @@ def stage_methods(x, w, b, eps: float) -> dict:
 
 # What L2 carries from the statistics pass to the output pass: the statistics, then the output pass over a part of
 # every row's columns: the part the statistics read last (what L2 could still hold) or the part they read first.
-CARRY_PART = 8  # the part: 1/CARRY_PART of every row's columns
+# An eighth of L1/40's x is 32 MiB, half the H200's L2: small enough to be held whole, large enough to time.
+CARRY_PART = 8  # the part: 1/CARRY_PART of every row's columns (rounded down to whole blocks)
 CARRY_LAST = f"stats, then the output pass over the rows' last 1/{CARRY_PART}"
 CARRY_FIRST = f"stats, then the output pass over the rows' first 1/{CARRY_PART}"
+# the same parts alone: the two parts' own times differ (by about a microsecond at L1/40), so the carry is the
+# difference of the differences
+PART_LAST = f"output pass over the rows' last 1/{CARRY_PART} alone"
+PART_FIRST = f"output pass over the rows' first 1/{CARRY_PART} alone"
+CARRY_KEYS = (CARRY_LAST, CARRY_FIRST, PART_LAST, PART_FIRST)
 WRITES = "y written alone (fill)"  # the output pass's writes without its reads: its time with x held on chip
 
 
 def carry_methods(plan, statistics, x, mean, rstd, w, b, y) -> dict:
-    """CARRY_LAST and CARRY_FIRST as callables: `statistics` (the plan's statistics launch), then the plan's output
-    kernel on a grid covering 1/CARRY_PART of the float4 columns, given pointers offset to the part's first column
-    (the kernel indexes rows by its n / 4 argument, so an offset base pointer selects columns). {} where a part
-    is less than one block of columns."""
+    """CARRY_KEYS as callables: `statistics` (the plan's statistics launch) then, or alone, the plan's output kernel
+    on a grid covering 1/CARRY_PART of the float4 columns (whole blocks, rounded down), given pointers offset to the
+    part's first column (the kernel indexes rows by its n / 4 argument, so an offset base pointer selects columns).
+    {} where a part is less than one block of columns."""
     from dataclasses import replace
 
     from labkit.ops.plans import output_only
@@ -98,9 +104,22 @@ def carry_methods(plan, statistics, x, mean, rstd, w, b, y) -> dict:
     part = replace(plan, output=replace(plan.output, grid=(blocks,)))
     first = plan.n - 4 * threads * blocks  # floats into the row: the last part's first column
     flat_x, flat_y, flat_w, flat_b = x.view(-1), y.view(-1), w.view(-1), b.view(-1)
-    last = lambda: output_only(part, flat_x[first:], mean, rstd, flat_w[first:], flat_b[first:], flat_y[first:])  # noqa: E731
-    head = lambda: output_only(part, x, mean, rstd, w, b, y)  # noqa: E731
-    return {CARRY_LAST: lambda: (statistics(), last()), CARRY_FIRST: lambda: (statistics(), head())}
+
+    def last():
+        output_only(part, flat_x[first:], mean, rstd, flat_w[first:], flat_b[first:], flat_y[first:])
+
+    def head():
+        output_only(part, x, mean, rstd, w, b, y)
+
+    return {CARRY_LAST: lambda: (statistics(), last()), CARRY_FIRST: lambda: (statistics(), head()),
+            PART_LAST: last, PART_FIRST: head}
+
+
+def carried_ms(stats: dict) -> float:
+    """What L2 carried into the output pass over the rows' last part, from a breakdown's medians: how much more the
+    first part costs after the statistics than alone, less the same for the last part."""
+    return ((stats[CARRY_FIRST]["median_ms"] - stats[PART_FIRST]["median_ms"])
+            - (stats[CARRY_LAST]["median_ms"] - stats[PART_LAST]["median_ms"]))
 
 
 def stage_breakdown(shape=L1_40, rounds: int = 35, seed: int = 0, eps: float = 1e-5, device="cuda") -> dict:
@@ -187,7 +206,8 @@ def floors(breakdown: dict | None, floor: dict | None, ceiling: dict | None) -> 
     bw_floor_ms = (breakdown["x_bytes"] + breakdown["affine_bytes"]) / (ceiling["read_plus_write_gbps"] * 1e6)
     rows = [
         {"floor": "dependent push chain (no loads)", "ms": chain_floor_ms,
-         "how": f"chain_floor.cu, {floor['cycles_per_push']:.2f} cycles/push at ~{floor['sm_clock_ghz_implied']:.2f} GHz"},
+         "how": f"chain_floor.cu, {floor['cycles_per_push']:.2f} cycles/push at "
+                f"~{floor['sm_clock_ghz_implied']:.2f} GHz"},
     ]
     if chains_only:
         rows.append({"floor": "the statistics kernel with its loads removed (chains only)", "ms": chains_only,
@@ -211,31 +231,35 @@ HELD_ROW = "x held on chip between the passes"  # the start of both held rows' n
 
 def held_rows(breakdown: dict, floor_ms: float) -> list[dict]:
     """Schedules that keep part of x on chip from the statistics to the output pass, bounded from this run's
-    records (none where the breakdown predates them): what L2 carried (CARRY_FIRST minus CARRY_LAST), the writes
-    alone (WRITES: the output pass with every read gone), and FLOOR_ROW less what holding x in shared memory and
-    registers could save at most: the output pass's time beyond its writes, times the fraction of x held. Two
-    capacities: the SMs the statistics kernel leaves idle, and every SM (an upper bound: the chains need theirs).
-    Each held row keeps `saved_ms` (L2's carry, when positive, counted on top) and `held_bytes`."""
+    records (none where the breakdown predates them): what L2 carried (carried_ms), the writes alone (WRITES: the
+    output pass with every read gone), and FLOOR_ROW less what holding x in shared memory and registers could save
+    at most: the output pass's time beyond its writes, times the fraction of x held, plus L2's carry where
+    positive. Two capacities: the SMs the statistics kernel leaves idle (`held` "idle"; the SMs it runs on keep
+    some room too, so this is not a limit) and all SMs (`held` "all": an upper bound, the chains need theirs). Each
+    held row keeps `saved_ms`, `held_bytes` and `beyond_writes_ms`."""
     stats, chip = breakdown["timing"]["stats"], breakdown.get("on_chip")
-    if not chip or not all(k in stats for k in (CARRY_LAST, CARRY_FIRST, WRITES)):
+    if not chip or not all(k in stats for k in (*CARRY_KEYS, WRITES)):
         return []
     aff = stats["output pass (columns, last columns first)"]["median_ms"]
     writes = stats[WRITES]["median_ms"]
-    carried = stats[CARRY_FIRST]["median_ms"] - stats[CARRY_LAST]["median_ms"]
+    beyond = max(0.0, aff - writes)  # what the output pass spends beyond its writes: what holding x could save
+    carried = carried_ms(stats)
     per_sm = chip["smem_per_sm"] + chip["registers_per_sm"]
-    idle = max(0, chip["sm_count"] - chip["stats_blocks"])
+    idle = max(0, chip["sm_count"] - chip["stats_blocks"])  # the statistics kernel: one block per SM
     rows = [{"floor": "what L2 carries between the passes", "ms": carried,
-             "how": f"{CARRY_FIRST} minus over the last 1/{CARRY_PART} (read last by the statistics)"},
+             "how": f"{CARRY_FIRST} minus alone, less the same over the last 1/{CARRY_PART} (read last by the "
+                    "statistics)"},
             {"floor": WRITES, "ms": writes,
              "how": f"{breakdown['x_bytes'] / writes / 1e6:.0f} GB/s: the output pass with none of x left to read"}]
-    for who, sms in ((f"the {idle} SMs the statistics leave idle", idle), (f"all {chip['sm_count']} SMs",
-                                                                          chip["sm_count"])):
+    for key, who, sms in (("idle", f"the {idle} SMs the statistics leave idle", idle),
+                          ("all", f"all {chip['sm_count']} SMs", chip["sm_count"])):
         held = sms * per_sm
-        saved = max(0.0, aff - writes) * min(1.0, held / breakdown["x_bytes"]) + max(0.0, carried)
+        saved = beyond * min(1.0, held / breakdown["x_bytes"]) + max(0.0, carried)
         rows.append({"floor": f"{HELD_ROW}, in the shared memory and registers of {who}", "ms": floor_ms - saved,
                      "how": f"{held / 1e6:.1f} MB of {breakdown['x_bytes'] / 1e6:.0f} MB held: the output pass "
-                            f"saves that share of its {max(0.0, aff - writes) * 1e3:.1f} us beyond the writes",
-                     "saved_ms": saved, "held_bytes": held})
+                            f"saves that share of its {beyond * 1e3:.1f} us beyond the writes",
+                     "held": key, "saved_ms": saved, "held_bytes": held, "beyond_writes_ms": beyond,
+                     "carried_ms": carried})
     return rows
 
 
@@ -287,39 +311,43 @@ def floor_verdict_lines(breakdown: dict | None, chain_floor: dict | None, ceilin
     below = [m for m in missed if m[1] < floor]
     if not below:
         return [head + "; no missed time goal lies below it"]
-    held = [r for r in floors(breakdown, chain_floor, ceiling) if r["floor"].startswith(HELD_ROW)]
+    held = {r["held"]: r for r in floors(breakdown, chain_floor, ceiling) if "held" in r}
     cycles = f"{chain_floor['cycles_per_push']:.2f} cycles per push chain_floor.cu measured"
-    notes = "; ".join(_below_note(*m, floor, held) for m in below)
+    notes = "; ".join(_below_note(*m, floor, held, breakdown["x_bytes"]) for m in below)
     if not held:
         return [head, f"  below that floor: {notes}. Meeting these needs a dependent chain faster than the {cycles}, "
                       "or part of x kept on chip between the passes (not measured in this run)"]
-    return [head, f"  below that floor: {notes}", *held_lines(breakdown, held, cycles)]
+    return [head, f"  below that floor: {notes}", held_line(breakdown, held, cycles)]
 
 
-def _below_note(what: str, target: float, got: float, floor: float, held: list[dict]) -> str:
-    """One missed goal under the schedule's floor and, beside the held rows (held_rows), whether it lies under even
-    the every-SM bound or how much of x a schedule would have to hold on chip to reach it."""
+def _below_note(what: str, target: float, got: float, floor: float, held: dict, x_bytes: int) -> str:
+    """One missed goal under the schedule's floor and, beside the held rows (held_rows, by their `held` key),
+    whether it lies under even the all-SM bound or how much of x a schedule would have to hold on chip to reach
+    it: the time it asks off the floor, less L2's carry, as a share of the output pass's time beyond its writes.
+    Bounds in 4 significant figures: a target and a bound can agree to 3."""
     line = f"{what}: at most {target:#.3g} ms, measured {got:#.3g} ({100 * (1 - target / floor):.0f}% under the floor)"
     if not held:
         return line
-    idle, every = held
+    every, idle = held["all"], held["idle"]
     if target < every["ms"]:
-        return f"{line}, under even the bound with x held in all SMs ({every['ms']:#.3g} ms)"
-    need = every["held_bytes"] * (floor - target) / every["saved_ms"]
+        return f"{line}, under even the bound with x held in all SMs ({every['ms']:#.4g} ms)"
+    need = x_bytes * (floor - target - max(0.0, every["carried_ms"])) / every["beyond_writes_ms"]
+    if need <= 0:
+        return f"{line}, within what L2 carried"
     return (f"{line}, reachable only holding >= {need / 1e6:.0f} MB of x on chip (the idle SMs hold "
-            f"{idle['held_bytes'] / 1e6:.0f} MB: {idle['ms']:#.3g} ms)")
+            f"{idle['held_bytes'] / 1e6:.0f} MB: {idle['ms']:#.4g} ms)")
 
 
-def held_lines(breakdown: dict, held: list[dict], cycles: str) -> list[str]:
+def held_line(breakdown: dict, held: dict, cycles: str) -> str:
     """What this run measured of keeping x on chip between the passes, as the verdict says it."""
-    stats = breakdown["timing"]["stats"]
-    carried = stats[CARRY_FIRST]["median_ms"] - stats[CARRY_LAST]["median_ms"]
-    return [f"  between the passes, this run: L2 carried {carried * 1e3:.1f} us of the output pass over the rows' "
-            f"last 1/{CARRY_PART} (what the statistics read last, against their first 1/{CARRY_PART}); holding x in "
-            f"shared memory and registers saves at most the output pass's time beyond its writes, in proportion "
-            f"to the share held: {held[0]['ms']:#.3g} ms in the idle SMs, {held[1]['ms']:#.3g} ms in all "
-            f"SMs. Below those bounds only a dependent chain faster than the {cycles} (the statistics kernel runs "
-            f"at it) would help; statistics then output cannot"]
+    carried, l2 = held["all"]["carried_ms"], breakdown["on_chip"].get("l2")
+    said = (f"{carried * 1e3:.1f} us" if carried > 0 else f"nothing ({carried * 1e3:.1f} us, within the spread)")
+    return (f"  between the passes, this run: L2{f' ({l2 / 2**20:.0f} MiB)' if l2 else ''} carried {said} of the "
+            f"output pass over the rows' last 1/{CARRY_PART} (what the statistics read last, against their first "
+            f"1/{CARRY_PART}); holding x in shared memory and registers saves at most the output pass's time beyond "
+            f"its writes, in proportion to the share held: {held['idle']['ms']:#.4g} ms in the idle SMs, "
+            f"{held['all']['ms']:#.4g} ms in all SMs. Below those bounds only a dependent chain faster than the "
+            f"{cycles} (the statistics kernel runs at it) would help; no schedule of statistics then output can")
 
 
 def breakdown_rows(breakdown: dict | None) -> list[dict]:

@@ -1,0 +1,299 @@
+// Dev variant of kernels/chain_stats_tma.cu (data/dev/hold): the same statistics, bit for bit, and a holder
+// kernel that keeps part of x on chip from the statistics to the output pass. Differences from the served file:
+// - the row's last block publishes rstd last, after a fence, so a holder polling rstd (prefilled with the bit pattern
+//   0xFFFFFFFF, which rsqrtf never returns here) then reading mean sees both (welford_row_merge_signal);
+// - chain_hold: blocks on the SMs the statistics leave idle, each loading HOLD_COLS * HOLD_T float4 columns of all
+//   HOLD_ROWS rows (HOLD_REG_ROWS rows in registers, the rest in shared memory) while the chains run, then writing
+//   their part of y once the rows' statistics are out. The output pass covers the other columns.
+// Chain-parallel reference-order LayerNorm statistics, one warp of chains per block, fed by tensor-map TMA.
+//
+// Contract kept: torch's vectorized-path statistics bit for bit (see chain_stats.cu for why spreading the
+// chains keeps the bits). Why this variant: a warp's data is a 512-byte segment every 2048 bytes, and one
+// 1-D bulk copy per segment makes the copy engine, not DRAM, the limit. A 4-D tensor map (floats in a
+// segment, warp, step, row) fetches TMA_STEPS strided segments per copy (64 by default), so each block issues
+// one copy per TMA_STEPS steps. The producer warp writes each stage's reciprocals next to its data, so the
+// push loop reads only shared memory.
+//
+// Why the consumer is pipelined by step, not by stage: one warp issues both its shared-memory reads and its
+// dependent pushes, in order. Reading a whole stage before pushing it put 32 LDS.128 (about 4 issue cycles
+// each) in series with the chain, about 2 extra cycles per push on a ~8-cycle chain. Reads issued kAhead steps
+// ahead fill the chain's idle issue slots instead. The count FADD chain is left out of the loop for the same
+// reason (welford_push_uncounted): every chain here has exactly 4 * N / 512 pushes.
+//
+// Requirement (the wrapper checks it): N a multiple of 512, so every chain has the same length (no ragged step).
+#include "welford_ln.cuh"
+#include "async_copy.cuh"
+
+#ifndef TMA_STEPS
+#define TMA_STEPS 64  // steps per stage: one tensor copy of TMA_STEPS x 512 bytes (the map's box must match)
+#endif
+#ifndef TMA_STAGES
+#define TMA_STAGES 6  // ring depth: 192 KiB in flight per SM by default
+#endif
+#ifndef TMA_AHEAD
+#define TMA_AHEAD 8  // steps read from shared memory ahead of the one being pushed
+#endif
+
+namespace {
+constexpr int kSteps = TMA_STEPS;
+constexpr int kStages = TMA_STAGES;
+constexpr int kStageBytes = kSteps * 512;
+constexpr int kRecBytes = kSteps * 16;  // 4 reciprocals per step, beside each stage's data
+constexpr int kAhead = TMA_AHEAD;
+static_assert(kSteps % kAhead == 0, "a stage must hold a whole number of prefetch windows");
+}  // namespace
+
+#ifndef CHAIN_VARIANT
+#define CHAIN_VARIANT 0  // 1 = loads only, 2 = chains only: stage-breakdown experiments, never results
+#endif
+
+// Arrivals that complete a full[] phase (besides the TMA bytes): every producer lane when the lanes also store
+// the stage's reciprocals, else lane 0 alone.
+constexpr unsigned kFullArrivals = CHAIN_VARIANT == 0 ? 32 : 1;
+
+
+// welford_row_merge_across_blocks, except that mean is stored first and rstd last, after a fence, with one atomic
+// store: rstd's bits are the row's "statistics out" signal for chain_hold.
+__device__ __forceinline__ void welford_row_merge_signal(WelfordLN s, int row, int warp, int n, float eps,
+                                                         float* warp_state, unsigned* row_done, float* mean,
+                                                         float* rstd) {
+    s = welford_warp_reduce(s);
+    if ((threadIdx.x & 31) != 0) return;
+    float* out = warp_state + ((size_t)row * 4 + warp) * 3;
+    out[0] = s.mean;
+    out[1] = s.m2;
+    out[2] = s.count;
+    __threadfence();
+    if (atomicAdd(&row_done[row], 1u) != 3u) return;
+    __threadfence();
+    const volatile float* st = warp_state + (size_t)row * 12;
+    WelfordLN q[4];
+    for (int i = 0; i < 4; ++i) q[i] = WelfordLN{st[3 * i], st[3 * i + 1], st[3 * i + 2]};
+    const WelfordLN t = welford_tree4(q);
+    mean[row] = t.mean;
+    const float r = rsqrtf(t.m2 / (float)n + eps);
+    __threadfence();
+    atomicExch(reinterpret_cast<unsigned*>(rstd) + row, __float_as_uint(r));
+    row_done[row] = 0u;
+}
+
+#ifndef HOLD_T
+#define HOLD_T 512
+#endif
+#ifndef HOLD_COLS
+#define HOLD_COLS 3  // float4 columns a thread holds
+#endif
+#ifndef HOLD_ROWS
+#define HOLD_ROWS 16
+#endif
+#ifndef HOLD_REG_ROWS
+#define HOLD_REG_ROWS 7  // rows held in registers; the rest in shared memory
+#endif
+
+// grid: the SMs the statistics leave idle; block HOLD_T; dynamic shared memory
+// (HOLD_ROWS - HOLD_REG_ROWS) * HOLD_COLS * HOLD_T * 16 bytes. Block b holds float4 columns
+// [b * HOLD_COLS * HOLD_T, (b + 1) * HOLD_COLS * HOLD_T) of every row.
+extern "C" __global__ void __launch_bounds__(HOLD_T, 1) chain_hold(
+    const float4* __restrict__ x, const float* mean, const float* rstd, const float4* __restrict__ gamma,
+    const float4* __restrict__ beta, float4* __restrict__ y, int n4) {
+    extern __shared__ float4 held[];
+    constexpr int kSpan = HOLD_COLS * HOLD_T;
+    const int base = blockIdx.x * kSpan + threadIdx.x;
+    float4 reg[HOLD_REG_ROWS][HOLD_COLS];
+#pragma unroll
+    for (int r = 0; r < HOLD_REG_ROWS; ++r)
+#pragma unroll
+        for (int c = 0; c < HOLD_COLS; ++c) reg[r][c] = x[(size_t)r * n4 + base + c * HOLD_T];
+    for (int r = HOLD_REG_ROWS; r < HOLD_ROWS; ++r)
+#pragma unroll
+        for (int c = 0; c < HOLD_COLS; ++c)
+            held[(r - HOLD_REG_ROWS) * kSpan + c * HOLD_T + threadIdx.x] = x[(size_t)r * n4 + base + c * HOLD_T];
+    if (threadIdx.x < HOLD_ROWS) {
+        // a bounded wait: a trap, not a hang, if the statistics never come (they run on the other SMs)
+        const long long t0 = clock64();
+        while (*reinterpret_cast<const volatile unsigned*>(rstd + threadIdx.x) == 0xFFFFFFFFu) {
+            __nanosleep(64);
+            if (clock64() - t0 > (1ll << 32)) __trap();
+        }
+    }
+    __syncthreads();
+    __threadfence();
+    float4 g[HOLD_COLS], b[HOLD_COLS];
+#pragma unroll
+    for (int c = 0; c < HOLD_COLS; ++c) {
+        g[c] = gamma[base + c * HOLD_T];
+        b[c] = beta[base + c * HOLD_T];
+    }
+#pragma unroll
+    for (int r = 0; r < HOLD_REG_ROWS; ++r) {
+        const float m = __ldcg(mean + r), s = __ldcg(rstd + r);
+#pragma unroll
+        for (int c = 0; c < HOLD_COLS; ++c)
+            y[(size_t)r * n4 + base + c * HOLD_T] = layer_norm_affine4(reg[r][c], g[c], b[c], m, s);
+    }
+    for (int r = HOLD_REG_ROWS; r < HOLD_ROWS; ++r) {
+        const float m = __ldcg(mean + r), s = __ldcg(rstd + r);
+#pragma unroll
+        for (int c = 0; c < HOLD_COLS; ++c)
+            y[(size_t)r * n4 + base + c * HOLD_T] =
+                layer_norm_affine4(held[(r - HOLD_REG_ROWS) * kSpan + c * HOLD_T + threadIdx.x], g[c], b[c], m, s);
+    }
+}
+
+__device__ __forceinline__ void push4(WelfordLN& s, const float4& v, const float4& r) {
+#if CHAIN_VARIANT == 1
+    s.mean += v.x + v.y + v.z + v.w + r.x;
+#else
+    welford_push4_uncounted(s, v, r);
+#endif
+}
+
+// Where the consumer reads one ring slot: this lane's float4 of each step, and the step's 4 reciprocals.
+struct Slot {
+    const float4* seg;
+    const float4* rec;
+};
+
+__device__ __forceinline__ void read_step(float4& v, float4& r, Slot at, int step) {
+#if CHAIN_VARIANT != 2
+    v = at.seg[32 * step];
+#if CHAIN_VARIANT == 0
+    r = at.rec[step];
+#endif
+#endif
+}
+
+// One stage of pushes. On entry qv/qr hold this stage's first kAhead steps; on exit, the next stage's
+// (`next_full` is its barrier's shared-memory address; after the last stage the producer completes that
+// barrier without data, so the wait needs no branch around it). kPartial: only the first `valid` steps are real.
+template <bool kPartial>
+__device__ __forceinline__ void consume_stage(WelfordLN& s, float4 (&qv)[kAhead], float4 (&qr)[kAhead], Slot cur,
+                                              Slot next, unsigned next_full, unsigned next_parity, int valid) {
+#pragma unroll
+    for (int j = 0; j < kSteps; ++j) {
+        const float4 v = qv[j % kAhead];
+        const float4 r = qr[j % kAhead];
+        const int ahead = j + kAhead;
+        if (ahead < kSteps) {
+            read_step(qv[j % kAhead], qr[j % kAhead], cur, ahead);
+        } else {
+#if CHAIN_VARIANT != 2
+            if (ahead == kSteps) mbar_wait(next_full, next_parity);
+#endif
+            // After the last stage this reads a slot that holds no data for us: harmless and never pushed.
+            read_step(qv[j % kAhead], qr[j % kAhead], next, ahead - kSteps);
+        }
+        if (!kPartial || j < valid) push4(s, v, r);
+    }
+}
+
+// consume_stage on ring slot `slot`, then release the slot and step the ring position.
+template <bool kPartial>
+__device__ __forceinline__ void consume_slot(WelfordLN& s, float4 (&qv)[kAhead], float4 (&qr)[kAhead], int& slot,
+                                             unsigned& parity, const float4* seg0, const float4* rec0,
+                                             unsigned full0, unsigned empty0, int valid) {
+    const int next = slot + 1 == kStages ? 0 : slot + 1;
+    const unsigned next_parity = next == 0 ? parity ^ 1u : parity;
+    consume_stage<kPartial>(s, qv, qr, Slot{seg0 + slot * (kStageBytes / 16), rec0 + slot * kSteps},
+                            Slot{seg0 + next * (kStageBytes / 16), rec0 + next * kSteps}, full0 + 8 * next,
+                            next_parity, valid);
+#if CHAIN_VARIANT != 2
+    mbar_arrive(empty0 + 8 * slot);  // every lane arrives once its own reads of the slot have been pushed
+#endif
+    slot = next;
+    parity = next_parity;
+}
+
+// grid: (4, rows) — blockIdx.x is torch's warp index, blockIdx.y the row; block: 64 threads (warp 0 runs the
+// chains, warp 1 produces). Dynamic shared memory: kStages * (kStageBytes + kRecBytes).
+extern "C" __global__ void __launch_bounds__(64) chain_stats_tma(
+    const __grid_constant__ TensorMap128 map,  // x as [rows][steps][4 warps][128 floats], innermost first
+    float* __restrict__ warp_state,            // [rows, 4, 3] scratch: each warp's merged (mean, m2, count)
+    unsigned* __restrict__ row_done,           // [rows] zero on entry; the last block resets it to zero
+    float* __restrict__ mean,                  // [rows]
+    float* __restrict__ rstd,                  // [rows]
+    int n,                                     // normalized size, a multiple of 512
+    float eps) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ unsigned long long full[kStages], empty[kStages];
+
+    const int w = blockIdx.x;
+    const int row = blockIdx.y;
+    const int steps = n / 512;
+    const int stages = (steps + kSteps - 1) / kSteps;
+    unsigned char* ring = smem;
+    unsigned char* recs = smem + kStages * kStageBytes;  // per slot: the 4 reciprocals of each of its steps
+    const int lane = threadIdx.x & 31;
+
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < kStages; ++i) {
+            mbar_init(&full[i], kFullArrivals);
+            mbar_init(&empty[i], 32);  // the consumer warp's lanes
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (threadIdx.x >= 32) {
+        // The producer warp computes each stage's reciprocals 1.f/(count+1) with IEEE division (the same
+        // quotient torch's push divides in place), so the table needs no memory traffic; lane 0 issues the copy.
+#if CHAIN_VARIANT != 2
+        for (int st = 0; st < stages; ++st) {
+            const int slot = st % kStages;
+            mbar_wait(&empty[slot], ((st / kStages) & 1) ^ 1);
+#if CHAIN_VARIANT == 0
+            float* rs = reinterpret_cast<float*>(recs + slot * kRecBytes);
+            for (int i = lane; i < 4 * kSteps; i += 32) rs[i] = 1.f / (float)(4 * st * kSteps + i + 1);
+            // Each lane's arrive releases its own stores (lane 0's arrive is the expect_tx below). Releasing them
+            // all through __syncwarp and one arrive is ordered too, but compute-sanitizer's racecheck does not
+            // model that chain and reported every reciprocal read (kernels/sanitize/tma_ring.cu: ring_ok).
+            if (lane != 0) mbar_arrive(&full[slot]);
+#endif
+            if (lane == 0) {
+                // A partial last stage still lands whole: the map's step dimension ends there, and TMA fills
+                // out-of-range steps with zeros and counts their bytes.
+                mbar_expect_tx(&full[slot], kStageBytes);
+                tensor_copy_4d(ring + slot * kStageBytes, &map, 0, w, st * kSteps, row, &full[slot]);
+            }
+        }
+#endif
+#if CHAIN_VARIANT != 2
+        // Complete the barrier after the last stage without data: the consumer waits on it unconditionally.
+        if ((kFullArrivals == 32 || lane == 0) && stages > 0) {
+            mbar_wait(&empty[stages % kStages], ((stages / kStages) & 1) ^ 1);
+            mbar_arrive(&full[stages % kStages]);
+        }
+#endif
+        return;
+    }
+
+    // The ring position advances by counters rather than st % kStages (a division per stage is ~40 issue
+    // cycles of the warp that runs the chain), and barriers are addressed as 32-bit shared offsets.
+    const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty);
+    const float4* const seg0 = reinterpret_cast<const float4*>(ring) + lane;
+    const float4* const rec0 = reinterpret_cast<const float4*>(recs);
+    WelfordLN s{0.f, 0.f, 0.f};
+    float4 qv[kAhead], qr[kAhead];
+#pragma unroll
+    for (int i = 0; i < kAhead; ++i) {
+        // Chains-only and loads-only variants push register values that the compiler cannot fold.
+        qv[i] = make_float4(__int_as_float(0x3f800000 + lane + i), eps, 2.f * eps, 3.f * eps);
+        qr[i] = make_float4(0.5f * eps, 0.25f * eps, 0.125f * eps, 0.0625f * eps);
+    }
+    int slot = 0;
+    unsigned parity = 0;
+    if (stages > 0) {
+#if CHAIN_VARIANT != 2
+        mbar_wait(full0, 0u);
+#endif
+#pragma unroll
+        for (int i = 0; i < kAhead; ++i) read_step(qv[i], qr[i], Slot{seg0, rec0}, i);
+    }
+    // Full stages in a loop whose body has no branch but the barrier wait, so the compiler can hide the ring
+    // bookkeeping in the chain's idle issue slots; a partial last stage after it.
+    for (int st = 0; st < steps / kSteps; ++st)
+        consume_slot<false>(s, qv, qr, slot, parity, seg0, rec0, full0, empty0, kSteps);
+    if (steps % kSteps != 0) consume_slot<true>(s, qv, qr, slot, parity, seg0, rec0, full0, empty0, steps % kSteps);
+    s.count = (float)(4 * steps);
+    welford_row_merge_signal(s, row, w, n, eps, warp_state, row_done, mean, rstd);
+}

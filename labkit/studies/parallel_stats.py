@@ -281,7 +281,8 @@ def floor_verdict_lines(breakdown: dict | None, chain_floor: dict | None, ceilin
     what it is made of. Floors measured at another shape (quick mode) are not compared."""
     from labkit.studies import kernelbench_timing as kb
 
-    row = next((r for r in floors(breakdown, chain_floor, ceiling) if r["floor"] == FLOOR_ROW), None)
+    rows = floors(breakdown, chain_floor, ceiling)
+    row = next((r for r in rows if r["floor"] == FLOOR_ROW), None)
     if row is None or tuple(breakdown["shape"]) != tuple(L1_40) or not kb_record:
         where = "none measured" if row is None else f"measured at {shape_key(breakdown['shape'])}, not L1/40"
         return [f"issue 24's L1/40 time goals: not judged against a floor here (floors: {where}; KernelBench's "
@@ -311,7 +312,7 @@ def floor_verdict_lines(breakdown: dict | None, chain_floor: dict | None, ceilin
     below = [m for m in missed if m[1] < floor]
     if not below:
         return [head + "; no missed time goal lies below it"]
-    held = {r["held"]: r for r in floors(breakdown, chain_floor, ceiling) if "held" in r}
+    held = {r["held"]: r for r in rows if "held" in r}
     cycles = f"{chain_floor['cycles_per_push']:.2f} cycles per push chain_floor.cu measured"
     notes = "; ".join(_below_note(*m, floor, held, breakdown["x_bytes"]) for m in below)
     if not held:

@@ -1,0 +1,245 @@
+// Reference-order LayerNorm for many short rows: torch's per-row arithmetic, statistics then output from the same
+// registers, so x is read from memory once.
+//
+// Contract kept: the statistics are torch's vectorized-path order (welford_ln.cuh) and the output is
+// gamma * (rstd * (x - mean)) + beta, contracted as torch's. Rows longer than the largest entry point's registers
+// (kMaxVec * 512 floats) re-read the rest of themselves for the output pass (from L2), as torch does.
+//
+// Two layouts of the same arithmetic. rows_fused_reg<K>: torch's own (32, 4) block per row, thread t of the row's
+// 128 holding its own vectors. rows_fused_warp<K>: one warp per row, lane l standing in for torch's threads l, l+32,
+// l+64 and l+96 (their four chains side by side: four independent dependence chains per lane), merged by torch's
+// four warp reductions and its 4-warp tree with each merge made once (welford_packed_rows4). No shared memory and
+// no __syncthreads, four rows per 128-thread block: for rows of at most 1024 floats. The packing is what makes the
+// warp layout pay above 512 floats: without it a lane made all four warps' 20 merges, and rows of 768 to 2048
+// floats ran slower in it than in the block (data/dev/rows_layout/); with it, rows of 768 and 1000 to 1024 floats
+// ran as fast or faster (up to 13% at 4096 x 768) and rows of 1536 and 2048 still slower (data/dev/rows_packed/).
+#include "welford_ln.cuh"
+
+// Push thread `tid`'s kept vectors (its chain's (4i+1)-th to (4i+4)-th pushes) with constant reciprocals: a
+// thread's vectors run out in order, and the compiler folds a constant IEEE quotient to the same correctly
+// rounded value the in-loop division gives, so no division is left here. Then, with kTail, the rest of a long row
+// from memory; entry points without it are only launched on rows that fit (labkit.ops.rows_fused.function_for),
+// and leaving the tail out saves the registers its division and addressing take.
+template <int kMaxVec, bool kTail>
+__device__ __forceinline__ WelfordLN push_thread(const float4* __restrict__ row, const float4 (&keep)[kMaxVec],
+                                                 int tid, int n4) {
+    WelfordLN s{0.f, 0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i) {
+        if (tid + 128 * i < n4) {
+            welford_push4_uncounted(s, keep[i], make_float4(1.f / (4 * i + 1), 1.f / (4 * i + 2), 1.f / (4 * i + 3),
+                                                            1.f / (4 * i + 4)));
+            s.count = (float)(4 * i + 4);
+        }
+    }
+    if (kTail)
+        for (int j = tid + 128 * kMaxVec; j < n4; j += 128) s = welford_push4(s, row[j]);
+    return s;
+}
+
+template <int kMaxVec>
+__device__ __forceinline__ void load_thread(const float4* __restrict__ row, float4 (&keep)[kMaxVec], int tid, int n4) {
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i) {
+        const int j = tid + 128 * i;
+        if (j < n4) keep[i] = row[j];
+    }
+}
+
+template <int kMaxVec, bool kTail>
+__device__ __forceinline__ void write_thread(const float4* __restrict__ row, const float4 (&keep)[kMaxVec],
+                                             const float4* __restrict__ gamma, const float4* __restrict__ beta,
+                                             float4* __restrict__ out, int tid, int n4, float m, float r) {
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i) {
+        const int j = tid + 128 * i;
+        if (j < n4) out[j] = layer_norm_affine4(keep[i], gamma[j], beta[j], m, r);
+    }
+    if (kTail)
+        for (int j = tid + 128 * kMaxVec; j < n4; j += 128)
+            out[j] = layer_norm_affine4(row[j], gamma[j], beta[j], m, r);
+}
+
+template <int kMaxVec, bool kTail>
+__device__ __forceinline__ void rows_fused(const float4* __restrict__ x, const float4* __restrict__ gamma,
+                                           const float4* __restrict__ beta, float4* __restrict__ y,
+                                           float* __restrict__ mean, float* __restrict__ rstd, int n, float eps) {
+    __shared__ float buf[12];
+    __shared__ float stats[2];
+    const int tid = threadIdx.x + 32 * threadIdx.y;
+    const int n4 = n / 4;
+    const float4* row = x + (size_t)blockIdx.x * n4;
+    float4 keep[kMaxVec];
+    load_thread<kMaxVec>(row, keep, tid, n4);
+    WelfordLN s = push_thread<kMaxVec, kTail>(row, keep, tid, n4);
+    s = welford_warp_reduce(s);
+    s = welford_block_tree4(s, buf);
+    if (tid == 0) {
+        welford_finish(s, n, eps, &stats[0], &stats[1]);
+        mean[blockIdx.x] = stats[0];
+        rstd[blockIdx.x] = stats[1];
+    }
+    __syncthreads();
+    write_thread<kMaxVec, kTail>(row, keep, gamma, beta, y + (size_t)blockIdx.x * n4, tid, n4, stats[0], stats[1]);
+}
+
+// One Welford state moved between lanes as a unit (its three floats), within segments of `width` lanes.
+__device__ __forceinline__ WelfordLN shfl_state(WelfordLN s, int src, int width = 32) {
+    return {__shfl_sync(0xffffffffu, s.mean, src, width), __shfl_sync(0xffffffffu, s.m2, src, width),
+            __shfl_sync(0xffffffffu, s.count, src, width)};
+}
+
+__device__ __forceinline__ WelfordLN shfl_down_state(WelfordLN s, int delta, int width) {
+    return {__shfl_down_sync(0xffffffffu, s.mean, delta, width), __shfl_down_sync(0xffffffffu, s.m2, delta, width),
+            __shfl_down_sync(0xffffffffu, s.count, delta, width)};
+}
+
+__device__ __forceinline__ WelfordLN shfl_up_state(WelfordLN s, int delta) {
+    return {__shfl_up_sync(0xffffffffu, s.mean, delta), __shfl_up_sync(0xffffffffu, s.m2, delta),
+            __shfl_up_sync(0xffffffffu, s.count, delta)};
+}
+
+// torch's four warp reductions and its 4-warp tree over the four chains each lane holds (q[v] of lane l is torch's
+// thread l + 32 v), with every merge torch makes made once and the lanes whose results torch never reads reused.
+// torch's shuffle-down by `offset` only feeds its lanes below `offset`, from lanes below 2 * offset: after the
+// step by 16 a warp's 16 lanes that matter fit half a warp, so two of torch's warps share one of ours for the step by
+// 8, and after it all four share one warp (8 lanes each) for the steps by 4, 2 and 1. Each merge still takes
+// (own, received) as torch's does, so the bits are the same: 11 merges a lane instead of 4 x 5 plus the tree.
+// Returns lane 0's state as the row's; the other lanes' are not meaningful.
+__device__ __forceinline__ WelfordLN welford_packed_rows4(WelfordLN (&q)[4], int lane) {
+#pragma unroll
+    for (int v = 0; v < 4; ++v) q[v] = welford_merge(q[v], shfl_down_state(q[v], 16, 32));
+    // halves: lanes 0-15 torch's warp 2h's lanes 0-15, lanes 16-31 warp 2h+1's
+    const bool upper = lane >= 16;
+    const WelfordLN up1 = shfl_up_state(q[1], 16), up3 = shfl_up_state(q[3], 16);
+    WelfordLN h0 = upper ? up1 : q[0], h1 = upper ? up3 : q[2];
+    h0 = welford_merge(h0, shfl_down_state(h0, 8, 16));
+    h1 = welford_merge(h1, shfl_down_state(h1, 8, 16));
+    // eighths: lanes 8g..8g+7 torch's warp g's lanes 0-7 (warp g is in half g & 1 of h0 or h1)
+    const int seg = lane >> 3, src = (lane & 7) + (seg & 1) * 16;
+    const WelfordLN from0 = shfl_state(h0, src), from1 = shfl_state(h1, src);
+    WelfordLN e = seg < 2 ? from0 : from1;
+#pragma unroll
+    for (int offset = 4; offset > 0; offset >>= 1) e = welford_merge(e, shfl_down_state(e, offset, 8));
+    // torch's tree: warps 2, 3 into 0, 1 (lanes 0 and 8 receive lanes 16 and 24), then 1 into 0
+    e = welford_merge(e, shfl_down_state(e, 16, 32));
+    return welford_merge(e, shfl_down_state(e, 8, 32));
+}
+
+template <int kMaxVec>
+__device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, const float4* __restrict__ gamma,
+                                                const float4* __restrict__ beta, float4* __restrict__ y,
+                                                float* __restrict__ mean, float* __restrict__ rstd, int rows, int n,
+                                                float eps) {
+    const int lane = threadIdx.x;
+    const size_t r_index = (size_t)blockIdx.x * 4 + threadIdx.y;  // rows may come within 3 of INT_MAX
+    if (r_index >= (size_t)rows) return;  // a whole warp leaves: the shuffles below only involve warps of live rows
+    const int n4 = n / 4;
+    const float4* row = x + r_index * n4;
+    float4 keep[4][kMaxVec];  // [torch's warp v][vector i] of torch's thread lane + 32 v
+#pragma unroll
+    for (int v = 0; v < 4; ++v) load_thread<kMaxVec>(row, keep[v], lane + 32 * v, n4);
+    WelfordLN q[4];
+#pragma unroll
+    for (int v = 0; v < 4; ++v) q[v] = push_thread<kMaxVec, false>(row, keep[v], lane + 32 * v, n4);
+    float m, r;
+    welford_finish(welford_packed_rows4(q, lane), n, eps, &m, &r);
+    m = __shfl_sync(0xffffffffu, m, 0);  // lane 0's result, broadcast
+    r = __shfl_sync(0xffffffffu, r, 0);
+    if (lane == 0) {
+        mean[r_index] = m;
+        rstd[r_index] = r;
+    }
+    float4* out = y + r_index * n4;
+#pragma unroll
+    for (int v = 0; v < 4; ++v) write_thread<kMaxVec, false>(row, keep[v], gamma, beta, out, lane + 32 * v, n4, m, r);
+}
+
+// Arguments: x [rows, n/4] float4, gamma/beta [n/4] float4, y [rows, n/4] float4, mean/rstd [rows], n, eps.
+// rows_fused_reg<K>: grid rows, block (32, 4). rows_fused_warp<K> (rows as an extra argument): grid ceil(rows/4),
+// block (32, 4), warp y on row 4 * block + y. One entry point per register budget: short rows need few vectors
+// per thread, and fewer registers let more blocks share an SM (labkit.ops.rows_fused picks the smallest that holds
+// the row; only the largest block entry point takes rows longer than its registers).
+#define ROWS_FUSED(K, MIN_BLOCKS, TAIL)                                                                        \
+    extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_reg##K(                            \
+        const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int n,   \
+        float eps) {                                                                                            \
+        rows_fused<K, TAIL>(x, gamma, beta, y, mean, rstd, n, eps);                                             \
+    }
+ROWS_FUSED(2, 12, false)
+ROWS_FUSED(4, 8, false)
+ROWS_FUSED(8, 6, false)
+ROWS_FUSED(16, 5, false)
+ROWS_FUSED(32, 3, true)  // the largest: rows longer than 16384 floats re-read the rest
+
+#define ROWS_FUSED_WARP(K, MIN_BLOCKS)                                                                         \
+    extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_warp##K(                           \
+        const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int rows, \
+        int n, float eps) {                                                                                     \
+        rows_fused_warp<K>(x, gamma, beta, y, mean, rstd, rows, n, eps);                                        \
+    }
+ROWS_FUSED_WARP(1, 10)
+ROWS_FUSED_WARP(2, 8)  // four vectors per torch thread (16 per lane) measured slower than the block: not built
+
+// ---- dev probe (data/dev/rows_stream/): the warp layout made to stream ----
+// Each warp takes rows r, r + W, r + 2W, ... (W = the grid's warps) and issues the loads of its next row before the
+// reduction of the current one, so a warp's serial merge tree (11 shuffle merges with their divisions) no longer
+// leaves its share of memory idle. The arithmetic per row is rows_fused_warp's, unchanged.
+template <int kMaxVec>
+__device__ __forceinline__ void rows_fused_stream(const float4* __restrict__ x, const float4* __restrict__ gamma,
+                                                  const float4* __restrict__ beta, float4* __restrict__ y,
+                                                  float* __restrict__ mean, float* __restrict__ rstd, int rows,
+                                                  int n, float eps) {
+    const int lane = threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * 4;
+    size_t r_index = (size_t)blockIdx.x * 4 + threadIdx.y;
+    if (r_index >= (size_t)rows) return;
+    const int n4 = n / 4;
+    float4 keep[4][kMaxVec];
+#pragma unroll
+    for (int v = 0; v < 4; ++v) load_thread<kMaxVec>(x + r_index * n4, keep[v], lane + 32 * v, n4);
+    while (true) {
+        const size_t next = r_index + stride;
+        const bool more = next < (size_t)rows;
+        float4 ahead[4][kMaxVec];
+        if (more) {
+#pragma unroll
+            for (int v = 0; v < 4; ++v) load_thread<kMaxVec>(x + next * n4, ahead[v], lane + 32 * v, n4);
+        }
+        const float4* row = x + r_index * n4;
+        WelfordLN q[4];
+#pragma unroll
+        for (int v = 0; v < 4; ++v) q[v] = push_thread<kMaxVec, false>(row, keep[v], lane + 32 * v, n4);
+        float m, r;
+        welford_finish(welford_packed_rows4(q, lane), n, eps, &m, &r);
+        m = __shfl_sync(0xffffffffu, m, 0);
+        r = __shfl_sync(0xffffffffu, r, 0);
+        if (lane == 0) {
+            mean[r_index] = m;
+            rstd[r_index] = r;
+        }
+        float4* out = y + r_index * n4;
+#pragma unroll
+        for (int v = 0; v < 4; ++v)
+            write_thread<kMaxVec, false>(row, keep[v], gamma, beta, out, lane + 32 * v, n4, m, r);
+        if (!more) break;
+#pragma unroll
+        for (int v = 0; v < 4; ++v)
+#pragma unroll
+            for (int i = 0; i < kMaxVec; ++i) keep[v][i] = ahead[v][i];
+        r_index = next;
+    }
+}
+
+#define ROWS_FUSED_STREAM(K, MIN_BLOCKS)                                                                       \
+    extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_warp##K##_s##MIN_BLOCKS(          \
+        const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int rows, \
+        int n, float eps) {                                                                                     \
+        rows_fused_stream<K>(x, gamma, beta, y, mean, rstd, rows, n, eps);                                      \
+    }
+ROWS_FUSED_STREAM(1, 8)
+ROWS_FUSED_STREAM(1, 10)
+ROWS_FUSED_STREAM(1, 6)
+ROWS_FUSED_STREAM(2, 4)
+ROWS_FUSED_STREAM(2, 5)
+ROWS_FUSED_STREAM(2, 6)

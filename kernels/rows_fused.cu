@@ -99,34 +99,125 @@ __device__ __forceinline__ WelfordLN shfl_up_state(WelfordLN s, int delta) {
             __shfl_up_sync(0xffffffffu, s.count, delta)};
 }
 
+// The moves of a mean and m2 alone, and of a count alone: the counted entry points' two passes (below).
+struct MeanM2 {
+    float mean;
+    float m2;
+};
+
+__device__ __forceinline__ MeanM2 shfl_state(MeanM2 s, int src, int width = 32) {
+    return {__shfl_sync(0xffffffffu, s.mean, src, width), __shfl_sync(0xffffffffu, s.m2, src, width)};
+}
+
+__device__ __forceinline__ MeanM2 shfl_down_state(MeanM2 s, int delta, int width) {
+    return {__shfl_down_sync(0xffffffffu, s.mean, delta, width), __shfl_down_sync(0xffffffffu, s.m2, delta, width)};
+}
+
+__device__ __forceinline__ MeanM2 shfl_up_state(MeanM2 s, int delta) {
+    return {__shfl_up_sync(0xffffffffu, s.mean, delta), __shfl_up_sync(0xffffffffu, s.m2, delta)};
+}
+
+__device__ __forceinline__ float shfl_state(float c, int src, int width = 32) {
+    return __shfl_sync(0xffffffffu, c, src, width);
+}
+
+__device__ __forceinline__ float shfl_down_state(float c, int delta, int width) {
+    return __shfl_down_sync(0xffffffffu, c, delta, width);
+}
+
+__device__ __forceinline__ float shfl_up_state(float c, int delta) { return __shfl_up_sync(0xffffffffu, c, delta); }
+
 // torch's four warp reductions and its 4-warp tree over the four chains each lane holds (q[v] of lane l is torch's
 // thread l + 32 v), with every merge torch makes made once and the lanes whose results torch never reads reused.
 // torch's shuffle-down by `offset` only feeds its lanes below `offset`, from lanes below 2 * offset: after the
 // step by 16 a warp's 16 lanes that matter fit half a warp, so two of torch's warps share one of ours for the step by
 // 8, and after it all four share one warp (8 lanes each) for the steps by 4, 2 and 1. Each merge still takes
 // (own, received) as torch's does, so the bits are the same: 11 merges a lane instead of 4 x 5 plus the tree.
-// Returns lane 0's state as the row's; the other lanes' are not meaningful.
-__device__ __forceinline__ WelfordLN welford_packed_rows4(WelfordLN (&q)[4], int lane) {
+// `merge(own, received)` is torch's merge of states of type S (a whole Welford state, or a part of it whose other
+// part the caller keeps). Returns lane 0's state as the row's; the other lanes' are not meaningful.
+template <class S, class Merge>
+__device__ __forceinline__ S welford_packed_tree(S (&q)[4], int lane, Merge merge) {
 #pragma unroll
-    for (int v = 0; v < 4; ++v) q[v] = welford_merge(q[v], shfl_down_state(q[v], 16, 32));
+    for (int v = 0; v < 4; ++v) q[v] = merge(q[v], shfl_down_state(q[v], 16, 32));
     // halves: lanes 0-15 torch's warp 2h's lanes 0-15, lanes 16-31 warp 2h+1's
     const bool upper = lane >= 16;
-    const WelfordLN up1 = shfl_up_state(q[1], 16), up3 = shfl_up_state(q[3], 16);
-    WelfordLN h0 = upper ? up1 : q[0], h1 = upper ? up3 : q[2];
-    h0 = welford_merge(h0, shfl_down_state(h0, 8, 16));
-    h1 = welford_merge(h1, shfl_down_state(h1, 8, 16));
+    const S up1 = shfl_up_state(q[1], 16), up3 = shfl_up_state(q[3], 16);
+    S h0 = upper ? up1 : q[0], h1 = upper ? up3 : q[2];
+    h0 = merge(h0, shfl_down_state(h0, 8, 16));
+    h1 = merge(h1, shfl_down_state(h1, 8, 16));
     // eighths: lanes 8g..8g+7 torch's warp g's lanes 0-7 (warp g is in half g & 1 of h0 or h1)
     const int seg = lane >> 3, src = (lane & 7) + (seg & 1) * 16;
-    const WelfordLN from0 = shfl_state(h0, src), from1 = shfl_state(h1, src);
-    WelfordLN e = seg < 2 ? from0 : from1;
+    const S from0 = shfl_state(h0, src), from1 = shfl_state(h1, src);
+    S e = seg < 2 ? from0 : from1;
 #pragma unroll
-    for (int offset = 4; offset > 0; offset >>= 1) e = welford_merge(e, shfl_down_state(e, offset, 8));
+    for (int offset = 4; offset > 0; offset >>= 1) e = merge(e, shfl_down_state(e, offset, 8));
     // torch's tree: warps 2, 3 into 0, 1 (lanes 0 and 8 receive lanes 16 and 24), then 1 into 0
-    e = welford_merge(e, shfl_down_state(e, 16, 32));
-    return welford_merge(e, shfl_down_state(e, 8, 32));
+    e = merge(e, shfl_down_state(e, 16, 32));
+    return merge(e, shfl_down_state(e, 8, 32));
 }
 
+constexpr int kPackedMerges = 11;  // merges a lane makes in welford_packed_tree: 4 + 2 + 3 + 2
+
+__device__ __forceinline__ WelfordLN welford_packed_rows4(WelfordLN (&q)[4], int lane) {
+    return welford_packed_tree(q, lane, [](WelfordLN own, WelfordLN received) { return welford_merge(own, received); });
+}
+
+// torch thread `tid`'s count after push_thread: 4 per vector it holds.
 template <int kMaxVec>
+__device__ __forceinline__ float thread_count(int tid, int n4) {
+    float c = 0.f;
+#pragma unroll
+    for (int i = 0; i < kMaxVec; ++i)
+        if (tid + 128 * i < n4) c = (float)(4 * i + 4);
+    return c;
+}
+
+// torch's merge (welford_merge) of mean and m2 with both counts known ahead: the same operations on the same values,
+// written in the contraction torch's SASS has (the received product fused, the own one rounded; m2 as
+// fma(nb, round(round(delta * delta) * a.count), a.m2 + b.m2)). Spelled in intrinsics because, with the counts from
+// elsewhere, the compiler fused the other product of welford_merge's source and lost the bits (data/dev/rows_coef/).
+__device__ __forceinline__ MeanM2 welford_merge_counted(MeanM2 b, MeanM2 a, float b_count, float a_count) {
+    const float delta = b.mean - a.mean;
+    const float count = a_count + b_count;
+    if (count > 0.f) {
+        const float coef = 1.f / count;
+        const float na = a_count * coef;
+        const float nb = b_count * coef;
+        return {__fmaf_rn(a.mean, na, __fmul_rn(nb, b.mean)),
+                __fmaf_rn(nb, __fmul_rn(__fmul_rn(delta, delta), a_count), __fadd_rn(a.m2, b.m2))};
+    }
+    return {0.f, 0.f};
+}
+
+// The same merges with the counts run first, on the counts alone: every merge's counts (and with them its quotient
+// 1 / count, which depends on nothing else) are ready while x is still in flight, and the merges of mean and m2 then
+// wait on no division and move two floats between lanes instead of three. Returns the row's state (lane 0's).
+template <int kMaxVec>
+__device__ __forceinline__ WelfordLN welford_packed_rows4_counted(const WelfordLN (&q)[4], int lane, int n4) {
+    float c[4];
+#pragma unroll
+    for (int v = 0; v < 4; ++v) c[v] = thread_count<kMaxVec>(lane + 32 * v, n4);
+    float own[kPackedMerges], received[kPackedMerges];
+    int k = 0;
+    const float count = welford_packed_tree(c, lane, [&](float o, float r) {
+        own[k] = o;
+        received[k] = r;
+        ++k;
+        return r + o;
+    });
+    MeanM2 s[4];
+#pragma unroll
+    for (int v = 0; v < 4; ++v) s[v] = {q[v].mean, q[v].m2};
+    k = 0;
+    const MeanM2 row = welford_packed_tree(s, lane, [&](MeanM2 o, MeanM2 r) {
+        const MeanM2 m = welford_merge_counted(o, r, own[k], received[k]);
+        ++k;
+        return m;
+    });
+    return {row.mean, row.m2, count};
+}
+
+template <int kMaxVec, bool kCounted>
 __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, const float4* __restrict__ gamma,
                                                 const float4* __restrict__ beta, float4* __restrict__ y,
                                                 float* __restrict__ mean, float* __restrict__ rstd, int rows, int n,
@@ -143,7 +234,8 @@ __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, co
 #pragma unroll
     for (int v = 0; v < 4; ++v) q[v] = push_thread<kMaxVec, false>(row, keep[v], lane + 32 * v, n4);
     float m, r;
-    welford_finish(welford_packed_rows4(q, lane), n, eps, &m, &r);
+    welford_finish(kCounted ? welford_packed_rows4_counted<kMaxVec>(q, lane, n4) : welford_packed_rows4(q, lane), n,
+                   eps, &m, &r);
     m = __shfl_sync(0xffffffffu, m, 0);  // lane 0's result, broadcast
     r = __shfl_sync(0xffffffffu, r, 0);
     if (lane == 0) {
@@ -176,7 +268,17 @@ ROWS_FUSED(32, 3, true)  // the largest: rows longer than 16384 floats re-read t
     extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_warp##K(                           \
         const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int rows, \
         int n, float eps) {                                                                                     \
-        rows_fused_warp<K>(x, gamma, beta, y, mean, rstd, rows, n, eps);                                        \
+        rows_fused_warp<K, false>(x, gamma, beta, y, mean, rstd, rows, n, eps);                                 \
     }
 ROWS_FUSED_WARP(1, 10)
 ROWS_FUSED_WARP(2, 8)  // four vectors per torch thread (16 per lane) measured slower than the block: not built
+
+// The counted form (welford_packed_rows4_counted) at 7 blocks per SM, where it holds its state without spilling.
+// Measured faster than rows_fused_warp2 where rows fill more than a wave and slower where they fit one
+// (data/dev/rows_coef/, data/dev/rows_stream/), so it is its own path (labkit.ops.rows_counted) and the dispatch
+// table measures where it serves. Only the two-vector form: the one-vector count pass measured slower.
+extern "C" __global__ void __launch_bounds__(128, 7) rows_fused_warp2_counted(
+    const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int rows, int n,
+    float eps) {
+    rows_fused_warp<2, true>(x, gamma, beta, y, mean, rstd, rows, n, eps);
+}

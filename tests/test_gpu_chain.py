@@ -177,7 +177,7 @@ def _rows_fused_cases():
     length today (each through rows_fused.entry_plan): the longest row it holds and a ragged one (some of torch's
     threads without a vector), at row counts that leave a warp-per-row block partly empty; for the largest block
     entry point rows longer than its registers."""
-    from labkit.ops import rows_fused
+    from labkit.ops import rows_counted, rows_fused
 
     cases = []
     for layout, ks in (("warp", rows_fused.WARP_VECTORS), ("reg", rows_fused.VECTORS)):
@@ -185,8 +185,12 @@ def _rows_fused_cases():
             full = 4 * rows_fused.THREADS * k
             cases += [(f"rows_fused_{layout}{k}", rows, n) for rows, n in ((1, full), (5, full - 4 * 37), (130, full))]
     big = f"rows_fused_reg{rows_fused.VECTORS[-1]}"
-    return cases + [(big, 3, 4 * rows_fused.THREADS * rows_fused.VECTORS[-1] + 20), (big, 2, 1 << 18),
-                    ("rows_fused_warp1", 9, 4), ("rows_fused_warp1", 6, 40)]
+    # the counted form (labkit.ops.rows_counted) takes every row of the warp layout: threads with two vectors, one,
+    # or none (where the count pass's quotient is 0), and row counts that leave its last block partly empty
+    counted = [(rows_counted.FUNCTION, rows, n) for rows, n in
+               ((1, 1024), (5, 1024 - 4 * 37), (130, 1024), (7, 768), (9, 200), (6, 40), (3, 4), (4097, 1000))]
+    return cases + counted + [(big, 3, 4 * rows_fused.THREADS * rows_fused.VECTORS[-1] + 20), (big, 2, 1 << 18),
+                              ("rows_fused_warp1", 9, 4), ("rows_fused_warp1", 6, 40)]
 
 
 @pytest.mark.parametrize("case", _rows_fused_cases(), ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}")

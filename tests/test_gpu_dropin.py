@@ -1,6 +1,7 @@
 """The drop-in on the GPU: forward/backward bits against nn.LayerNorm at many inputs (our paths and torch's other-path
 inputs), every forced path, torch.compile(fullgraph=True), CUDA graph capture, streams, state_dict. ~40 s on an H200."""
 import io
+import re
 
 import pytest
 
@@ -37,12 +38,23 @@ def test_identity_cases_forward_and_backward():
 
 
 @pytest.mark.parametrize("path", list(PATHS))
-@pytest.mark.parametrize("shape", [(2, 1 << 18), (3, 512 * 33 + 4), (8, 4096), (1000, 256), (5, 516)])
+@pytest.mark.parametrize("shape", [(2, 1 << 18), (3, 512 * 33 + 4), (8, 4096), (1000, 256), (5, 516), (33, 768)])
 def test_every_forced_path_keeps_the_bits(path, shape):
+    """Where the path's plan takes the shape, its bits; where it does not, forcing it raises that plan's ValueError
+    (rows_counted takes rows of at most 1,024 floats)."""
     import torch
+
+    from labkit.core.device import device_info
+    from labkit.ops import paths
 
     x, w, b = _xwb(shape)
     ns = shape[1:]
+    try:
+        paths.plan(path, shape[0], shape[1], device_info(0))
+    except ValueError as exc:
+        with pytest.raises(ValueError, match=re.escape(str(exc))):
+            layer_norm_with(path, x, ns, w, b)
+        return
     y, mean, rstd = torch.native_layer_norm(x, ns, w, b, 1e-5)
     with torch.no_grad():
         assert torch.equal(_bits(layer_norm_with(path, x, ns, w, b)), _bits(y))

@@ -140,21 +140,33 @@ def test_rows_fused_merges_keep_torchs_contraction():
     FFMA of the new mean, as torch's SASS does ("first_product"), and keeps torch's m2 update. The compiler chose
     the other product for the same source expression in a variant whose merge coefficient came from elsewhere
     (data/dev/rows_coef/: bits lost where the products round); a toolchain that did so here fails this before any
-    GPU run. The matcher wants the coefficient computed from the merge's own count nodes, so a kernel that takes it
-    from elsewhere (that variant's count pass, even written in torch's contraction) fails this too, and would need
-    the matcher taught that form first. The warp layout makes 11 merges per lane (welford_packed_rows4), the block
-    layout torch's 5 shuffle merges per warp and its 4-warp tree's 2 (received through shared memory)."""
+    GPU run. The warp layout makes 11 merges per lane (welford_packed_rows4), the block layout torch's 5 shuffle
+    merges per warp and its 4-warp tree's 2 (received through shared memory). The counted entry point (labkit.ops.
+    rows_counted) takes each merge's quotient from its count pass: the matcher reports those as "quotient given"."""
     funcs = parser.parse_sass(tools.disassemble(compile_kernel("rows_fused", "sm_90").cubin))
     warp = {"first_product (received via shfl)": 11}
+    counted = {"first_product (received via shfl, quotient given)": 11}
     block = {"first_product (received via shfl)": 5, "first_product (received via lds)": 2}
-    from labkit.ops import rows_fused
+    from labkit.ops import rows_counted, rows_fused
 
     assert sorted(funcs) == sorted([f"rows_fused_reg{k}" for k in rows_fused.VECTORS]
-                                   + [f"rows_fused_warp{k}" for k in rows_fused.WARP_VECTORS])  # every entry point
+                                   + [f"rows_fused_warp{k}" for k in rows_fused.WARP_VECTORS]
+                                   + [rows_counted.FUNCTION])  # every entry point
     for function, instrs in funcs.items():
         rep = patterns.contract_report(instrs)
-        want = warp if function.startswith("rows_fused_warp") else block
+        want = (counted if function == rows_counted.FUNCTION else
+                warp if function.startswith("rows_fused_warp") else block)
         assert rep["merge"] == want and rep["merge_m2"] == sum(want.values()), (function, rep["merge"])
+
+
+@needs_disasm
+def test_the_counted_merge_written_as_torchs_source_is_caught():
+    """The counterexample the matcher must reject: the counted entry point with welford_merge's source expression
+    in place of the intrinsics (ROWS_FUSED_GIVEN_AS_SOURCE). With the quotient given, the compiler fuses the own
+    product instead (data/dev/rows_coef/: that build lost torch's bits at N = 200, 768 and 1000 on the H200)."""
+    cubin = compile_kernel("rows_fused", "sm_90", ("-DROWS_FUSED_GIVEN_AS_SOURCE",)).cubin
+    rep = patterns.contract_report(parser.parse_sass(tools.disassemble(cubin))["rows_fused_warp2_counted"])
+    assert rep["merge"] == {"second_product (received via shfl, quotient given)": 11}, rep["merge"]
 
 
 @needs_disasm

@@ -95,24 +95,32 @@ def _push_m2(g: Node, pushes: list[dict]) -> dict | None:
 
 def _merge(f: Node) -> dict | None:
     """cuWelfordCombine(own, received): mean = nA*A.mean + nB*B.mean with A = received, B = own,
-    nA = A.count*coef, nB = B.count*coef, coef = 1/(A.count + B.count). Reports which product the FFMA fuses."""
+    nA = A.count*coef, nB = B.count*coef, coef = 1/(A.count + B.count). Reports which product the FFMA fuses.
+    A merge whose coef was made by a count pass ahead of it (kernels/rows_fused.cu's counted entry point: the same
+    counts added and divided, but from their own shuffles, so other nodes than the products' counts) is matched as
+    "given": coef is still one reciprocal of a sum with a received term, shared by both products."""
     if f.op != "fma" or f.args[2].op != "mul":
         return None
 
-    def side(prod):  # a product n*m with n = count * coef, coef = rcp(cA + cB): (n, m, count, coef)
+    def side(prod, given):  # a product n*m with n = count * coef, coef = rcp(cA + cB): (n, m, count, coef)
         for n, m in (prod, prod[::-1]):
             if n.op != "mul":
                 continue
             for c, coef in (n.args, n.args[::-1]):
-                if coef.op == "rcp" and coef.args[0].op == "add" and any(c is a for a in coef.args[0].args):
+                if coef.op != "rcp" or coef.args[0].op != "add":
+                    continue
+                if any(c is a for a in coef.args[0].args) or (given and any(_received(a) for a in coef.args[0].args)):
                     return n, m, c, coef
         return None
 
-    fused, rounded = side(f.args[:2]), side(f.args[2].args)
-    if fused is None or rounded is None or fused[3] is not rounded[3]:
+    for given in (False, True):
+        fused, rounded = side(f.args[:2], given), side(f.args[2].args, given)
+        if fused is not None and rounded is not None and fused[3] is rounded[3]:
+            break
+    else:
         return None
     (n_f, m_f, c_f, coef), (n_r, m_r, c_r, _) = fused, rounded
-    if {id(c_f), id(c_r)} != {id(a) for a in coef.args[0].args}:
+    if not given and {id(c_f), id(c_r)} != {id(a) for a in coef.args[0].args}:
         return None
     if _received(m_f) and _received(c_f) and not _received(m_r):
         which, own, recv = "first_product", (m_r, c_r, n_r), (m_f, c_f, n_f)
@@ -120,8 +128,9 @@ def _merge(f: Node) -> dict | None:
         which, own, recv = "second_product", (m_f, c_f, n_f), (m_r, c_r, n_r)
     else:
         return None
+    via = recv[0].op + (", quotient given" if given else "")
     return {"contraction": which, "own_mean": own[0], "recv_mean": recv[0], "recv_count": recv[1],
-            "n_own": own[2], "received_via": recv[0].op}
+            "n_own": own[2], "received_via": via}
 
 
 def _merge_m2(g: Node, merges: list[dict]) -> dict | None:

@@ -2,7 +2,7 @@
 
     LABKIT_RUNS_ROOT=build/runs python scripts/dispatch_table.py [--rounds 9]
 
-Every candidate path (torch's own kernel, chain, rows_fused, reference_order) is timed at each shape of
+Every candidate path (torch's own kernel and each of labkit.ops.paths) is timed at each shape of
 labkit.studies.dispatch.grid_shapes() under the eager per-call protocol (and graph replay, for the record) into a
 run named "dispatch_table"; each path's time / native's per point (derive_scores) is written into the package,
 citing the run. The GPU is warmed up first and the shapes are visited in a seeded random order, so that clocks

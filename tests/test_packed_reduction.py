@@ -1,9 +1,10 @@
-"""kernels/rows_fused.cu's packed warp reduction (welford_packed_rows4) moves torch's merges between lanes. This
-runs the kernel's own source text of that function on a 32-lane model of a warp (each lane's state the tree of merges
-that made it; CUDA's shuffle semantics) and checks that lane 0 ends with exactly the tree torch's four warp
-reductions and 4-warp tree make, in torch's (own, received) order. The function's text is translated statement by
-statement, not copied, so an edited step, source lane, select or argument order in the kernel fails here before any
-GPU runs it; the mutation test below shows that it does."""
+"""kernels/rows_fused.cu's packed warp reduction (welford_packed_tree, behind welford_packed_rows4 and the counted
+form's two passes over the same tree) moves torch's merges between lanes. This runs the kernel's own source text of
+that function on a 32-lane model of a warp (each lane's state the tree of merges that made it; CUDA's shuffle
+semantics) and checks that lane 0 ends with exactly the tree torch's four warp reductions and 4-warp tree make, in
+torch's (own, received) order. The function's text is translated statement by statement, not copied, so an edited
+step, source lane, select or argument order in the kernel fails here before any GPU runs it; the mutation test below
+shows that it does."""
 import re
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def sel(cond, a, b):
 
 
 def kernel_body(source: str) -> str:
-    body = source[source.index("welford_packed_rows4(WelfordLN"):]
+    body = source[source.index("welford_packed_tree(S (&q)[4]"):]
     return body[body.index("{") + 1:body.index("\n}\n")]
 
 
@@ -77,7 +78,7 @@ def translate(body: str) -> str:
                 steps.append(k)
                 k >>= 1
             loop, line = f"for {m[1]} in {tuple(steps)}: ", m[3]
-        line = re.sub(r"^(const )?(bool|int|WelfordLN) ", "", line)
+        line = re.sub(r"^(const )?(bool|int|S) ", "", line)
         if line.startswith("return "):
             line = "result = " + line[len("return "):]
         parts = re.split(r",\s+(?=\w+ = )", line)  # `a = x, b = y`: one declaration each
@@ -88,7 +89,7 @@ def translate(body: str) -> str:
 
 
 def run_kernel_text(body: str, chains):
-    scope = {"welford_merge": welford_merge, "shfl_down_state": shfl_down_state, "shfl_up_state": shfl_up_state,
+    scope = {"merge": welford_merge, "shfl_down_state": shfl_down_state, "shfl_up_state": shfl_up_state,
              "shfl_state": shfl_state, "sel": sel, "q": [Vec(c) for c in chains], "lane": Vec(range(LANES))}
     exec(translate(body), scope)  # noqa: S102 - the repository's own kernel text, translated above
     return scope["result"][0]
@@ -119,10 +120,10 @@ def test_the_kernels_packed_reduction_makes_torchs_tree_on_lane_zero():
     ("lane >= 16", "lane >= 8"),                                       # the halves' boundary
     ("(seg & 1) * 16", "(seg & 1) * 8"),                               # a source lane
     ("seg < 2 ? from0 : from1", "seg < 2 ? from1 : from0"),            # which half feeds which eighths
-    ("e = welford_merge(e, shfl_down_state(e, offset, 8))",
-     "e = welford_merge(shfl_down_state(e, offset, 8), e)"),           # (own, received) swapped
-    ("h1 = welford_merge(h1, shfl_down_state(h1, 8, 16))",
-     "h1 = welford_merge(h1, shfl_down_state(h0, 8, 16))"),            # the wrong state shuffled
+    ("e = merge(e, shfl_down_state(e, offset, 8))",
+     "e = merge(shfl_down_state(e, offset, 8), e)"),                   # (own, received) swapped
+    ("h1 = merge(h1, shfl_down_state(h1, 8, 16))",
+     "h1 = merge(h1, shfl_down_state(h0, 8, 16))"),                    # the wrong state shuffled
 ])
 def test_an_edited_kernel_fails_the_check(edit):
     body = kernel_body(KERNEL.read_text())

@@ -130,7 +130,7 @@ def _cmd_curate(args) -> int:
         return 2
     for run_dir in complete:
         attached = book_notebooks_for_run(book_dir, run_dir.name) + [Path(a) for a in args.attach]
-        print(curate_run(run_dir, Path(args.to), attached))
+        print(curate_run(run_dir, Path(args.to), attached, commit=args.commit))
     for run_dir in runs:
         if run_dir not in complete:
             print(f"labkit curate: skipped {run_dir}: not a complete run (no manifest, or a file changed since)",
@@ -227,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     cur.add_argument("book_dir", help="a `labkit book --out` directory")
     cur.add_argument("--to", default="data/runs")
     cur.add_argument("--attach", nargs="*", default=[], help="extra files (logs) to add to every curated run")
+    cur.add_argument("--commit", default=None,
+                     help="the launching side's commit, where the run recorded a stale one; refused unless every "
+                          "kernel source hash the run recorded equals that commit's file")
     cur.set_defaults(fn=_cmd_curate)
 
     aud = sub.add_parser("audit", help="reclassify every saved check record under both scalings; non-zero exit "

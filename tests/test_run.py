@@ -87,3 +87,31 @@ def test_launchers_commit_wins_over_a_stale_git(monkeypatch):
     assert results._git_state()["git_dirty"] is True
     monkeypatch.delenv("LABKIT_GIT_COMMIT")
     assert results._git_state()["git_source"] in ("git", None)
+
+
+def test_curate_corrects_a_stale_commit_only_where_the_kernel_sources_prove_it(tmp_path):
+    """A GPU copy whose .git is stale records the wrong commit; `labkit curate --commit` replaces it only when every
+    kernel source hash the run recorded equals that commit's file, keeps the recorded one, and re-hashes run.json."""
+    import subprocess
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=results.REPO_ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    first = subprocess.run(["git", "rev-list", "--max-parents=0", "HEAD"], cwd=results.REPO_ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()[0]
+    run = results.Run.create(tmp_path / "book", "stale", device="cpu")
+    run.meta["provenance"].update(git_commit=first, git_source="LABKIT_GIT_COMMIT",
+                                  kernel_sources_sha256=results.kernel_source_hashes())
+    results.atomic_write_json(run.path / "run.json", run.meta)
+    run.close()
+    with pytest.raises(ValueError, match="kernel sources differ"):  # the first commit's kernels are not today's
+        results.corrected_provenance(run.meta["provenance"], first)
+    with pytest.raises(ValueError, match="not a commit"):
+        results.corrected_provenance(run.meta["provenance"], "no-such-ref")
+    if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "kernels"], cwd=results.REPO_ROOT).returncode:
+        pytest.skip("kernels/ differs from HEAD here: HEAD cannot be proven")
+    target = results.curate_run(run.path, tmp_path / "runs", commit="HEAD")
+    loaded = results.load_run(target)
+    assert loaded["complete"]
+    prov = loaded["records"]["run"]["provenance"]
+    assert (prov["git_commit"], prov["git_commit_recorded"]) == (head, first)
+    assert prov["git_source"].startswith("labkit curate --commit")

@@ -201,9 +201,46 @@ def committed_runs(name: str | None = None, root: Path = DATA_RUNS) -> list[Path
     return found
 
 
-def curate_run(run_dir: Path, dest_root: Path = DATA_RUNS, attachments: list[Path] = ()) -> Path:
+def _commit_kernel_hashes(commit: str, names) -> dict[str, str | None]:
+    """sha256 of kernels/<name> at `commit` (None where the commit has no such file)."""
+    out = {}
+    for name in names:
+        try:
+            data = subprocess.run(["git", "show", f"{commit}:kernels/{name}"], cwd=REPO_ROOT, capture_output=True,
+                                  timeout=10, check=True).stdout
+            out[name] = hashlib.sha256(data).hexdigest()
+        except (OSError, subprocess.SubprocessError):
+            out[name] = None
+    return out
+
+
+def corrected_provenance(prov: dict, commit: str) -> dict:
+    """`prov` with its commit replaced by `commit` (the launching side's, when the GPU copy recorded its stale
+    .git): allowed only when every kernel source hash the run recorded equals that commit's file, so the
+    correction is checked, not asserted. The recorded commit stays as `git_commit_recorded`."""
+    full = _git("rev-parse", "--verify", f"{commit}^{{commit}}")
+    if not full:
+        raise ValueError(f"--commit {commit!r}: not a commit of this repository")
+    hashes = prov.get("kernel_sources_sha256") or {}
+    if not hashes:
+        raise ValueError("the run records no kernel_sources_sha256: nothing to check a corrected commit against")
+    at_commit = _commit_kernel_hashes(full, hashes)
+    differ = sorted(n for n, h in hashes.items() if at_commit[n] != h)
+    if differ:
+        raise ValueError(f"--commit {full[:12]}: the run's kernel sources differ from that commit's in {differ}")
+    if full == prov.get("git_commit"):
+        return prov
+    fixed = dict(prov, git_commit=full, git_commit_recorded=prov.get("git_commit"),
+                 git_source=f"labkit curate --commit (recorded {str(prov.get('git_source'))}; all "
+                            f"{len(hashes)} kernel source hashes equal this commit's)")
+    return fixed
+
+
+def curate_run(run_dir: Path, dest_root: Path = DATA_RUNS, attachments: list[Path] = (),
+               commit: str | None = None) -> Path:
     """Copy a complete run into `dest_root` (default data/runs) with its executed notebook and any other
-    attached files (logs), and extend its manifest to cover them. The source run must be complete."""
+    attached files (logs), and extend its manifest to cover them. The source run must be complete. `commit`
+    corrects the recorded commit (see `corrected_provenance`), checked before anything is copied."""
     import shutil
 
     run_dir = Path(run_dir)
@@ -212,8 +249,13 @@ def curate_run(run_dir: Path, dest_root: Path = DATA_RUNS, attachments: list[Pat
     target = Path(dest_root) / run_dir.name
     if target.exists():
         raise ValueError(f"{target} exists already; runs are never overwritten")
+    meta = json.loads((run_dir / "run.json").read_text())
+    fixed = corrected_provenance(meta["provenance"], commit) if commit else None
     shutil.copytree(run_dir, target)
     manifest = json.loads((target / "manifest.json").read_text())
+    if fixed is not None and fixed is not meta["provenance"]:
+        atomic_write_json(target / "run.json", dict(meta, provenance=fixed))
+        manifest["files"]["run.json"] = hashlib.sha256((target / "run.json").read_bytes()).hexdigest()
     for extra in attachments:
         extra = Path(extra)
         shutil.copy2(extra, target / extra.name)

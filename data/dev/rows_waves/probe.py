@@ -3,7 +3,9 @@
 rows per wave on 132 SMs) and rows_counted (7 blocks per SM: 3,696 rows per wave), Liger, and a plain copy of x
 (y.copy_(x): the same bytes read and written, the copy floor), over a dense row sweep at N = 1024 and N = 768 with
 each path's wave boundaries in it. A tail shows as steps in time per row at the boundaries; a per-row cost shows as a
-constant gap to the copy. Bits: int32 views of y, mean, rstd against torch.native_layer_norm, one call per path and
+constant gap to the copy. Each shape is timed twice: as replayed (what the previous replay left in the 60 MB L2
+serves part of x wherever x and y together come near its size, 8192 x 1024 among them) and with 256 MiB written
+before every single replay (nothing left), which separates an L2 effect from the kernel's own. Bits: int32 views of y, mean, rstd against torch.native_layer_norm, one call per path and
 shape. Writes probe.json into $OUT. Run: python3 data/dev/rows_waves/probe.py"""
 import dataclasses
 import json
@@ -48,12 +50,15 @@ def main():
                 if built["fn"] is not None:
                     fns["liger"] = built["fn"]
             rec = bench.time_methods(fns, dataclasses.replace(bench.PROTOCOL_A, rounds=25), "native")
+            cold = bench.time_methods(fns, dataclasses.replace(bench.PROTOCOL_A, rounds=25, repeats=1,
+                                                               flush_l2_bytes=256 << 20), "native")
             row = {"rows": rows, "n": n, "identical": ident,
                    "grid": {k: list(p.kernel.grid) for k, p in ps.items()},
                    "graph": {m: s["median_ms"] * 1e3 for m, s in rec.stats.items()},
-                   "graph_iqr": {m: (s["q25_ms"] * 1e3, s["q75_ms"] * 1e3) for m, s in rec.stats.items()}}
+                   "graph_iqr": {m: (s["q25_ms"] * 1e3, s["q75_ms"] * 1e3) for m, s in rec.stats.items()},
+                   "graph_flushed": {m: s["median_ms"] * 1e3 for m, s in cold.stats.items()}}
             print(f"{rows}x{n} bad={[k for k, v in ident.items() if not v]} "
-                  + " ".join(f"{k}={v:.2f}" for k, v in row["graph"].items()), flush=True)
+                  + " ".join(f"{k}={v:.2f}/{row['graph_flushed'][k]:.2f}" for k, v in row["graph"].items()), flush=True)
             out.append(row)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "sms": dev.sm_count,
             "commit": os.environ.get("LABKIT_GIT_COMMIT")}

@@ -23,14 +23,13 @@ import hashlib
 import io
 import json
 import re
-import subprocess
 import tarfile
 from pathlib import Path
 from typing import Callable
 
 from labkit.core.atomic import atomic_write_bytes
 from labkit.core.compile import REPO_ROOT
-from labkit.records.run import load_run
+from labkit.records.run import git_output as _git, load_run
 
 MANIFEST = "MANIFEST.sha256"
 SUFFIXES = (".tar.gz", ".tgz")
@@ -41,14 +40,6 @@ _MANIFEST_LINE = re.compile(r"([0-9a-f]{64})  (.+)")
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _git(repo: Path, *args: str) -> bytes | None:
-    """git's stdout as bytes, or None when git fails (no repository, unknown commit or path)."""
-    try:
-        return subprocess.run(["git", *args], cwd=repo, capture_output=True, timeout=60, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def _has_commit(repo: Path, commit: str) -> bool:

@@ -22,12 +22,17 @@ from labkit.core.compile import REPO_ROOT, KERNEL_DIR
 SCHEMA = 1
 
 
-def _git(*args: str) -> str | None:
+def git_output(repo: Path, *args: str, timeout: float = 60) -> bytes | None:
+    """git's stdout in `repo` as bytes, or None when git fails (no repository, unknown commit or path)."""
     try:
-        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10,
-                              check=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, timeout=timeout, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
+
+
+def _git(*args: str) -> str | None:
+    out = git_output(REPO_ROOT, *args, timeout=10)
+    return None if out is None else out.decode().strip()
 
 
 def kernel_source_hashes() -> dict[str, str]:
@@ -201,19 +206,6 @@ def committed_runs(name: str | None = None, root: Path = DATA_RUNS) -> list[Path
     return found
 
 
-def _commit_kernel_hashes(commit: str, names) -> dict[str, str | None]:
-    """sha256 of kernels/<name> at `commit` (None where the commit has no such file)."""
-    out = {}
-    for name in names:
-        try:
-            data = subprocess.run(["git", "show", f"{commit}:kernels/{name}"], cwd=REPO_ROOT, capture_output=True,
-                                  timeout=10, check=True).stdout
-            out[name] = hashlib.sha256(data).hexdigest()
-        except (OSError, subprocess.SubprocessError):
-            out[name] = None
-    return out
-
-
 def corrected_provenance(prov: dict, commit: str) -> dict:
     """`prov` with its commit replaced by `commit` (the launching side's, when the GPU copy recorded its stale
     .git): allowed only when every kernel source hash the run recorded equals that commit's file, so the
@@ -224,16 +216,19 @@ def corrected_provenance(prov: dict, commit: str) -> dict:
     hashes = prov.get("kernel_sources_sha256") or {}
     if not hashes:
         raise ValueError("the run records no kernel_sources_sha256: nothing to check a corrected commit against")
-    at_commit = _commit_kernel_hashes(full, hashes)
-    differ = sorted(n for n, h in hashes.items() if at_commit[n] != h)
+
+    def at_commit(name: str) -> str | None:
+        data = git_output(REPO_ROOT, "show", f"{full}:kernels/{name}")
+        return None if data is None else hashlib.sha256(data).hexdigest()
+
+    differ = sorted(n for n, h in hashes.items() if at_commit(n) != h)
     if differ:
         raise ValueError(f"--commit {full[:12]}: the run's kernel sources differ from that commit's in {differ}")
     if full == prov.get("git_commit"):
         return prov
-    fixed = dict(prov, git_commit=full, git_commit_recorded=prov.get("git_commit"),
-                 git_source=f"labkit curate --commit (recorded {str(prov.get('git_source'))}; all "
-                            f"{len(hashes)} kernel source hashes equal this commit's)")
-    return fixed
+    return dict(prov, git_commit=full, git_commit_recorded=prov.get("git_commit"),
+                git_source=f"labkit curate --commit (recorded {prov.get('git_source')}; all "
+                           f"{len(hashes)} kernel source hashes equal this commit's)")
 
 
 def curate_run(run_dir: Path, dest_root: Path = DATA_RUNS, attachments: list[Path] = (),
@@ -244,12 +239,13 @@ def curate_run(run_dir: Path, dest_root: Path = DATA_RUNS, attachments: list[Pat
     import shutil
 
     run_dir = Path(run_dir)
-    if not load_run(run_dir)["complete"]:
+    loaded = load_run(run_dir)
+    if not loaded["complete"]:
         raise ValueError(f"{run_dir} is not a complete run (missing or stale manifest.json)")
     target = Path(dest_root) / run_dir.name
     if target.exists():
         raise ValueError(f"{target} exists already; runs are never overwritten")
-    meta = json.loads((run_dir / "run.json").read_text())
+    meta = loaded["records"]["run"]
     fixed = corrected_provenance(meta["provenance"], commit) if commit else None
     shutil.copytree(run_dir, target)
     manifest = json.loads((target / "manifest.json").read_text())

@@ -4,6 +4,7 @@ Liger's kernels faster back to back than their ncu duration and ours not. ncu re
 a graph of 20 calls) is replayed continuously for 4 s while nvidia-smi samples the SM clock, memory clock and power
 every 50 ms; the samples of each method's middle 3 s are summarized (median). Per call: the same window's replays.
 Writes clocks.json into $OUT. Run: python3 data/dev/rows_ncu/clocks.py"""
+import calendar
 import json
 import os
 import statistics
@@ -48,6 +49,7 @@ def main():
         graphs[name] = g
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,clocks.mem,power.draw",
                             "--format=csv,noheader,nounits", "-lms", "50"], stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)  # nvidia-smi's start-up
     t0 = time.time()
     windows = {}
     for name in ["rows_counted", "liger", "copy", "liger", "rows_counted"]:
@@ -76,16 +78,14 @@ def main():
     for line in smi.stdout.read().splitlines():
         try:
             stamp, sm, mem, power = [p.strip() for p in line.split(",")]
-            t = time.mktime(time.strptime(stamp.split(".")[0], "%Y/%m/%d %H:%M:%S")) + float("0." + stamp.split(".")[1])
+            t = calendar.timegm(time.strptime(stamp.split(".")[0], "%Y/%m/%d %H:%M:%S")) + float("0." + stamp.split(".")[1])
             samples.append((t, float(sm), float(mem), float(power)))
         except ValueError:
             continue
-    offset = samples[0][0] - t0 if samples else 0.0  # nvidia-smi's clock may be local time: align on the first
     out = {}
-    for name, ws in windows.items():
+    for name, ws in windows.items():  # nvidia-smi stamps local time: the device's is UTC, as time.time() counts
         for w_ in ws:
-            inside = [s for s in samples if w_["from"] <= s[0] - samples[0][0] + (samples[0][0] - t0 - offset)
-                      <= w_["to"]]
+            inside = [s for s in samples if t0 + w_["from"] <= s[0] <= t0 + w_["to"]]
             w_.update({"samples": len(inside),
                        "sm_mhz": statistics.median(s[1] for s in inside) if inside else None,
                        "mem_mhz": statistics.median(s[2] for s in inside) if inside else None,
@@ -93,7 +93,8 @@ def main():
         out[name] = ws
         print(name, ws, flush=True)
     meta = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "shape": [rows, n],
-            "commit": os.environ.get("LABKIT_GIT_COMMIT"), "smi_samples": len(samples)}
+            "commit": os.environ.get("LABKIT_GIT_COMMIT"), "t0": t0,
+            "smi": samples}
     (OUT / "clocks.json").write_text(json.dumps({"meta": meta, "windows": out}, indent=1))
 
 

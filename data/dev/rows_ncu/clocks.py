@@ -78,7 +78,8 @@ def main():
     for line in smi.stdout.read().splitlines():
         try:
             stamp, sm, mem, power = [p.strip() for p in line.split(",")]
-            t = calendar.timegm(time.strptime(stamp.split(".")[0], "%Y/%m/%d %H:%M:%S")) + float("0." + stamp.split(".")[1])
+            whole, frac = stamp.split(".")
+            t = calendar.timegm(time.strptime(whole, "%Y/%m/%d %H:%M:%S")) + float("0." + frac)
             samples.append((t, float(sm), float(mem), float(power)))
         except ValueError:
             continue

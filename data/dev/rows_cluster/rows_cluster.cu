@@ -1,0 +1,250 @@
+// Dev variant (data/dev/rows_cluster/, see its README): torch's per-row arithmetic for rows longer than one SM's
+// shared memory, each row held across the shared memory of a cluster of kC CTAs so that x is read from memory once.
+// Copied into kernels/ for a probe; not served.
+//
+// Contract kept, as kernels/rows_staged.cu: thread t of torch's 128 pushes float4s t, t + 128, ... of its row in
+// order (welford_push4_uncounted with the reciprocal table), then torch's warp reduction, its 4-warp tree and
+// welford_finish; the output is layer_norm_affine4. Only where each chunk's pushes run differs: CTA i of the
+// cluster holds the row's chunks [i h, (i + 1) h) and pushes them, having received the 128 chains' states from
+// CTA i - 1 (distributed shared memory), then hands them to CTA i + 1; the last CTA finishes the row and sends mean
+// and rstd to every CTA's output group.
+//
+// Per CTA (one per SM, persistent): a producer warp streams its part of each of the cluster's rows into a ring
+// of `slots` 16-KiB chunks (bulk copies); the chain group (torch's 128 threads) pushes them; the output group (16
+// warps) writes them once the row's statistics arrive and releases the slots. Cluster q takes rows q, q + G, ...
+// (G clusters). Arguments as rows_staged's, so its plan launches this too: x, gamma, beta, y, mean, rstd, rows, n,
+// eps, slots; grid a multiple of kC, block kBlock, dynamic shared memory smem_bytes (the probe computes it).
+#include "welford_ln.cuh"
+#include "async_copy.cuh"
+
+namespace {
+constexpr int kThreads = 128;                  // torch's threads per row: the chain group
+constexpr int kPerThread = 8;                  // float4s of each chain in one chunk
+constexpr int kChunk = kThreads * kPerThread;  // float4s per chunk: 16 KiB
+constexpr int kOutWarps = 16;
+constexpr int kOutThreads = 32 * kOutWarps;
+constexpr int kOutPer = kChunk / kOutThreads;  // float4s of a chunk per output thread
+constexpr int kStatsRing = 4;                  // rows the statistics may run ahead of the output groups
+constexpr int kRelayRing = 2;                  // rows a CTA's chains may run ahead of the next CTA's
+constexpr int kBlock = kThreads + kOutThreads + 32;
+}  // namespace
+
+__device__ __forceinline__ void chain_group_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
+
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// The address in CTA `rank`'s shared memory of what is at `local` (a shared::cta address) in this CTA's.
+__device__ __forceinline__ unsigned peer_addr(unsigned local, unsigned rank) {
+    unsigned a;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(local), "r"(rank));
+    return a;
+}
+
+__device__ __forceinline__ void st_peer(unsigned addr, float a, float b) {
+    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+
+// Arrive on a barrier in a peer CTA (or this one), releasing this thread's earlier writes to the cluster.
+__device__ __forceinline__ void arrive_peer(unsigned addr) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(addr) : "memory");
+}
+
+// Wait on a local barrier that peers arrive on, acquiring what they released (their writes into this CTA).
+__device__ __forceinline__ void wait_cluster(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT_%=:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT_%=;\n"
+        "}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+template <bool kFull>
+__device__ __forceinline__ void push_chunk(WelfordLN& s, const float4* at, const float4* rc, int j0, int n4) {
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i)
+        if (kFull || j0 + kThreads * i < n4) welford_push4_uncounted(s, at[kThreads * i], rc[i]);
+}
+
+template <int kC>
+__device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const float4* __restrict__ gamma,
+                                             const float4* __restrict__ beta, float4* __restrict__ y,
+                                             float* __restrict__ mean, float* __restrict__ rstd, int rows, int n,
+                                             float eps, int slots) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int n4 = n / 4;
+    const int chunks = (n4 + kChunk - 1) / kChunk;
+    const int per_cta = (chunks + kC - 1) / kC;
+    const unsigned rank = cluster_rank();
+    const int first = min(chunks, (int)rank * per_cta);  // this CTA's chunks: [first, first + own)
+    const int own = min(chunks, first + per_cta) - first;
+    const int steps = (n4 + kThreads - 1) / kThreads;
+    const int clusters = gridDim.x / kC;
+    const int cluster = blockIdx.x / kC;
+    const bool last = rank == kC - 1;
+
+    float4* const ring = reinterpret_cast<float4*>(smem);
+    float4* const recip = ring + (size_t)slots * kChunk;
+    unsigned long long* const full = reinterpret_cast<unsigned long long*>(recip + steps);
+    unsigned long long* const empty = full + slots;                 // released by the output group
+    unsigned long long* const stats_full = empty + slots;           // the last CTA's thread 0 arrives (count 1)
+    unsigned long long* const stats_empty = stats_full + kStatsRing;  // last CTA only: every output thread arrives
+    unsigned long long* const relay_full = stats_empty + kStatsRing;  // the previous CTA's chains arrive
+    unsigned long long* const relay_empty = relay_full + kRelayRing;  // the next CTA's chains arrive
+    float2* const stats = reinterpret_cast<float2*>(relay_empty + kRelayRing);  // (mean, rstd) per entry
+    float2* const relay = stats + kStatsRing;                  // [entry][chain] (mean, m2) from the previous CTA
+    float* const states = reinterpret_cast<float*>(relay + kRelayRing * kThreads);  // [row parity][warp][3]
+    const int tid = threadIdx.x;
+
+    if (tid == 0) {
+        for (int i = 0; i < slots; ++i) {
+            mbar_init(&full[i], 1);
+            mbar_init(&empty[i], kOutThreads);
+        }
+        for (int i = 0; i < kStatsRing; ++i) {
+            mbar_init(&stats_full[i], 1);
+            mbar_init(&stats_empty[i], kOutThreads * kC);
+        }
+        for (int i = 0; i < kRelayRing; ++i) {
+            mbar_init(&relay_full[i], kThreads);
+            mbar_init(&relay_empty[i], kThreads);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    for (int q = tid; q < steps; q += blockDim.x)
+        recip[q] = make_float4(1.f / (float)(4 * q + 1), 1.f / (float)(4 * q + 2), 1.f / (float)(4 * q + 3),
+                               1.f / (float)(4 * q + 4));
+    cluster_sync();  // every CTA's barriers are initialized before any peer arrives on them
+
+    if (tid >= kThreads + kOutThreads) {  // the producer warp; lane 0 issues
+        if (tid == kThreads + kOutThreads) {
+            int p = 0;
+            for (int r = cluster; r < rows; r += clusters) {
+                const float4* src = x + (size_t)r * n4;
+                for (int u = 0; u < own; ++u, ++p) {
+                    const int slot = p % slots;
+                    if (p >= slots) mbar_wait(&empty[slot], ((p - slots) / slots) & 1);
+                    const int c = first + u;
+                    const unsigned bytes = 16u * (unsigned)min(kChunk, n4 - c * kChunk);
+                    mbar_expect_tx(&full[slot], bytes);
+                    bulk_copy(ring + (size_t)slot * kChunk, src + (size_t)c * kChunk, bytes, &full[slot]);
+                }
+            }
+        }
+    } else if (tid < kThreads) {  // the chain group: torch's 128 threads, relayed across the cluster
+        const int lane = tid & 31;
+        const int warp = tid >> 5;
+        const unsigned full0 = smem_addr(full);
+        const float count = tid < n4 ? (float)(4 * ((n4 - 1 - tid) / kThreads + 1)) : 0.f;
+        const int full_chunks = n4 / kChunk;
+        int p = 0, k = 0;
+        for (int r = cluster; r < rows; r += clusters, ++k) {
+            const int e = k % kRelayRing;
+            const unsigned use = (unsigned)(k / kRelayRing) & 1u;
+            WelfordLN s{0.f, 0.f, 0.f};
+            if (rank > 0) {  // the chains' states after the previous CTA's chunks of this row
+                wait_cluster(smem_addr(&relay_full[e]), use);
+                const float2 v = relay[e * kThreads + tid];
+                s.mean = v.x;
+                s.m2 = v.y;
+                arrive_peer(peer_addr(smem_addr(&relay_empty[e]), rank - 1));
+            }
+            for (int u = 0; u < own; ++u, ++p) {
+                const int slot = p % slots;
+                mbar_wait(full0 + 8 * slot, (p / slots) & 1);
+                const int c = first + u;
+                const float4* at = ring + (size_t)slot * kChunk + tid;
+                if (c < full_chunks)
+                    push_chunk<true>(s, at, recip + c * kPerThread, c * kChunk + tid, n4);
+                else
+                    push_chunk<false>(s, at, recip + c * kPerThread, c * kChunk + tid, n4);
+            }
+            if (!last) {  // hand the states on: wait until the next CTA has read this entry's previous use
+                wait_cluster(smem_addr(&relay_empty[e]), use ^ 1u);
+                st_peer(peer_addr(smem_addr(&relay[e * kThreads + tid]), rank + 1), s.mean, s.m2);
+                arrive_peer(peer_addr(smem_addr(&relay_full[e]), rank + 1));
+                continue;
+            }
+            s.count = count;
+            s = welford_warp_reduce(s);
+            float* st = states + 12 * (k & 1);
+            if (lane == 0) {
+                st[3 * warp] = s.mean;
+                st[3 * warp + 1] = s.m2;
+                st[3 * warp + 2] = s.count;
+            }
+            chain_group_sync();
+            const WelfordLN q[4] = {{st[0], st[1], st[2]}, {st[3], st[4], st[5]}, {st[6], st[7], st[8]},
+                                    {st[9], st[10], st[11]}};
+            float m, rs;
+            welford_finish(welford_tree4(q), n, eps, &m, &rs);
+            if (tid == 0) {
+                mean[r] = m;
+                rstd[r] = rs;
+                const int se = k % kStatsRing;
+                wait_cluster(smem_addr(&stats_empty[se]), ((unsigned)(k / kStatsRing) & 1u) ^ 1u);
+                for (int j = 0; j < kC; ++j) {
+                    st_peer(peer_addr(smem_addr(&stats[se]), j), m, rs);
+                    arrive_peer(peer_addr(smem_addr(&stats_full[se]), j));
+                }
+            }
+        }
+    } else {  // the output group: this CTA's chunks of each row, from the ring
+        const int o = tid - kThreads;
+        const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty);
+        const unsigned stats_done = peer_addr(smem_addr(stats_empty), kC - 1);
+        float4 g[kOutPer], b[kOutPer];
+        int p = 0, k = 0;
+        for (int r = cluster; r < rows; r += clusters, ++k) {
+            const int se = k % kStatsRing;
+            wait_cluster(smem_addr(&stats_full[se]), (unsigned)(k / kStatsRing) & 1u);
+            const float2 ms = stats[se];
+            for (int u = 0; u < own; ++u, ++p) {
+                const int c = first + u;
+                const int j0 = c * kChunk + o;
+#pragma unroll
+                for (int i = 0; i < kOutPer; ++i)
+                    if (j0 + kOutThreads * i < n4) {
+                        g[i] = gamma[j0 + kOutThreads * i];
+                        b[i] = beta[j0 + kOutThreads * i];
+                    }
+                const int slot = p % slots;
+                mbar_wait(full0 + 8 * slot, (p / slots) & 1);  // completed already: the chains pushed it
+                const float4* src = ring + (size_t)slot * kChunk + o;
+                float4* dst = y + (size_t)r * n4 + j0;
+#pragma unroll
+                for (int i = 0; i < kOutPer; ++i)
+                    if (j0 + kOutThreads * i < n4)
+                        dst[kOutThreads * i] = layer_norm_affine4(src[kOutThreads * i], g[i], b[i], ms.x, ms.y);
+                mbar_arrive(empty0 + 8 * slot);  // once its values are used (rows_staged.cu: race.log)
+            }
+            arrive_peer(stats_done + 8 * se);
+        }
+    }
+    cluster_sync();  // no CTA leaves while a peer may still write into its shared memory or arrive on it
+}
+
+// Dynamic shared memory: slots * 16 KiB + 16 * steps + 8 * (2 slots + 2 kStatsRing + 2 kRelayRing)
+// + 8 * kStatsRing + 8 * kRelayRing * 128 + 96 (data/dev/rows_cluster/probe.py smem_bytes).
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kBlock, 1)
+    rows_cluster2(const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd,
+                  int rows, int n, float eps, int slots) {
+    rows_cluster<2>(x, gamma, beta, y, mean, rstd, rows, n, eps, slots);
+}
+
+extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(kBlock, 1)
+    rows_cluster4(const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd,
+                  int rows, int n, float eps, int slots) {
+    rows_cluster<4>(x, gamma, beta, y, mean, rstd, rows, n, eps, slots);
+}

@@ -1,8 +1,9 @@
-"""Dev probe: rows_cluster.cu (a row across a cluster of 2 or 4 CTAs, read once) against the served rows_staged at
-rows longer than one SM's ring, and at rows that fit it as a control. Bits: int32 views of y, mean, rstd against
+"""Dev probe: rows_cluster.cu (a row across a cluster of 2 or 4 CTAs, read once) against the served rows_staged at rows
+longer than one SM's ring, and at rows that fit it as a control. Bits: int32 views of y, mean, rstd against
 torch.native_layer_norm, 2 calls per path. Time: graph replay (protocol A, 15 rounds of 5 replays), beside torch's
-kernel and a copy of x. The variant file is copied into kernels/ for the run and removed after. Run it under
-`timeout` (a barrier mistake would hang the GPU). Writes probe.json into $OUT.
+kernel and a copy of x; each cluster size with as many clusters as the SMs make and with a few fewer. The variant
+file is copied into kernels/ for the run and removed after. Run it under `timeout` (its barrier waits trap after about 2^24
+polls, but a first run is best bounded twice). Writes probe.json into $OUT.
 Run: timeout 120 python3 data/dev/rows_cluster/probe.py"""
 import dataclasses
 import json
@@ -33,13 +34,15 @@ def smem_bytes(n: int, slots: int) -> int:
     return slots * (CHUNK_BYTES + 16) + 16 * rows_staged.steps(n) + FIXED
 
 
-def cluster_plan(served, rows: int, n: int, c: int, dev):
-    """rows_cluster{c} with the deepest ring shared memory holds, or None where a CTA's part of a row does not fit."""
+def cluster_plan(served, rows: int, n: int, c: int, dev, clusters: int | None = None):
+    """rows_cluster{c} with the deepest ring shared memory holds, or None where a CTA's part of a row does not fit.
+    `clusters`: how many (default: as many as the SMs make); a GPC whose SM count is not a multiple of c cannot hold
+    its last SMs' cluster, so the probe also times a few fewer, all resident at once (not queried)."""
     slots = (dev.smem_optin_bytes - RESERVED - 16 * rows_staged.steps(n) - FIXED) // (CHUNK_BYTES + 16)
     chunks = -(-(n // 4) // 1024)
     if -(-chunks // c) > slots - 1:
         return None
-    grid = (min(rows, dev.sm_count // c) * c,)
+    grid = (min(rows, clusters or dev.sm_count // c) * c,)
     return dataclasses.replace(served, slots=slots, kernel=Kernel(FILE, f"rows_cluster{c}", grid, (BLOCK,),
                                                                   smem_bytes(n, slots)))
 
@@ -61,10 +64,11 @@ def run():
         ref = torch.native_layer_norm(x, (n,), w, b, 1e-5)
         served = rows_staged.plan(rows, n, dev)
         ps = {"staged": served}
-        for c in (2, 4):
-            p = cluster_plan(served, rows, n, c, dev)
-            if p is not None:
-                ps[f"cluster{c}"] = p
+        for c, fewer in ((2, 64), (4, 32)):
+            for name, clusters in ((f"cluster{c}", None), (f"cluster{c}_g{fewer}", fewer)):
+                p = cluster_plan(served, rows, n, c, dev, clusters)
+                if p is not None:
+                    ps[name] = p
         ident = {}
         for k, p in ps.items():
             ident[k] = all(torch.equal(a.reshape(-1).view(torch.int32), r.reshape(-1).view(torch.int32))

@@ -53,18 +53,36 @@ __device__ __forceinline__ void arrive_peer(unsigned addr) {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(addr) : "memory");
 }
 
-// Wait on a local barrier that peers arrive on, acquiring what they released (their writes into this CTA).
-__device__ __forceinline__ void wait_cluster(unsigned bar, unsigned parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT_%=:\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT_%=;\n"
-        "}\n" ::"r"(bar),
-        "r"(parity)
-        : "memory");
+// Waits on local barriers, bounded: a first run of a new barrier protocol that hangs would hold the GPU until the
+// device call's timeout, so after kSpinLimit polls (seconds: try_wait itself suspends between polls) the kernel
+// traps and the launch fails with an error instead. `kCluster`: acquire at cluster scope, for barriers that peers
+// arrive on (their writes into this CTA), else at CTA scope (the ring's copies and releases).
+#ifndef ROWS_CLUSTER_SPIN_LIMIT
+#define ROWS_CLUSTER_SPIN_LIMIT (1ll << 24)
+#endif
+template <bool kCluster>
+__device__ __forceinline__ bool try_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    if (kCluster)
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    else
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    return done != 0;
 }
+
+template <bool kCluster = false>
+__device__ __forceinline__ void wait_bounded(unsigned bar, unsigned parity) {
+    for (long long i = 0; !try_wait<kCluster>(bar, parity); ++i)
+        if (i > ROWS_CLUSTER_SPIN_LIMIT) __trap();
+}
+
+__device__ __forceinline__ void wait_cluster(unsigned bar, unsigned parity) { wait_bounded<true>(bar, parity); }
 
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
@@ -99,13 +117,14 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
     unsigned long long* const full = reinterpret_cast<unsigned long long*>(recip + steps);
     unsigned long long* const empty = full + slots;                 // released by the output group
     unsigned long long* const stats_full = empty + slots;           // the last CTA's thread 0 arrives (count 1)
-    unsigned long long* const stats_empty = stats_full + kStatsRing;  // last CTA only: every output thread arrives
+    unsigned long long* const stats_empty = stats_full + kStatsRing;  // last CTA only: every output warp arrives
     unsigned long long* const relay_full = stats_empty + kStatsRing;  // the previous CTA's chains arrive
     unsigned long long* const relay_empty = relay_full + kRelayRing;  // the next CTA's chains arrive
     float2* const stats = reinterpret_cast<float2*>(relay_empty + kRelayRing);  // (mean, rstd) per entry
     float2* const relay = stats + kStatsRing;                  // [entry][chain] (mean, m2) from the previous CTA
     float* const states = reinterpret_cast<float*>(relay + kRelayRing * kThreads);  // [row parity][warp][3]
     const int tid = threadIdx.x;
+    if (own > slots) __trap();  // a row's part must fit the ring (the plan keeps own <= slots - 1): else a hang
 
     if (tid == 0) {
         for (int i = 0; i < slots; ++i) {
@@ -114,7 +133,7 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
         }
         for (int i = 0; i < kStatsRing; ++i) {
             mbar_init(&stats_full[i], 1);
-            mbar_init(&stats_empty[i], kOutThreads * kC);
+            mbar_init(&stats_empty[i], kOutWarps * kC);
         }
         for (int i = 0; i < kRelayRing; ++i) {
             mbar_init(&relay_full[i], kThreads);
@@ -134,7 +153,7 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                 const float4* src = x + (size_t)r * n4;
                 for (int u = 0; u < own; ++u, ++p) {
                     const int slot = p % slots;
-                    if (p >= slots) mbar_wait(&empty[slot], ((p - slots) / slots) & 1);
+                    if (p >= slots) wait_bounded(smem_addr(&empty[slot]), ((p - slots) / slots) & 1);
                     const int c = first + u;
                     const unsigned bytes = 16u * (unsigned)min(kChunk, n4 - c * kChunk);
                     mbar_expect_tx(&full[slot], bytes);
@@ -162,7 +181,7 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
             }
             for (int u = 0; u < own; ++u, ++p) {
                 const int slot = p % slots;
-                mbar_wait(full0 + 8 * slot, (p / slots) & 1);
+                wait_bounded(full0 + 8 * slot, (p / slots) & 1);
                 const int c = first + u;
                 const float4* at = ring + (size_t)slot * kChunk + tid;
                 if (c < full_chunks)
@@ -204,7 +223,20 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
         const int o = tid - kThreads;
         const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty);
         const unsigned stats_done = peer_addr(smem_addr(stats_empty), kC - 1);
-        float4 g[kOutPer], b[kOutPer];
+        // gamma and beta of the next chunk written are loaded one chunk ahead, across rows too (they do not depend
+        // on the row): this CTA's chunks are the same in every row.
+        float4 g[kOutPer], b[kOutPer], gn[kOutPer], bn[kOutPer];
+        auto load_gb = [&](int c, float4 (&gg)[kOutPer], float4 (&bb)[kOutPer]) {
+#pragma unroll
+            for (int i = 0; i < kOutPer; ++i) {
+                const int j = c * kChunk + o + kOutThreads * i;
+                if (j < n4) {
+                    gg[i] = gamma[j];
+                    bb[i] = beta[j];
+                }
+            }
+        };
+        if (own > 0) load_gb(first, gn, bn);
         int p = 0, k = 0;
         for (int r = cluster; r < rows; r += clusters, ++k) {
             const int se = k % kStatsRing;
@@ -214,13 +246,13 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                 const int c = first + u;
                 const int j0 = c * kChunk + o;
 #pragma unroll
-                for (int i = 0; i < kOutPer; ++i)
-                    if (j0 + kOutThreads * i < n4) {
-                        g[i] = gamma[j0 + kOutThreads * i];
-                        b[i] = beta[j0 + kOutThreads * i];
-                    }
+                for (int i = 0; i < kOutPer; ++i) {
+                    g[i] = gn[i];
+                    b[i] = bn[i];
+                }
+                load_gb(u + 1 < own ? c + 1 : first, gn, bn);
                 const int slot = p % slots;
-                mbar_wait(full0 + 8 * slot, (p / slots) & 1);  // completed already: the chains pushed it
+                wait_bounded(full0 + 8 * slot, (p / slots) & 1);  // completed already: the chains pushed it
                 const float4* src = ring + (size_t)slot * kChunk + o;
                 float4* dst = y + (size_t)r * n4 + j0;
 #pragma unroll
@@ -229,7 +261,8 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                         dst[kOutThreads * i] = layer_norm_affine4(src[kOutThreads * i], g[i], b[i], ms.x, ms.y);
                 mbar_arrive(empty0 + 8 * slot);  // once its values are used (rows_staged.cu: race.log)
             }
-            arrive_peer(stats_done + 8 * se);
+            __syncwarp();  // the warp's reads of stats[se] are done: one release for the warp
+            if ((o & 31) == 0) arrive_peer(stats_done + 8 * se);
         }
     }
     cluster_sync();  // no CTA leaves while a peer may still write into its shared memory or arrive on it

@@ -1,6 +1,7 @@
 """Dev driver for compute-sanitizer: rows_cluster.cu once per case, bits checked against torch.native_layer_norm.
 Cases: more rows than clusters (some clusters take two rows, the rest one), a row shorter than the cluster (CTAs 2
-and 3 of four hold no chunk and only relay), a row of 10 chunks split 5 and 5. The variant file is copied into kernels/ for the run and removed after.
+and 3 of four hold no chunk and only relay), a row of 10 chunks split 5 and 5. The variant file is copied into
+kernels/ for the run and removed after.
 Run: timeout 300 compute-sanitizer --tool racecheck python3 data/dev/rows_cluster/sanitize.py
 (and --tool synccheck, --tool memcheck)."""
 import shutil

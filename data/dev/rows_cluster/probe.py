@@ -2,8 +2,8 @@
 longer than one SM's ring, and at rows that fit it as a control. Bits: int32 views of y, mean, rstd against
 torch.native_layer_norm, 2 calls per path. Time: graph replay (protocol A, 15 rounds of 5 replays), beside torch's
 kernel and a copy of x; each cluster size with as many clusters as the SMs make and with a few fewer. The variant
-file is copied into kernels/ for the run and removed after. Run it under `timeout` (its barrier waits trap after about 2^24
-polls, but a first run is best bounded twice). Writes probe.json into $OUT.
+file is copied into kernels/ for the run and removed after. Run it under `timeout` (its barrier waits trap after
+about 2^24 polls, but a first run is best bounded twice). Writes probe.json into $OUT.
 Run: timeout 120 python3 data/dev/rows_cluster/probe.py"""
 import dataclasses
 import json

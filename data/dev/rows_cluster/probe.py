@@ -21,6 +21,7 @@ import torch  # noqa: E402
 from labkit.core.device import device_info  # noqa: E402
 from labkit.core.launch import Kernel  # noqa: E402
 from labkit.ops import plans, rows_staged  # noqa: E402
+from labkit.records.check import bit_identical  # noqa: E402
 from labkit.studies import bench  # noqa: E402
 
 FILE = "rows_cluster"
@@ -71,8 +72,7 @@ def run():
                     ps[name] = p
         ident = {}
         for k, p in ps.items():
-            ident[k] = all(torch.equal(a.reshape(-1).view(torch.int32), r.reshape(-1).view(torch.int32))
-                           for _ in range(2) for a, r in zip(plans.execute(p, x, w, b, 1e-5), ref))
+            ident[k] = all(bit_identical(a, r) for _ in range(2) for a, r in zip(plans.execute(p, x, w, b, 1e-5), ref))
             torch.cuda.synchronize()
             print(f"  {rows}x{n} {k} identical={ident[k]}", flush=True)
         y = torch.empty_like(x)

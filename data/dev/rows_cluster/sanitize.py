@@ -18,6 +18,7 @@ import torch  # noqa: E402
 
 from labkit.core.device import device_info  # noqa: E402
 from labkit.ops import plans, rows_staged  # noqa: E402
+from labkit.records.check import bit_identical  # noqa: E402
 
 import probe  # noqa: E402
 
@@ -39,8 +40,7 @@ def main():
                 p.kernel, options=("-DROWS_CLUSTER_SPIN_LIMIT=(1ll<<50)",)))
             got = plans.execute(p, x, w, b, 1e-5)
             torch.cuda.synchronize()
-            same = all(torch.equal(a.reshape(-1).view(torch.int32), r.reshape(-1).view(torch.int32))
-                       for a, r in zip(got, ref))
+            same = all(bit_identical(a, r) for a, r in zip(got, ref))
             print(f"cluster{c} {rows}x{n} grid {p.kernel.grid} identical={same}", flush=True)
     finally:
         (ROOT / "kernels" / f"{probe.FILE}.cu").unlink(missing_ok=True)

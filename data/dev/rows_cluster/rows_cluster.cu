@@ -53,6 +53,13 @@ __device__ __forceinline__ void arrive_peer(unsigned addr) {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(addr) : "memory");
 }
 
+// Arrive on a barrier in a peer CTA without ordering this thread's earlier memory operations: for releases of what
+// this thread has only read (its values used already, so the reads are complete). A release at cluster scope waits
+// until the thread's earlier global stores are performed, a y chunk per output warp and row.
+__device__ __forceinline__ void arrive_peer_relaxed(unsigned addr) {
+    asm volatile("mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];" ::"r"(addr) : "memory");
+}
+
 // Waits on local barriers, bounded: a first run of a new barrier protocol that hangs would hold the GPU until the
 // device call's timeout, so after kSpinLimit polls (seconds: try_wait itself suspends between polls) the kernel
 // traps and the launch fails with an error instead. `kCluster`: acquire at cluster scope, for barriers that peers
@@ -208,15 +215,13 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                                     {st[9], st[10], st[11]}};
             float m, rs;
             welford_finish(welford_tree4(q), n, eps, &m, &rs);
-            if (tid == 0) {
-                mean[r] = m;
-                rstd[r] = rs;
+            if (tid == 0) {  // the output groups first: their releases order only these stores, not mean/rstd's
                 const int se = k % kStatsRing;
                 wait_cluster(smem_addr(&stats_empty[se]), ((unsigned)(k / kStatsRing) & 1u) ^ 1u);
-                for (int j = 0; j < kC; ++j) {
-                    st_peer(peer_addr(smem_addr(&stats[se]), j), m, rs);
-                    arrive_peer(peer_addr(smem_addr(&stats_full[se]), j));
-                }
+                for (int j = 0; j < kC; ++j) st_peer(peer_addr(smem_addr(&stats[se]), j), m, rs);
+                for (int j = 0; j < kC; ++j) arrive_peer(peer_addr(smem_addr(&stats_full[se]), j));
+                mean[r] = m;
+                rstd[r] = rs;
             }
         }
     } else {  // the output group: this CTA's chunks of each row, from the ring
@@ -261,8 +266,8 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                         dst[kOutThreads * i] = layer_norm_affine4(src[kOutThreads * i], g[i], b[i], ms.x, ms.y);
                 mbar_arrive(empty0 + 8 * slot);  // once its values are used (rows_staged.cu: race.log)
             }
-            __syncwarp();  // the warp's reads of stats[se] are done: one release for the warp
-            if ((o & 31) == 0) arrive_peer(stats_done + 8 * se);
+            __syncwarp();  // every lane has used ms (its read of stats[se] is complete): one release for the warp
+            if ((o & 31) == 0) arrive_peer_relaxed(stats_done + 8 * se);
         }
     }
     cluster_sync();  // no CTA leaves while a peer may still write into its shared memory or arrive on it

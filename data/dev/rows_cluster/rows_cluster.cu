@@ -95,6 +95,16 @@ __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
 }
 
+#ifdef ROWS_CLUSTER_TRACE
+// Dev trace (data/dev/rows_cluster/waves.py): per CTA, its SM, and the global timer when it started and ended.
+__device__ unsigned long long rows_cluster_trace[3 * 1024];
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
+
 template <bool kFull>
 __device__ __forceinline__ void push_chunk(WelfordLN& s, const float4* at, const float4* rc, int j0, int n4) {
 #pragma unroll
@@ -131,6 +141,9 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
     float2* const relay = stats + kStatsRing;                  // [entry][chain] (mean, m2) from the previous CTA
     float* const states = reinterpret_cast<float*>(relay + kRelayRing * kThreads);  // [row parity][warp][3]
     const int tid = threadIdx.x;
+#ifdef ROWS_CLUSTER_TRACE
+    const unsigned long long started = global_ns();
+#endif
     if (own > slots) __trap();  // a row's part must fit the ring (the plan keeps own <= slots - 1): else a hang
 
     if (tid == 0) {
@@ -271,6 +284,15 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
         }
     }
     cluster_sync();  // no CTA leaves while a peer may still write into its shared memory or arrive on it
+#ifdef ROWS_CLUSTER_TRACE
+    if (tid == 0 && blockIdx.x < 1024) {
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        rows_cluster_trace[3 * blockIdx.x] = sm;
+        rows_cluster_trace[3 * blockIdx.x + 1] = started;
+        rows_cluster_trace[3 * blockIdx.x + 2] = global_ns();
+    }
+#endif
 }
 
 // Dynamic shared memory: slots * 16 KiB + 16 * steps + 8 * (2 slots + 2 kStatsRing + 2 kRelayRing)

@@ -103,6 +103,17 @@ __device__ __forceinline__ unsigned long long global_ns() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+// Events of CTAs 0-7 in their first 32 rows (waves.py `events`): [cta][k][event], events 0-15 the output group's
+// warp 0 after writing its u-th chunk of the row, then kEv* below.
+constexpr int kEvStats = 16, kEvArrived = 17, kEvSent = 18, kEvIssued = 19, kEvRelayed = 20, kEvCount = 24;
+__device__ unsigned long long rows_cluster_events[8 * 32 * kEvCount];
+#define TRACE_EVENT(k, ev) \
+    if (blockIdx.x < 8 && (k) < 32) rows_cluster_events[(blockIdx.x * 32 + (k)) * kEvCount + (ev)] = global_ns()
+#else
+#define TRACE_EVENT(k, ev)
+#endif
+#ifndef ROWS_CLUSTER_OUT_AHEAD
+#define ROWS_CLUSTER_OUT_AHEAD 1  // chunks whose gamma and beta are in flight ahead of the one written
 #endif
 
 template <bool kFull>
@@ -168,8 +179,8 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
 
     if (tid >= kThreads + kOutThreads) {  // the producer warp; lane 0 issues
         if (tid == kThreads + kOutThreads) {
-            int p = 0;
-            for (int r = cluster; r < rows; r += clusters) {
+            int p = 0, q = 0;
+            for (int r = cluster; r < rows; r += clusters, ++q) {
                 const float4* src = x + (size_t)r * n4;
                 for (int u = 0; u < own; ++u, ++p) {
                     const int slot = p % slots;
@@ -179,6 +190,7 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                     mbar_expect_tx(&full[slot], bytes);
                     bulk_copy(ring + (size_t)slot * kChunk, src + (size_t)c * kChunk, bytes, &full[slot]);
                 }
+                TRACE_EVENT(q, kEvIssued);
             }
         }
     } else if (tid < kThreads) {  // the chain group: torch's 128 threads, relayed across the cluster
@@ -198,11 +210,13 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                 s.mean = v.x;
                 s.m2 = v.y;
                 arrive_peer(peer_addr(smem_addr(&relay_empty[e]), rank - 1));
+                if (tid == 0) TRACE_EVENT(k, kEvRelayed);
             }
             for (int u = 0; u < own; ++u, ++p) {
                 const int slot = p % slots;
                 wait_bounded(full0 + 8 * slot, (p / slots) & 1);
                 const int c = first + u;
+                if (tid == 0 && u == own - 1) TRACE_EVENT(k, kEvArrived);
                 const float4* at = ring + (size_t)slot * kChunk + tid;
                 if (c < full_chunks)
                     push_chunk<true>(s, at, recip + c * kPerThread, c * kChunk + tid, n4);
@@ -213,6 +227,7 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                 wait_cluster(smem_addr(&relay_empty[e]), use ^ 1u);
                 st_peer(peer_addr(smem_addr(&relay[e * kThreads + tid]), rank + 1), s.mean, s.m2);
                 arrive_peer(peer_addr(smem_addr(&relay_full[e]), rank + 1));
+                if (tid == 0) TRACE_EVENT(k, kEvSent);
                 continue;
             }
             s.count = count;
@@ -235,15 +250,17 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                 for (int j = 0; j < kC; ++j) arrive_peer(peer_addr(smem_addr(&stats_full[se]), j));
                 mean[r] = m;
                 rstd[r] = rs;
+                TRACE_EVENT(k, kEvSent);
             }
         }
     } else {  // the output group: this CTA's chunks of each row, from the ring
         const int o = tid - kThreads;
         const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty);
         const unsigned stats_done = peer_addr(smem_addr(stats_empty), kC - 1);
-        // gamma and beta of the next chunk written are loaded one chunk ahead, across rows too (they do not depend
-        // on the row): this CTA's chunks are the same in every row.
-        float4 g[kOutPer], b[kOutPer], gn[kOutPer], bn[kOutPer];
+        // gamma and beta are loaded kAhead chunks ahead of the chunk written, across rows too (they do not depend on
+        // the row): this CTA's chunks are the same in every row.
+        constexpr int kAhead = ROWS_CLUSTER_OUT_AHEAD;
+        float4 g[kAhead + 1][kOutPer], b[kAhead + 1][kOutPer];
         auto load_gb = [&](int c, float4 (&gg)[kOutPer], float4 (&bb)[kOutPer]) {
 #pragma unroll
             for (int i = 0; i < kOutPer; ++i) {
@@ -254,21 +271,24 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                 }
             }
         };
-        if (own > 0) load_gb(first, gn, bn);
+        int next = 0;  // this CTA's chunk (0 .. own - 1) whose gamma and beta load next
+        if (own > 0)
+#pragma unroll
+            for (int i = 0; i < kAhead; ++i) {
+                load_gb(first + next, g[i], b[i]);
+                next = next + 1 == own ? 0 : next + 1;
+            }
         int p = 0, k = 0;
         for (int r = cluster; r < rows; r += clusters, ++k) {
             const int se = k % kStatsRing;
             wait_cluster(smem_addr(&stats_full[se]), (unsigned)(k / kStatsRing) & 1u);
             const float2 ms = stats[se];
+            if (o == 0) TRACE_EVENT(k, kEvStats);
             for (int u = 0; u < own; ++u, ++p) {
                 const int c = first + u;
                 const int j0 = c * kChunk + o;
-#pragma unroll
-                for (int i = 0; i < kOutPer; ++i) {
-                    g[i] = gn[i];
-                    b[i] = bn[i];
-                }
-                load_gb(u + 1 < own ? c + 1 : first, gn, bn);
+                load_gb(first + next, g[kAhead], b[kAhead]);
+                next = next + 1 == own ? 0 : next + 1;
                 const int slot = p % slots;
                 wait_bounded(full0 + 8 * slot, (p / slots) & 1);  // completed already: the chains pushed it
                 const float4* src = ring + (size_t)slot * kChunk + o;
@@ -276,8 +296,16 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
 #pragma unroll
                 for (int i = 0; i < kOutPer; ++i)
                     if (j0 + kOutThreads * i < n4)
-                        dst[kOutThreads * i] = layer_norm_affine4(src[kOutThreads * i], g[i], b[i], ms.x, ms.y);
+                        dst[kOutThreads * i] = layer_norm_affine4(src[kOutThreads * i], g[0][i], b[0][i], ms.x, ms.y);
                 mbar_arrive(empty0 + 8 * slot);  // once its values are used (rows_staged.cu: race.log)
+                if (o == 0 && u < 16) TRACE_EVENT(k, u);
+#pragma unroll
+                for (int a = 0; a < kAhead; ++a)  // constant indices once unrolled: the operands stay in registers
+#pragma unroll
+                    for (int i = 0; i < kOutPer; ++i) {
+                        g[a][i] = g[a + 1][i];
+                        b[a][i] = b[a + 1][i];
+                    }
             }
             __syncwarp();  // every lane has used ms (its read of stats[se] is complete): one release for the warp
             if ((o & 31) == 0) arrive_peer_relaxed(stats_done + 8 * se);

@@ -7,7 +7,7 @@
 // welford_finish; the output is layer_norm_affine4. Only where each chunk's pushes run differs: CTA i of the
 // cluster holds the row's chunks [i h, (i + 1) h) and pushes them, having received the 128 chains' states from
 // CTA i - 1 (distributed shared memory), then hands them to CTA i + 1; the last CTA finishes the row and sends mean
-// and rstd to every CTA's output group.
+// and rstd to every CTA's output group (its own stores them).
 //
 // Per CTA (one per SM, persistent): a producer warp streams its part of each of the cluster's rows into a ring
 // of `slots` 16-KiB chunks (bulk copies); the chain group (torch's 128 threads) pushes them; the output group (16
@@ -243,14 +243,16 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                                     {st[9], st[10], st[11]}};
             float m, rs;
             welford_finish(welford_tree4(q), n, eps, &m, &rs);
-            if (tid == 0) {  // the output groups first: their releases order only these stores, not mean/rstd's
+            // Every chain thread holds m and rs: thread j sends them to CTA j, so that the kC round trips of a
+            // release at cluster scope overlap (one thread sending to all four took about 2 us a row: trace4.json).
+            // The last CTA's output group stores mean and rstd: a chain thread with global stores in flight would
+            // wait for them at its next release at cluster scope, and the chain group with it.
+            if (tid < kC) {
                 const int se = k % kStatsRing;
                 wait_cluster(smem_addr(&stats_empty[se]), ((unsigned)(k / kStatsRing) & 1u) ^ 1u);
-                for (int j = 0; j < kC; ++j) st_peer(peer_addr(smem_addr(&stats[se]), j), m, rs);
-                for (int j = 0; j < kC; ++j) arrive_peer(peer_addr(smem_addr(&stats_full[se]), j));
-                mean[r] = m;
-                rstd[r] = rs;
-                TRACE_EVENT(k, kEvSent);
+                st_peer(peer_addr(smem_addr(&stats[se]), tid), m, rs);
+                arrive_peer(peer_addr(smem_addr(&stats_full[se]), tid));
+                if (tid == 0) TRACE_EVENT(k, kEvSent);
             }
         }
     } else {  // the output group: this CTA's chunks of each row, from the ring
@@ -283,7 +285,13 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
             const int se = k % kStatsRing;
             wait_cluster(smem_addr(&stats_full[se]), (unsigned)(k / kStatsRing) & 1u);
             const float2 ms = stats[se];
-            if (o == 0) TRACE_EVENT(k, kEvStats);
+            if (o == 0) {
+                TRACE_EVENT(k, kEvStats);
+                if (last) {
+                    mean[r] = ms.x;
+                    rstd[r] = ms.y;
+                }
+            }
             for (int u = 0; u < own; ++u, ++p) {
                 const int c = first + u;
                 const int j0 = c * kChunk + o;

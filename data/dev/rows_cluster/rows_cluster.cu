@@ -83,13 +83,22 @@ __device__ __forceinline__ bool try_wait(unsigned bar, unsigned parity) {
     return done != 0;
 }
 
+// `backoff`: nanoseconds to sleep between polls, for the groups off the chain's path (the output group, the
+// producer), so that their polling does not take issue slots from the chain warps on the same SM sub-partitions.
+#ifndef ROWS_CLUSTER_BACKOFF
+#define ROWS_CLUSTER_BACKOFF 0
+#endif
 template <bool kCluster = false>
-__device__ __forceinline__ void wait_bounded(unsigned bar, unsigned parity) {
-    for (long long i = 0; !try_wait<kCluster>(bar, parity); ++i)
+__device__ __forceinline__ void wait_bounded(unsigned bar, unsigned parity, unsigned backoff = 0) {
+    for (long long i = 0; !try_wait<kCluster>(bar, parity); ++i) {
         if (i > ROWS_CLUSTER_SPIN_LIMIT) __trap();
+        if (backoff) __nanosleep(backoff);
+    }
 }
 
-__device__ __forceinline__ void wait_cluster(unsigned bar, unsigned parity) { wait_bounded<true>(bar, parity); }
+__device__ __forceinline__ void wait_cluster(unsigned bar, unsigned parity, unsigned backoff = 0) {
+    wait_bounded<true>(bar, parity, backoff);
+}
 
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
@@ -184,7 +193,8 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                 const float4* src = x + (size_t)r * n4;
                 for (int u = 0; u < own; ++u, ++p) {
                     const int slot = p % slots;
-                    if (p >= slots) wait_bounded(smem_addr(&empty[slot]), ((p - slots) / slots) & 1);
+                    if (p >= slots)
+                        wait_bounded(smem_addr(&empty[slot]), ((p - slots) / slots) & 1, ROWS_CLUSTER_BACKOFF);
                     const int c = first + u;
                     const unsigned bytes = 16u * (unsigned)min(kChunk, n4 - c * kChunk);
                     mbar_expect_tx(&full[slot], bytes);
@@ -283,7 +293,7 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
         int p = 0, k = 0;
         for (int r = cluster; r < rows; r += clusters, ++k) {
             const int se = k % kStatsRing;
-            wait_cluster(smem_addr(&stats_full[se]), (unsigned)(k / kStatsRing) & 1u);
+            wait_cluster(smem_addr(&stats_full[se]), (unsigned)(k / kStatsRing) & 1u, ROWS_CLUSTER_BACKOFF);
             const float2 ms = stats[se];
             if (o == 0) {
                 TRACE_EVENT(k, kEvStats);
@@ -298,7 +308,7 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                 load_gb(first + next, g[kAhead], b[kAhead]);
                 next = next + 1 == own ? 0 : next + 1;
                 const int slot = p % slots;
-                wait_bounded(full0 + 8 * slot, (p / slots) & 1);  // completed already: the chains pushed it
+                wait_bounded(full0 + 8 * slot, (p / slots) & 1, ROWS_CLUSTER_BACKOFF);  // done: the chains pushed it
                 const float4* src = ring + (size_t)slot * kChunk + o;
                 float4* dst = y + (size_t)r * n4 + j0;
 #pragma unroll

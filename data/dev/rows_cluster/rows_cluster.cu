@@ -44,13 +44,23 @@ __device__ __forceinline__ unsigned peer_addr(unsigned local, unsigned rank) {
     return a;
 }
 
-__device__ __forceinline__ void st_peer(unsigned addr, float a, float b) {
-    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
-}
-
 // Arrive on a barrier in a peer CTA (or this one), releasing this thread's earlier writes to the cluster.
 __device__ __forceinline__ void arrive_peer(unsigned addr) {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(addr) : "memory");
+}
+
+// Two floats into a peer CTA's shared memory that complete 8 bytes of the transaction count of the peer's barrier
+// `bar` (both shared::cluster addresses): the data and its arrival travel together, so the sender waits for no
+// round trip (a store then a release at cluster scope stalled the sending thread ~0.7 us under load: backoff.json).
+// The receiver's barrier must expect the bytes: an arrive.expect_tx per phase (arrive_expect_tx).
+__device__ __forceinline__ void st_async_peer(unsigned addr, float a, float b, unsigned bar) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(addr),
+                 "f"(a), "f"(b), "r"(bar)
+                 : "memory");
+}
+
+__device__ __forceinline__ void arrive_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 
 // Arrive on a barrier in a peer CTA without ordering this thread's earlier memory operations: for releases of what
@@ -153,9 +163,9 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
     float4* const recip = ring + (size_t)slots * kChunk;
     unsigned long long* const full = reinterpret_cast<unsigned long long*>(recip + steps);
     unsigned long long* const empty = full + slots;                 // released by the output group
-    unsigned long long* const stats_full = empty + slots;           // the last CTA's thread 0 arrives (count 1)
+    unsigned long long* const stats_full = empty + slots;           // 8 bytes from the last CTA (st.async)
     unsigned long long* const stats_empty = stats_full + kStatsRing;  // last CTA only: every output warp arrives
-    unsigned long long* const relay_full = stats_empty + kStatsRing;  // the previous CTA's chains arrive
+    unsigned long long* const relay_full = stats_empty + kStatsRing;  // 128 x 8 bytes from the previous CTA
     unsigned long long* const relay_empty = relay_full + kRelayRing;  // the next CTA's chains arrive
     float2* const stats = reinterpret_cast<float2*>(relay_empty + kRelayRing);  // (mean, rstd) per entry
     float2* const relay = stats + kStatsRing;                  // [entry][chain] (mean, m2) from the previous CTA
@@ -176,9 +186,13 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
             mbar_init(&stats_empty[i], kOutWarps * kC);
         }
         for (int i = 0; i < kRelayRing; ++i) {
-            mbar_init(&relay_full[i], kThreads);
+            mbar_init(&relay_full[i], 1);
             mbar_init(&relay_empty[i], kThreads);
         }
+        // Phase 0 of each barrier that st.async fills expects its bytes; later phases are expected by a thread
+        // that consumed the one before (the output group's o = 0, the chain's thread 0).
+        for (int i = 0; i < kStatsRing; ++i) arrive_expect_tx(smem_addr(&stats_full[i]), 8);
+        for (int i = 0; i < kRelayRing; ++i) arrive_expect_tx(smem_addr(&relay_full[i]), 8 * kThreads);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     for (int q = tid; q < steps; q += blockDim.x)
@@ -219,8 +233,15 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                 const float2 v = relay[e * kThreads + tid];
                 s.mean = v.x;
                 s.m2 = v.y;
-                arrive_peer(peer_addr(smem_addr(&relay_empty[e]), rank - 1));
-                if (tid == 0) TRACE_EVENT(k, kEvRelayed);
+                // The next phase of this entry cannot complete before every chain thread here has released it
+                // (relay_empty), so thread 0 may expect its bytes now.
+                if (tid == 0) {
+                    arrive_expect_tx(smem_addr(&relay_full[e]), 8 * kThreads);
+                    TRACE_EVENT(k, kEvRelayed);
+                }
+                // Released once its values are used (a push reads s.mean, so the read is complete); a CTA with no
+                // chunk releases at once, ordered.
+                if (own == 0) arrive_peer(peer_addr(smem_addr(&relay_empty[e]), rank - 1));
             }
             for (int u = 0; u < own; ++u, ++p) {
                 const int slot = p % slots;
@@ -232,11 +253,12 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                     push_chunk<true>(s, at, recip + c * kPerThread, c * kChunk + tid, n4);
                 else
                     push_chunk<false>(s, at, recip + c * kPerThread, c * kChunk + tid, n4);
+                if (rank > 0 && u == 0) arrive_peer_relaxed(peer_addr(smem_addr(&relay_empty[e]), rank - 1));
             }
             if (!last) {  // hand the states on: wait until the next CTA has read this entry's previous use
                 wait_cluster(smem_addr(&relay_empty[e]), use ^ 1u);
-                st_peer(peer_addr(smem_addr(&relay[e * kThreads + tid]), rank + 1), s.mean, s.m2);
-                arrive_peer(peer_addr(smem_addr(&relay_full[e]), rank + 1));
+                st_async_peer(peer_addr(smem_addr(&relay[e * kThreads + tid]), rank + 1), s.mean, s.m2,
+                              peer_addr(smem_addr(&relay_full[e]), rank + 1));
                 if (tid == 0) TRACE_EVENT(k, kEvSent);
                 continue;
             }
@@ -253,15 +275,14 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                                     {st[9], st[10], st[11]}};
             float m, rs;
             welford_finish(welford_tree4(q), n, eps, &m, &rs);
-            // Every chain thread holds m and rs: thread j sends them to CTA j, so that the kC round trips of a
-            // release at cluster scope overlap (one thread sending to all four took about 2 us a row: trace4.json).
-            // The last CTA's output group stores mean and rstd: a chain thread with global stores in flight would
-            // wait for them at its next release at cluster scope, and the chain group with it.
+            // Every chain thread holds m and rs: thread j sends them to CTA j (one thread sending to all four, each
+            // by a store and a release, took about 2 us a row: trace4_v1.json). The last CTA's output group stores
+            // mean and rstd to global memory, off the chain's path.
             if (tid < kC) {
                 const int se = k % kStatsRing;
                 wait_cluster(smem_addr(&stats_empty[se]), ((unsigned)(k / kStatsRing) & 1u) ^ 1u);
-                st_peer(peer_addr(smem_addr(&stats[se]), tid), m, rs);
-                arrive_peer(peer_addr(smem_addr(&stats_full[se]), tid));
+                st_async_peer(peer_addr(smem_addr(&stats[se]), tid), m, rs,
+                              peer_addr(smem_addr(&stats_full[se]), tid));
                 if (tid == 0) TRACE_EVENT(k, kEvSent);
             }
         }
@@ -325,6 +346,9 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                         b[a][i] = b[a + 1][i];
                     }
             }
+            // This entry's next phase cannot complete before every output warp of the cluster has released it
+            // (stats_empty), so o = 0 may expect its bytes now.
+            if (o == 0) arrive_expect_tx(smem_addr(&stats_full[se]), 8);
             __syncwarp();  // every lane has used ms (its read of stats[se] is complete): one release for the warp
             if ((o & 31) == 0) arrive_peer_relaxed(stats_done + 8 * se);
         }

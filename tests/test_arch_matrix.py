@@ -15,7 +15,7 @@ from labkit.sass.elf import resource_usage
 # opt-in shared memory per block (labkit.core.device.ARCH_SMEM_OPTIN, the programming guide's table); SM counts
 # only shape the plans' grids
 ARCHES = {a: ARCH_SMEM_OPTIN[a] for a in (80, 86, 89, 90, 100, 120)}
-SM90_ONLY = {"chain_stats", "chain_stats_tma", "grad_chain_sums", "rows_staged"}
+SM90_ONLY = {"chain_stats", "chain_stats_tma", "grad_chain_sums", "rows_staged", "rows_cluster"}
 SHAPES = ((16, 1 << 22), (1, 1 << 24), (3, 1000), (4096, 768), (8192, 4096), (100000, 256), (64, 65536))
 REGISTER_FILE = 65536
 
@@ -92,3 +92,7 @@ def test_which_paths_each_arch_gets_is_decided_by_its_limits():
     assert all(("rows_staged" in long_rows[a]) == (a >= 90) for a in ARCHES)
     slots = {a: paths.plan("rows_staged", 1024, 1 << 16, _device(a)).slots for a in (90, 100, 120)}
     assert slots[90] == slots[100] == 13 and slots[120] == 5
+    # rows_cluster (clusters, N up to 2 (slots - 1) chunks): from sm_90 on; sm_120's 99 KiB hold half a row of 2**16
+    # floats (8 chunks) in no ring, half of 2**15 (4 chunks) in its 5 slots
+    assert all(("rows_cluster" in long_rows[a]) == (a in (90, 100)) for a in ARCHES)
+    assert "rows_cluster" in paths.plannable(1024, 1 << 15, _device(120))

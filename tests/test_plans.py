@@ -7,7 +7,7 @@ import torch
 
 from labkit.core import launch, program
 from labkit.core.device import Device
-from labkit.ops import chain, plans, reference_order, rows_fused, rows_staged
+from labkit.ops import chain, plans, reference_order, rows_cluster, rows_fused, rows_staged
 
 H200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
 
@@ -128,6 +128,54 @@ def test_rows_staged_constants_match_the_kernel():
 def test_rows_staged_refuses_what_it_cannot_take(device, n, match):
     with pytest.raises(ValueError, match=match):
         rows_staged.plan(4, n, device)
+
+
+def test_rows_cluster_launch(recorded):
+    """One launch: the forward slots, then rows, N, eps and the ring's depth; clusters of 2 CTAs, at most one per
+    SM, one per row at most; half a row and one more chunk in each CTA's ring, the ring as deep as the shared memory
+    allows."""
+    for rows, n in ((8, 16384), (5000, 65536), (3, 4), (1, 98304), (1000, 1028)):
+        p = rows_cluster.plan(rows, n, H200)
+        recorded["calls"].clear()
+        with plans.device_scope(0):
+            plans.bound(p, 0)((1, 2, 3, 4, 5, 6, 0), np.float32(0.5), ("s", 1000))
+        (fn, grid, block, args, smem, _), = recorded["calls"]
+        assert fn == "rows_cluster2" and grid == (2 * min(rows, H200.sm_count // 2),)
+        assert block == (rows_cluster.BLOCK,)
+        assert [int(a) for a in args[:6]] == [1, 2, 3, 4, 5, 6]
+        assert list(args[6:]) == [np.int32(rows), np.int32(n), np.float32(0.5), np.int32(p.slots)]
+        assert smem == rows_cluster.smem_bytes(n, p.slots) <= H200.smem_optin_bytes - rows_cluster.RESERVED_BYTES
+        assert rows_cluster.smem_bytes(n, p.slots + 1) > H200.smem_optin_bytes - rows_cluster.RESERVED_BYTES
+        assert rows_cluster.own_chunks(n) <= p.slots - 1
+
+
+def test_rows_cluster_constants_match_the_kernel():
+    """The plan sizes the block, the cluster and the shared memory from constants the kernel defines."""
+    import re
+    from pathlib import Path
+
+    src = (Path(rows_cluster.__file__).resolve().parents[2] / "kernels" / "rows_cluster.cu").read_text()
+
+    def const(name):
+        return int(re.search(rf"constexpr int {name} = (\d+)", src).group(1))
+
+    assert const("kThreads") == rows_cluster.THREADS
+    assert const("kThreads") * const("kPerThread") == rows_cluster.CHUNK_VECTORS
+    assert 32 * const("kOutWarps") == rows_cluster.OUT_THREADS
+    assert (const("kStatsRing"), const("kRelayRing")) == (rows_cluster.STATS_RING, rows_cluster.RELAY_RING)
+    dims = re.findall(r"__cluster_dims__\((\d+), 1, 1\) __launch_bounds__\(kBlock, 1\)\s+(\w+)\(", src)
+    assert dims == [(str(rows_cluster.CLUSTER), rows_cluster.FUNCTION)]
+
+
+@pytest.mark.parametrize("device,n,match", [
+    (Device("A100", 80, 108, 167936, 65535), 16384, "sm_90 and later"),
+    (H200, 98304 + 4, "half a row \\(13 chunks of 16384 bytes at N=98308\\)"),
+    (Device("small", 90, 10, 30 * 1024, 65535), 16384, "hold 1$"),
+    (Device("one SM", 90, 1, 232448, 65535), 16384, "clusters of 2 CTAs"),
+])
+def test_rows_cluster_refuses_what_it_cannot_take(device, n, match):
+    with pytest.raises(ValueError, match=match):
+        rows_cluster.plan(4, n, device)
 
 
 def test_execute_makes_x_device_current_around_every_launch(recorded, monkeypatch):

@@ -22,7 +22,7 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # Every kernel of ours (kernels/*.cu and kernels/sanitize/*.cu) and nothing of torch's: the sanitizer instruments
 # only these, so torch's own kernels (input generation, the reference) neither slow it down nor count.
 PRODUCT_KERNELS = r"chain_stats_tma|chain_stats_w1|chain_stats_w4|reciprocal_table|affine_columns|rows_fused_(?:reg|warp)\d+" \
-                  r"|rows_fused_warp2_counted|rows_staged" \
+                  r"|rows_fused_warp2_counted|rows_staged|rows_cluster2" \
                   r"|reference_order_stats|affine_rows_interleaved|split_affine_flat|split_affine_interleaved" \
                   r"|nchw_\w+|rows_(?:rms|mean_abs|l2)" \
                   r"|grad_row_sums|grad_chain_sums_(?:s|split)\d+|grad_rows_fused_reg\d+" \
@@ -134,7 +134,7 @@ def run_sanitizer(tool: str, target: list[str], timeout_s: float, log: Path, lab
 # ---------------------------------------------------------------------------------------------------------------
 
 LAYER_NORM_TARGETS = ("reference_order", "chain_tma", "chain_w4", "chain_w1", "rows_fused", "rows_counted",
-                      "rows_staged")  # torch's bits
+                      "rows_staged", "rows_cluster")  # torch's bits
 # the backward's schedules (labkit.ops.backward): dx, dweight and dbias against torch's native_layer_norm_backward
 BACKWARD_TARGETS = ("grad_chain", "grad_rows", "grad_split")
 PRODUCT_TARGETS = LAYER_NORM_TARGETS + BACKWARD_TARGETS + ("split_interleaved", "channel_nchw", "channel_rows")
@@ -153,7 +153,9 @@ CHANNEL_TARGETS = ("channel_nchw", "channel_rows")  # notebook 09's kernels: NCH
 # re-read for the output), and 300 x 1,028 gives its persistent blocks two or three rows each (the hand-off of the
 # statistics from row to row) with a partial chunk and chains of unequal length. Neither ring wraps from row to row in
 # these shapes (3 of 14 slots, 3 of 4 statistics entries at most): the GPU tests' repeated calls reach that, not the
-# sanitizer.
+# sanitizer. rows_cluster takes N up to 2 x (slots - 1) chunks of 4,096 floats: 3 x 8,192 splits a row 1 and 1 chunk
+# across the cluster, 5 x 4,096 and 300 x 1,028 leave its second CTA no chunk (it relays and finishes only), and
+# 300 rows give its 66 clusters four or five rows each, so its statistics ring wraps.
 SANITIZER_SMALL_SHAPES = ((2, 64, 64, 64), (3, 64, 17, 19), (5, 1000), (3, 512 * 17), (2, 512 * (64 * 6 * 2 + 3)),
                           (9, 256), (6, 2048), (5, 4096), (3, 8192), (100, 768), (300, 1028), (2048, 256),
                           (1, 512 * 1027))
@@ -210,7 +212,7 @@ def _settings(target: str):
 
 # Targets that are labkit.ops.paths names run through that path's own plan and public function; the others
 # through chain_layer_norm's schedules (_settings).
-OWN_PATH_TARGETS = ("reference_order", "rows_counted", "rows_staged")
+OWN_PATH_TARGETS = ("reference_order", "rows_counted", "rows_staged", "rows_cluster")
 
 
 def takes(target: str, rows: int, n: int, device) -> bool:
@@ -233,11 +235,12 @@ def takes(target: str, rows: int, n: int, device) -> bool:
 def _product_call(target: str, x, w, b, eps):
     from labkit.ops.chain import chain_layer_norm
     from labkit.ops.reference_order import reference_order_layer_norm
+    from labkit.ops.rows_cluster import rows_cluster_layer_norm
     from labkit.ops.rows_counted import rows_counted_layer_norm
     from labkit.ops.rows_staged import rows_staged_layer_norm
 
     own = {"reference_order": reference_order_layer_norm, "rows_counted": rows_counted_layer_norm,
-           "rows_staged": rows_staged_layer_norm}
+           "rows_staged": rows_staged_layer_norm, "rows_cluster": rows_cluster_layer_norm}
     if target in own:
         return own[target](x, w, b, eps, return_stats=True)
     return chain_layer_norm(x, w, b, eps, return_stats=True, settings=_settings(target))
@@ -361,7 +364,8 @@ def run_targets(specs: list[dict], seed: int = 0) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------------------
 
 VALUE_CLASSES = ("normal", "offset_1000", "huge", "tiny", "subnormal", "mixed_scale", "constant_rows", "nonfinite")
-FUZZ_METHODS = ("reference_order", "chain_auto", "chain_tma", "chain_w4", "rows_fused", "rows_counted", "rows_staged")
+FUZZ_METHODS = ("reference_order", "chain_auto", "chain_tma", "chain_w4", "rows_fused", "rows_counted", "rows_staged",
+                "rows_cluster")
 EDGE_SHAPES = ((1, 4), (70000, 4), (1, 1 << 24), (3, 64, 17, 19), (5, 1000), (2, 516), (65535, 512),
                (127, (1 << 24) - 4))  # the last: numel 2,130,706,924, just under 2**31
 
@@ -465,7 +469,7 @@ def fuzz_counts(record: dict) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 
 SOAK_METHODS = ("reference_order", "chain_auto", "chain_w4", "chain_tma", "rows_fused", "rows_counted", "rows_staged",
-                "train_dropin")
+                "rows_cluster", "train_dropin")
 TRAINING = "train_dropin"  # a training call: labkit.layer_norm with grad on, autograd.grad, our backward forced
 
 

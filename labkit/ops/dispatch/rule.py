@@ -10,7 +10,7 @@ they agree). Two questions, one rule:
   schedule  chain_layer_norm's automatic schedule: the fastest of our paths offered; on a device without a table,
             the waves rule (chains while a row's blocks fit about two per SM).
 Paths (labkit.ops.paths; every one keeps torch's vectorized-path bits): chain, rows_fused, rows_counted, rows_staged,
-reference_order.
+rows_cluster, reference_order.
 """
 from __future__ import annotations
 

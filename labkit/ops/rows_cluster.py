@@ -1,0 +1,116 @@
+"""Rows-cluster reference-order LayerNorm: torch's per-row arithmetic (kernels/rows_cluster.cu) with each row held
+across the shared memory of a cluster of two CTAs, for rows longer than one SM's ring holds well.
+
+A persistent grid of clusters of 2, one CTA per SM; CTA i of a cluster streams its half of each of the cluster's
+rows into its ring by bulk copies and pushes it, torch's 128 chains relayed from CTA 0 to CTA 1 through distributed
+shared memory; CTA 1 merges them in torch's trees and sends mean and rstd back; each CTA's output group writes its
+half from its ring. x is read from memory once wherever half a row fits the ring (N up to 2 x (slots - 1) chunks of
+16 KiB), where rows_staged re-reads the part of a row its one ring cannot hold. The same bits as rows_staged and
+torch: each of torch's 128 chains pushes its float4s in order, then torch's warp and 4-warp trees.
+
+The grid is as many clusters as the SMs make (min(rows, SMs // 2)). A GPU whose GPCs cannot hold them all at once
+runs the rest as a second wave (correct, slower); the dispatch measures each GPU before it serves this path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.core.device import Device
+from labkit.core.launch import Kernel
+from labkit.core.program import EPS, FORWARD_SLOTS, I32, BoundProgram, Launch, Program, Ptr
+from labkit.ops.plans import NO_SCRATCH, Scratch
+
+PATH = "rows_cluster"
+KERNELS = ("rows_cluster",)
+FUNCTION = "rows_cluster2"
+MIN_ARCH = 90            # thread block clusters, distributed shared memory, st.async, bulk copies
+CLUSTER = 2              # CTAs per cluster (kernels/rows_cluster.cu __cluster_dims__)
+THREADS = 128            # torch's threads per row: the chain group
+OUT_THREADS = 512        # the output group (kernels/rows_cluster.cu kOutWarps warps)
+BLOCK = THREADS + OUT_THREADS + 32  # and the producer warp
+CHUNK_VECTORS = 1024     # float4s per chunk (kernels/rows_cluster.cu kChunk): 8 per chain
+CHUNK_BYTES = 16 * CHUNK_VECTORS
+STATS_RING = 4           # kernels/rows_cluster.cu kStatsRing
+RELAY_RING = 2           # kRelayRing
+# per slot: 2 mbarriers; then 2 mbarriers and a (mean, rstd) pair per statistics entry, 2 mbarriers and 128
+# (mean, m2) pairs per relay entry, 2 x 4 warp states
+SLOT_BYTES = CHUNK_BYTES + 2 * 8
+FIXED_BYTES = STATS_RING * (2 * 8 + 8) + RELAY_RING * (2 * 8 + 8 * THREADS) + 2 * 4 * 3 * 4
+RESERVED_BYTES = 1024    # the shared memory sm_90 reserves per block, which cuobjdump counts as the kernel's static
+
+
+def steps(n: int) -> int:
+    """float4s of the longest of torch's 128 chains: the reciprocal table's length in float4s."""
+    return -(-(n // 4) // THREADS)
+
+
+def chunks(n: int) -> int:
+    return -(-(n // 4) // CHUNK_VECTORS)
+
+
+def own_chunks(n: int) -> int:
+    """Chunks of a row the first CTA of a cluster holds (the most any holds)."""
+    return -(-chunks(n) // CLUSTER)
+
+
+def smem_bytes(n: int, slots: int) -> int:
+    """kernels/rows_cluster.cu's dynamic shared memory: the ring and its barriers, the reciprocals, the statistics
+    and relay rings, the warp states."""
+    return slots * SLOT_BYTES + 16 * steps(n) + FIXED_BYTES
+
+
+def slots_for(n: int, device: Device) -> int:
+    """The deepest ring one block's opt-in shared memory holds beside the reserved KiB."""
+    return (device.smem_optin_bytes - RESERVED_BYTES - 16 * steps(n) - FIXED_BYTES) // SLOT_BYTES
+
+
+@dataclass(frozen=True)
+class RowsClusterPlan:
+    rows: int
+    n: int
+    slots: int
+    kernel: Kernel  # grid (2 min(rows, SMs // 2),), block (BLOCK,)
+    scratch: Scratch = NO_SCRATCH
+    path: str = PATH
+
+    def program(self, device_index: int) -> Program:
+        args = (Ptr("x"), Ptr("weight"), Ptr("bias"), Ptr("y"), Ptr("mean"), Ptr("rstd"), I32(self.rows),
+                I32(self.n), EPS, I32(self.slots))
+        return Program(FORWARD_SLOTS, (Launch(self.kernel, args, "fused"),))
+
+    def bind(self, device_index: int) -> BoundProgram:
+        return BoundProgram(self.program(device_index), device_index)
+
+
+def plan(rows: int, n: int, device: Device) -> RowsClusterPlan:
+    """The launch for rows x N on `device`; ValueError where it cannot run there."""
+    if device.arch < MIN_ARCH:
+        raise ValueError(f"rows_cluster is built for sm_{MIN_ARCH} and later (thread block clusters), device is "
+                         f"{device.arch_name}")
+    if device.sm_count < CLUSTER:
+        raise ValueError(f"rows_cluster runs clusters of {CLUSTER} CTAs, one per SM; {device.name} has "
+                         f"{device.sm_count} SM")
+    slots = slots_for(n, device)
+    if own_chunks(n) > slots - 1:  # one slot is always left to the next row's first chunk
+        raise ValueError(f"rows_cluster holds half a row ({own_chunks(n)} chunks of {CHUNK_BYTES} bytes at N={n}) "
+                         f"beside one more chunk in a CTA's ring; {device.name}'s {device.smem_optin_bytes} bytes "
+                         f"of shared memory per block hold {slots}")
+    grid = CLUSTER * min(rows, device.sm_count // CLUSTER)
+    return RowsClusterPlan(rows, n, slots, Kernel("rows_cluster", FUNCTION, (grid,), (BLOCK,), smem_bytes(n, slots)))
+
+
+def rows_cluster_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
+    """LayerNorm over weight's shape with torch's vectorized-path arithmetic, each row across a cluster of 2 CTAs.
+
+    Args and returns as labkit.ops.reference_order.reference_order_layer_norm. Raises ValueError naming the
+    violated condition before any launch: an input torch's vectorized path would not take (labkit.ops.eligibility),
+    a GPU before sm_90, or a row whose half does not fit a CTA's ring.
+    """
+    from labkit.core.device import current_index, device_info
+    from labkit.ops import eligibility
+    from labkit.ops.plans import execute
+
+    layout = eligibility.check(x, weight, bias, eps, out=out)
+    p = plan(layout.rows, layout.n, device_info(current_index(x.device)))
+    y, mean, rstd = execute(p, x, weight, bias, eps, out)
+    return (y, mean, rstd) if return_stats else y

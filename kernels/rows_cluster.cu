@@ -18,8 +18,8 @@
 // Hand-offs between CTAs (states, statistics) are st.async stores that complete the receiver's mbarrier
 // transaction, so the sender waits for no round trip: a store then a release at cluster scope stalled a chain
 // thread about 0.7 us a row under load, which made the cluster slower than rows_staged (data/dev/rows_cluster/
-// backoff.json, trace4_v1.json). Releases of what a thread has only read are relaxed arrives, made after the values
-// are used.
+// backoff.json, trace4_v1.json). Releases of what a thread has only read are relaxed arrives made after it has used
+// the values, or arrives with release semantics where it never uses them.
 //
 // push_chunk and chain_group_sync repeat rows_staged.cu's; a header the two share belongs with the next change of
 // rows_staged.cu (its committed runs would have to be re-recorded).
@@ -133,7 +133,11 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
     float2* const relay = stats + kStatsRing;                  // [entry][chain] (mean, m2) from the previous CTA
     float* const states = reinterpret_cast<float*>(relay + kRelayRing * kThreads);  // [row parity][warp][3]
     const int tid = threadIdx.x;
-    if (own > slots) __trap();  // a row's part must fit the ring (the plan keeps own <= slots - 1): else a hang
+    // The plan's layout (labkit.ops.rows_cluster.smem_bytes) must hold what is indexed here, and a CTA's part of a
+    // row must fit its ring (the plan keeps own <= slots - 1; more would hang): else an error, not a corruption.
+    unsigned dynamic_smem;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic_smem));
+    if (reinterpret_cast<unsigned char*>(states + 2 * 4 * 3) - smem > dynamic_smem || own > slots) __trap();
 
     if (tid == 0) {
         for (int i = 0; i < slots; ++i) {
@@ -181,6 +185,9 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
         const unsigned full0 = smem_addr(full);
         const float count = tid < n4 ? (float)(4 * ((n4 - 1 - tid) / kThreads + 1)) : 0.f;
         const int full_chunks = n4 / kChunk;
+        // Whether this thread pushes a float4 of its CTA's first chunk (the first push reads the relayed state):
+        // not where that chunk is the row's partial last one and ends before this thread's column.
+        const bool pushes_first = own > 0 && first * kChunk + tid < n4;
         int p = 0, k = 0;
         for (int r = cluster; r < rows; r += clusters, ++k) {
             const int e = k % kRelayRing;
@@ -196,9 +203,10 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                 if (tid == 0) {
                     arrive_expect_tx(smem_addr(&relay_full[e]), 8 * kThreads);
                 }
-                // Released once its values are used (a push reads s.mean, so the read is complete); a CTA with no
-                // chunk releases at once, ordered.
-                if (own == 0) arrive_peer(peer_addr(smem_addr(&relay_empty[e]), rank - 1));
+                // Released once its values are used (a push reads s.mean, so the read is complete, and a relaxed
+                // arrive suffices); a thread that pushes nothing here releases at once, with release semantics,
+                // which order its read before the arrive (an arrive alone does not wait for a load in flight).
+                if (!pushes_first) arrive_peer(peer_addr(smem_addr(&relay_empty[e]), rank - 1));
             }
             for (int u = 0; u < own; ++u, ++p) {
                 const int slot = p % slots;
@@ -209,7 +217,8 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                     push_chunk<true>(s, at, recip + c * kPerThread, c * kChunk + tid, n4);
                 else
                     push_chunk<false>(s, at, recip + c * kPerThread, c * kChunk + tid, n4);
-                if (rank > 0 && u == 0) arrive_peer_relaxed(peer_addr(smem_addr(&relay_empty[e]), rank - 1));
+                if (rank > 0 && u == 0 && pushes_first)
+                    arrive_peer_relaxed(peer_addr(smem_addr(&relay_empty[e]), rank - 1));
             }
             if (!last) {  // hand the states on: wait until the next CTA has read this entry's previous use
                 mbar_wait_cluster(smem_addr(&relay_empty[e]), use ^ 1u);
@@ -301,7 +310,9 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
             // This entry's next phase cannot complete before every output warp of the cluster has released it
             // (stats_empty), so o = 0 may expect its bytes now.
             if (o == 0) arrive_expect_tx(smem_addr(&stats_full[se]), 8);
-            __syncwarp();  // every lane has used ms (its read of stats[se] is complete): one release for the warp
+            // One release for the warp: a lane that wrote has used ms, so its read of stats[se] is complete; a lane
+            // with nothing to write may still have that read in flight, but never uses its value.
+            __syncwarp();
             if ((o & 31) == 0) arrive_peer_relaxed(stats_done + 8 * se);
         }
     }

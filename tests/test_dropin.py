@@ -239,6 +239,18 @@ def test_rule(rows, n, arch, expect):
     assert path == expect and why
 
 
+def test_rows_cluster_is_served_only_from_a_table_measured_at_the_device_s_sm_count():
+    """How many clusters a GPU holds at once depends on its GPCs, which the H200 table's wave axis does not carry:
+    on another sm_90 SM count the rule leaves rows_cluster out (the next fastest serves), on the H200 it picks it."""
+    assert _choose(1024, 65536, _device(90, 132))[0] == "rows_cluster"
+    for sms in (114, 78, 144):
+        other = _device(90, sms)
+        assert "rows_cluster" not in rule.pickable_paths(90, sms)
+        for rows, n in ((64, 65536), (256, 65536), (1024, 65536), (1, 32768), (512, 32768), (2048, 32768)):
+            path, why = _choose(rows, n, other)
+            assert path != "rows_cluster" and "carried" in why
+
+
 def test_rule_never_picks_sm90_kernels_elsewhere():
     for arch in (80, 86, 89):
         assert "chain" not in rule.pickable_paths(arch, 132)

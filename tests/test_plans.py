@@ -169,8 +169,9 @@ def test_rows_cluster_constants_match_the_kernel():
 
 @pytest.mark.parametrize("device,n,match", [
     (Device("A100", 80, 108, 167936, 65535), 16384, "sm_90 and later"),
-    (H200, 98304 + 4, "half a row \\(13 chunks of 16384 bytes at N=98308\\)"),
-    (Device("small", 90, 10, 30 * 1024, 65535), 16384, "hold 1$"),
+    (H200, 98304 + 4, "half a row .* ring of 13 .*: N <= 98304, got N=98308 \\(13 chunks a CTA\\)"),
+    (H200, 1 << 24, "at least 2 chunks .* hold 0 at N=16777216"),
+    (Device("small", 90, 10, 30 * 1024, 65535), 16384, "at least 2 chunks .* hold 1 at N=16384"),
     (Device("one SM", 90, 1, 232448, 65535), 16384, "clusters of 2 CTAs"),
 ])
 def test_rows_cluster_refuses_what_it_cannot_take(device, n, match):

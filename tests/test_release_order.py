@@ -71,3 +71,28 @@ def test_the_check_on_hand_written_sass():
     assert arrives_with_loads_pending(used) == []
     assert arrives_with_loads_pending(unused) == [("0020", ["0010"])]
     assert arrives_with_loads_pending(overwritten) == []
+
+
+def _cluster_sass():
+    return tools.disassemble(compile_kernel("rows_cluster", "sm_90").cubin, "rows_cluster2")
+
+
+def test_rows_cluster_releases_after_use_or_with_release_semantics():
+    """kernels/rows_cluster.cu: an arrive issued while a shared-memory read is still unread is either a local
+    arrive.expect_tx (it arms the barrier's next phase, which cannot complete before this thread's own later
+    release) or an arrive with release semantics (a memory barrier right before it), which orders the read. The
+    relaxed releases (.RED without a barrier before them) must all come after their values are used. A program-order
+    scan, so a release behind a branch that skips every use is beyond it: the kernel arms those with release
+    semantics by construction (pushes_first)."""
+    sass = _cluster_sass()
+    lines = [ln for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", ln)]
+    at = {re.search(r"/\*([0-9a-f]{4})\*/", ln).group(1): i for i, ln in enumerate(lines)}
+    found = arrives_with_loads_pending(sass)
+    assert sass.count("SYNCS.ARRIVE") >= 6
+    for address, _ in found:
+        i = at[address]
+        arrive = lines[i]
+        before = " ".join(lines[max(0, i - 3):i])
+        expect_tx = ".A1T0" not in arrive and not re.search(r",\s*RZ\s*;", arrive)
+        release = re.search(r"\b(MEMBAR|ERRBAR|CGAERRBAR)\b", before) is not None
+        assert expect_tx or release, (address, arrive.strip())

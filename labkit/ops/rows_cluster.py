@@ -9,7 +9,9 @@ half from its ring. x is read from memory once wherever half a row fits the ring
 torch: each of torch's 128 chains pushes its float4s in order, then torch's warp and 4-warp trees.
 
 The grid is as many clusters as the SMs make (min(rows, SMs // 2)). A GPU whose GPCs cannot hold them all at once
-runs the rest as a second wave (correct, slower); the dispatch measures each GPU before it serves this path.
+runs the rest as a second wave (correct, slower), and how many a GPU holds depends on its GPCs, not on the SM count
+that a dispatch table's wave axis carries: so the rule serves this path only from a table measured at the device's
+own SM count (CARRIES = False; labkit.ops.dispatch.rule), never from one carried from another GPU of the arch.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ PATH = "rows_cluster"
 KERNELS = ("rows_cluster",)
 FUNCTION = "rows_cluster2"
 MIN_ARCH = 90            # thread block clusters, distributed shared memory, st.async, bulk copies
+CARRIES = False          # its scores hold only at the SM count (and GPC layout) they were measured on
 CLUSTER = 2              # CTAs per cluster (kernels/rows_cluster.cu __cluster_dims__)
 THREADS = 128            # torch's threads per row: the chain group
 OUT_THREADS = 512        # the output group (kernels/rows_cluster.cu kOutWarps warps)
@@ -91,10 +94,15 @@ def plan(rows: int, n: int, device: Device) -> RowsClusterPlan:
         raise ValueError(f"rows_cluster runs clusters of {CLUSTER} CTAs, one per SM; {device.name} has "
                          f"{device.sm_count} SM")
     slots = slots_for(n, device)
+    if slots < 2:
+        raise ValueError(f"rows_cluster needs a ring of at least 2 chunks of {CHUNK_BYTES} bytes per CTA; "
+                         f"{device.name}'s {device.smem_optin_bytes} bytes of shared memory per block hold "
+                         f"{max(slots, 0)} at N={n}")
     if own_chunks(n) > slots - 1:  # one slot is always left to the next row's first chunk
-        raise ValueError(f"rows_cluster holds half a row ({own_chunks(n)} chunks of {CHUNK_BYTES} bytes at N={n}) "
-                         f"beside one more chunk in a CTA's ring; {device.name}'s {device.smem_optin_bytes} bytes "
-                         f"of shared memory per block hold {slots}")
+        limit = CLUSTER * (slots - 1) * CHUNK_VECTORS * 4
+        raise ValueError(f"rows_cluster holds half a row and one more chunk of {CHUNK_BYTES} bytes in a CTA's ring "
+                         f"of {slots} (what {device.name}'s {device.smem_optin_bytes} bytes per block hold): N <= "
+                         f"{limit}, got N={n} ({own_chunks(n)} chunks a CTA)")
     grid = CLUSTER * min(rows, device.sm_count // CLUSTER)
     return RowsClusterPlan(rows, n, slots, Kernel("rows_cluster", FUNCTION, (grid,), (BLOCK,), smem_bytes(n, slots)))
 

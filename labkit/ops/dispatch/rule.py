@@ -110,6 +110,14 @@ def protocol_scores(table, protocol: str) -> tuple[dict, str]:
     return table.SCORES, "eager scores"
 
 
+def carried(path: str, table, sm_count: int) -> bool:
+    """Whether `table`'s scores for `path` may serve a device of `sm_count` SMs: always where the table was measured
+    at that SM count; from a table carried through the wave axis only for a path whose module does not say
+    CARRIES = False (rows_cluster: how many clusters a GPU holds at once depends on its GPCs)."""
+    return (path == paths.NATIVE or getattr(paths.PATHS[path], "CARRIES", True)
+            or table.DEVICE["sm_count"] == sm_count)
+
+
 def choose(rows: int, n: int, device: Device, available: tuple[str, ...], protocol: str = "eager") -> tuple[str, str]:
     """(path, why) for an input our kernels may take (labkit.ops.eligibility), among the paths in `available`
     (those whose plan can take rows x N on `device`) and torch's own kernel, by the table's scores for `protocol`
@@ -119,7 +127,7 @@ def choose(rows: int, n: int, device: Device, available: tuple[str, ...], protoc
         return paths.NATIVE, f"{which}: torch's own kernel serves (our paths are unmeasured here)"
     scores, kind = protocol_scores(table, protocol)
     sc = {p: v for p, v in scores_in(scores, rows, n, device.sm_count).items()
-          if p == paths.NATIVE or p in available}
+          if p == paths.NATIVE or (p in available and carried(p, table, device.sm_count))}
     graph = getattr(table, "GRAPH", None) if protocol == "eager" else None
     tie = scores_in(graph, rows, n, device.sm_count) if graph else None
     path = pick(sc, tie=tie)
@@ -137,7 +145,8 @@ def schedule(rows: int, n: int, device: Device, offered: tuple[str, ...]) -> str
     for our kernels); without a table, the chain while its blocks fit about two per SM, else the first other."""
     table, _ = tables.for_device(device.arch, device.sm_count, device.name, device.target)
     if table is not None:
-        sc = {p: v for p, v in scores_in(table.SCORES, rows, n, device.sm_count).items() if p in offered}
+        sc = {p: v for p, v in scores_in(table.SCORES, rows, n, device.sm_count).items()
+              if p in offered and carried(p, table, device.sm_count)}
         if sc:
             return min(sc, key=lambda p: (sc[p], ORDER.index(p)))
     from labkit.ops.chain import BLOCKS_PER_ROW
@@ -160,7 +169,7 @@ def pickable_paths(arch: int, sm_count: int) -> tuple[str, ...]:
         return (paths.NATIVE,)
     seen = {p for level in table.SCORES.values() for sc in level.values() for p, v in sc.items() if v < 1 - MARGIN}
     return tuple(p for p in ORDER if p in seen | {paths.NATIVE} and
-                 (p == paths.NATIVE or arch >= paths.PATHS[p].MIN_ARCH))
+                 (p == paths.NATIVE or (arch >= paths.PATHS[p].MIN_ARCH and carried(p, table, sm_count))))
 
 
 def pickable_kernels(arch: int, sm_count: int) -> tuple[str, ...]:

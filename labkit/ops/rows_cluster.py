@@ -15,12 +15,10 @@ own SM count (CARRIES = False; labkit.ops.dispatch.rule), never from one carried
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from labkit.core.device import Device
 from labkit.core.launch import Kernel
-from labkit.core.program import EPS, FORWARD_SLOTS, I32, BoundProgram, Launch, Program, Ptr
-from labkit.ops.plans import NO_SCRATCH, Scratch
+# rows_staged's plan shape, reciprocal table length (steps) and reserved KiB: the same 128 chains and block
+from labkit.ops.rows_staged import RESERVED_BYTES, RowsStagedPlan, steps
 
 PATH = "rows_cluster"
 KERNELS = ("rows_cluster",)
@@ -39,13 +37,6 @@ RELAY_RING = 2           # kRelayRing
 # (mean, m2) pairs per relay entry, 2 x 4 warp states
 SLOT_BYTES = CHUNK_BYTES + 2 * 8
 FIXED_BYTES = STATS_RING * (2 * 8 + 8) + RELAY_RING * (2 * 8 + 8 * THREADS) + 2 * 4 * 3 * 4
-RESERVED_BYTES = 1024    # the shared memory sm_90 reserves per block, which cuobjdump counts as the kernel's static
-
-
-def steps(n: int) -> int:
-    """float4s of the longest of torch's 128 chains: the reciprocal table's length in float4s."""
-    return -(-(n // 4) // THREADS)
-
 
 def chunks(n: int) -> int:
     return -(-(n // 4) // CHUNK_VECTORS)
@@ -67,26 +58,9 @@ def slots_for(n: int, device: Device) -> int:
     return (device.smem_optin_bytes - RESERVED_BYTES - 16 * steps(n) - FIXED_BYTES) // SLOT_BYTES
 
 
-@dataclass(frozen=True)
-class RowsClusterPlan:
-    rows: int
-    n: int
-    slots: int
-    kernel: Kernel  # grid (2 min(rows, SMs // 2),), block (BLOCK,)
-    scratch: Scratch = NO_SCRATCH
-    path: str = PATH
-
-    def program(self, device_index: int) -> Program:
-        args = (Ptr("x"), Ptr("weight"), Ptr("bias"), Ptr("y"), Ptr("mean"), Ptr("rstd"), I32(self.rows),
-                I32(self.n), EPS, I32(self.slots))
-        return Program(FORWARD_SLOTS, (Launch(self.kernel, args, "fused"),))
-
-    def bind(self, device_index: int) -> BoundProgram:
-        return BoundProgram(self.program(device_index), device_index)
-
-
-def plan(rows: int, n: int, device: Device) -> RowsClusterPlan:
-    """The launch for rows x N on `device`; ValueError where it cannot run there."""
+def plan(rows: int, n: int, device: Device) -> RowsStagedPlan:
+    """The launch for rows x N on `device` (rows_staged's plan shape: the same arguments, one launch, the cluster's
+    grid), path rows_cluster; ValueError where it cannot run there."""
     if device.arch < MIN_ARCH:
         raise ValueError(f"rows_cluster is built for sm_{MIN_ARCH} and later (thread block clusters), device is "
                          f"{device.arch_name}")
@@ -104,7 +78,8 @@ def plan(rows: int, n: int, device: Device) -> RowsClusterPlan:
                          f"of {slots} (what {device.name}'s {device.smem_optin_bytes} bytes per block hold): N <= "
                          f"{limit}, got N={n} ({own_chunks(n)} chunks a CTA)")
     grid = CLUSTER * min(rows, device.sm_count // CLUSTER)
-    return RowsClusterPlan(rows, n, slots, Kernel("rows_cluster", FUNCTION, (grid,), (BLOCK,), smem_bytes(n, slots)))
+    return RowsStagedPlan(rows, n, slots, Kernel("rows_cluster", FUNCTION, (grid,), (BLOCK,), smem_bytes(n, slots)),
+                          path=PATH)
 
 
 def rows_cluster_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):

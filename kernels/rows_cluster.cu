@@ -21,15 +21,12 @@
 // backoff.json, trace4_v1.json). Releases of what a thread has only read are relaxed arrives made after it has used
 // the values, or arrives with release semantics where it never uses them.
 //
-// push_chunk and chain_group_sync repeat rows_staged.cu's; a header the two share belongs with the next change of
-// rows_staged.cu (its committed runs would have to be re-recorded).
+// The chain group's pushes, reciprocals and finish are staged_chain.cuh's, as rows_staged.cu's.
 #include "welford_ln.cuh"
 #include "async_copy.cuh"
+#include "staged_chain.cuh"
 
 namespace {
-constexpr int kThreads = 128;                  // torch's threads per row: the chain group
-constexpr int kPerThread = 8;                  // float4s of each chain in one chunk
-constexpr int kChunk = kThreads * kPerThread;  // float4s per chunk: 16 KiB
 constexpr int kOutWarps = 16;
 constexpr int kOutThreads = 32 * kOutWarps;
 constexpr int kOutPer = kChunk / kOutThreads;  // float4s of a chunk per output thread
@@ -37,8 +34,6 @@ constexpr int kStatsRing = 4;                  // rows the statistics may run ah
 constexpr int kRelayRing = 2;                  // rows a CTA's chains may run ahead of the next CTA's
 constexpr int kBlock = kThreads + kOutThreads + 32;
 }  // namespace
-
-__device__ __forceinline__ void chain_group_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
 
 __device__ __forceinline__ unsigned cluster_rank() {
     unsigned r;
@@ -80,7 +75,8 @@ __device__ __forceinline__ void arrive_peer_relaxed(unsigned addr) {
 }
 
 // Waits on a local barrier: at cluster scope (acquire.cluster) for barriers that peers complete (their writes into
-// this CTA), at CTA scope for the ring's copies and releases (mbar_wait).
+// this CTA), at CTA scope for the ring's copies and releases (async_copy.cuh's mbar_wait). Here, not in
+// async_copy.cuh: this is the one cluster kernel.
 __device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity) {
     asm volatile(
         "{\n"
@@ -95,13 +91,6 @@ __device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity)
 
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-
-template <bool kFull>
-__device__ __forceinline__ void push_chunk(WelfordLN& s, const float4* at, const float4* rc, int j0, int n4) {
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i)
-        if (kFull || j0 + kThreads * i < n4) welford_push4_uncounted(s, at[kThreads * i], rc[i]);
 }
 
 template <int kC>
@@ -158,9 +147,7 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
         for (int i = 0; i < kRelayRing; ++i) arrive_expect_tx(smem_addr(&relay_full[i]), 8 * kThreads);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    for (int q = tid; q < steps; q += blockDim.x)
-        recip[q] = make_float4(1.f / (float)(4 * q + 1), 1.f / (float)(4 * q + 2), 1.f / (float)(4 * q + 3),
-                               1.f / (float)(4 * q + 4));
+    fill_reciprocals(recip, steps);
     cluster_sync();  // every CTA's barriers are initialized before any peer arrives on them
 
     if (tid >= kThreads + kOutThreads) {  // the producer warp; lane 0 issues
@@ -180,10 +167,8 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
             }
         }
     } else if (tid < kThreads) {  // the chain group: torch's 128 threads, relayed across the cluster
-        const int lane = tid & 31;
-        const int warp = tid >> 5;
         const unsigned full0 = smem_addr(full);
-        const float count = tid < n4 ? (float)(4 * ((n4 - 1 - tid) / kThreads + 1)) : 0.f;
+        const float count = chain_count(tid, n4);
         const int full_chunks = n4 / kChunk;
         // Whether this thread pushes a float4 of its CTA's first chunk (the first push reads the relayed state):
         // not where that chunk is the row's partial last one and ends before this thread's column.
@@ -211,12 +196,7 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
             for (int u = 0; u < own; ++u, ++p) {
                 const int slot = p % slots;
                 mbar_wait(full0 + 8 * slot, (p / slots) & 1);
-                const int c = first + u;
-                const float4* at = ring + (size_t)slot * kChunk + tid;
-                if (c < full_chunks)
-                    push_chunk<true>(s, at, recip + c * kPerThread, c * kChunk + tid, n4);
-                else
-                    push_chunk<false>(s, at, recip + c * kPerThread, c * kChunk + tid, n4);
+                push_staged(s, ring + (size_t)slot * kChunk, recip, first + u, full_chunks, tid, n4);
                 if (rank > 0 && u == 0 && pushes_first)
                     arrive_peer_relaxed(peer_addr(smem_addr(&relay_empty[e]), rank - 1));
             }
@@ -227,18 +207,8 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                 continue;
             }
             s.count = count;
-            s = welford_warp_reduce(s);
-            float* st = states + 12 * (k & 1);
-            if (lane == 0) {
-                st[3 * warp] = s.mean;
-                st[3 * warp + 1] = s.m2;
-                st[3 * warp + 2] = s.count;
-            }
-            chain_group_sync();
-            const WelfordLN q[4] = {{st[0], st[1], st[2]}, {st[3], st[4], st[5]}, {st[6], st[7], st[8]},
-                                    {st[9], st[10], st[11]}};
             float m, rs;
-            welford_finish(welford_tree4(q), n, eps, &m, &rs);
+            chain_group_finish(s, states, k, n, eps, &m, &rs);
             // Every chain thread holds m and rs: thread j sends them to CTA j (one thread sending to all four, each
             // by a store and a release, took about 2 us a row: trace4_v1.json). The last CTA's output group stores
             // mean and rstd to global memory, off the chain's path.
@@ -253,10 +223,10 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
         const int o = tid - kThreads;
         const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty);
         const unsigned stats_done = peer_addr(smem_addr(stats_empty), kC - 1);
-        // gamma and beta are loaded kAhead chunks ahead of the chunk written, across rows too (they do not depend on
-        // the row): this CTA's chunks are the same in every row.
-        constexpr int kAhead = 1;  // 2 and 3 measured no faster, 3 spilled (data/dev/rows_cluster/ahead.json)
-        float4 g[kAhead + 1][kOutPer], b[kAhead + 1][kOutPer];
+        // gamma and beta are loaded one chunk ahead of the chunk written, across rows too (they do not depend on
+        // the row): this CTA's chunks are the same in every row. Two and three ahead measured no faster, three
+        // spilled (data/dev/rows_cluster/ahead.json).
+        float4 g[kOutPer], b[kOutPer], g_next[kOutPer], b_next[kOutPer];
         auto load_gb = [&](int c, float4 (&gg)[kOutPer], float4 (&bb)[kOutPer]) {
 #pragma unroll
             for (int i = 0; i < kOutPer; ++i) {
@@ -267,28 +237,21 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
                 }
             }
         };
-        int next = 0;  // this CTA's chunk (0 .. own - 1) whose gamma and beta load next
-        if (own > 0)
-#pragma unroll
-            for (int i = 0; i < kAhead; ++i) {
-                load_gb(first + next, g[i], b[i]);
-                next = next + 1 == own ? 0 : next + 1;
-            }
+        int next = own > 1 ? 1 : 0;  // this CTA's chunk (0 .. own - 1) whose gamma and beta load next
+        if (own > 0) load_gb(first, g, b);
         int p = 0, k = 0;
         for (int r = cluster; r < rows; r += clusters, ++k) {
             const int se = k % kStatsRing;
             mbar_wait_cluster(smem_addr(&stats_full[se]), (unsigned)(k / kStatsRing) & 1u);
             const float2 ms = stats[se];
-            if (o == 0) {
-                if (last) {
-                    mean[r] = ms.x;
-                    rstd[r] = ms.y;
-                }
+            if (o == 0 && last) {
+                mean[r] = ms.x;
+                rstd[r] = ms.y;
             }
             for (int u = 0; u < own; ++u, ++p) {
                 const int c = first + u;
                 const int j0 = c * kChunk + o;
-                load_gb(first + next, g[kAhead], b[kAhead]);
+                load_gb(first + next, g_next, b_next);
                 next = next + 1 == own ? 0 : next + 1;
                 const int slot = p % slots;
                 mbar_wait(full0 + 8 * slot, (p / slots) & 1);  // completed already: the chains pushed it
@@ -297,15 +260,13 @@ __device__ __forceinline__ void rows_cluster(const float4* __restrict__ x, const
 #pragma unroll
                 for (int i = 0; i < kOutPer; ++i)
                     if (j0 + kOutThreads * i < n4)
-                        dst[kOutThreads * i] = layer_norm_affine4(src[kOutThreads * i], g[0][i], b[0][i], ms.x, ms.y);
+                        dst[kOutThreads * i] = layer_norm_affine4(src[kOutThreads * i], g[i], b[i], ms.x, ms.y);
                 mbar_arrive(empty0 + 8 * slot);  // once its values are used (rows_staged.cu: race.log)
 #pragma unroll
-                for (int a = 0; a < kAhead; ++a)  // constant indices once unrolled: the operands stay in registers
-#pragma unroll
-                    for (int i = 0; i < kOutPer; ++i) {
-                        g[a][i] = g[a + 1][i];
-                        b[a][i] = b[a + 1][i];
-                    }
+                for (int i = 0; i < kOutPer; ++i) {
+                    g[i] = g_next[i];
+                    b[i] = b_next[i];
+                }
             }
             // This entry's next phase cannot complete before every output warp of the cluster has released it
             // (stats_empty), so o = 0 may expect its bytes now.

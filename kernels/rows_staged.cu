@@ -25,9 +25,11 @@
 // own empty barrier per slot, and the producer waits on the one that owns the slot's previous chunk.
 //
 // Reciprocals: the block first writes the table 1.f/k by IEEE division (the quotient torch's push divides in place).
-// A push reads its four reciprocals as one broadcast float4.
+// A push reads its four reciprocals as one broadcast float4. The chain group's pieces (pushes, reciprocals, the
+// row's finish) are staged_chain.cuh's, which rows_cluster.cu shares.
 #include "welford_ln.cuh"
 #include "async_copy.cuh"
+#include "staged_chain.cuh"
 
 #ifndef STAGED_OUT_WARPS
 #define STAGED_OUT_WARPS 16  // rows_staged.OUT_THREADS / 32: faster than 8 at 6 of 8 shapes, 4% slower at N = 4096
@@ -37,9 +39,6 @@
 #endif
 
 namespace {
-constexpr int kThreads = 128;                  // torch's threads per row: the chain group
-constexpr int kPerThread = 8;                  // float4s of each chain in one chunk
-constexpr int kChunk = kThreads * kPerThread;  // float4s per chunk: 16 KiB
 constexpr int kOutWarps = STAGED_OUT_WARPS;
 constexpr int kOutAhead = STAGED_OUT_AHEAD;    // chunks whose global operands are in flight ahead of the one written
 constexpr int kOutThreads = 32 * kOutWarps;
@@ -51,17 +50,6 @@ constexpr int kBlock = kThreads + kOutThreads + 32;
 #ifndef STAGED_EARLY_RELEASE
 #define STAGED_EARLY_RELEASE 0  // 1: release slots and statistics right after reading them (debugging only)
 #endif
-
-__device__ __forceinline__ void chain_group_sync() { asm volatile("bar.sync 1, 128;" ::: "memory"); }
-
-// A chunk's pushes for this chain: kFull when every chain has all kPerThread float4s in it (no guard, so the
-// shared-memory reads can all be issued ahead of the dependent pushes).
-template <bool kFull>
-__device__ __forceinline__ void push_chunk(WelfordLN& s, const float4* at, const float4* rc, int j0, int n4) {
-#pragma unroll
-    for (int i = 0; i < kPerThread; ++i)
-        if (kFull || j0 + kThreads * i < n4) welford_push4_uncounted(s, at[kThreads * i], rc[i]);
-}
 
 // One output thread's global operands for one chunk of one row.
 struct OutOps {
@@ -127,9 +115,7 @@ extern "C" __global__ void __launch_bounds__(kBlock, 1) rows_staged(
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    for (int q = tid; q < steps; q += blockDim.x)
-        recip[q] = make_float4(1.f / (float)(4 * q + 1), 1.f / (float)(4 * q + 2), 1.f / (float)(4 * q + 3),
-                               1.f / (float)(4 * q + 4));
+    fill_reciprocals(recip, steps);
     __syncthreads();
 
     if (tid >= kThreads + kOutThreads) {  // the producer warp; lane 0 issues
@@ -158,11 +144,8 @@ extern "C" __global__ void __launch_bounds__(kBlock, 1) rows_staged(
     }
 
     if (tid < kThreads) {  // the chain group: torch's 128 threads
-        const int lane = tid & 31;
-        const int warp = tid >> 5;
         const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty_chain);
-        // This chain's pushes: 4 per float4 it holds. Counted once (welford_push_uncounted): exact in float.
-        const float count = tid < n4 ? (float)(4 * ((n4 - 1 - tid) / kThreads + 1)) : 0.f;
+        const float count = chain_count(tid, n4);
         const int full_chunks = n4 / kChunk;
         int slot = 0;
         unsigned use = 0;
@@ -171,11 +154,7 @@ extern "C" __global__ void __launch_bounds__(kBlock, 1) rows_staged(
             WelfordLN s{0.f, 0.f, 0.f};
             for (int c = 0; c < chunks; ++c) {
                 mbar_wait(full0 + 8 * slot, use & 1u);
-                const float4* at = ring + (size_t)slot * kChunk + tid;
-                if (c < full_chunks)
-                    push_chunk<true>(s, at, recip + c * kPerThread, c * kChunk + tid, n4);
-                else
-                    push_chunk<false>(s, at, recip + c * kPerThread, c * kChunk + tid, n4);
+                push_staged(s, ring + (size_t)slot * kChunk, recip, c, full_chunks, tid, n4);
                 if (c < early) mbar_arrive(empty0 + 8 * slot);
                 if (++slot == slots) {
                     slot = 0;
@@ -183,20 +162,8 @@ extern "C" __global__ void __launch_bounds__(kBlock, 1) rows_staged(
                 }
             }
             s.count = count;
-            s = welford_warp_reduce(s);
-            // torch's 4-warp tree on the four warps' states, computed by every thread from shared memory: one
-            // barrier per row. The states alternate by row parity: a warp can be one row ahead, never two.
-            float* st = states + 12 * (k & 1);
-            if (lane == 0) {
-                st[3 * warp] = s.mean;
-                st[3 * warp + 1] = s.m2;
-                st[3 * warp + 2] = s.count;
-            }
-            chain_group_sync();
-            const WelfordLN q[4] = {{st[0], st[1], st[2]}, {st[3], st[4], st[5]}, {st[6], st[7], st[8]},
-                                    {st[9], st[10], st[11]}};
             float m, rs;
-            welford_finish(welford_tree4(q), n, eps, &m, &rs);
+            chain_group_finish(s, states, k, n, eps, &m, &rs);
             if (tid == 0) {
                 mean[r] = m;
                 rstd[r] = rs;

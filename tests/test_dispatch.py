@@ -242,3 +242,20 @@ def test_pick_breaks_an_eager_near_tie_by_graph_replay():
     assert rule.pick({"native": 1.0, "reference_order": 0.99, "rows_fused": 0.995}, tie=graph) == "native"
     # the fastest has no graph score: nothing to overrule it with
     assert rule.pick(sc, tie={"native": 1.0, "rows_fused": 0.66}) == "reference_order"
+
+
+@pytest.mark.parametrize("path", ["rows_staged", "rows_cluster"])
+def test_the_readme_says_where_the_staged_paths_serve(path):
+    """README's list of the measured shapes each staged path serves at, per protocol, is what the committed H200
+    table picks (labkit.studies.dispatch.served_at), and it cites that table's run."""
+    import re
+
+    from labkit.core.compile import REPO_ROOT
+    from labkit.records.run import short_id
+    from labkit.studies.dispatch import served_at
+
+    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
+    served = served_at(measured, path)
+    assert f"under graph replay at {served['graph']}; under the eager protocol at {served['eager']}" in readme
+    cited = short_id({"run_id": measured.RUN_ID, "name": "dispatch_table"})
+    assert re.search(rf"run {re.escape(cited)}\)", readme)

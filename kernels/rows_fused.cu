@@ -262,3 +262,72 @@ extern "C" __global__ void __launch_bounds__(128, 7) rows_fused_warp2_counted(
     float eps) {
     rows_fused_warp<2, true>(x, gamma, beta, y, mean, rstd, rows, n, eps);
 }
+
+// torch's (32, 4) block per row (rows_fused<K>'s layout: thread t holds torch's thread t's float4s) with the merges'
+// quotients counted ahead and one block barrier a row. Every quotient 1.f / (a.count + b.count) of torch's warp step
+// (five) and its 4-warp tree (three) depends on n alone, so it is made while x is in flight and the merges take it
+// (welford_merge_given): thread t's count is 4 per float4 it holds, warp w's 4 sum_i clamp(n4 - 128 i - 32 w, 0, 32).
+// The tree runs in every thread from the four warps' states in shared memory (welford_tree4's order, as
+// rows_staged.cu's chain group does), so one barrier serves the tree and the statistics' broadcast; torch's tree
+// and rows_fused<K> take two or more. Why a block: at 8192 x 1024 the warp layout with no statistics at all is
+// slower than Liger's block layout with its plain sums (21.1 against 20.7 us), and this form ran 21.3 against the
+// warp layout's 21.8 (data/dev/rows_floor/). It is slower where rows are few (4,096) or short (N <= 768): the
+// dispatch table measures where it serves (labkit.ops.rows_counted_block).
+template <int K>
+__device__ __forceinline__ void rows_fused_block_counted(const float4* __restrict__ x,
+                                                         const float4* __restrict__ gamma,
+                                                         const float4* __restrict__ beta, float4* __restrict__ y,
+                                                         float* __restrict__ mean, float* __restrict__ rstd, int n,
+                                                         float eps) {
+    __shared__ float st[12];
+    const int lane = threadIdx.x, warp = threadIdx.y;
+    const int tid = lane + 32 * warp;
+    const int n4 = n / 4;
+    const float4* row = x + (size_t)blockIdx.x * n4;
+    float4 keep[K];
+    load_thread<K>(row, keep, tid, n4);
+    float c = thread_count<K>(tid, n4);
+    float coef[5];
+#pragma unroll
+    for (int k = 0, offset = 16; offset > 0; offset >>= 1, ++k) {
+        const float t = c + shfl_down_state(c, offset, 32);
+        coef[k] = t > 0.f ? 1.f / t : 0.f;
+        c = t;
+    }
+    float wc[4];
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+        wc[w] = 0.f;
+#pragma unroll
+        for (int i = 0; i < K; ++i) wc[w] += (float)(4 * min(max(n4 - 128 * i - 32 * w, 0), 32));
+    }
+    const float t02 = wc[0] + wc[2], t13 = wc[1] + wc[3], t_all = t02 + t13;
+    const float c02 = t02 > 0.f ? 1.f / t02 : 0.f, c13 = t13 > 0.f ? 1.f / t13 : 0.f;
+    const float c_all = t_all > 0.f ? 1.f / t_all : 0.f;
+    WelfordLN s = push_thread<K, false>(row, keep, tid, n4);
+#pragma unroll
+    for (int k = 0, offset = 16; offset > 0; offset >>= 1, ++k)
+        s = welford_merge_given(s, shfl_down_state(s, offset, 32), coef[k]);
+    if (lane == 0) {
+        st[3 * warp] = s.mean;
+        st[3 * warp + 1] = s.m2;
+        st[3 * warp + 2] = s.count;
+    }
+    __syncthreads();
+    const WelfordLN q0{st[0], st[1], st[2]}, q1{st[3], st[4], st[5]}, q2{st[6], st[7], st[8]}, q3{st[9], st[10], st[11]};
+    float m, r;
+    welford_finish(welford_merge_given(welford_merge_given(q0, q2, c02), welford_merge_given(q1, q3, c13), c_all), n,
+                   eps, &m, &r);
+    if (tid == 0) {
+        mean[blockIdx.x] = m;
+        rstd[blockIdx.x] = r;
+    }
+    write_thread<K, false>(row, keep, gamma, beta, y + (size_t)blockIdx.x * n4, tid, n4, m, r);
+}
+
+// Two vectors a thread (rows of at most 1,024 floats) at rows_fused_reg2's 12 blocks per SM (40 registers, no spill);
+// four (N <= 2,048) measured 0-14% slower than rows_fused_reg4 and is not built (data/dev/rows_floor/).
+extern "C" __global__ void __launch_bounds__(128, 12) rows_fused_reg2_counted(
+    const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int n, float eps) {
+    rows_fused_block_counted<2>(x, gamma, beta, y, mean, rstd, n, eps);
+}

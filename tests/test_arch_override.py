@@ -5,7 +5,7 @@ import pytest
 
 from labkit.core import compile as kc
 from labkit.core.device import ARCH_SMEM_OPTIN, Device, overridden
-from labkit.ops import backward, paths, rows_counted
+from labkit.ops import backward, paths, rows_counted, rows_counted_block
 
 H200 = Device("NVIDIA H200", 90, 132, 227 * 1024, 65535)
 
@@ -49,7 +49,8 @@ def test_kernels_compile_to_ptx_for_the_override_and_are_cached_apart(cache_dir)
 def test_under_the_override_the_plans_offer_the_portable_paths_only():
     d = overridden(H200, "compute_80")
     for rows, n in ((16, 1 << 22), (4096, 768), (1, 1 << 24), (3, 1000)):
-        portable = {"reference_order", "rows_fused"} | ({"rows_counted"} if n <= rows_counted.MAX_N else set())
+        portable = ({"reference_order", "rows_fused"} | ({"rows_counted"} if n <= rows_counted.MAX_N else set())
+                    | ({"rows_counted_block"} if n <= rows_counted_block.MAX_N else set()))
         assert set(paths.plannable(rows, n, d)) == portable
         assert set(backward.plannable(rows, n, d)) == {"rows", "split"}
     assert "chain" in paths.plannable(16, 1 << 22, H200) and "chain" in backward.plannable(16, 1 << 22, H200)

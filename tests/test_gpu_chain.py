@@ -177,7 +177,7 @@ def _rows_fused_cases():
     length today (each through rows_fused.entry_plan): the longest row it holds and a ragged one (some of torch's
     threads without a vector), at row counts that leave a warp-per-row block partly empty; for the largest block
     entry point rows longer than its registers."""
-    from labkit.ops import rows_counted, rows_fused
+    from labkit.ops import rows_counted, rows_counted_block, rows_fused
 
     cases = []
     for layout, ks in (("warp", rows_fused.WARP_VECTORS), ("reg", rows_fused.VECTORS)):
@@ -189,6 +189,11 @@ def _rows_fused_cases():
     # or none (where the count pass's quotient is 0), and row counts that leave its last block partly empty
     counted = [(rows_counted.FUNCTION, rows, n) for rows, n in
                ((1, 1024), (5, 1024 - 4 * 37), (130, 1024), (7, 768), (9, 200), (6, 40), (3, 4), (4097, 1000))]
+    # the counted block form (labkit.ops.rows_counted_block): the same rows, one block each, and warps with no vector
+    # (N < 384: the count pass's quotients 0 in whole warps of the tree)
+    counted += [(rows_counted_block.FUNCTION, rows, n) for rows, n in
+                ((1, 1024), (5, 1024 - 4 * 37), (130, 1024), (7, 768), (9, 200), (6, 40), (3, 4), (4097, 1000),
+                 (8192, 1024))]
     return cases + counted + [(big, 3, 4 * rows_fused.THREADS * rows_fused.VECTORS[-1] + 20), (big, 2, 1 << 18),
                               ("rows_fused_warp1", 9, 4), ("rows_fused_warp1", 6, 40)]
 

@@ -200,3 +200,19 @@ def test_many_row_counts_load_each_function_once_and_bound_plans_stay_bounded(re
         plans.bound(rows_fused.plan(rows, 4096, H200), 0)
     assert len(set(recorded["functions"])) == 1  # one handle for every row count
     assert plans.bound_plans() <= plans.MAX_BOUND
+
+
+def test_rows_counted_block_launch_and_refusal(recorded):
+    """torch's block per row (grid rows, block (32, 4)), the counted entry point, no rows argument; rows longer than
+    two float4s a thread are refused, naming the bound."""
+    from labkit.ops import rows_counted_block
+
+    p = rows_counted_block.plan(9, 1024, H200)
+    recorded["calls"].clear()
+    with plans.device_scope(0):
+        plans.bound(p, 0)((1, 2, 3, 4, 5, 6, 0), np.float32(0.5), ("s", 1000))
+    (fn, grid, block, args, smem, _), = recorded["calls"]
+    assert (fn, grid, block) == ("rows_fused_reg2_counted", (9,), (32, 4)) and p.path == "rows_counted_block"
+    assert [int(a) for a in args[:6]] == [1, 2, 3, 4, 5, 6] and list(args[6:]) == [np.int32(1024), np.float32(0.5)]
+    with pytest.raises(ValueError, match="at most 1024 floats .* got N=1028"):
+        rows_counted_block.plan(9, 1028, H200)

@@ -5,10 +5,12 @@ plan(rows, n, device). Adding a path is adding its module here; "native" (torch'
 from __future__ import annotations
 
 from labkit.core.device import Device
-from labkit.ops import chain, reference_order, rows_cluster, rows_counted, rows_fused, rows_staged
+from labkit.ops import (chain, reference_order, rows_cluster, rows_counted, rows_counted_block, rows_fused,
+                        rows_staged)
 
 NATIVE = "native"
-PATHS = {m.PATH: m for m in (chain, rows_fused, rows_counted, rows_staged, rows_cluster, reference_order)}
+PATHS = {m.PATH: m for m in (chain, rows_fused, rows_counted, rows_counted_block, rows_staged, rows_cluster,
+                             reference_order)}
 
 
 def plan(path: str, rows: int, n: int, device: Device):

@@ -22,7 +22,7 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 # Every kernel of ours (kernels/*.cu and kernels/sanitize/*.cu) and nothing of torch's: the sanitizer instruments
 # only these, so torch's own kernels (input generation, the reference) neither slow it down nor count.
 PRODUCT_KERNELS = r"chain_stats_tma|chain_stats_w1|chain_stats_w4|reciprocal_table|affine_columns|rows_fused_(?:reg|warp)\d+" \
-                  r"|rows_fused_warp2_counted|rows_staged|rows_cluster2" \
+                  r"|rows_fused_(?:warp2|reg2)_counted|rows_staged|rows_cluster2" \
                   r"|reference_order_stats|affine_rows_interleaved|split_affine_flat|split_affine_interleaved" \
                   r"|nchw_\w+|rows_(?:rms|mean_abs|l2)" \
                   r"|grad_row_sums|grad_chain_sums_(?:s|split)\d+|grad_rows_fused_reg\d+" \
@@ -134,7 +134,7 @@ def run_sanitizer(tool: str, target: list[str], timeout_s: float, log: Path, lab
 # ---------------------------------------------------------------------------------------------------------------
 
 LAYER_NORM_TARGETS = ("reference_order", "chain_tma", "chain_w4", "chain_w1", "rows_fused", "rows_counted",
-                      "rows_staged", "rows_cluster")  # torch's bits
+                      "rows_counted_block", "rows_staged", "rows_cluster")  # torch's bits
 # the backward's schedules (labkit.ops.backward): dx, dweight and dbias against torch's native_layer_norm_backward
 BACKWARD_TARGETS = ("grad_chain", "grad_rows", "grad_split")
 PRODUCT_TARGETS = LAYER_NORM_TARGETS + BACKWARD_TARGETS + ("split_interleaved", "channel_nchw", "channel_rows")
@@ -212,7 +212,7 @@ def _settings(target: str):
 
 # Targets that are labkit.ops.paths names run through that path's own plan and public function; the others
 # through chain_layer_norm's schedules (_settings).
-OWN_PATH_TARGETS = ("reference_order", "rows_counted", "rows_staged", "rows_cluster")
+OWN_PATH_TARGETS = ("reference_order", "rows_counted", "rows_counted_block", "rows_staged", "rows_cluster")
 
 
 def takes(target: str, rows: int, n: int, device) -> bool:
@@ -237,9 +237,11 @@ def _product_call(target: str, x, w, b, eps):
     from labkit.ops.reference_order import reference_order_layer_norm
     from labkit.ops.rows_cluster import rows_cluster_layer_norm
     from labkit.ops.rows_counted import rows_counted_layer_norm
+    from labkit.ops.rows_counted_block import rows_counted_block_layer_norm
     from labkit.ops.rows_staged import rows_staged_layer_norm
 
     own = {"reference_order": reference_order_layer_norm, "rows_counted": rows_counted_layer_norm,
+           "rows_counted_block": rows_counted_block_layer_norm,
            "rows_staged": rows_staged_layer_norm, "rows_cluster": rows_cluster_layer_norm}
     if target in own:
         return own[target](x, w, b, eps, return_stats=True)
@@ -364,8 +366,8 @@ def run_targets(specs: list[dict], seed: int = 0) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------------------
 
 VALUE_CLASSES = ("normal", "offset_1000", "huge", "tiny", "subnormal", "mixed_scale", "constant_rows", "nonfinite")
-FUZZ_METHODS = ("reference_order", "chain_auto", "chain_tma", "chain_w4", "rows_fused", "rows_counted", "rows_staged",
-                "rows_cluster")
+FUZZ_METHODS = ("reference_order", "chain_auto", "chain_tma", "chain_w4", "rows_fused", "rows_counted",
+                "rows_counted_block", "rows_staged", "rows_cluster")
 EDGE_SHAPES = ((1, 4), (70000, 4), (1, 1 << 24), (3, 64, 17, 19), (5, 1000), (2, 516), (65535, 512),
                (127, (1 << 24) - 4))  # the last: numel 2,130,706,924, just under 2**31
 
@@ -468,8 +470,8 @@ def fuzz_counts(record: dict) -> dict:
 # Soak
 # ---------------------------------------------------------------------------------------------------------------
 
-SOAK_METHODS = ("reference_order", "chain_auto", "chain_w4", "chain_tma", "rows_fused", "rows_counted", "rows_staged",
-                "rows_cluster", "train_dropin")
+SOAK_METHODS = ("reference_order", "chain_auto", "chain_w4", "chain_tma", "rows_fused", "rows_counted",
+                "rows_counted_block", "rows_staged", "rows_cluster", "train_dropin")
 TRAINING = "train_dropin"  # a training call: labkit.layer_norm with grad on, autograd.grad, our backward forced
 
 

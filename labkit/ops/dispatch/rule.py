@@ -9,8 +9,8 @@ they agree). Two questions, one rule:
             paths within TIE of the fastest are told apart by the graph replay scores);
   schedule  chain_layer_norm's automatic schedule: the fastest of our paths offered; on a device without a table,
             the waves rule (chains while a row's blocks fit about two per SM).
-Paths (labkit.ops.paths; every one keeps torch's vectorized-path bits): chain, rows_fused, rows_counted, rows_staged,
-rows_cluster, reference_order.
+Paths (labkit.ops.paths; every one keeps torch's vectorized-path bits): chain, rows_fused, rows_counted,
+rows_counted_block, rows_staged, rows_cluster, reference_order.
 """
 from __future__ import annotations
 

@@ -326,7 +326,8 @@ __device__ __forceinline__ void rows_fused_block_counted(const float4* __restric
 }
 
 // Two vectors a thread (rows of at most 1,024 floats) at rows_fused_reg2's 12 blocks per SM (40 registers, no spill);
-// four (N <= 2,048) measured 0-14% slower than rows_fused_reg4 and is not built (data/dev/rows_floor/).
+// four (N <= 2,048) measured 0.5-0.6% slower than rows_fused_reg4 at 8192 and 32768 x 2048 and is not built
+// (data/dev/rows_floor/).
 extern "C" __global__ void __launch_bounds__(128, 12) rows_fused_reg2_counted(
     const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int n, float eps) {
     rows_fused_block_counted<2>(x, gamma, beta, y, mean, rstd, n, eps);

@@ -244,9 +244,9 @@ def test_pick_breaks_an_eager_near_tie_by_graph_replay():
     assert rule.pick(sc, tie={"native": 1.0, "rows_fused": 0.66}) == "reference_order"
 
 
-@pytest.mark.parametrize("path", ["rows_staged", "rows_cluster"])
+@pytest.mark.parametrize("path", ["rows_staged", "rows_cluster", "rows_counted_block"])
 def test_the_readme_says_where_the_staged_paths_serve(path):
-    """README's list of the measured shapes each staged path serves at, per protocol, is what the committed H200
+    """README's list of the measured shapes each staged path (and rows_counted_block) serves at, per protocol, is what the committed H200
     table picks (labkit.studies.dispatch.served_at), and it cites that table's run."""
     import re
 

@@ -229,7 +229,7 @@ def test_functorch_grad_and_jvp_take_torchs_layer_norm(monkeypatch):
 
 @pytest.mark.parametrize("rows,n,arch,expect", [
     # (32768, 2048): issue 24's case of a win the dispatch left unused (torch 168.8 us, rows_fused forced 135.6,
-    # eager per call); the table of run dispatch-table-bb5ab3 takes it (as did those before it). (1024, 65536): issue
+    # eager per call); the table of run dispatch-table-6d407c takes it (as did those before it). (1024, 65536): issue
     # 24's long-row miss (rows_staged 1.19x torch under graph replay), now a row across a cluster of 2 (rows_cluster)
     (1, 1 << 24, 90, "chain"), (16, 1 << 22, 90, "chain"), (64, 1 << 20, 90, "chain"), (32768, 2048, 90, "rows_fused"),
     (2048, 16384, 90, "rows_staged"), (1024, 65536, 90, "rows_cluster"),

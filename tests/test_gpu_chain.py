@@ -189,8 +189,8 @@ def _rows_fused_cases():
     # or none (where the count pass's quotient is 0), and row counts that leave its last block partly empty
     counted = [(rows_counted.FUNCTION, rows, n) for rows, n in
                ((1, 1024), (5, 1024 - 4 * 37), (130, 1024), (7, 768), (9, 200), (6, 40), (3, 4), (4097, 1000))]
-    # the counted block form (labkit.ops.rows_counted_block): the same rows, one block each, and warps with no vector
-    # (N < 384: the count pass's quotients 0 in whole warps of the tree)
+    # the counted block form (labkit.ops.rows_counted_block): the same rows, one block each: whole warps with no vector
+    # at N <= 384, and a tree quotient 0 (warps 1 and 3 both empty) at N <= 128
     counted += [(rows_counted_block.FUNCTION, rows, n) for rows, n in
                 ((1, 1024), (5, 1024 - 4 * 37), (130, 1024), (7, 768), (9, 200), (6, 40), (3, 4), (4097, 1000),
                  (8192, 1024))]

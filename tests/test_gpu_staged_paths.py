@@ -122,7 +122,8 @@ def test_non_finite_rows(spec):
     n = spec.wide
     x = inputs.make_input("normal", (300, n), seed=13, device="cuda")
     x[::7, 5] = float("inf")
-    x[3::11, n - 17] = float("nan")  # in the row's last chunk (rows_cluster: the second CTA's half)
+    x[3::11, 17] = float("nan")  # in the row's first chunk
+    x[4::13, n - 17] = float("nan")  # in its last (rows_cluster: the second CTA's half)
     w, b = inputs.make_affine("random_normal", (n,), seed=13, device="cuda")
     got = spec.layer_norm(x, w, b, 1e-5, return_stats=True)
     assert _differing(got, native_layer_norm(x, w, b, 1e-5)) == []

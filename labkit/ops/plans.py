@@ -1,11 +1,12 @@
 """What every op's launch plan has, and the one way a plan runs on tensors.
 
-Each kernel path (labkit.ops.reference_order, chain, rows_fused, rows_counted, rows_staged, rows_cluster) exports
-`plan(rows, n, device)`: a frozen description of its launches computed from the shape and the device's limits
-(kernel functions, grid, block, shared memory, scratch layout, tensor-map geometry), raising ValueError where the
-path cannot take the shape. `plan.program(device_index)` is that call as data (labkit.core.program: slots x, weight, bias, y, mean, rstd,
-scratch; memsets and launches in stages "stats"/"output", or "fused"), and `plan.bind(device_index)` prepares it on a
-device as a BoundProgram (function handles, shared-memory opt-in), called on raw pointers:
+Each kernel path (labkit.ops.reference_order, chain, rows_fused, rows_counted, rows_counted_block, rows_staged,
+rows_cluster) exports `plan(rows, n, device)`: a frozen description of its launches computed from the shape and the
+device's limits (kernel functions, grid, block, shared memory, scratch layout, tensor-map geometry), raising
+ValueError where the path cannot take the shape. `plan.program(device_index)` is that call as data
+(labkit.core.program: slots x, weight, bias, y, mean, rstd, scratch; memsets and launches in stages
+"stats"/"output", or "fused"), and `plan.bind(device_index)` prepares it on a device as a BoundProgram (function
+handles, shared-memory opt-in), called on raw pointers:
 
     bound((x, weight, bias, y, mean, rstd, scratch), eps, stream)
 

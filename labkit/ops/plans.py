@@ -91,6 +91,19 @@ def execute(plan, x, weight, bias, eps: float, out=None):
     return y, mean, rstd
 
 
+def run(plan_for, x, weight, bias, eps: float, out=None, return_stats: bool = False):
+    """A path's public function: validate the input as torch's vectorized path would take it
+    (labkit.ops.eligibility.check, ValueError naming the condition before any launch), plan it with
+    `plan_for(rows, n, device)` (the path's plan, which raises its own ValueError), execute. y, or (y, mean, rstd)."""
+    from labkit.core.device import device_info
+    from labkit.ops import eligibility
+
+    layout = eligibility.check(x, weight, bias, eps, out=out)
+    p = plan_for(layout.rows, layout.n, device_info(current_index(x.device)))
+    y, mean, rstd = execute(p, x, weight, bias, eps, out)
+    return (y, mean, rstd) if return_stats else y
+
+
 def stats_only(plan, x, mean, rstd, eps: float) -> None:
     """The plan's statistics launch alone (stage-breakdown and sanitizer experiments)."""
     index = current_index(x.device)

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.core.device import Device, current_index, device_info
+from labkit.core.device import Device
 from labkit.core.launch import Kernel
 from labkit.core.program import EPS, FORWARD_SLOTS, I32, BoundProgram, Launch, Program, Ptr
-from labkit.ops import eligibility
-from labkit.ops.plans import NO_SCRATCH, Scratch, execute
+from labkit.ops.plans import NO_SCRATCH, Scratch, run
 
 PATH = "reference_order"
 KERNELS = ("reference_stats", "affine_rows")
@@ -66,7 +65,4 @@ def reference_order_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, 
         ValueError naming the violated condition (labkit.ops.eligibility), before any launch; inputs on which
         torch itself would leave its vectorized path (misaligned x/weight/bias, N % 4 != 0, N > 2**24) say so.
     """
-    layout = eligibility.check(x, weight, bias, eps, out=out)
-    p = plan(layout.rows, layout.n, device_info(current_index(x.device)))
-    y, mean, rstd = execute(p, x, weight, bias, eps, out)
-    return (y, mean, rstd) if return_stats else y
+    return run(plan, x, weight, bias, eps, out, return_stats)

@@ -14,8 +14,6 @@ every row the warp layout takes (at most WARP_VECTORS[-1] * 512 floats), shorter
 vectors unused, so that the table measures it at each N of the grid up to there and interpolates between them."""
 from __future__ import annotations
 
-import dataclasses
-
 from labkit.core.device import Device
 from labkit.ops import rows_fused
 
@@ -27,10 +25,7 @@ MAX_N = rows_fused.THREADS * 4 * rows_fused.WARP_VECTORS[-1]  # the two-vector w
 
 
 def plan(rows: int, n: int, device: Device) -> rows_fused.RowsFusedPlan:
-    if n > MAX_N:
-        raise ValueError(f"rows_counted takes rows of at most {MAX_N} floats (one warp's registers), got N={n}")
-    rows_fused.plan(rows, n, device)  # refuses what rows_fused refuses (the arch), with its reason
-    return dataclasses.replace(rows_fused.entry_plan(rows, n, FUNCTION), path=PATH)
+    return rows_fused.own_entry_plan(rows, n, device, FUNCTION, PATH, MAX_N, "one warp's registers")
 
 
 def rows_counted_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
@@ -40,11 +35,6 @@ def rows_counted_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, ret
     violated condition before any launch: an input torch's vectorized path would not take (labkit.ops.eligibility),
     a GPU before sm_80, or N above MAX_N.
     """
-    from labkit.core.device import current_index, device_info
-    from labkit.ops import eligibility
-    from labkit.ops.plans import execute
+    from labkit.ops.plans import run
 
-    layout = eligibility.check(x, weight, bias, eps, out=out)
-    p = plan(layout.rows, layout.n, device_info(current_index(x.device)))
-    y, mean, rstd = execute(p, x, weight, bias, eps, out)
-    return (y, mean, rstd) if return_stats else y
+    return run(plan, x, weight, bias, eps, out, return_stats)

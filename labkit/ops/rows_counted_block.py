@@ -16,8 +16,6 @@ rows of at most MAX_N floats (two float4s a thread), shorter ones with threads' 
 table measures it at each N of the grid up to there."""
 from __future__ import annotations
 
-import dataclasses
-
 from labkit.core.device import Device
 from labkit.ops import rows_fused
 
@@ -29,10 +27,7 @@ MAX_N = rows_fused.THREADS * 4 * 2  # two float4s per thread: 1024 floats
 
 
 def plan(rows: int, n: int, device: Device) -> rows_fused.RowsFusedPlan:
-    if n > MAX_N:
-        raise ValueError(f"rows_counted_block takes rows of at most {MAX_N} floats (two float4s a thread), got N={n}")
-    rows_fused.plan(rows, n, device)  # refuses what rows_fused refuses (the arch), with its reason
-    return dataclasses.replace(rows_fused.entry_plan(rows, n, FUNCTION), path=PATH)
+    return rows_fused.own_entry_plan(rows, n, device, FUNCTION, PATH, MAX_N, "two float4s a thread")
 
 
 def rows_counted_block_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
@@ -42,11 +37,6 @@ def rows_counted_block_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=Non
     violated condition before any launch: an input torch's vectorized path would not take (labkit.ops.eligibility),
     a GPU before sm_80, or N above MAX_N.
     """
-    from labkit.core.device import current_index, device_info
-    from labkit.ops import eligibility
-    from labkit.ops.plans import execute
+    from labkit.ops.plans import run
 
-    layout = eligibility.check(x, weight, bias, eps, out=out)
-    p = plan(layout.rows, layout.n, device_info(current_index(x.device)))
-    y, mean, rstd = execute(p, x, weight, bias, eps, out)
-    return (y, mean, rstd) if return_stats else y
+    return run(plan, x, weight, bias, eps, out, return_stats)

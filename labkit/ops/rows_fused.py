@@ -10,7 +10,7 @@ vectors per torch thread because the packing probe (data/dev/rows_packed/, H200)
 block (rows of 1536 and 2048 floats)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from labkit.core.device import Device
 from labkit.core.launch import Kernel
@@ -70,3 +70,13 @@ def plan(rows: int, n: int, device: Device) -> RowsFusedPlan:
     if device.arch < MIN_ARCH:
         raise ValueError(f"rows_fused is built for sm_{MIN_ARCH} and later, device is {device.arch_name}")
     return entry_plan(rows, n, function_for(n))
+
+
+def own_entry_plan(rows: int, n: int, device: Device, function: str, path: str, max_n: int, holds: str):
+    """The plan of a path that runs one rows_fused entry point of its own (rows_counted, rows_counted_block): a
+    ValueError for N above `max_n`, naming what bounds it (`holds`), and for whatever rows_fused refuses (the arch),
+    with its reason; else entry_plan(function) under `path`."""
+    if n > max_n:
+        raise ValueError(f"{path} takes rows of at most {max_n} floats ({holds}), got N={n}")
+    plan(rows, n, device)
+    return replace(entry_plan(rows, n, function), path=path)

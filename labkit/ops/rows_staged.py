@@ -92,11 +92,6 @@ def rows_staged_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, retu
     violated condition before any launch: an input torch's vectorized path would not take (labkit.ops.eligibility),
     a GPU before sm_90, or N above MAX_N.
     """
-    from labkit.core.device import current_index, device_info
-    from labkit.ops import eligibility
-    from labkit.ops.plans import execute
+    from labkit.ops.plans import run
 
-    layout = eligibility.check(x, weight, bias, eps, out=out)
-    p = plan(layout.rows, layout.n, device_info(current_index(x.device)))
-    y, mean, rstd = execute(p, x, weight, bias, eps, out)
-    return (y, mean, rstd) if return_stats else y
+    return run(plan, x, weight, bias, eps, out, return_stats)

@@ -356,6 +356,10 @@ def test_ordinary_shapes_are_judged_against_the_faster_peer_and_torch():
     assert "worst 0.74x at 4096x768; short of the goal: 4096x768 0.74x" in lines and "(goal >= 0.95x: missed)" in lines
     assert "worst 1.18x at 1024x65536; short of the goal: " in lines and "(goal >= 1.25x: missed)" in lines
     assert study.forward_block({"dropin_sweep": _fake_sweep()})["ordinary_worst_vs_peer"] is None
+    # a miss that two decimals would round onto the goal keeps the digits that show it (dropin-2b30f8: 0.9486)
+    near = {"shapes": [row("4096x768", 0.0146, 0.007619, 0.007939, 0.008032)]}
+    lines = "\n".join(study.verdict_lines({"dropin_sweep": _fake_sweep(), "dropin_peers": near}, "test"))
+    assert "worst 0.949x at 4096x768; short of the goal: 4096x768 0.949x" in lines
 
 
 def test_dispatch_rows_flag_disagreement_and_propose_a_threshold():

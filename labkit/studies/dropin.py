@@ -562,7 +562,8 @@ def peers_worst(record: dict | None) -> dict:
         judged = [r for r in rows if r[column] is not None]
         worst = min(judged, key=lambda r: r[column]) if judged else None
         out[name], out[f"{name}_shape"] = (worst[column], worst["shape"]) if worst else (None, None)
-        out[f"{name}_short"] = listed([(r["shape"], r[column]) for r in judged if r[column] < goal_ratio], empty="")
+        out[f"{name}_short"] = listed([(r["shape"], r[column]) for r in judged if r[column] < goal_ratio], empty="",
+                                        limit=goal_ratio)
     return out
 
 

@@ -54,9 +54,11 @@ def beside(value: float | None, limit: float, unit: str = "x") -> str:
     return f"{value:.{decimals}f}" + ("x" if unit == "x" else f" {unit}" if unit else "")
 
 
-def listed(ratios, empty: str = "none") -> str:
-    """(shape, ratio) pairs as a verdict names them: '4096x768 0.81x, 8192x1024 0.93x'; `empty` for none."""
-    return ", ".join(f"{k} {v:.2f}x" for k, v in ratios) or empty
+def listed(ratios, empty: str = "none", limit: float | None = None) -> str:
+    """(shape, ratio) pairs as a verdict names them: '4096x768 0.81x, 8192x1024 0.93x'; `empty` for none. With the
+    goal's `limit`, a ratio that two decimals would round onto it gets the digits `beside` gives (0.9486 against
+    0.95 reads 0.949x)."""
+    return ", ".join(f"{k} {beside(v, limit) if limit is not None else f'{v:.2f}x'}" for k, v in ratios) or empty
 
 
 def tally_text(goals: list[dict]) -> str:

@@ -909,8 +909,9 @@ def _sweep_goals(sweep: dict | None) -> list[dict]:
                  (all(v >= WIDE_COMPILE_GOAL for _, v in wide) if wide else None), eager,
                  "wide rows x torch.compile"),
             goal("ordinary shapes, each x native", f"{listed(ordinary)}; short of {ORDINARY_GRAPH_GOAL}x: "
-                 f"{listed(short)}", f">= {ORDINARY_GRAPH_GOAL}x each", (not short) if ordinary else None, graph,
-                 "ordinary shapes x torch eager", f"short: {listed(short)}"),
+                 f"{listed(short, limit=ORDINARY_GRAPH_GOAL)}", f">= {ORDINARY_GRAPH_GOAL}x each",
+                 (not short) if ordinary else None, graph, "ordinary shapes x torch eager",
+                 f"short: {listed(short, limit=ORDINARY_GRAPH_GOAL)}"),
             goal(f"where native takes < {NATIVE_FLOOR_MS * 1e3:.0f} us",
                  "no such shape in the sweep" if worst_below is None else
                  f"{len(below)} shapes, at most {worst_below[1]:+.1f} us against native ({worst_below[0]})",
@@ -1026,7 +1027,7 @@ def goals(records: dict) -> list[dict]:
         why = (f"; against every byte it must move (gamma read, dgamma and dbeta written too): {listed(complete)}"
                if complete else "")
         out.append(goal("backward within its floor", f"{listed(floors)} its floor{why}", f"<= {FLOOR_GOAL}x each",
-                        not over, graph, "backward / floor", f"over: {listed(over)}"))
+                        not over, graph, "backward / floor", f"over: {listed(over, limit=FLOOR_GOAL)}"))
     return out
 
 

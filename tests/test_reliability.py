@@ -326,3 +326,20 @@ def test_the_sanitizer_shapes_reach_the_column_fold():
     lays = [backward.column_layout(s[0], math.prod(s[1:]), 132) for s in rel.SANITIZER_SMALL_SHAPES]
     assert {lay.fold for lay in lays} == {True, False}
     assert {lay.function for lay in lays} == {"grad_columns_streamed", "grad_columns_prefetched", "grad_columns_tiled"}
+
+
+def test_every_path_is_sanitized_fuzzed_and_soaked_through_its_own_entry():
+    from labkit.ops import paths
+
+    for path in paths.PATHS:
+        named = (path,) if path != "chain" else ("chain_tma", "chain_w4")
+        for targets in (rel.LAYER_NORM_TARGETS, rel.FUZZ_METHODS, rel.SOAK_METHODS):
+            assert set(named) <= set(targets), (path, targets)
+    own = rel.own_path_targets()
+    assert own == tuple(p for p in rel.LAYER_NORM_TARGETS
+                        if p in paths.PATHS and p not in ("chain", "rows_fused"))
+    for path in own:
+        assert paths.public_function(path).__name__ == f"{path}_layer_norm"
+    assert paths.public_function("chain") is None and paths.public_function("rows_fused") is None
+    with pytest.raises(ValueError, match="path must be one of"):
+        paths.public_function("rows")

@@ -31,6 +31,14 @@ def plannable(rows: int, n: int, device: Device) -> dict:
     return out
 
 
+def public_function(path: str):
+    """`path`'s own public LayerNorm function (`<path>_layer_norm`: validate, plan, launch), or None for the paths
+    that run only through chain_layer_norm's schedules (chain, rows_fused)."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {tuple(PATHS)}, got {path!r}")
+    return getattr(PATHS[path], f"{path}_layer_norm", None) if path != chain.PATH else None
+
+
 def kernels(path: str) -> tuple[str, ...]:
     return () if path == NATIVE else PATHS[path].KERNELS
 

@@ -210,9 +210,13 @@ def _settings(target: str):
             "rows_fused": ChainSettings("rows_fused")}[target]
 
 
-# Targets that are labkit.ops.paths names run through that path's own plan and public function; the others
-# through chain_layer_norm's schedules (_settings).
-OWN_PATH_TARGETS = ("reference_order", "rows_counted", "rows_counted_block", "rows_staged", "rows_cluster")
+def own_path_targets() -> tuple[str, ...]:
+    """The targets that are labkit.ops.paths names with a public function of their own (labkit.ops.paths
+    .public_function), run through it and their own plan; the others run through chain_layer_norm's schedules
+    (_settings)."""
+    from labkit.ops import paths
+
+    return tuple(t for t in LAYER_NORM_TARGETS if t in paths.PATHS and paths.public_function(t) is not None)
 
 
 def takes(target: str, rows: int, n: int, device) -> bool:
@@ -223,7 +227,7 @@ def takes(target: str, rows: int, n: int, device) -> bool:
     try:
         if target in BACKWARD_TARGETS:
             backward.plan(rows, n, device, target.removeprefix("grad_"))
-        elif target in OWN_PATH_TARGETS:
+        elif target in own_path_targets():
             paths.plan(target, rows, n, device)
         else:
             chain.schedule_plan(rows, n, device, _settings(target))
@@ -233,18 +237,11 @@ def takes(target: str, rows: int, n: int, device) -> bool:
 
 
 def _product_call(target: str, x, w, b, eps):
+    from labkit.ops import paths
     from labkit.ops.chain import chain_layer_norm
-    from labkit.ops.reference_order import reference_order_layer_norm
-    from labkit.ops.rows_cluster import rows_cluster_layer_norm
-    from labkit.ops.rows_counted import rows_counted_layer_norm
-    from labkit.ops.rows_counted_block import rows_counted_block_layer_norm
-    from labkit.ops.rows_staged import rows_staged_layer_norm
 
-    own = {"reference_order": reference_order_layer_norm, "rows_counted": rows_counted_layer_norm,
-           "rows_counted_block": rows_counted_block_layer_norm,
-           "rows_staged": rows_staged_layer_norm, "rows_cluster": rows_cluster_layer_norm}
-    if target in own:
-        return own[target](x, w, b, eps, return_stats=True)
+    if target in own_path_targets():
+        return paths.public_function(target)(x, w, b, eps, return_stats=True)
     return chain_layer_norm(x, w, b, eps, return_stats=True, settings=_settings(target))
 
 

@@ -457,3 +457,13 @@ def test_record_tables_have_a_readers_headers():
         assert len(rows) == 1 and all("_" not in k for k in rows[0])
     assert training.wide_rows(wide)[0]["x torch"] == 5.0 and dropin.near_max_rows(near)[0]["shape"] == "4x768"
     assert dropin.near_max_rows(None) == training.model_rows(None) == training.wide_rows({}) == []
+
+
+def test_listed_ratios_keep_the_digits_their_goal_needs():
+    from labkit.studies.goals import listed
+
+    pairs = [("a", 0.9486), ("b", 0.8123), ("c", 1.1504)]
+    assert listed(pairs) == "a 0.95x, b 0.81x, c 1.15x"
+    assert listed(pairs[:2], limit=0.95) == "a 0.949x, b 0.81x"  # only the one that would read as the goal grows
+    assert listed(pairs[2:], limit=1.15) == "c 1.1504x"  # over the goal by less than 2 decimals show
+    assert listed([], empty="") == "" and listed([]) == "none"

@@ -905,10 +905,12 @@ def _sweep_goals(sweep: dict | None) -> list[dict]:
              if (r.get("eager") or {}).get("native") and r["eager"].get("dropin")
              and r["eager"]["native"] < NATIVE_FLOOR_MS]
     worst_below = max(below, key=lambda kv: kv[1], default=None)
-    return [goal("few wide rows vs torch.compile", listed(wide), f">= {WIDE_COMPILE_GOAL}x each",
+    return [goal("few wide rows vs torch.compile", listed(wide, limit=WIDE_COMPILE_GOAL),
+                 f">= {WIDE_COMPILE_GOAL}x each",
                  (all(v >= WIDE_COMPILE_GOAL for _, v in wide) if wide else None), eager,
                  "wide rows x torch.compile"),
-            goal("ordinary shapes, each x native", f"{listed(ordinary)}; short of {ORDINARY_GRAPH_GOAL}x: "
+            goal("ordinary shapes, each x native",
+                 f"{listed(ordinary, limit=ORDINARY_GRAPH_GOAL)}; short of {ORDINARY_GRAPH_GOAL}x: "
                  f"{listed(short, limit=ORDINARY_GRAPH_GOAL)}", f">= {ORDINARY_GRAPH_GOAL}x each",
                  (not short) if ordinary else None, graph, "ordinary shapes x torch eager",
                  f"short: {listed(short, limit=ORDINARY_GRAPH_GOAL)}"),
@@ -1026,7 +1028,8 @@ def goals(records: dict) -> list[dict]:
         complete = [(r["shape"], r["ours / complete floor"]) for r in rows if "ours / complete floor" in r]
         why = (f"; against every byte it must move (gamma read, dgamma and dbeta written too): {listed(complete)}"
                if complete else "")
-        out.append(goal("backward within its floor", f"{listed(floors)} its floor{why}", f"<= {FLOOR_GOAL}x each",
+        out.append(goal("backward within its floor", f"{listed(floors, limit=FLOOR_GOAL)} its floor{why}",
+                        f"<= {FLOOR_GOAL}x each",
                         not over, graph, "backward / floor", f"over: {listed(over, limit=FLOOR_GOAL)}"))
     return out
 

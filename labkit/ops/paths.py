@@ -13,11 +13,15 @@ PATHS = {m.PATH: m for m in (chain, rows_fused, rows_counted, rows_counted_block
                              reference_order)}
 
 
-def plan(path: str, rows: int, n: int, device: Device):
-    """The frozen launch plan of `path` for rows x N on `device`; ValueError where that path cannot take it."""
+def _module(path: str):
     if path not in PATHS:
         raise ValueError(f"path must be one of {tuple(PATHS)}, got {path!r}")
-    return PATHS[path].plan(rows, n, device)
+    return PATHS[path]
+
+
+def plan(path: str, rows: int, n: int, device: Device):
+    """The frozen launch plan of `path` for rows x N on `device`; ValueError where that path cannot take it."""
+    return _module(path).plan(rows, n, device)
 
 
 def plannable(rows: int, n: int, device: Device) -> dict:
@@ -34,9 +38,7 @@ def plannable(rows: int, n: int, device: Device) -> dict:
 def public_function(path: str):
     """`path`'s own public LayerNorm function (`<path>_layer_norm`: validate, plan, launch), or None for the paths
     that run only through chain_layer_norm's schedules (chain, rows_fused)."""
-    if path not in PATHS:
-        raise ValueError(f"path must be one of {tuple(PATHS)}, got {path!r}")
-    return getattr(PATHS[path], f"{path}_layer_norm", None) if path != chain.PATH else None
+    return getattr(_module(path), f"{path}_layer_norm", None) if path != chain.PATH else None
 
 
 def kernels(path: str) -> tuple[str, ...]:

@@ -731,7 +731,7 @@ def verdict_lines(records: dict, source: str) -> list[str]:
 # --- what the notebook shows on any machine ----------------------------------------------------------------------
 
 RECORDS = ("dropin_block", "dropin_identity", "dropin_host", "dropin_sweep", "dropin_peers", "dropin_floor",
-           "dropin_near_max")
+           "dropin_near_max", "kernelbench_timing")
 
 
 # What a reader copies: the page shows this text and, beside it, what it printed when the GPU run executed it.
@@ -933,13 +933,14 @@ def forward_block(records: dict) -> dict | None:
     """Issue 24's `forward` keys this run measures: the drop-in as dispatched against torch's kernel, worst over the
     sweep's shapes, under the eager per-call protocol and under graph replay (native / drop-in), and at the
     ordinary shapes the worst drop-in against the faster of torch.compile and Liger (graph replay, `dropin_peers`);
-    the rest None (L1/40 under both protocols is kernelbench_timing's run)."""
-    from labkit.studies.kernelbench_timing import FORWARD_KEYS
+    L1/40 under graph replay and KernelBench's timing from the run's own `kernelbench_timing` record (None in runs
+    that predate it: scripts/kernelbench_timing.py's run holds those)."""
+    from labkit.studies import kernelbench_timing as kb
 
     sweep = records.get("dropin_sweep")
     if not sweep:
         return None
-    out = dict.fromkeys(FORWARD_KEYS)
+    out = kb.forward_block(records.get("kernelbench_timing")) or dict.fromkeys(kb.FORWARD_KEYS)
     for key, protocol in (("dispatch_worst_vs_native_eager", "eager"), ("dispatch_worst_vs_native_graph", "graph")):
         ratios = [row[protocol]["native"] / row[protocol]["dropin"] for row in sweep.get("shapes", [])
                   if (row.get(protocol) or {}).get("native") and (row.get(protocol) or {}).get("dropin")]
@@ -957,7 +958,9 @@ def summary(records: dict, prov: dict) -> dict:
 
 
 def summary_lines(s: dict) -> list[str]:
-    return [dropin_line(s["dropin"])] if s.get("dropin") else []
+    from labkit.studies import kernelbench_timing as kb
+
+    return ([dropin_line(s["dropin"])] if s.get("dropin") else []) + kb.summary_lines(s)
 
 
 def page_headline(records: dict, summary: dict) -> str:

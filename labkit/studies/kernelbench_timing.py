@@ -172,6 +172,29 @@ def run(blocks: int = 3, num_trials: int = NUM_TRIALS, graph_rounds: int = 35, l
 
 RUN_NAME = "kernelbench_timing"  # written by scripts/kernelbench_timing.py, shown by notebook 07
 NOTEBOOK = None
+# The runs that hold a `kernelbench_timing` record: this module's own and notebook 08's `dropin` run, which times L1/40
+# this way beside its ordinary shapes so that one run carries every key of issue 24's `forward` block.
+RECORDED_BY = (RUN_NAME, "dropin")
+
+
+def newest_run(paths: dict | None = None, runs_root=None):
+    """The directory of the newest complete run, among RECORDED_BY's, that holds a `kernelbench_timing` record: a
+    build's own (`paths`, {run name: directory}) where given for a name, else the newest committed one of that name
+    that has it. Run ids begin with their UTC time, so the newest is the largest id. None if there is none."""
+    from pathlib import Path
+
+    from labkit.records import run as results
+
+    root = Path(runs_root) if runs_root else results.DATA_RUNS
+    found = []
+    for name in RECORDED_BY:
+        dirs = [Path(paths[name])] if paths and name in paths else list(reversed(results.committed_runs(name, root)))
+        for d in dirs:
+            run = results.load_run(d)
+            if run["complete"] and RUN_NAME in run["records"]:
+                found.append(d)
+                break
+    return max(found, key=lambda d: d.name, default=None)
 
 FORWARD_KEYS = ("l1_40_graph_ms", "l1_40_compile_graph_ms", "l1_40_b_ms", "l1_40_compile_b_ms",
                 "ordinary_worst_vs_peer", "ordinary_worst_shape", "dispatch_worst_vs_native_eager",

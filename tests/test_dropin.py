@@ -362,6 +362,22 @@ def test_ordinary_shapes_are_judged_against_the_faster_peer_and_torch():
     assert "worst 0.949x at 4096x768; short of the goal: 4096x768 0.949x" in lines
 
 
+def test_the_gap_to_the_faster_peer_reads_against_the_copy_timed_in_the_same_call():
+    def row(key, copy, inductor, liger, ours):
+        g = {"native": 0.02, "dropin": ours, "inductor": inductor, "liger": liger, **({"copy": copy} if copy else {})}
+        return {"key": key, "graph": g, "path": "rows_fused", "identical": True}
+    peers = {"shapes": [row("4096x768", 0.0065, 0.0076, 0.0079, 0.0080), row("8192x1024", 0.0198, 0.0208, 0.0204,
+                                                                            0.0212)]}
+    line = study.peer_gap_line(peers)  # the worst shape against its faster peer: 0.0076 / 0.0080 < 0.0204 / 0.0212
+    assert line == ("  at 4096x768, above the copy of x in the same call (6.50 us, the floor of every method there): "
+                    "the drop-in 1.50 us, torch.compile 1.10 us")
+    assert study.peer_rows(peers)[0]["copy of x us"] == pytest.approx(6.5)
+    assert line in study.verdict_lines({"dropin_sweep": _fake_sweep(), "dropin_peers": peers}, "test")
+    old = {"shapes": [row("4096x768", None, 0.0076, 0.0079, 0.0080)]}  # runs before the copy was timed
+    assert study.peer_gap_line(old) is None and "copy of x us" not in study.peer_rows(old)[0]
+    assert study.peer_gap_line(None) is None
+
+
 def test_dispatch_rows_flag_disagreement_and_propose_a_threshold():
     sw = _fake_sweep()
     sw["shapes"][0]["eager"]["chain"] = 5.0  # chain slower than native at the longest row

@@ -489,8 +489,9 @@ def peers(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
     """The forward at ordinary shapes under graph replay (protocol A), every method of a shape in one timing call:
     torch eager, torch.compile and Liger-Kernel (labkit.studies.methods' builds: compiled or built on a first call
     outside the timing), and the drop-in as a model under CUDA graphs gets it (`dispatch_protocol("graph")`), with
-    its output's bits against torch's and the path that served. A peer that cannot take a shape is recorded with
-    its error. The `dropin_peers` record."""
+    its output's bits against torch's and the path that served, and a copy of x into an output (`copy`: the bytes
+    any schedule reads and writes, the floor of every method there). A peer that cannot take a shape is recorded
+    with its error. The `dropin_peers` record."""
     import torch
 
     from labkit import dispatch_protocol, explain, layer_norm
@@ -511,8 +512,10 @@ def peers(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
         def ours():
             with dispatch_protocol("graph"):
                 return layer_norm(x, ns, w, b, eps)
+        y = torch.empty_like(x)
         with torch.no_grad():
-            fns = {"native": lambda: torch.nn.functional.layer_norm(x, ns, w, b, eps), "dropin": ours}
+            fns = {"native": lambda: torch.nn.functional.layer_norm(x, ns, w, b, eps), "dropin": ours,
+                   "copy": lambda: y.copy_(x)}
             for name in PEERS:
                 built = registry.build(registry.get(name), x, w, b, eps)
                 versions.update(built["notes"].get("versions", {}))
@@ -527,22 +530,24 @@ def peers(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
         row["graph"], row["graph_stats"] = _medians(rec), rec.stats
         row["seconds"] = time.perf_counter() - t0
         out.append(row)
-        x = w = b = None  # the shape's tensors freed before the next shape's are made
+        x = w = b = y = None  # the shape's tensors freed before the next shape's are made
         if log:
             log(f"{row['key']}: {row['seconds']:.1f} s")
     return {"protocol": graph_p.__dict__, "peers": list(PEERS), "versions": versions, "shapes": out}
 
 
 def peer_rows(record: dict | None) -> list[dict]:
-    """Per ordinary shape: each method's graph-replay median (us), the path that served the drop-in, its bits, and
-    the drop-in against the faster peer and against torch eager (both graph replay)."""
+    """Per ordinary shape: each method's graph-replay median (us), the copy of x beside them where the run timed it,
+    the path that served the drop-in, its bits, and the drop-in against the faster peer and against torch eager
+    (both graph replay)."""
     rows = []
     for r in (record or {}).get("shapes", []):
         g = r.get("graph") or {}
         best = fastest({k: g.get(k) for k in PEERS})
         best_ms, ours = g.get(best), g.get("dropin")
         rows.append({"shape": r["key"], "torch eager us": _us(g.get("native")), "torch.compile us": _us(g.get("inductor")),
-                     "Liger us": _us(g.get("liger")), "drop-in us": _us(ours), "drop-in path": r.get("path"),
+                     "Liger us": _us(g.get("liger")), "drop-in us": _us(ours),
+                     **({"copy of x us": _us(g["copy"])} if g.get("copy") else {}), "drop-in path": r.get("path"),
                      "bit-identical": r.get("identical"),
                      "x faster peer": best_ms / ours if best_ms and ours else None,
                      "faster peer": {"inductor": "torch.compile", "liger": "Liger"}.get(best, "none timed"),
@@ -565,6 +570,22 @@ def peers_worst(record: dict | None) -> dict:
         out[f"{name}_short"] = listed([(r["shape"], r[column]) for r in judged if r[column] < goal_ratio], empty="",
                                         limit=goal_ratio)
     return out
+
+
+def peer_gap_line(record: dict | None) -> str | None:
+    """At the shape where the drop-in is furthest behind the faster peer: how far each is above the copy of x timed
+    in the same call (the bytes any schedule moves), so that the gap reads against what is left above the floor.
+    None where the run timed no copy (runs before 2026-12-05) or no peer."""
+    rows = [r for r in (record or {}).get("shapes", []) if (r.get("graph") or {}).get("copy")]
+    judged = [(r, fastest({k: r["graph"].get(k) for k in PEERS})) for r in rows if r["graph"].get("dropin")]
+    judged = [(r, best) for r, best in judged if best]
+    if not judged:
+        return None
+    r, best = min(judged, key=lambda rb: rb[0]["graph"][rb[1]] / rb[0]["graph"]["dropin"])
+    g, name = r["graph"], {"inductor": "torch.compile", "liger": "Liger"}[best]
+    return (f"  at {r['key']}, above the copy of x in the same call ({_us(g['copy']):.2f} us, the floor of every "
+            f"method there): the drop-in {_us(g['dropin'] - g['copy']):.2f} us, {name} "
+            f"{_us(g[best] - g['copy']):.2f} us")
 
 
 def fastest(times: dict) -> str | None:
@@ -717,7 +738,8 @@ def verdict_lines(records: dict, source: str) -> list[str]:
     s = dropin_block(records)
     if not s:
         return [f"drop-in: no GPU measurement to judge ({source}); the CPU checks above are all this run shows."]
-    lines = [f"drop-in ({source}):", *map(goal_line, goals(records)),
+    gap = peer_gap_line(records.get("dropin_peers"))
+    lines = [f"drop-in ({source}):", *map(goal_line, goals(records)), *([gap] if gap else []),
              f"  bits: forward {s['forward_identical']}, backward {s['backward_identical']}, "
              f"compiled {s['compiled_identical']}"]
     rows = dispatch_rows(records.get("dropin_sweep"))

@@ -575,7 +575,7 @@ def peers_worst(record: dict | None) -> dict:
 def peer_gap_line(record: dict | None) -> str | None:
     """At the shape where the drop-in is furthest behind the faster peer: how far each is above the copy of x timed
     in the same call (the bytes any schedule moves), so that the gap reads against what is left above the floor.
-    None where the run timed no copy (runs before 2026-12-05) or no peer."""
+    None where the run timed no copy (runs made before commit f9547dd) or no peer."""
     rows = [r for r in (record or {}).get("shapes", []) if (r.get("graph") or {}).get("copy")]
     judged = [(r, fastest({k: r["graph"].get(k) for k in PEERS})) for r in rows if r["graph"].get("dropin")]
     judged = [(r, best) for r, best in judged if best]

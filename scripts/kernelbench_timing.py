@@ -2,7 +2,7 @@
 
     LABKIT_RUNS_ROOT=$OUT/runs python scripts/kernelbench_timing.py [--blocks 3] [--trials 100]
 
-writes a run named "kernelbench_timing" (about a minute on an H200); curate it into data/runs. Notebook 07 shows it.
+writes a run named "kernelbench_timing" (about a minute on an H200); curate it into data/runs. Notebook 08's run records the same measurement; notebook 07 shows the newer of them.
 """
 from __future__ import annotations
 

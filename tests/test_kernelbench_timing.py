@@ -109,7 +109,7 @@ def _run(root, run_id, name, records):
 def test_newest_run_is_the_newest_of_either_name_that_holds_the_record(tmp_path):
     """notebook 08's dropin run holds KernelBench's timing from 2026-12-05 on: the newest run of either name that
     has the record serves it (notebook 07, the front page); a newer dropin run without it does not, nor does an
-    incomplete run; a build's own run (`paths`) stands for its name."""
+    incomplete run."""
     old = _run(tmp_path, "20200101T000000Z-cpu-kernelbench-timing-aaaaaa", "kernelbench_timing",
                {"kernelbench_timing": _record()})
     assert kb.newest_run(runs_root=tmp_path) == old
@@ -120,7 +120,6 @@ def test_newest_run_is_the_newest_of_either_name_that_holds_the_record(tmp_path)
                   {"kernelbench_timing": _record()})
     (broken / "kernelbench_timing.json").write_text("{}")  # its hash no longer matches: not complete
     assert kb.newest_run(runs_root=tmp_path) == with_it
-    assert kb.newest_run({"kernelbench_timing": old}, runs_root=tmp_path) == with_it
     assert kb.newest_run(runs_root=tmp_path / "none") is None
 
 
@@ -152,3 +151,11 @@ def test_rotated_blocks_times_each_program_back_to_back_in_a_rotated_order(monke
     assert samples["a"] == [[1.0, 1.0], [6.0, 6.0], [8.0, 8.0], [10.0, 10.0]]
     assert kb.block_means(samples)["b"] == [2.0, 4.0, 9.0, 11.0]
     assert kb.pooled_means({"x": [[1.0, 2.0], [6.0]]}) == {"x": 3.0}
+
+
+def test_the_front_page_lists_a_run_that_is_the_source_of_two_names_once(tmp_path):
+    from labkit.studies import front
+
+    run = _run(tmp_path, "20200102T000000Z-cpu-dropin-bbbbbb", "dropin", {"kernelbench_timing": _record()})
+    ids = front.run_ids({"dropin": run, "kernelbench_timing": run})
+    assert len(ids) == 1 and "-dropin-" in ids[0][0]

@@ -88,7 +88,9 @@ def test_the_front_pages_goals_are_the_ones_the_verdict_prints(name):
     from labkit.studies import dropin, kernelbench_timing, parallel_stats, training
     from labkit.studies.goals import goal_line, tally
 
-    records = newest_complete_run(name)["records"]
+    # KernelBench's timing: the newest committed run holding it, as the front page and notebook 07 read it
+    records = (load_run(kernelbench_timing.newest_run()) if name == "kernelbench_timing"
+               else newest_complete_run(name))["records"]
     study = {"parallel_stats": parallel_stats, "dropin": dropin, "training": training,
              "kernelbench_timing": kernelbench_timing}[name]
     goals = study.goals(records)
@@ -174,7 +176,7 @@ def test_front_page_is_the_post_with_numbers_from_the_runs(book_dir):
     assert site.html.escape(front.goals_sentence(goals)) in index
     for study, _, _ in front.GOAL_RUNS:
         judged = study.goals(load_run(runs[study.RUN_NAME])["records"])
-        g = next(g for g in goals if g["run"] == load_run(runs[study.RUN_NAME])["records"]["run"]["run_id"])
+        g = next(g for g in goals if g["study"] == study.RUN_NAME)  # one run can hold two studies' records
         assert (g["met"], g["missed"]) == (sum(x["met"] is True for x in judged),
                                            sum(x["met"] is False for x in judged))
         for x in judged:

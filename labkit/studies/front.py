@@ -59,13 +59,15 @@ GLOSSARY = {
 def runs_by_name(paths: dict[str, Path] | None = None) -> dict[str, Path]:
     """The run each front-page source is read from: the build's own where it wrote or replayed one (`paths`),
     else the newest complete committed run of that name; absent names are left out. KernelBench's timing at L1/40
-    is read from the newest run holding it (kernelbench_timing.newest_run), notebook 08's included."""
+    is read from the newest committed run holding it (kernelbench_timing.newest_run), notebook 08's included: the
+    one notebook 07 judges its goals on."""
     from labkit.records.session import newest_complete_run
 
     out = {}
     for name in RUNS:
-        if name == kernelbench_timing.RUN_NAME:  # recorded by its own script and by notebook 08: the newest of them
-            if (path := kernelbench_timing.newest_run(paths)) is not None:
+        if name == kernelbench_timing.RUN_NAME:  # recorded by its own script and by notebook 08: the newest
+            # committed run holding it, the one notebook 07 shows and judges (a build's own run is not committed yet)
+            if (path := kernelbench_timing.newest_run()) is not None:
                 out[name] = path
         elif paths and name in paths:
             out[name] = Path(paths[name])
@@ -202,7 +204,7 @@ def goals_by_notebook(runs: dict[str, Path]) -> list[dict]:
                     (g["brief"], f"{g['brief']} {g['short']} (goal {g['target']})"))
         protocols = list(dict.fromkeys(g["protocol"] for g in judged if g["protocol"]))
         out.append({"notebook": notebook, "what": what, **tally(judged), "missed_by_protocol": missed,
-                    "protocols": protocols, "run": _records(p)["run"]["run_id"]})
+                    "protocols": protocols, "run": _records(p)["run"]["run_id"], "study": study.RUN_NAME})
     return out
 
 

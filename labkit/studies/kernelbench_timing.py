@@ -170,17 +170,17 @@ def run(blocks: int = 3, num_trials: int = NUM_TRIALS, graph_rounds: int = 35, l
 
 # --- reading it back -----------------------------------------------------------------------------------------------
 
-RUN_NAME = "kernelbench_timing"  # written by scripts/kernelbench_timing.py, shown by notebook 07
+RUN_NAME = "kernelbench_timing"  # written by scripts/kernelbench_timing.py and notebook 08, shown by notebook 07
 NOTEBOOK = None
 # The runs that hold a `kernelbench_timing` record: this module's own and notebook 08's `dropin` run, which times L1/40
 # this way beside its ordinary shapes so that one run carries every key of issue 24's `forward` block.
 RECORDED_BY = (RUN_NAME, "dropin")
 
 
-def newest_run(paths: dict | None = None, runs_root=None):
-    """The directory of the newest complete run, among RECORDED_BY's, that holds a `kernelbench_timing` record: a
-    build's own (`paths`, {run name: directory}) where given for a name, else the newest committed one of that name
-    that has it. Run ids begin with their UTC time, so the newest is the largest id. None if there is none."""
+def newest_run(runs_root=None):
+    """The directory of the newest complete committed run, among RECORDED_BY's names, that holds a
+    `kernelbench_timing` record (notebook 07 and the front page read it). Run ids begin with their UTC time, so the
+    newest is the largest id. None if there is none."""
     from pathlib import Path
 
     from labkit.records import run as results
@@ -188,8 +188,7 @@ def newest_run(paths: dict | None = None, runs_root=None):
     root = Path(runs_root) if runs_root else results.DATA_RUNS
     found = []
     for name in RECORDED_BY:
-        dirs = [Path(paths[name])] if paths and name in paths else list(reversed(results.committed_runs(name, root)))
-        for d in dirs:
+        for d in reversed(results.committed_runs(name, root)):
             run = results.load_run(d)
             if run["complete"] and RUN_NAME in run["records"]:
                 found.append(d)

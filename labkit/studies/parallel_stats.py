@@ -274,7 +274,7 @@ def _tightest_block(ours: list[float], baseline: list[float], ratio: float) -> t
 def floor_verdict_lines(breakdown: dict | None, chain_floor: dict | None, ceiling: dict | None,
                         kb_record: dict | None, kb_source: str) -> list[str]:
     """Issue 24's L1/40 goals beside the floor this run measured for the schedule at L1/40 (`floors`' row: the
-    faster chain row plus the output pass), from kernelbench_timing's run. Time goals as its goals judge them (graph
+    faster chain row plus the output pass), from the newest run holding KernelBench's timing (kernelbench_timing.newest_run). Time goals as its goals judge them (graph
     replay's median, KernelBench's timing in its slowest block); ratio goals as the times they ask for (ModelNew at
     most torch.compile's median / 1.10 under graph replay; under KernelBench's timing the baseline's block mean /
     the ratio, in the missed block asking the least). The lines say which missed goals lie below that floor, and

@@ -7,7 +7,8 @@ forms of the same arithmetic (the chain_split floor probe's form measured 8.81).
 ways with the same operations on the same operands in the same order (same bits):
 - part 1, registers only (clock64 cycles per push, one warp a block on 64 blocks, as chain_floor.cu), every form,
   plus two diagnostics that change the arithmetic (never results): the mean chain alone, and the m2 update with
-  its product replaced by an add (a two-source instruction in place of the three-source FFMA);
+  its product replaced by an add, or by a product with an immediate (a two-source instruction in place of the
+  three-source FFMA), and the committed form with values and reciprocals as immediates (as kernels/chain_floor.cu);
 - part 2, the served statistics kernel built with each form (chain_stats_tma.cu with its push replaced, copied
   into kernels/ for the run and removed after), at 5 chain shapes: bits of y, mean and rstd (int32 views) against
   torch.native_layer_norm on uniform and normal inputs, and the statistics launch alone plus the whole forward
@@ -54,6 +55,11 @@ extern "C" __global__ void floor_k(float* out, long long* cyc, const float* vals
 #elif DIAG == 2
 #define P(c) { float d = v4.c - s.mean; float nm = s.mean + d * r4.c; s.m2 = s.m2 + (v4.c - nm); s.mean = nm; }
         P(x) P(y) P(z) P(w)
+#elif DIAG == 3
+#define Q(c) { float d = v4.c - s.mean; float nm = s.mean + d * r4.c; s.m2 = s.m2 + 0.5f * (v4.c - nm); s.mean = nm; }
+        Q(x) Q(y) Q(z) Q(w)
+#elif DIAG == 4
+        welford_push4_uncounted(s, make_float4(1.5f, 2.5f, 3.5f, 4.5f), make_float4(0.5f, 0.25f, 0.125f, 0.0625f));
 #else
         form_push4(s, p, v4, r4);
 #endif
@@ -72,7 +78,9 @@ def floor_part() -> dict:
                        1 / 9], dtype=cp.float32)
     pushes, blocks = 1 << 15, 64
     variants = [(f"form {f}", f, 0) for f in FORMS] + [("mean chain alone (diagnostic)", 0, 1),
-                                                       ("m2 by an add (diagnostic)", 0, 2)]
+                                                       ("m2 by an add (diagnostic)", 0, 2),
+                                                       ("m2 product by an immediate (diagnostic)", 0, 3),
+                                                       ("values and reciprocals as immediates", 0, 4)]
     for name, form, diag in variants:
         mod = cp.RawModule(code=FLOOR, options=("--std=c++17", "--fmad=true", f"-I{ROOT / 'kernels'}", f"-I{HERE}",
                                                  f"-DPUSH_FORM={form}", f"-DDIAG={diag}"))

@@ -6,9 +6,9 @@ chain alone 8.06 (data/dev/chain_split/floor.json). What is lost is dynamic, and
 forms of the same arithmetic (the chain_split floor probe's form measured 8.81). push_forms.cuh writes the push four
 ways with the same operations on the same operands in the same order (same bits):
 - part 1, registers only (clock64 cycles per push, one warp a block on 64 blocks, as chain_floor.cu), every form,
-  plus two diagnostics that change the arithmetic (never results): the mean chain alone, and the m2 update with
-  its product replaced by an add, or by a product with an immediate (a two-source instruction in place of the
-  three-source FFMA), and the committed form with values and reciprocals as immediates (as kernels/chain_floor.cu);
+  plus four diagnostics that change the arithmetic (never results): the mean chain alone; the m2 update with its
+  product replaced by an add, or by a product with an immediate (a two-source instruction in place of the
+  three-source FFMA); and the committed form with values and reciprocals as immediates (as kernels/chain_floor.cu);
 - part 2, the served statistics kernel built with each form (chain_stats_tma.cu with its push replaced, copied
   into kernels/ for the run and removed after), at 5 chain shapes: bits of y, mean and rstd (int32 views) against
   torch.native_layer_norm on uniform and normal inputs, and the statistics launch alone plus the whole forward

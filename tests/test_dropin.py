@@ -376,6 +376,11 @@ def test_the_gap_to_the_faster_peer_reads_against_the_copy_timed_in_the_same_cal
     old = {"shapes": [row("4096x768", None, 0.0076, 0.0079, 0.0080)]}  # runs before the copy was timed
     assert study.peer_gap_line(old) is None and "copy of x us" not in study.peer_rows(old)[0]
     assert study.peer_gap_line(None) is None
+    stats = {"dropin": {"q25_ms": 0.0078, "q75_ms": 0.0083}, "inductor": {"q25_ms": 0.0074, "q75_ms": 0.0079}}
+    peers["shapes"][0]["graph_stats"] = stats
+    assert study.peer_gap_line(peers).endswith("; interquartile ranges 7.80-8.30 us and 7.40-7.90 us, which overlap")
+    stats["inductor"]["q75_ms"] = 0.0077
+    assert study.peer_gap_line(peers).endswith("7.40-7.70 us, which do not overlap")
 
 
 def test_dispatch_rows_flag_disagreement_and_propose_a_threshold():

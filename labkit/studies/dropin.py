@@ -583,9 +583,17 @@ def peer_gap_line(record: dict | None) -> str | None:
         return None
     r, best = min(judged, key=lambda rb: rb[0]["graph"][rb[1]] / rb[0]["graph"]["dropin"])
     g, name = r["graph"], {"inductor": "torch.compile", "liger": "Liger"}[best]
-    return (f"  at {r['key']}, above the copy of x in the same call ({_us(g['copy']):.2f} us, the floor of every "
+    line = (f"  at {r['key']}, above the copy of x in the same call ({_us(g['copy']):.2f} us, the floor of every "
             f"method there): the drop-in {_us(g['dropin'] - g['copy']):.2f} us, {name} "
             f"{_us(g[best] - g['copy']):.2f} us")
+    # A ratio of medians a hair from its goal says little alone: the quartiles say whether the run tells them apart.
+    ours, theirs = ((r.get("graph_stats") or {}).get(k) for k in ("dropin", best))
+    if ours and theirs:
+        apart = ours["q25_ms"] > theirs["q75_ms"] or theirs["q25_ms"] > ours["q75_ms"]
+        line += (f"; interquartile ranges {_us(ours['q25_ms']):.2f}-{_us(ours['q75_ms']):.2f} us and "
+                 f"{_us(theirs['q25_ms']):.2f}-{_us(theirs['q75_ms']):.2f} us, which "
+                 + ("do not overlap" if apart else "overlap"))
+    return line
 
 
 def fastest(times: dict) -> str | None:

@@ -7,16 +7,9 @@
   backward plan takes the input and the rule says they are faster, else torch.ops.aten.native_layer_norm_backward
   fed with our mean and rstd; opaque, so that under torch.compile Inductor cannot re-derive the backward with its
   own reduction order;
-- layer_norm(): F.layer_norm's signature. In plain eager use it skips the dispatcher. A signature decided before
-  is served from C++ by the host extension's `call` (labkit.ops.dropin.host: torch's at::layer_norm, our forward, or
-  the extension's C++ autograd node, as get_plan decided), with no Python after the entry checks. Else, with nothing
-  to record, it calls the plan directly; recording autograd where torch's kernels serve both directions
-  (plan.torch_trains), it is torch's own F.layer_norm and autograd node; else the C++ autograd node on the same
-  plan's programs, or, where the extension does not serve, `_LayerNorm`, a torch.autograd.Function on the same
-  plan and backward (the registered op's Python dispatch cost ~80 us a call). Compiling, dispatch modes and
-  tensor subclasses take the registered op (vmap too, with its batching rule); functorch's differentiating
-  transforms (torch.func.grad, jvp, ...), which a custom op's autograd does not support, take torch's
-  F.layer_norm.
+- layer_norm(): F.layer_norm's signature, and the one entry every eager call takes; its docstring is the table of
+  its exits (who serves which call). In plain eager use it skips the dispatcher: the registered op's Python
+  dispatch costs ~80 us a call, so it serves only what needs it (compile, modes, subclasses, vmap).
 """
 from __future__ import annotations
 
@@ -131,6 +124,17 @@ def _layer_norm_backward_vmap(info, in_dims, grad_y, x, normalized_shape, mean, 
     return outs, dims
 
 
+def grads_through_torch(grad_y, x, ns, weight, bias, eps: float, need) -> tuple:
+    """(dx, dweight, dbias) with their graph, for a backward run with create_graph=True: eager autograd
+    differentiates torch's layer_norm twice (its backward is differentiable; ours is not), so recomputing through
+    it gives those grads and that graph. `need`: which of the three are wanted; the others are None. The host
+    extension's C++ node does the same (host/layer_norm.cpp, LayerNormFunction::backward)."""
+    wanted = [t for t, n in zip((x, weight, bias), need) if n]
+    y = torch.nn.functional.layer_norm(x, ns, weight, bias, eps)
+    grads = iter(torch.autograd.grad(y, wanted, grad_y, create_graph=True))
+    return tuple(next(grads) if n else None for n in need)
+
+
 def _setup_context(ctx, inputs, output):
     x, normalized_shape, weight, bias, eps = inputs
     _, mean, rstd = output
@@ -145,13 +149,9 @@ def _backward(ctx, grad_y, _grad_mean, _grad_rstd):
     if grad_y is None:
         return None, None, None, None, None
     if torch.is_grad_enabled():
-        # create_graph=True: eager autograd differentiates torch's layer_norm twice (its infinitely
-        # differentiable backward); recomputing through it gives those grads and their graph.
-        wanted = [t for t, need in ((x, need_x), (weight, need_w), (bias, need_b)) if need]
-        y = torch.nn.functional.layer_norm(x, ctx.normalized_shape, weight, bias, ctx.eps)
-        grads = iter(torch.autograd.grad(y, wanted, grad_y, create_graph=True))
-        return (next(grads) if need_x else None, None, next(grads) if need_w else None,
-                next(grads) if need_b else None, None)
+        gx, gw, gb = grads_through_torch(grad_y, x, ctx.normalized_shape, weight, bias, ctx.eps,
+                                         (need_x, need_w, need_b))
+        return gx, None, gw, gb, None
     gx, gw, gb = layer_norm_backward_op(grad_y, x, ctx.normalized_shape, mean, rstd, weight, bias,
                                         [need_x, need_w and weight is not None, need_b and bias is not None])
     return (gx if need_x else None, None, gw if need_w else None, gb if need_b else None, None)
@@ -177,12 +177,9 @@ class _LayerNorm(torch.autograd.Function):
     def backward(ctx, grad_y):
         x, mean, rstd, weight, bias = ctx.saved_tensors
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        if torch.is_grad_enabled():  # create_graph=True: through torch's twice-differentiable layer_norm
-            wanted = [t for t, need in ((x, need_x), (weight, need_w), (bias, need_b)) if need]
-            y = torch.nn.functional.layer_norm(x, ctx.ns, weight, bias, ctx.eps)
-            grads = iter(torch.autograd.grad(y, wanted, grad_y, create_graph=True))
-            return (next(grads) if need_x else None, next(grads) if need_w else None,
-                    next(grads) if need_b else None, None, None, None)
+        if torch.is_grad_enabled():
+            return (*grads_through_torch(grad_y, x, ctx.ns, weight, bias, ctx.eps, (need_x, need_w, need_b)),
+                    None, None, None)
         with plans.dispatch_protocol(ctx.protocol):
             gx, gw, gb = plans.backward(grad_y, x, ctx.ns, mean, rstd, weight, bias, (need_x, need_w, need_b))
         return gx, gw, gb, None, None, None
@@ -291,7 +288,26 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
                bias: Optional[Tensor] = None, eps: float = 1e-5) -> Tensor:
     """torch.nn.functional.layer_norm with torch's eager bits on every input it accepts: our kernels where the
     dispatch rule (labkit.ops.dispatch.rule) says they are faster, torch's own kernel elsewhere.
-    `explain(x, normalized_shape, weight, bias, eps)` says which path an input takes and why."""
+    `explain(x, normalized_shape, weight, bias, eps)` says which path an input takes and why.
+
+    The exits, in the order the code tests them (tests/test_dropin.py, test_fast_path.py, test_host.py and
+    test_gpu_host.py take each):
+
+    ==  =========================================================  =================================================
+    #   when                                                       who serves
+    ==  =========================================================  =================================================
+    1   autocast is enabled                                        torch's F.layer_norm (autocast's float32 policy)
+    2   a tensor subclass, torch.compile, a dispatch mode or a     the registered op labkit::layer_norm (vmap: its
+        functorch transform                                        batching rule); functorch's differentiating
+                                                                   transforms (grad, jvp, ...): torch's F.layer_norm
+    3   forward-mode AD (a dual_level is open)                     torch's F.layer_norm
+    4   the signature was planned before, in the default context   the host extension's `call` (C++, no Python)
+    5   autograd records, torch's kernels serve both directions    torch's own layer_norm and autograd node
+    6   autograd records, the host extension serves                its C++ autograd node (host/layer_norm.cpp)
+    7   autograd records, no host extension                        `_LayerNorm`, the Python autograd.Function
+    8   nothing to record                                          the plan's forward (ours, or torch's kernel)
+    ==  =========================================================  =================================================
+    """
     # Every eager call runs this far, so it is written for the host's microseconds: one C call per condition,
     # the common case (plain tensors, no mode, no transform, not compiling) first.
     if _autocast(x):

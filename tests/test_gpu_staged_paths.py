@@ -5,7 +5,7 @@ out= and offset views, repeated calls, CUDA graph replay and concurrent streams,
 
 Repeated calls matter here: the warp groups (and, in a cluster, the CTAs) hand slots, states and statistics to each
 other through mbarriers, and a hand-off ordered wrongly shows as a wrong row now and then
-(data/dev/rows_staged/race.log, data/dev/rows_cluster/README.md). GPU only."""
+(docs/decisions.md#rows_staged, #rows_cluster). GPU only."""
 from __future__ import annotations
 
 import dataclasses

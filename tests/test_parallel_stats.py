@@ -124,3 +124,16 @@ def test_a_goal_within_what_l2_carried_asks_for_no_held_bytes():
     _, why, _ = ps.floor_verdict_lines(generous, CHAIN_FLOOR, CEILING, KB, "run K")
     # L2 carried 0.007 ms: more than the 0.005 the 0.29 goal asks off the floor
     assert "slowest block: at most 0.290 ms, measured 0.310 (2% under the floor), within what L2 carried" in why
+
+
+def test_optimization_log_reads_every_step_from_the_kept_chain_outputs():
+    """Notebook 07's optimization log: every step's measurement is read from the raw outputs kept in
+    data/probes/chain/ (the files predictions.json points at, and no others kept there), each a number."""
+    import json
+
+    steps = json.loads((ps.CHAIN_LOG / "predictions.json").read_text())["steps"]
+    rows = ps.optimization_log()
+    assert len(rows) == len(steps) > 0
+    assert all(r["measured"] for r in rows)
+    read = {"predictions.json"} | {f for s in steps for f, _ in s["measured"].values()}
+    assert {p.name for p in ps.CHAIN_LOG.iterdir()} == read

@@ -1,7 +1,7 @@
 """kernels/rows_staged.cu releases a ring slot (or a statistics entry) only after the values its shared-memory reads
 returned have been used, checked in its SASS. Why in SASS: an mbarrier arrive does not wait for the thread's
 outstanding shared-memory loads, and the compiler may issue it before their first use. A build that arrived right
-after issuing its reads (STAGED_EARLY_RELEASE=1) gave wrong rows on the H200 (data/dev/rows_staged/race.log).
+after issuing its reads (STAGED_EARLY_RELEASE=1) gave wrong rows on the H200 (docs/decisions.md#rows_staged).
 
 The property checked is exact for this kernel: in program order, no LDS result may still be unread when a
 SYNCS.ARRIVE issues, since no group here reads ahead past a release. The chain kernels do read the next slot ahead

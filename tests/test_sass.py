@@ -139,8 +139,8 @@ def test_rows_fused_merges_keep_torchs_contraction():
     """Every Welford merge of every rows_fused entry point, as NVRTC builds them, fuses the received product into the
     FFMA of the new mean, as torch's SASS does ("first_product"), and keeps torch's m2 update. The compiler chose
     the other product for the same source expression in a variant whose merge coefficient came from elsewhere
-    (data/dev/rows_coef/: bits lost where the products round); a toolchain that did so here fails this before any
-    GPU run. The warp layout makes 11 merges per lane (welford_packed_rows4), the block layout torch's 5 shuffle
+    (docs/decisions.md#rows_coef: bits lost where the products round); a toolchain that did so here fails this before
+    any GPU run. The warp layout makes 11 merges per lane (welford_packed_rows4), the block layout torch's 5 shuffle
     merges per warp and its 4-warp tree's 2 (received through shared memory). The counted entry point (labkit.ops.
     rows_counted) takes each merge's quotient from its count pass: the matcher reports those as "quotient given". The
     counted block entry point (labkit.ops.rows_counted_block) makes torch's 5 shuffle merges with given quotients; its
@@ -169,7 +169,7 @@ def test_rows_fused_merges_keep_torchs_contraction():
 def test_the_counted_merge_written_as_torchs_source_is_caught():
     """The counterexample the matcher must reject: the counted entry point with welford_merge's source expression
     in place of the intrinsics (ROWS_FUSED_GIVEN_AS_SOURCE). With the quotient given, the compiler fuses the own
-    product instead (data/dev/rows_coef/: that build lost torch's bits at N = 200, 768 and 1000 on the H200)."""
+    product instead (docs/decisions.md#rows_coef: that build lost torch's bits at N = 200, 768 and 1000 on the H200)."""
     cubin = compile_kernel("rows_fused", "sm_90", ("-DROWS_FUSED_GIVEN_AS_SOURCE",)).cubin
     rep = patterns.contract_report(parser.parse_sass(tools.disassemble(cubin))["rows_fused_warp2_counted"])
     assert rep["merge"] == {"second_product (received via shfl, quotient given)": 11}, rep["merge"]

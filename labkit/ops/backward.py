@@ -42,8 +42,8 @@ CHAIN_SPLITS = (1, 2, 4, 8)  # kernels/grad_chain_sums.cu's entry points: 32 / S
 CHAIN_SMEM = 4 * 3 * 32 * 512  # its ring, whatever the split: 192 KiB per block
 CHAIN_THREADS = {1: 64, 2: 96, 4: 96, 8: 96}  # by split: a chain warp (S = 1) or a warp per sum, and a producer
 # S = 4 and 8 only where each block runs at least this many stages of 32 S steps: measured on the H200
-# (data/dev/grad_pairs, whole backward, graph replay), S = 8 lost at 2 x 771 steps (3 whole stages and a partial
-# one: 26.2 us against S = 4's 22.7) and won from 8,192 steps at 1-4 rows; S = 4 lost at 7 x 129 steps (one whole
+# (docs/decisions.md#grad_pairs, whole backward, graph replay), S = 8 lost at 2 x 771 steps (3 whole stages and a
+# partial one: 26.2 us against S = 4's 22.7) and won from 8,192 steps at 1-4 rows; S = 4 lost at 7 x 129 steps (one whole
 # stage: 14.6 us against 13.1) and won at 771. At 4 x 2,100 steps (grad_prep's probe) the rule's S = 8 took 54.9 us
 # and S = 4 52.7: within 4%, left to the rule.
 CHAIN_MIN_STAGES = 4
@@ -58,11 +58,11 @@ TILED_VECS, TILED_THREADS = 8, 256  # grad_columns_tiled's kVecs (float4 columns
 TILED_ROWS = 64                     # its kTileRows: rows of a chain per tile
 TILED_SMEM = 3 * (2 * TILED_ROWS * 4 * TILED_VECS + 4 * TILED_ROWS) * 4  # its ring: 3 tiles (x, dy, 4 row stats)
 FOLD_THREADS = 32  # grad_columns_fold's block: N / 32 blocks read the groups' values (0.5 us faster than N / 256
-                   # at N <= 1024 on the H200: data/dev/grad_tiled)
+                   # at N <= 1024 on the H200: docs/decisions.md#grad_tiled)
 # grad_columns_tiled serves where the template's chains are long and few: below four warps' worth of (float4
 # column, group) threads per SM (N < 2,112 with 32 groups on 132 SMs), and at least one tile per chain; not in the
-# partial form. Measured on the H200 (data/dev/grad_tiled/boundary_fed73d8.json: the backward alone under graph
-# replay, bits equal everywhere), against grad_columns.cu's layouts in the split schedule: faster at N = 1,536 and
+# partial form. Measured on the H200 (docs/decisions.md#grad_tiled, boundary_fed73d8.json: the backward alone under
+# graph replay, bits equal everywhere), against grad_columns.cu's layouts in the split schedule: faster at N = 1,536 and
 # 2,048 from 4,096 rows (4096 x 1536 49.9 -> 41.8 us, 32768 x 2048 345.7 -> 325.2), slower at N = 4,096 (8192 x
 # 4096 170.0 -> 172.6), where chains are a few rows (1024 x 4096 30.0 -> 38.2) and in the partial form (70000 x 256
 # 129.9 -> 157.1).

@@ -8,9 +8,9 @@ without spilling. The bits are torch's: the merge is written in torch's contract
 SASS matcher checks (tests/test_sass.py), and the GPU tests compare int32 views.
 
 On the H200 it was 2-4% faster than rows_fused_warp2 from 8192 rows of 768 to 1024 floats up and 10-20% slower at
-4096 rows, where rows_fused_warp2's 8 blocks per SM hold every row in one wave (data/dev/rows_coef/,
-data/dev/rows_stream/). Hence a path and not a replacement: where it serves is the dispatch table's to say. It takes
-every row the warp layout takes (at most WARP_VECTORS[-1] * 512 floats), shorter rows with its threads' second
+4096 rows, where rows_fused_warp2's 8 blocks per SM hold every row in one wave (docs/decisions.md#rows_coef,
+docs/decisions.md#rows_stream). Hence a path and not a replacement: where it serves is the dispatch table's to say.
+It takes every row the warp layout takes (at most WARP_VECTORS[-1] * 512 floats), shorter rows with its threads' second
 vectors unused, so that the table measures it at each N of the grid up to there and interpolates between them."""
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ are torch's: the merge is written in torch's contraction (welford_merge_given), 
 Why a path beside rows_fused and rows_counted (the warp layout, four of torch's threads a lane): on the H200 the
 warp layout's schedule alone, with no statistics computed, ran 8192 x 1024 at 21.1 us, slower than Liger's block
 layout with its plain sums (20.7), and this kernel at 21.3 against rows_fused's 21.8; at 4,096 rows, and at N <= 768,
-it was slower than the warp layout (22% at 4096 x 1024, 16-37% at N = 768, 72-123% at N <= 512) (data/dev/rows_floor/). Where it serves is the table's to say. It takes
+it was slower than the warp layout (22% at 4096 x 1024, 16-37% at N = 768, 72-123% at N <= 512) (docs/decisions.md#rows_floor). Where it serves is the table's to say. It takes
 rows of at most MAX_N floats (two float4s a thread), shorter ones with threads' second vectors unused, so that the
 table measures it at each N of the grid up to there."""
 from __future__ import annotations

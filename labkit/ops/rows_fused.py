@@ -6,7 +6,7 @@ Two layouts of the same arithmetic: rows of at most WARP_VECTORS[-1] * 512 float
 holding four of torch's 128 threads (no block barrier, four rows per block); longer rows run torch's (32, 4) block
 per row. Both give torch's bits: the warp layout makes every merge of torch's four warp reductions and 4-warp tree,
 packed onto the lanes whose results torch never reads (kernels/rows_fused.cu, welford_packed_rows4). It stops at two
-vectors per torch thread because the packing probe (data/dev/rows_packed/, H200) measured four slower than the
+vectors per torch thread because the packing probe (docs/decisions.md#rows_packed, H200) measured four slower than the
 block (rows of 1536 and 2048 floats)."""
 from __future__ import annotations
 

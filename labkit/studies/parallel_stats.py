@@ -13,7 +13,9 @@ from labkit.studies.bench import PROTOCOL_NAMES
 from labkit.studies.goals import tally
 from labkit.tasks import EXTRA_SHAPES, L1_40, shape_key
 
-DEV_LOG = REPO_ROOT / "data" / "dev" / "chain"
+# The chain kernel's development measurements that the optimization log reads (predictions.json and the raw outputs it
+# points at; the probe itself: docs/decisions.md#chain).
+CHAIN_LOG = REPO_ROOT / "data" / "probes" / "chain"
 # What notebook 07 measures needs (labkit.records.session.RunSession.open): on an older GPU it replays the H200 run.
 NEEDS_ARCH = 90  # labkit.ops.chain.MIN_ARCH (not imported here: the study reads no op at import)
 NEEDS = "the chain kernels' bulk copies, mbarrier transaction counts and tensor maps (sm_90 and later)"
@@ -365,8 +367,9 @@ def _dig(obj, path):
     return obj
 
 
-def optimization_log(root: Path = DEV_LOG) -> list[dict]:
-    """Predictions written before each change, next to the measurements read from the development outputs."""
+def optimization_log(root: Path = CHAIN_LOG) -> list[dict]:
+    """Predictions written before each change, next to the measurements read from the development outputs
+    (data/probes/chain/)."""
     doc = json.loads((Path(root) / "predictions.json").read_text())
     rows = []
     for step in doc["steps"]:

@@ -66,7 +66,7 @@ def _cmd_env(args) -> int:
     from labkit.records.run import provenance
 
     info = provenance()
-    # the install rule's answer for this torch (README "On a GPU"), and why the installed extra is not it (or null)
+    # the install rule's answer for this torch (README "The two commands"), and why the installed extra is not it (or null)
     try:
         info["cuda_extra"] = toolkit.cuda_extra(info["torch_cuda"])
         info["cuda_extra_mismatch"] = toolkit.mismatch(*toolkit.installed_versions())

@@ -467,7 +467,8 @@ def post_summary_html(results: list, infos: list) -> str:
               "those they answer.</p>" + listing + departures_html(None) + "</section>")
 
 
-# The README's two commands and the GPU pass, as the reproduce box prints them (a test holds them to the README).
+# The README's two commands and the GPU pass, as the reproduce box prints them (tests/test_readme.py holds them
+# to the README, .ci/run and CONTRIBUTING.md).
 BOOK_COMMAND = 'pip install -e ".[cuda13,book]" && labkit book --out build/book'
 TEST_COMMAND = 'pip install -e ".[cuda13,test]" && python -m pytest -q'
 GPU_COMMAND = "LABKIT_GIT_COMMIT=$(git rev-parse HEAD) LABKIT_GIT_DIRTY=false scripts/h200_pass.sh"
@@ -570,7 +571,7 @@ def front_html(run_paths: dict) -> str:
     sentences = "".join(f"<p>{html.escape(t)}</p>" for t in front.summary_sentences(runs, rows))
     ids = front.run_ids(runs)
     note = front.figure_note(runs) if fig else None
-    # each run by its name and hash, as the README and the notebooks cite them (the full id, with its date and GPU,
+    # each run by its name and hash, as the notebooks cite them (the full id, with its date and GPU,
     # on hover: data/runs/<id>)
     codes = ", ".join(f"<code title='data/runs/{html.escape(i)}'>{html.escape(short)}</code>" for i, short in ids)
     source = (f"<p class='labkit-build labkit-figure-note'>{html.escape(note) + ' ' if note else ''}Table, goals "

@@ -6,7 +6,7 @@
 into a run named "arch_override" (labkit.studies.arch_override: the device as the plans see it, what the drop-in
 serves before and after `labkit tune`, the forward and backward fuzz against torch, the tune's table, which is also
 attached). The GPU tests under the same override go first (their log is attached: `python -m pytest -m gpu`).
-Curate the run into data/runs; README "Other GPUs" and notebook 08 cite it.
+Curate the run into data/runs; notebook 08 shows it.
 """
 from __future__ import annotations
 

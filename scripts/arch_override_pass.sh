@@ -5,7 +5,7 @@
 #   LABKIT_PASS=book          notebooks live under the same override and the tuned table ($LABKIT_BOOK_ONLY picks
 #                             them), quick mode; the executed book goes to $OUT/book-override.tgz (not curated:
 #                             its runs are the override's, the committed runs stay the H200's own)
-# Wheels for papermill/nbconvert/ipykernel may be carried in .whl/ (README "On a GPU").
+# Wheels for papermill/nbconvert/ipykernel may be carried in .whl/ (CONTRIBUTING.md "GPU runs").
 set -uo pipefail
 if [ -z "${LABKIT_GIT_COMMIT:-}" ] || [ -z "${LABKIT_GIT_DIRTY:-}" ]; then
     echo "set LABKIT_GIT_COMMIT and LABKIT_GIT_DIRTY" >&2

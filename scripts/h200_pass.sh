@@ -6,7 +6,7 @@
 # directories (steps write their runs into the book's runs/ folder, so one `labkit curate` takes them all).
 # Back on the CPU machine: tar xzf book.tgz -C build/book-gpu && labkit curate build/book-gpu --attach gpu_tests.log
 # Wheels for papermill/nbconvert/ipykernel (not on the GPU image) may be carried in .whl/ (scripts/gpu_wheels.sh
-# fetches them on a machine that reaches PyPI; README: "On a GPU").
+# fetches them on a machine that reaches PyPI; CONTRIBUTING.md: "GPU runs").
 # LABKIT_PASS selects parts (default "tests book steps"): one device command is limited to 10 minutes, so a long
 # pass is split into calls, e.g. LABKIT_PASS="tests steps" then LABKIT_PASS=book (later parts reuse build/book-gpu).
 set -uo pipefail

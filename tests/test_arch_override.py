@@ -72,26 +72,6 @@ def test_a_notebook_the_gpu_cannot_measure_replays_the_committed_run_and_says_wh
     assert s.record("timing", lambda: 1 / 0) is not None  # the committed record, nothing computed
 
 
-def test_the_readme_states_what_the_committed_override_run_recorded():
-    """README "Other GPUs" quotes the override run: its test counts and fuzz counts are that run's."""
-    import re
-
-    from labkit.core.compile import REPO_ROOT
-    from labkit.records.session import RunSession
-    from labkit.studies import arch_override, reliability, training
-
-    text = " ".join((REPO_ROOT / "README.md").read_text().split())
-    s = RunSession.replaying("arch_override")
-    assert s.run_id in text
-    tests = arch_override._tests_line(s)
-    m = re.search(r"(\d+) passed, (\d+) failed, (\d+) skipped", tests)
-    assert f"GPU tests {m.group(1)} passed, {m.group(2)} failed, {m.group(3)} skipped" in text
-    fz = reliability.fuzz_counts(s.record("fuzz"))
-    tf = training.fuzz_counts(s.record("training_fuzz"))
-    assert f"forward fuzz {fz['cases']} cases, {fz['mismatches']} mismatches" in text
-    assert f"backward fuzz {tf['cases']} cases, 0 mismatches" in text and tf["mismatches"] == 0
-
-
 def test_an_sm120_gpu_past_sm90_but_unable_to_plan_the_chain_is_told_so(monkeypatch):
     """sm_120 has the chain's instructions but 99 KiB per block, under its rings: notebook 07 replays there too."""
     import torch

@@ -216,21 +216,6 @@ def test_the_rule_picks_per_protocol_from_the_same_run():
         rule.choose(4, 4096, H200, ("rows_fused",), "replay")
 
 
-def test_the_readme_counts_the_points_where_the_protocols_disagree():
-    """README "Per protocol" says at how many of the H200 table's points the eager and graph scores pick
-    differently: the committed table decides."""
-    import re
-
-    from labkit.core.compile import REPO_ROOT
-
-    m = re.search(r"at (\d+) of the H200 table's (\d+)\s+points they pick differently", (REPO_ROOT / "README.md").read_text())
-    assert m, "README lost its per-protocol count"
-    points = [(x, y) for x, level in measured.SCORES.items() for y in level if y in measured.GRAPH.get(x, {})]
-    differ = sum(rule.pick(measured.SCORES[x][y], tie=measured.GRAPH[x][y]) != rule.pick(measured.GRAPH[x][y])
-                 for x, y in points)  # the eager pick as the drop-in makes it (near ties by the graph scores)
-    assert (int(m.group(1)), int(m.group(2))) == (differ, len(points))
-
-
 def test_pick_breaks_an_eager_near_tie_by_graph_replay():
     sc = {"native": 1.0, "reference_order": 0.83, "rows_fused": 0.85}
     graph = {"native": 1.0, "reference_order": 1.02, "rows_fused": 0.66}
@@ -242,20 +227,3 @@ def test_pick_breaks_an_eager_near_tie_by_graph_replay():
     assert rule.pick({"native": 1.0, "reference_order": 0.99, "rows_fused": 0.995}, tie=graph) == "native"
     # the fastest has no graph score: nothing to overrule it with
     assert rule.pick(sc, tie={"native": 1.0, "rows_fused": 0.66}) == "reference_order"
-
-
-@pytest.mark.parametrize("path", ["rows_staged", "rows_cluster", "rows_counted_block"])
-def test_the_readme_says_where_the_staged_paths_serve(path):
-    """README's list of the measured shapes each staged path (and rows_counted_block) serves at, per protocol, is what the committed H200
-    table picks (labkit.studies.dispatch.served_at), and it cites that table's run."""
-    import re
-
-    from labkit.core.compile import REPO_ROOT
-    from labkit.records.run import short_id
-    from labkit.studies.dispatch import served_at
-
-    readme = " ".join((REPO_ROOT / "README.md").read_text().split())
-    served = served_at(measured, path)
-    assert f"under graph replay at {served['graph']}; under the eager protocol at {served['eager']}" in readme
-    cited = short_id({"run_id": measured.RUN_ID, "name": "dispatch_table"})
-    assert re.search(rf"run {re.escape(cited)}\)", readme)

@@ -1,9 +1,8 @@
-"""Issue 15 on the CPU: the refused-inputs matrix and its README copy, sanitizer report parsing, the reliability
+"""Issue 15 on the CPU: the refused-inputs matrix, sanitizer report parsing, the reliability
 summary block, the ring kernels' expected checksum, and property tests of the exact-arithmetic helpers."""
 import math
 import re
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,16 +14,6 @@ from labkit.ops import refusals
 from labkit.records import check
 from labkit.studies.reliability import reliability_block
 from labkit.studies import reliability as rel
-
-README = Path(__file__).resolve().parents[1] / "README.md"
-
-
-def test_readme_matrix_is_the_generated_one():
-    text = README.read_text()
-    found = re.search(r"<!-- refusals:begin -->\n(.*?)\n<!-- refusals:end -->", text, re.S)
-    assert found, "README has no refusals table between its markers"
-    assert found.group(1).strip() == refusals.refusal_table_markdown().strip()
-
 
 def test_matrix_covers_issue_15_conditions():
     cases = " ".join(c.case for c in refusals._cases()).lower()

@@ -4,7 +4,7 @@ Limits are the device's own (the CUDA runtime's device attributes), never typed 
 opt-in shared memory per block, an H200 227 KiB, an RTX 4090 99 KiB. Plans compare against these numbers, and a
 Device can be written by hand where there is no GPU (CPU tests, compile-only checks).
 
-The arch override (README "Other GPUs"): LABKIT_ARCH=compute_80 makes this process treat its GPU as an sm_80 one —
+The arch override (CONTRIBUTING.md "GPU runs"): LABKIT_ARCH=compute_80 makes this process treat its GPU as an sm_80 one —
 kernels compiled by NVRTC as compute_80 PTX, which the driver JIT-compiles for the GPU present, no tensor maps, and
 the opt-in shared memory capped at sm_80's — so that the portable paths are exercised end to end on a newer GPU.
 It can only go down (PTX of an older arch runs on a newer GPU, never the reverse).

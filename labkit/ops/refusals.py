@@ -1,9 +1,8 @@
 """The one table of inputs the LayerNorm functions refuse (issue 15's invalid-input matrix), each with the condition
 its ValueError names (labkit.ops.eligibility's predicate, which every function runs first).
 
-Notebooks, tests and the README read this table; nobody writes a list of bad inputs by hand (the README's copy is
-`refusal_table_markdown()`, and a test checks they are equal). Each case builds its tensors on the device asked
-for (shapes too large to allocate are meta tensors, checked without memory). Where a case is checked:
+Notebooks and tests read this table; nobody writes a list of bad inputs by hand. Each case builds its tensors on
+the device asked for (shapes too large to allocate are meta tensors, checked without memory). Where a case is checked:
   any  the public functions themselves, on any machine (they refuse before touching a GPU);
   cpu  on a GPU the public functions; on a CPU the shared validation they all run first, with the CUDA-device
        check left out (the device check would stop every case first there);
@@ -171,15 +170,3 @@ def refusal_rows(device: str = "cpu") -> list[dict]:
                          "raises": raised,
                          "names_condition": raised.startswith(f"ValueError: {case.condition}")})
     return rows
-
-
-def refusal_table_markdown() -> str:
-    """The matrix as the README shows it: one line per case, the condition its ValueError names, which functions
-    it applies to and where it is checked."""
-    where = {"any": "any machine (the functions)", "cpu": "CPU (shared validation) and GPU (the functions)",
-             "gpu": "GPU"}
-    lines = ["| refused input | ValueError begins | functions | checked on |", "|---|---|---|---|"]
-    for case in _cases():
-        funcs = "reference_order, chain" if case.needs_out else "reference_order, chain, split_stats"
-        lines.append(f"| {case.case} | {case.condition} | {funcs} | {where[case.where]} |")
-    return "\n".join(lines)

@@ -5,7 +5,7 @@ makes of compute_80 PTX (sm_86/89's 99 KiB of shared memory would need compute_8
 driver as compute_80 PTX and are JIT-compiled by it, tensor maps are off, shared memory is capped at sm_80's; the
 chain path is then not planned, and the drop-in has no committed table for the device until `labkit tune` measures
 one. scripts/arch_override.py runs `run` into a run named "arch_override"; the records are read back by
-`rows`/`verdict_lines` (README "Other GPUs", notebook 08).
+`rows`/`verdict_lines` (notebook 08).
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def summary(records: dict) -> dict:
             "table": (records.get("tune") or {}).get("path")}
 
 
-# --- reading the run back (notebook 08, README "Other GPUs") -----------------------------------------------------
+# --- reading the run back (notebook 08) ----------------------------------------------------------------------------
 
 def _short_source(text: str) -> str:
     """A rule_source without the GPU machine's directories: the tuned table by its file name."""

@@ -224,38 +224,3 @@ def table_rows(scores: dict, sm_count: int, backward: bool = False, graph: dict 
             row[f"2^{y}"] = short(pick(sc, BACKWARD_ORDER if backward else ORDER, tie=tie))
         out.append(row)
     return out
-
-
-def served_at(table, path: str) -> dict[str, str]:
-    """Where the rule serves `path` among the measured grid shapes (grid_shapes()) of a table module, per protocol
-    ("eager": the eager scores with near ties broken by the graph scores, as the drop-in picks by default; "graph":
-    the graph replay scores), as text: "N = 16,384 (4-4,096 rows); ...", each N's rows runs of consecutive grid
-    rows. What the README says of each staged path, so that the prose follows the committed table."""
-    from labkit.ops.dispatch.rule import pick, row_coord
-
-    sms = table.DEVICE["sm_count"]
-    graph = getattr(table, "GRAPH", {}) or {}
-    out = {}
-    for protocol in ("eager", "graph"):
-        scores = table.SCORES if protocol == "eager" else graph
-        runs: dict[int, list[list[int]]] = {}
-        for rows, n in grid_shapes():
-            x, y = row_coord(rows, sms), n.bit_length() - 1
-            sc = scores.get(x, {}).get(y)
-            if not sc:
-                continue
-            got = pick(sc, tie=graph.get(x, {}).get(y)) if protocol == "eager" else pick(sc)
-            at_n = runs.setdefault(n, [])
-            if got != path:
-                at_n.append([])  # a gap: the next served row count starts a new run
-            elif at_n and at_n[-1]:
-                at_n[-1].append(rows)
-            else:
-                at_n.append([rows])
-        parts = []
-        for n, groups in sorted(runs.items()):
-            spans = [f"{g[0]:,}" if len(g) == 1 else f"{g[0]:,}-{g[-1]:,}" for g in groups if g]
-            if spans:
-                parts.append(f"N = {n:,} ({', '.join(spans)} {'row' if spans == ['1'] else 'rows'})")
-        out[protocol] = "; ".join(parts) or "nowhere"
-    return out

@@ -628,7 +628,7 @@ def protocol_picks(sweep_record: dict | None) -> list[dict]:
     if not sweep_record:
         return []
     d = sweep_record["device"]
-    # the committed table of the run's GPU, never a table this machine's user tuned (README "Other GPUs")
+    # the committed table of the run's GPU, never a table this machine's user tuned (README "GPUs")
     table, _ = tables.committed(d["arch"], d["sm_count"])
     if table is None:
         return []

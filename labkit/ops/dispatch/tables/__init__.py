@@ -2,7 +2,7 @@
 committed dispatch_table run; do not edit them). A module holds RUN_ID, DEVICE {"name", "arch", "sm_count"} and
 SCORES[row level][log2 N] = {path: eager time / torch's}.
 
-Which table serves a device (`for_device`), as documented in README "Dispatch":
+Which table serves a device (`for_device`), as README "GPUs" summarizes it:
   0. a table `labkit tune` measured on this GPU (same name, arch and SM count; a JSON file in the user's table
      cache, `table_dir()`), if it was measured with the kernel sources installed now (else it is stale: ignored,
      and the reason says so);

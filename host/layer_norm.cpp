@@ -13,6 +13,10 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <ATen/ops/native_layer_norm_backward_native.h>
+#include <ATen/ops/native_layer_norm_native.h>
 
 #include <cstring>
 #include <mutex>
@@ -120,6 +124,39 @@ inline int64_t round_up16(int64_t n) {
   return (n + 15) / 16 * 16;
 }
 
+// Inside our aten::native_layer_norm(_backward) kernels (labkit.enable()), the dispatcher would send a call of those
+// ops back to us: there torch's own kernels are called directly (the functions torch registers for them).
+thread_local bool serving_aten = false;
+
+struct ServingAten {
+  bool saved = serving_aten;
+  ServingAten() { serving_aten = true; }
+  ~ServingAten() { serving_aten = saved; }
+};
+
+std::tuple<Tensor, Tensor, Tensor> torch_forward(const Tensor& x, at::IntArrayRef ns, const Tensor& w,
+                                                 const Tensor& b, double eps) {
+  if (serving_aten) {
+    if (x.is_cpu()) return at::native::layer_norm_cpu(x, ns, w, b, eps);
+#ifdef LABKIT_TORCH_CUDA
+    return at::native::layer_norm_cuda(x, ns, w, b, eps);
+#endif
+  }
+  return at::native_layer_norm(x, ns, w, b, eps);
+}
+
+std::tuple<Tensor, Tensor, Tensor> torch_backward(const Tensor& dy, const Tensor& x, at::IntArrayRef ns,
+                                                  const Tensor& mean, const Tensor& rstd, const Tensor& w,
+                                                  const Tensor& b, std::array<bool, 3> mask) {
+  if (serving_aten) {
+    if (x.is_cpu()) return at::native::layer_norm_backward_cpu(dy, x, ns, mean, rstd, w, b, mask);
+#ifdef LABKIT_TORCH_CUDA
+    return at::native::layer_norm_backward_cuda(dy, x, ns, mean, rstd, w, b, mask);
+#endif
+  }
+  return at::native_layer_norm_backward(dy, x, ns, mean, rstd, w, b, mask);
+}
+
 // One input signature of the drop-in (labkit.ops.dropin.plan.KernelPlan / Plan), as Python planned it.
 struct LayerNormPlan : torch::CustomClassHolder {
   c10::intrusive_ptr<ProgramHolder> forward, backward;  // null: torch's kernel serves that direction
@@ -178,7 +215,7 @@ std::tuple<Tensor, Tensor, Tensor> run_forward(const LayerNormPlan& p, const Ten
   const Tensor& g = w.defined() ? w : p.ones;
   const Tensor& beta = b.defined() ? b : p.neg_zeros;
   if (!p.forward || misaligned(x, g, beta)) {  // torch's can_vectorize fails too: its other path serves
-    if (stats) return at::native_layer_norm(x, p.normalized_shape, w, b, p.eps);
+    if (stats) return torch_forward(x, p.normalized_shape, w, b, p.eps);
     return {at::layer_norm(x, p.normalized_shape, w, b, p.eps), Tensor(), Tensor()};
   }
   c10::DeviceGuard guard(x.device());
@@ -239,7 +276,7 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
   }
   if (!ours) {
     auto [m, r] = stats.tensors(p);
-    return at::native_layer_norm_backward(dy, x, p.normalized_shape, m, r, w, b, mask);
+    return torch_backward(dy, x, p.normalized_shape, m, r, w, b, mask);
   }
   c10::DeviceGuard guard(x.device());
   bool want_w = mask[1] && w.defined(), want_b = mask[2] && b.defined();
@@ -520,6 +557,140 @@ void forget() {
   dropped.swap(remembered);
 }
 
+// --- labkit.enable(): our kernels as torch's own aten::native_layer_norm(_backward) ---------------------------------
+// An opt-in registration of two kernels at a backend dispatch key (CUDA; CPU for the tests) in front of torch's, so
+// that F.layer_norm, nn.LayerNorm, autocast, vmap and torch's own autograd node carry our kernels with no model
+// change. Each kernel looks its signature up in a map of its own; on a miss, Python plans it (with the GIL, as
+// labkit.ops.dropin.aten says) and the answer is kept where Python says it may be (planned in the default context,
+// not under graph capture). Where the plan is torch's, or a call is one our programs may not take, torch's own
+// kernel runs (torch_forward / torch_backward, directly: we are the dispatcher's kernel for these ops). Dropping
+// the registration (disable) brings torch's kernels back.
+
+struct AtenOverride {
+  std::unique_ptr<torch::Library> library;
+  py::object plan_forward, plan_backward;  // (x, normalized_shape, weight, bias[, eps]) -> (LayerNormPlan | None, keep)
+  std::unordered_map<std::vector<int64_t>, Remembered, KeyHash> forward, backward;  // under remembered_lock
+};
+AtenOverride* aten = nullptr;  // never destroyed at exit: the dispatcher and Python may be gone by then
+
+Tensor defined_or_empty(const std::optional<Tensor>& t) {
+  return t.has_value() && t->defined() ? *t : Tensor();
+}
+
+// The key of an aten call: normalized_shape, eps (the forward's; the backward has none), whether autograd records,
+// and x, weight, bias as put_tensor describes them. False where a tensor is not one our plans describe.
+bool aten_key(const Tensor& x, at::IntArrayRef ns, const Tensor& w, const Tensor& b, const double* eps,
+              std::vector<int64_t>& k) {
+  if (!plain_tensor(x) || (w.defined() && !plain_tensor(w)) || (b.defined() && !plain_tensor(b))) return false;
+  k.reserve(32);
+  k.push_back(static_cast<int64_t>(ns.size()));
+  k.insert(k.end(), ns.begin(), ns.end());
+  int64_t bits = 0;
+  if (eps) std::memcpy(&bits, eps, sizeof bits);
+  k.push_back(bits);
+  k.push_back(torch::autograd::GradMode::is_enabled());
+  put_tensor(k, x);
+  k.push_back(w.defined());
+  if (w.defined()) put_tensor(k, w);
+  k.push_back(b.defined());
+  if (b.defined()) put_tensor(k, b);
+  return true;
+}
+
+// The plan for `key` in `plans`, asking Python (`planner`) on a miss. kTorch where there is no key or no plan.
+Remembered aten_plan(std::unordered_map<std::vector<int64_t>, Remembered, KeyHash>& plans, std::vector<int64_t> key,
+                     const py::object& planner, const Tensor& x, at::IntArrayRef ns, const Tensor& w,
+                     const Tensor& b, const double* eps) {
+  {
+    std::lock_guard<std::mutex> hold(remembered_lock);
+    auto it = plans.find(key);
+    if (it != plans.end()) return it->second;
+  }
+  Remembered r;
+  bool keep = false;
+  {
+    py::gil_scoped_acquire gil;
+    py::object wo = w.defined() ? py::cast(w) : py::none(), bo = b.defined() ? py::cast(b) : py::none();
+    py::tuple answer = eps ? planner(x, std::vector<int64_t>(ns.begin(), ns.end()), wo, bo, *eps)
+                           : planner(x, std::vector<int64_t>(ns.begin(), ns.end()), wo, bo);
+    if (!answer[0].is_none()) {
+      r.decision = kOurs;
+      r.plan = answer[0].cast<c10::intrusive_ptr<LayerNormPlan>>();
+    }
+    keep = answer[1].cast<bool>();
+  }
+  if (keep) {
+    std::lock_guard<std::mutex> hold(remembered_lock);
+    if (plans.size() >= kMaxRemembered) plans.clear();
+    plans[std::move(key)] = r;
+  }
+  return r;
+}
+
+std::tuple<Tensor, Tensor, Tensor> aten_forward(const Tensor& x, c10::SymIntArrayRef ns_sym,
+                                                const std::optional<Tensor>& w_opt,
+                                                const std::optional<Tensor>& b_opt, double eps) {
+  at::IntArrayRef ns = C10_AS_INTARRAYREF_SLOW(ns_sym);
+  const Tensor w = defined_or_empty(w_opt), b = defined_or_empty(b_opt);
+  ServingAten serving;
+  c10::DeviceGuard guard(x.device());
+  std::vector<int64_t> key;
+  Remembered r;
+  if (aten && aten_key(x, ns, w, b, &eps, key))
+    r = aten_plan(aten->forward, std::move(key), aten->plan_forward, x, ns, w, b, &eps);
+  if (r.decision != kOurs || !r.plan->forward) return torch_forward(x, ns, w, b, eps);
+  return run_forward(*r.plan, x, w, b, true);
+}
+
+std::tuple<Tensor, Tensor, Tensor> aten_backward(const Tensor& dy, const Tensor& x, c10::SymIntArrayRef ns_sym,
+                                                 const Tensor& mean, const Tensor& rstd,
+                                                 const std::optional<Tensor>& w_opt,
+                                                 const std::optional<Tensor>& b_opt, std::array<bool, 3> mask) {
+  at::IntArrayRef ns = C10_AS_INTARRAYREF_SLOW(ns_sym);
+  const Tensor w = defined_or_empty(w_opt), b = defined_or_empty(b_opt);
+  ServingAten serving;
+  c10::DeviceGuard guard(x.device());
+  std::vector<int64_t> key;
+  Remembered r;
+  if (aten && aten_key(x, ns, w, b, nullptr, key))
+    r = aten_plan(aten->backward, std::move(key), aten->plan_backward, x, ns, w, b, nullptr);
+  if (r.decision != kOurs || !r.plan->backward) return torch_backward(dy, x, ns, mean, rstd, w, b, mask);
+  return run_backward(*r.plan, dy, x, SavedStats{mean, rstd, Tensor()}, w, b, mask);
+}
+
+void enable_aten(py::object plan_forward, py::object plan_backward, const std::string& key) {
+  TORCH_CHECK(!aten, "labkit's aten kernels are registered already");
+  c10::DispatchKey k;
+  if (key == "CUDA") {
+#ifndef LABKIT_TORCH_CUDA
+    TORCH_CHECK(false, "this torch has no CUDA kernels to stand in front of (torch.version.cuda is None)");
+#endif
+    k = c10::DispatchKey::CUDA;
+  } else if (key == "CPU") {  // the tests' key: the mechanism without a GPU (every CPU plan is torch's)
+    k = c10::DispatchKey::CPU;
+  } else {
+    TORCH_CHECK(false, "dispatch key must be CUDA or CPU, got ", key);
+  }
+  torch::PyWarningHandler warnings;  // the dispatcher's "Overriding a previously registered kernel" reaches Python
+  auto state = std::make_unique<AtenOverride>();
+  state->plan_forward = std::move(plan_forward);
+  state->plan_backward = std::move(plan_backward);
+  state->library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", k, __FILE__, __LINE__);
+  state->library->impl("native_layer_norm", TORCH_FN(aten_forward));
+  state->library->impl("native_layer_norm_backward", TORCH_FN(aten_backward));
+  aten = state.release();
+}
+
+void disable_aten() {
+  if (!aten) return;
+  std::unique_ptr<AtenOverride> state(aten);
+  state->library.reset();  // torch's kernels serve again from here on
+  aten = nullptr;
+  std::lock_guard<std::mutex> hold(remembered_lock);
+  state->forward.clear();
+  state->backward.clear();
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -598,6 +769,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("current_stream", [](int device) {
     return reinterpret_cast<uint64_t>(
         current_stream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device))));
+  });
+  m.def("enable_aten", &enable_aten, py::arg("plan_forward"), py::arg("plan_backward"), py::arg("key"));
+  m.def("disable_aten", &disable_aten);
+  m.def("aten_enabled", []() { return aten != nullptr; });
+  m.def("aten_planned", []() {
+    std::lock_guard<std::mutex> hold(remembered_lock);
+    return aten ? std::make_pair(aten->forward.size(), aten->backward.size()) : std::make_pair<size_t, size_t>(0, 0);
   });
   m.def("driver_error", []() { return labkit_host::Driver::get().error; });
 }

@@ -15,11 +15,13 @@ The direction is enforced by import-linter (pyproject.toml); importing core or o
 """
 __version__ = "0.1.0"
 
-_DROPIN = ("layer_norm", "LayerNorm", "swap_layer_norms", "explain", "dispatch_protocol")
+_DROPIN = ("layer_norm", "LayerNorm", "swap_layer_norms", "explain", "dispatch_protocol", "enable", "disable",
+           "enabled")
 
 
 def __getattr__(name):
-    """labkit.layer_norm / LayerNorm / swap_layer_norms / explain / dispatch_protocol (labkit.ops.dropin) and
+    """labkit.layer_norm / LayerNorm / swap_layer_norms / explain / dispatch_protocol / enable / disable / enabled
+    (labkit.ops.dropin) and
     labkit.tune (labkit.studies.tune: this GPU's dispatch table), imported on first use so that `import labkit`
     stays free of torch."""
     if name in _DROPIN:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from pathlib import Path
 
 from labkit.core.compile import REPO_ROOT
 
@@ -42,8 +43,15 @@ def _build():
         from torch.utils import cpp_extension
 
         name = f"labkit_host_{source_hash()}_{torch.__version__.replace('.', '_').replace('+', '_')}"
+        flags, ldflags = ["-O2"], []
+        torch_cuda = Path(torch.__file__).parent / "lib" / "libtorch_cuda.so"
+        if torch.version.cuda is not None and torch_cuda.is_file():
+            # labkit.enable() calls torch's own CUDA LayerNorm kernels where ours do not serve
+            flags.append("-DLABKIT_TORCH_CUDA")
+            ldflags += [f"-L{torch_cuda.parent}", "-ltorch_cuda"]
         module = cpp_extension.load(name=name, sources=[str(HOST_DIR / "layer_norm.cpp")],
-                                    extra_include_paths=[str(HOST_DIR)], extra_cflags=["-O2"], verbose=False)
+                                    extra_include_paths=[str(HOST_DIR)], extra_cflags=flags,
+                                    extra_ldflags=ldflags, verbose=False)
         return module, None
     except Exception as exc:  # no compiler, no ninja, a torch without headers: the Python runner serves
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

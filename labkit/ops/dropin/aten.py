@@ -1,0 +1,84 @@
+"""labkit.enable(): our kernels as torch's own CUDA LayerNorm, for every F.layer_norm and nn.LayerNorm in the
+process, with no model change.
+
+The host extension registers two kernels for aten::native_layer_norm and aten::native_layer_norm_backward at the
+CUDA dispatch key, in front of torch's (host/layer_norm.cpp, "labkit.enable()"). Everything above that key stays
+torch's: F.layer_norm's argument checks, autocast's float32 cast, torch's autograd node and its double backward,
+forward-mode AD, vmap's batching rule. Each of our kernels serves a signature the drop-in's plans give to our
+kernels (the same plans, programs and bits as labkit.layer_norm) and calls torch's own kernel for everything else.
+torch.compile does not see them: Inductor decomposes native_layer_norm into its own code before any kernel runs
+(labkit.layer_norm's registered op is the compiled path). `disable()` gives torch's kernels back.
+
+The planners below run in C++'s miss path, with the GIL taken there; what they return is kept per signature where
+it was planned in the default context (no dispatch_protocol, no forced backward) and not under graph capture.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+from labkit.ops.dropin import host
+from labkit.ops.dropin import plan as plans
+
+_KEYS = ("CUDA", "CPU")  # CPU: the mechanism tested without a GPU, where torch's kernel serves every plan
+
+
+def _plan_forward(x, ns, weight, bias, eps):
+    """(the host extension's LayerNormPlan, or None for torch's kernel; whether to keep the answer)."""
+    p = plans.get_plan(x, tuple(ns), weight, bias, eps, False)
+    keep = p.rememberable
+    return (p.host if isinstance(p, plans.KernelPlan) else None), keep
+
+
+def _plan_backward(x, ns, weight, bias):
+    """As _plan_forward, for the backward of a forward on inputs like these (labkit.ops.dropin.plan.backward_plan)."""
+    import math
+
+    import torch
+
+    ns = tuple(ns)
+    keep = plans._default_context() and not (x.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    gp = plans.backward_plan(x, ns, weight, bias)
+    if gp is None or host.unavailable(x.get_device()) is not None:
+        return None, keep
+    ones = torch.ones(ns, device=x.device) if weight is None else None
+    rows = x.numel() // math.prod(ns)
+    return plans.host_plan(x.get_device(), None, 0, gp, ns, 0.0, [rows], rows, ones, None), keep
+
+
+def enable(key: str = "CUDA") -> None:
+    """Serve torch's own aten::native_layer_norm(_backward) on `key`'s tensors with the drop-in's plans.
+    RuntimeError where the host extension does not serve (it says why) or this is on already."""
+    if key not in _KEYS:
+        raise ValueError(f"key must be one of {_KEYS}, got {key!r}")
+    m = host.module()
+    if m is None:
+        raise RuntimeError(f"labkit.enable() needs the host extension, which {host.unavailable()}")
+    if m.aten_enabled():
+        raise RuntimeError("labkit.enable() is on already (labkit.disable() turns it off)")
+    with warnings.catch_warnings():
+        # the dispatcher warns that a registered kernel is overridden: that is what enable asks for
+        warnings.filterwarnings("ignore", message="(?s).*Overriding a previously registered kernel")
+        m.enable_aten(_plan_forward, _plan_backward, key)
+
+
+def disable() -> None:
+    """Give torch's own kernels back (a no-op where labkit.enable() is off)."""
+    m = host.module()
+    if m is not None:
+        m.disable_aten()
+
+
+def is_enabled() -> bool:
+    m = host.module()
+    return m is not None and m.aten_enabled()
+
+
+@contextlib.contextmanager
+def enabled(key: str = "CUDA"):
+    """`with labkit.enabled():` enable() for the block, and disable() after it."""
+    enable(key)
+    try:
+        yield
+    finally:
+        disable()

@@ -163,7 +163,7 @@ def test_inputs_that_require_grad_are_refused_not_silently_detached():
 
 def test_refusal_table_on_the_gpu():
     """Every refused case raises a ValueError naming its condition from every public function, before launch."""
-    from labkit.ops.refusals import refusal_rows
+    from labkit.lab.refusals import refusal_rows
 
     rows = refusal_rows("cuda")
     assert {r["function"] for r in rows} >= {"reference_order_layer_norm", "chain_layer_norm", "split_stats_layer_norm"}

@@ -83,7 +83,3 @@ class TensorMapEncoder:
         self._cache[address] = m
         return m
 
-
-def encode_tiled_f32(address: int, dims, strides_bytes, box) -> np.ndarray:
-    """One map, encoded now (for one-off launches; plans keep a TensorMapEncoder)."""
-    return TensorMapEncoder(TensorMapGeometry(tuple(dims), tuple(strides_bytes), tuple(box)))(address)

@@ -185,9 +185,9 @@ def targets_for(shape, names=PRODUCT_TARGETS, device=None) -> list[str]:
 def _other_call(target: str, x, w, b, eps) -> dict:
     """Targets whose contract is not LayerNorm's bits: split statistics (the official predicate against torch) and
     the channel-norm kernels (direct NCHW: eager's bits; rows: the official predicate), each family."""
-    from labkit.ops import channel_norm as cn
+    from labkit.lab import channel_norm as cn
     from labkit.ops.reference import native_layer_norm
-    from labkit.ops.split_stats import split_stats_layer_norm
+    from labkit.lab.split_stats import split_stats_layer_norm
     from labkit.records.check import official_allclose as close
 
     if target == "split_interleaved":

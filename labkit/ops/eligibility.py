@@ -46,8 +46,8 @@ MAX_NUMEL = (1 << 31) - 1                    # 32-bit element indices in the ker
 
 
 def misaligned(*addresses: int) -> bool:
-    """Whether any address is off float4 alignment: the drop-in's per-call check (addresses are not part of a
-    plan's signature), torch's can_vectorize on X, gamma and beta."""
+    """Whether any address is off float4 alignment: the drop-in's per-call check (addresses are not part of the
+    drop-in plan's signature), torch's can_vectorize on X, gamma and beta."""
     mask = 0
     for a in addresses:
         mask |= a

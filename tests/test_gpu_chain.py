@@ -228,7 +228,7 @@ def test_notebook_07s_carry_pair_writes_the_parts_it_names(shape, part):
 
     from labkit.core.device import device_info
     from labkit.ops import chain
-    from labkit.ops.launches import stats_only
+    from labkit.lab.stages import stats_only
     from labkit.studies import parallel_stats as ps
 
     x = inputs.make_input("normal_plus_1000", shape, seed=4, device="cuda")

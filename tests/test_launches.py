@@ -196,6 +196,24 @@ def test_execute_makes_x_device_current_around_every_launch(recorded, monkeypatc
     assert [c[-1] for c in recorded["calls"]] == [1, 1] and [m[-1] for m in recorded["memsets"]] == [1]
 
 
+
+def test_a_stage_alone_launches_only_that_stage(recorded, monkeypatch):
+    """labkit.lab.stages (the stage breakdown, the sanitizer step): the statistics stage with its memset, or the
+    output launch, from the same bound launches the public functions run."""
+    from labkit.lab import stages
+
+    monkeypatch.setattr(stages, "device_scope", launches.device_scope)
+    monkeypatch.setattr(stages, "stream", launches.stream)
+    monkeypatch.setattr(stages, "current_index", lambda device: 0)
+    monkeypatch.setattr(stages, "scratch_for", lambda l, device: None)
+    t = type("T", (), {"data_ptr": lambda self: 0x10, "device": "meta"})()
+    p = chain.launches(16, 1 << 22, H200)
+    stages.stats_only(p, t, t, t, 1e-5)
+    assert [c[0] for c in recorded["calls"]] == ["chain_stats_tma"] and len(recorded["memsets"]) == 1
+    recorded["calls"].clear()
+    stages.output_only(p, t, t, t, t, t, t)
+    assert [c[0] for c in recorded["calls"]] == ["affine_columns"] and len(recorded["memsets"]) == 1
+
 def test_many_row_counts_load_each_function_once_and_bound_launches_stay_bounded(recorded):
     for rows in range(1, 3 * launches.MAX_BOUND):
         launches.bound(rows_fused.launches(rows, 4096, H200), 0)

@@ -110,21 +110,3 @@ def run(launches_for, x, weight, bias, eps: float, out=None, return_stats: bool 
     y, mean, rstd = execute(p, x, weight, bias, eps, out)
     return (y, mean, rstd) if return_stats else y
 
-
-def stats_only(launches, x, mean, rstd, eps: float) -> None:
-    """The statistics stage of `launches` alone (stage-breakdown and sanitizer experiments)."""
-    index = current_index(x.device)
-    scratch = scratch_for(launches, x.device)
-    b = bound(launches, index)
-    with device_scope(index):
-        b((x.data_ptr(), 0, 0, 0, mean.data_ptr(), rstd.data_ptr(), _ptr(scratch)), np.float32(eps), stream(index),
-          stage="stats")
-
-
-def output_only(launches, x, mean, rstd, weight, bias, y) -> None:
-    """The output stage of `launches` alone, from given statistics."""
-    index = current_index(x.device)
-    b = bound(launches, index)
-    with device_scope(index):
-        b((x.data_ptr(), weight.data_ptr(), bias.data_ptr(), y.data_ptr(), mean.data_ptr(), rstd.data_ptr(), 0),
-          np.float32(0.0), stream(index), stage="output")

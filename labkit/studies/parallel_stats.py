@@ -33,7 +33,7 @@ def stage_methods(x, w, b, eps: float) -> dict:
 
     from labkit.core.device import current_index, device_info
     from labkit.ops import chain, reference_order
-    from labkit.ops.launches import output_only, stats_only
+    from labkit.lab.stages import output_only, stats_only
 
     rows, n = x.numel() // w.numel(), w.numel()
     dev = device_info(current_index(x.device))
@@ -95,7 +95,7 @@ def carry_methods(launches, statistics, x, mean, rstd, w, b, y) -> dict:
     {} where a part is less than one block of columns."""
     from dataclasses import replace
 
-    from labkit.ops.launches import output_only
+    from labkit.lab.stages import output_only
 
     threads = launches.output.block[0]
     blocks = launches.n // 4 // CARRY_PART // threads

@@ -335,7 +335,7 @@ def run_targets(specs: list[dict], seed: int = 0) -> list[dict]:
             elif target == "chain_tma_loads_only":
                 from labkit.core.device import device_info
                 from labkit.ops import chain
-                from labkit.ops.launches import stats_only
+                from labkit.lab.stages import stats_only
 
                 mean = torch.empty(rows, device="cuda")
                 rstd = torch.empty(rows, device="cuda")

@@ -1,6 +1,7 @@
 """The arch override (LABKIT_ARCH=compute_XY, issue 25 item 4) on the CPU: it only goes down to an arch whose limits
 are known, it takes tensor maps away and caps shared memory at that arch's, kernels compile to PTX for it (cached
-apart from cubins), and the plans then offer exactly the portable paths. Its run on the H200 is the GPU part."""
+apart from cubins), and the paths' launches then offer exactly the portable paths. Its run on the H200 is the GPU
+part."""
 import pytest
 
 from labkit.core import compile as kc

@@ -1,7 +1,7 @@
 """The backward's contract on the CPU: every claim re-derived by dataflow from torch's own committed sm_90 SASS, and
 planted changes to it failing the claim they break; BlockReduceSum read from the installed header, the emulator
 bit-exact against torch's GPU gradients (golden fixtures), and the backward kernels compiling for every arch their
-plans allow. Every other arch's record: tests/test_sass_arches.py."""
+launches allow. Every other arch's record: tests/test_sass_arches.py."""
 import copy
 import json
 from pathlib import Path
@@ -136,7 +136,7 @@ def test_backward_kernels_compile_where_their_plans_allow(arch, cache_dir):
     if arch == "sm_90":
         compile_kernel("grad_chain_sums", arch)
     else:
-        with pytest.raises(Exception, match="NVRTC"):  # why the chain schedule's plan needs tensor maps (sm_90)
+        with pytest.raises(Exception, match="NVRTC"):  # why the chain schedule's launches need tensor maps (sm_90)
             compile_kernel("grad_chain_sums", arch)
 
 
@@ -178,7 +178,7 @@ def _butterfly(v):
 @pytest.mark.parametrize("rows", [64, 100, 128, 200, 256, 4096, 32768, 70000])
 @pytest.mark.parametrize("n", [4, 256, 768, 2048, 4096, 16384, 1 << 20])
 def test_the_column_layout_folds_the_groups_in_torchs_tree(rows, n):
-    """kernels/grad_columns.cu's layout as the plan picks it for the H200: blocks of at most 256 threads, at
+    """kernels/grad_columns.cu's layout as the launches pick it for the H200: blocks of at most 256 threads, at
     least 8 float4 columns (a cache line per row), groups b, b + B, ... in block b; folding each block's groups
     in the tree, then the B blocks' values in the tree (grad_columns_fold), gives torch's tree over all groups,
     bit for bit, on random group sums. (The arithmetic of the layout; that the kernel maps groups this way is
@@ -203,8 +203,8 @@ def test_the_column_layout_folds_the_groups_in_torchs_tree(rows, n):
 
 
 def test_the_column_pass_spreads_over_the_gpu_where_torchs_layout_would_not():
-    """At N = 768 torch's GammaBeta grid is 24 blocks; the plan's column pass has 192 (the fold after it), and
-    the plan's scratch holds both arrays' block values after the row sums."""
+    """At N = 768 torch's GammaBeta grid is 24 blocks; the launches' column pass has 192 (the fold after it), and
+    the launches' scratch holds both arrays' block values after the row sums."""
     from labkit.core.device import Device
     from labkit.ops import backward
 

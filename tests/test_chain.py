@@ -1,4 +1,4 @@
-"""CPU-side behaviour of the chain-parallel wrapper: its launch plan from the shape and the device's limits, schedule
+"""CPU-side behaviour of the chain-parallel wrapper: its launches from the shape and the device's limits, schedule
 choice, validation before launch, compile."""
 import pytest
 import torch

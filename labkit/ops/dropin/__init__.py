@@ -1,7 +1,7 @@
 """A drop-in LayerNorm: torch.nn.functional.layer_norm's signature and torch's eager bits on every input, our
 kernels where the dispatch rule (labkit.ops.dispatch) says they are faster, registered as the custom op
 labkit::layer_norm (op.py) with autograd through torch's own backward, and per-signature plans (plan.py) that hold
-each path's launch plan bound to the device.
+each path's launches (labkit.ops.launches) bound to the device.
 """
 from labkit.ops.dropin.module import LayerNorm, swap_layer_norms
 from labkit.ops.dropin.op import explain, layer_norm, layer_norm_with

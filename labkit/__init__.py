@@ -2,8 +2,10 @@
 
     core     NVRTC compile + digest-checked cubin cache, cubin completion, launch on torch's stream, tensor maps,
              input validation
-    ops      the LayerNorm functions users call (reference order, chain, split statistics), torch's path decision,
-             pure-torch references, the refused-inputs table
+    ops      the LayerNorm functions users call (reference order, chain, the drop-in), their launches, torch's path
+             decision, pure-torch references
+    lab      what the studies measure beside the operator: channel_norm, split statistics, TorchScript, the
+             refused-inputs table, one launch stage alone
     exact    bit-exact CPU arithmetic: fma, emulator of torch's kernel, exact oracle
     sass     machine-code analysis: tools, ELF, ptxas, parser, symbolic evaluator, patterns, summaries
     tasks, inputs   the task/config table and the input recipes

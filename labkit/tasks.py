@@ -115,7 +115,7 @@ def get_task(key: str) -> Task:
 def _channel_norm_model(family, eps=None):
     import torch
 
-    from labkit.ops import channel_norm
+    from labkit.lab import channel_norm
 
     class Model(torch.nn.Module):
         """KernelBench L1/36, 38 or 39: normalization over dim 1, the task's forward expression."""

@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(config, items):
     from labkit.ops import paths
 
     device = device_info(torch.cuda.current_device())
-    if "chain" in paths.plannable(16, 1 << 22, device):
+    if "chain" in paths.candidates(16, 1 << 22, device):
         return
     # below sm_90 the chain's instructions are missing; on sm_120 its rings do not fit 99 KiB per block
     skip = pytest.mark.skip(reason=f"needs the chain path (sm_90 bulk copies, mbarriers, tensor maps, and room for its "

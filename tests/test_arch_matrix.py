@@ -1,5 +1,5 @@
 """Every kernel against every NVIDIA arch from sm_80 (issue 25, checked here without those GPUs): NVRTC compiles
-each kernel a path offers there, and each of the launches the plans make there fits that arch's limits — registers
+each kernel a path offers there, and each of the launches the paths describe there fits that arch's limits — registers
 per thread (255), registers per block (the 64K-register file), and static plus dynamic shared memory per block
 (the arch's opt-in maximum, from the CUDA programming guide's table). Below sm_90 the chain path's kernels and the
 backward's chain sums do not compile (bulk copies, mbarrier transaction counts): the test names that set exactly, so
@@ -13,7 +13,7 @@ from labkit.ops import backward, paths
 from labkit.sass.elf import resource_usage
 
 # opt-in shared memory per block (labkit.core.device.ARCH_SMEM_OPTIN, the programming guide's table); SM counts
-# only shape the plans' grids
+# only shape the launches' grids
 ARCHES = {a: ARCH_SMEM_OPTIN[a] for a in (80, 86, 89, 90, 100, 120)}
 SM90_ONLY = {"chain_stats", "chain_stats_tma", "grad_chain_sums", "rows_staged", "rows_cluster"}
 SHAPES = ((16, 1 << 22), (1, 1 << 24), (3, 1000), (4096, 768), (8192, 4096), (100000, 256), (64, 65536))
@@ -50,7 +50,7 @@ def test_exactly_the_sm90_kernels_fail_below_sm90(compiled, arch):
 def _launches(arch: int):
     dev = _device(arch)
     for rows, n in SHAPES:
-        for p in list(paths.plannable(rows, n, dev).values()) + list(backward.plannable(rows, n, dev).values()):
+        for p in list(paths.candidates(rows, n, dev).values()) + list(backward.candidates(rows, n, dev).values()):
             try:
                 prog = p.program(0)
             except Exception:  # the chain's w4 blocking reads the device's reciprocal table: the grid is enough
@@ -84,15 +84,15 @@ def test_every_planned_launch_fits_the_arch(compiled, arch):
 def test_which_paths_each_arch_gets_is_decided_by_its_limits():
     """The chain path needs sm_90 and, for its default rings, more than 99 KiB of shared memory per block: so it is
     planned on sm_90 and sm_100 and not on sm_120 (99 KiB), where rows_fused and reference_order still are."""
-    got = {arch: set(paths.plannable(16, 1 << 22, _device(arch))) for arch in ARCHES}
+    got = {arch: set(paths.candidates(16, 1 << 22, _device(arch))) for arch in ARCHES}
     assert got[90] == got[100] == {"chain", "rows_fused", "reference_order"}
     assert all(got[a] == {"rows_fused", "reference_order"} for a in (80, 86, 89, 120))
     # rows_staged (bulk copies, N <= 2**18): from sm_90 on, its ring as deep as each arch's shared memory allows
-    long_rows = {arch: set(paths.plannable(1024, 1 << 16, _device(arch))) for arch in ARCHES}
+    long_rows = {arch: set(paths.candidates(1024, 1 << 16, _device(arch))) for arch in ARCHES}
     assert all(("rows_staged" in long_rows[a]) == (a >= 90) for a in ARCHES)
-    slots = {a: paths.plan("rows_staged", 1024, 1 << 16, _device(a)).slots for a in (90, 100, 120)}
+    slots = {a: paths.launches("rows_staged", 1024, 1 << 16, _device(a)).slots for a in (90, 100, 120)}
     assert slots[90] == slots[100] == 13 and slots[120] == 5
     # rows_cluster (clusters, N up to 2 (slots - 1) chunks): from sm_90 on; sm_120's 99 KiB hold half a row of 2**16
     # floats (8 chunks) in no ring, half of 2**15 (4 chunks) in its 5 slots
     assert all(("rows_cluster" in long_rows[a]) == (a in (90, 100)) for a in ARCHES)
-    assert "rows_cluster" in paths.plannable(1024, 1 << 15, _device(120))
+    assert "rows_cluster" in paths.candidates(1024, 1 << 15, _device(120))

@@ -1,6 +1,7 @@
 """The arch override (LABKIT_ARCH=compute_XY, issue 25 item 4) on the CPU: it only goes down to an arch whose limits
 are known, it takes tensor maps away and caps shared memory at that arch's, kernels compile to PTX for it (cached
-apart from cubins), and the plans then offer exactly the portable paths. Its run on the H200 is the GPU part."""
+apart from cubins), and the paths' launches then offer exactly the portable paths. Its run on the H200 is the GPU
+part."""
 import pytest
 
 from labkit.core import compile as kc
@@ -51,9 +52,9 @@ def test_under_the_override_the_plans_offer_the_portable_paths_only():
     for rows, n in ((16, 1 << 22), (4096, 768), (1, 1 << 24), (3, 1000)):
         portable = ({"reference_order", "rows_fused"} | ({"rows_counted"} if n <= rows_counted.MAX_N else set())
                     | ({"rows_counted_block"} if n <= rows_counted_block.MAX_N else set()))
-        assert set(paths.plannable(rows, n, d)) == portable
-        assert set(backward.plannable(rows, n, d)) == {"rows", "split"}
-    assert "chain" in paths.plannable(16, 1 << 22, H200) and "chain" in backward.plannable(16, 1 << 22, H200)
+        assert set(paths.candidates(rows, n, d)) == portable
+        assert set(backward.candidates(rows, n, d)) == {"rows", "split"}
+    assert "chain" in paths.candidates(16, 1 << 22, H200) and "chain" in backward.candidates(16, 1 << 22, H200)
 
 
 def test_a_notebook_the_gpu_cannot_measure_replays_the_committed_run_and_says_why(monkeypatch, tmp_path):
@@ -83,5 +84,5 @@ def test_an_sm120_gpu_past_sm90_but_unable_to_plan_the_chain_is_told_so(monkeypa
     monkeypatch.setattr(device, "device_info", lambda i: rtx)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     why = session.lacking(90, "bulk copies", "chain")
-    assert why is not None and "cannot plan the chain path at L1/40" in why and "99 KiB" in why
+    assert why is not None and "cannot launch the chain path at L1/40" in why and "99 KiB" in why
     assert session.lacking(90, "bulk copies", None) is None  # by arch alone it would have run live

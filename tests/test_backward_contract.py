@@ -1,7 +1,7 @@
 """The backward's contract on the CPU: every claim re-derived by dataflow from torch's own committed sm_90 SASS, and
 planted changes to it failing the claim they break; BlockReduceSum read from the installed header, the emulator
 bit-exact against torch's GPU gradients (golden fixtures), and the backward kernels compiling for every arch their
-plans allow. Every other arch's record: tests/test_sass_arches.py."""
+launches allow. Every other arch's record: tests/test_sass_arches.py."""
 import copy
 import json
 from pathlib import Path
@@ -136,7 +136,7 @@ def test_backward_kernels_compile_where_their_plans_allow(arch, cache_dir):
     if arch == "sm_90":
         compile_kernel("grad_chain_sums", arch)
     else:
-        with pytest.raises(Exception, match="NVRTC"):  # why the chain schedule's plan needs tensor maps (sm_90)
+        with pytest.raises(Exception, match="NVRTC"):  # why the chain schedule's launches need tensor maps (sm_90)
             compile_kernel("grad_chain_sums", arch)
 
 
@@ -155,7 +155,7 @@ def test_the_chain_split_fills_one_wave_and_its_maps_fit_a_box():
     assert [backward.chain_split(1, 512 * k, h200) for k in (1024, 1023, 512, 511, 37)] == \
         [8, 4, 4, 2, 2]
     for rows in (1, 2, 4, 5, 8, 16, 33):
-        p = backward.plan(rows, 1 << 22, h200, "chain")
+        p = backward.launches(rows, 1 << 22, h200, "chain")
         split = backward.chain_split(rows, 1 << 22, h200)
         g = p.tensor_map
         assert p.sums.function == backward.chain_function(split) and p.sums.grid == (4 * split, rows)
@@ -178,7 +178,7 @@ def _butterfly(v):
 @pytest.mark.parametrize("rows", [64, 100, 128, 200, 256, 4096, 32768, 70000])
 @pytest.mark.parametrize("n", [4, 256, 768, 2048, 4096, 16384, 1 << 20])
 def test_the_column_layout_folds_the_groups_in_torchs_tree(rows, n):
-    """kernels/grad_columns.cu's layout as the plan picks it for the H200: blocks of at most 256 threads, at
+    """kernels/grad_columns.cu's layout as the launches pick it for the H200: blocks of at most 256 threads, at
     least 8 float4 columns (a cache line per row), groups b, b + B, ... in block b; folding each block's groups
     in the tree, then the B blocks' values in the tree (grad_columns_fold), gives torch's tree over all groups,
     bit for bit, on random group sums. (The arithmetic of the layout; that the kernel maps groups this way is
@@ -203,16 +203,16 @@ def test_the_column_layout_folds_the_groups_in_torchs_tree(rows, n):
 
 
 def test_the_column_pass_spreads_over_the_gpu_where_torchs_layout_would_not():
-    """At N = 768 torch's GammaBeta grid is 24 blocks; the plan's column pass has 192 (the fold after it), and
-    the plan's scratch holds both arrays' block values after the row sums."""
+    """At N = 768 torch's GammaBeta grid is 24 blocks; the launches' column pass has 192 (the fold after it), and
+    the launches' scratch holds both arrays' block values after the row sums."""
     from labkit.core.device import Device
     from labkit.ops import backward
 
     h200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
-    p = backward.plan(4096, 768, h200, "split")
+    p = backward.launches(4096, 768, h200, "split")
     assert p.columns.grid[0] >= h200.sm_count and p.fold is not None and p.parts == 32
     assert p.scratch.nbytes == p.parts_at + 2 * 4 * p.parts * 768
-    q = backward.plan(4096, 768, h200, "rows")
+    q = backward.launches(4096, 768, h200, "rows")
     assert q.parts_at >= 8 * 4096 and q.parts_at % 16 == 0
     steps = q.program(0).steps
     assert [s.kernel.function for s in steps] == ["grad_row_sums", "grad_columns_tiled", "grad_columns_fold"]
@@ -222,13 +222,13 @@ def test_the_column_pass_spreads_over_the_gpu_where_torchs_layout_would_not():
     assert [a.value for a in columns[-4:]] == [4096, 192, 8, 32]  # rows, N / 4, rows per group, groups
     assert steps[2].kernel.block == (backward.FOLD_THREADS,) and steps[2].kernel.grid == (768 // backward.FOLD_THREADS,)
     small = Device("small", 80, 132, backward.TILED_SMEM - 1, 65535)  # the tiled pass's ring does not fit
-    assert backward.plan(4096, 768, small, "rows").columns.function == "grad_columns_prefetched"
+    assert backward.launches(4096, 768, small, "rows").columns.function == "grad_columns_prefetched"
     with pytest.raises(ValueError, match="tiled column pass needs"):
-        backward.plan(4096, 768, small, "rows", loads="tiled")
-    few = backward.plan(64, 4096, h200, "rows")  # chains of 8 rows: shorter than one tile
+        backward.launches(4096, 768, small, "rows", loads="tiled")
+    few = backward.launches(64, 4096, h200, "rows")  # chains of 8 rows: shorter than one tile
     assert few.columns.function == "grad_columns_prefetched"
-    assert backward.plan(4096, 2048, h200, "rows").columns.function == "grad_columns_tiled"  # 16,384 threads
-    assert backward.plan(4096, 4096, h200, "rows").columns.function == "grad_columns_prefetched"  # 32,768
-    wide = backward.plan(2048, 16384, h200, "split")  # 512 blocks of all 32 groups already: torch's layout
+    assert backward.launches(4096, 2048, h200, "rows").columns.function == "grad_columns_tiled"  # 16,384 threads
+    assert backward.launches(4096, 4096, h200, "rows").columns.function == "grad_columns_prefetched"  # 32,768
+    wide = backward.launches(2048, 16384, h200, "split")  # 512 blocks of all 32 groups already: torch's layout
     assert wide.fold is None and wide.columns.function == "grad_columns_streamed"
-    assert backward.plan(100000, 256, h200, "split").columns.function == "grad_columns_prefetched"  # partials
+    assert backward.launches(100000, 256, h200, "split").columns.function == "grad_columns_prefetched"  # partials

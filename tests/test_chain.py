@@ -1,4 +1,4 @@
-"""CPU-side behaviour of the chain-parallel wrapper: its launch plan from the shape and the device's limits, schedule
+"""CPU-side behaviour of the chain-parallel wrapper: its launches from the shape and the device's limits, schedule
 choice, validation before launch, compile."""
 import pytest
 import torch
@@ -25,8 +25,8 @@ def test_schedule_without_a_table_is_the_waves_rule():
 def test_schedule_with_the_h200_table_follows_its_scores():
     from labkit.ops.dispatch import rule
 
-    assert chain.schedule_plan(16, 64 * 256 * 256, H200).path == "chain"     # L1/40
-    assert chain.schedule_plan(4096, 1024, H200).path == "rows_fused"
+    assert chain.schedule_launches(16, 64 * 256 * 256, H200).path == "chain"     # L1/40
+    assert chain.schedule_launches(4096, 1024, H200).path == "rows_fused"
     assert rule.schedule(16, 1 << 22, H200, ("rows_fused",)) == "rows_fused"  # only what is offered
 
 
@@ -37,28 +37,28 @@ def test_blocking_choice():
 
 
 def test_plan_is_the_launch_description():
-    p = chain.plan(16, 64 * 256 * 256, H200)
+    p = chain.launches(16, 64 * 256 * 256, H200)
     assert (p.blocking, p.stats.grid, p.stats.block, p.stats.function) == ("tma", (4, 16), (64,), "chain_stats_tma")
     assert p.stats.shared_mem == chain.TmaConfig().smem_bytes <= H200.smem_optin_bytes
     assert p.tensor_map.dims == (128, 4, 64 * 256 * 256 // 512, 16) and p.tensor_map.box == (128, 1, 64, 1)
     assert p.scratch.nbytes == 52 * 16 and (p.scratch.zeroed_at, p.scratch.zeroed_bytes) == (48 * 16, 4 * 16)
     assert p.output.grid == (64 * 256 * 256 // 4 // chain.AFFINE_THREADS,) and not p.reciprocals
-    w4 = chain.plan(3, 64 * 17 * 19, H200)
+    w4 = chain.launches(3, 64 * 17 * 19, H200)
     assert (w4.blocking, w4.stats.grid, w4.stats.block, w4.reciprocals) == ("w4", (1, 3), (160,), True)
 
 
 def test_plan_refuses_what_the_device_cannot_run():
     with pytest.raises(ValueError, match="grid.y, which holds at most 65535"):
-        chain.plan(65536, 1024, H200)
+        chain.launches(65536, 1024, H200)
     with pytest.raises(ValueError, match="need sm_90"):
-        chain.plan(1, 1 << 20, A100)
+        chain.launches(1, 1 << 20, A100)
     with pytest.raises(ValueError, match="the device allows 101376"):
-        chain.plan(1, 1 << 20, SMALL_SMEM)  # the tma ring needs 198 KiB
+        chain.launches(1, 1 << 20, SMALL_SMEM)  # the tma ring needs 198 KiB
     with pytest.raises(ValueError, match="shared memory"):
-        chain.plan(1, 1 << 20, H200, chain.ChainSettings("chain", "tma", chain.TmaConfig(64, 24, 4)))
+        chain.launches(1, 1 << 20, H200, chain.ChainSettings("chain", "tma", chain.TmaConfig(64, 24, 4)))
     with pytest.raises(ValueError, match="N % 512 == 0"):
-        chain.plan(1, 64 * 17 * 19, H200, chain.ChainSettings("chain", "tma"))
-    assert chain.schedule_plan(65536, 1024, H200).path == "rows_fused"  # auto: the chain cannot, rows_fused can
+        chain.launches(1, 64 * 17 * 19, H200, chain.ChainSettings("chain", "tma"))
+    assert chain.schedule_launches(65536, 1024, H200).path == "rows_fused"  # auto: the chain cannot, rows_fused can
 
 
 @pytest.mark.parametrize("kwargs,pattern", [({"schedule": "diagonal"}, "schedule"), ({"blocking": "w3"}, "blocking")])
@@ -132,10 +132,10 @@ def test_rows_fused_entry_point_by_row_length(cache_dir):
 def test_rows_fused_grid_by_layout():
     """A warp per row: four rows per (32, 4) block, the row count passed so the last block's spare warps leave."""
     for rows in (1, 3, 4, 5, 4097):
-        p = rows_fused.plan(rows, 512, H200)
+        p = rows_fused.launches(rows, 512, H200)
         assert p.kernel.grid == (-(-rows // 4),) and p.kernel.block == (32, 4)
         assert [a.value for a in p.program(0).steps[0].args if hasattr(a, "value")][:2] == [rows, 512]
-        q = rows_fused.plan(rows, 4096, H200)
+        q = rows_fused.launches(rows, 4096, H200)
         assert q.kernel.grid == (rows,) and q.kernel.function == "rows_fused_reg8"
 
 

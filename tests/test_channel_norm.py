@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from labkit import tasks
-from labkit.ops import channel_norm as cn
+from labkit.lab import channel_norm as cn
 from labkit.studies.layout_boundary import layout_block
 from labkit.studies import layout_boundary as lb
 

@@ -15,7 +15,7 @@ H200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
 
 
 def _choose(rows, n, device=H200):
-    return rule.choose(rows, n, device, tuple(paths.plannable(rows, n, device)))
+    return rule.choose(rows, n, device, tuple(paths.candidates(rows, n, device)))
 
 
 def test_row_axis_counts_waves_of_the_chain_schedule():
@@ -127,7 +127,7 @@ def test_rule_at_every_measured_point_serves_no_slower_path():
         path, why = _choose(r["rows"], r["n"])
         level, y = rule.row_coord(r["rows"], H200.sm_count), r["n"].bit_length() - 1
         sc, graph = measured.SCORES[level][y], measured.GRAPH[level][y]
-        available = {p: v for p, v in sc.items() if p == "native" or p in paths.plannable(r["rows"], r["n"], H200)}
+        available = {p: v for p, v in sc.items() if p == "native" or p in paths.candidates(r["rows"], r["n"], H200)}
         assert (path == "native") == all(v >= 1 - rule.MARGIN for p, v in available.items() if p != "native")
         assert measured.RUN_ID in why
         if path == "native":
@@ -203,7 +203,7 @@ def test_the_rule_picks_per_protocol_from_the_same_run():
         for y, sc in level.items():
             rows = max(1, round(H200.sm_count * 2 ** x / 4))
             n = 1 << y
-            available = tuple(p for p in paths.plannable(rows, n, H200))
+            available = tuple(p for p in paths.candidates(rows, n, H200))
             g, why = rule.choose(rows, n, H200, available, "graph")
             e, _ = rule.choose(rows, n, H200, available, "eager")
             assert "graph replay scores" in why

@@ -19,7 +19,7 @@ def _device(arch=90, sm_count=132):
 
 
 def _choose(rows, n, device):
-    return rule.choose(rows, n, device, tuple(paths.plannable(rows, n, device)))
+    return rule.choose(rows, n, device, tuple(paths.candidates(rows, n, device)))
 
 CASES = [((4, 8), (8,)), ((2, 3, 16), (16,)), ((2, 3, 16), (3, 16)), ((5, 1001), (1001,)), ((0, 12), (12,)),
          ((7, 4), 4)]

@@ -5,7 +5,7 @@ import torch
 
 from labkit.ops import eligibility
 from labkit.ops.reference_order import reference_order_layer_norm
-from labkit.ops.split_stats import split_stats_layer_norm
+from labkit.lab.split_stats import split_stats_layer_norm
 
 
 def _good(shape=(2, 8, 4)):
@@ -23,7 +23,7 @@ def test_leading_dims_fold_into_rows():
 
 
 def test_every_refusal_names_its_condition():
-    from labkit.ops.refusals import refusal_rows
+    from labkit.lab.refusals import refusal_rows
 
     rows = refusal_rows("cpu")
     assert len({r["case"] for r in rows}) >= 13
@@ -33,7 +33,7 @@ def test_every_refusal_names_its_condition():
 
 def test_refusal_table_catches_an_accepting_function(monkeypatch):
     """The table is not a tautology: a predicate that lets a case through shows up as a BUG row."""
-    from labkit.ops import refusals
+    from labkit.lab import refusals
 
     monkeypatch.setattr(eligibility, "refusal", lambda *a, **k: None)
     rows = [r for r in refusals.refusal_rows("cpu") if r["function"] == refusals.SHARED]

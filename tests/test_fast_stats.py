@@ -1,6 +1,6 @@
 """The fast-statistics study (labkit.studies.fast_stats) on the CPU: case enumeration, every method recorded
 (including those that cannot run here), the summary block, record line, headline and figure read from a record."""
-from labkit.ops.split_stats import scripted_pointwise
+from labkit.lab.split_stats import scripted_pointwise
 from labkit.records import run as results
 from labkit.studies import catalog
 from labkit.studies.fast_stats import fast_stats_block
@@ -96,7 +96,7 @@ def test_the_posts_kernel_compiles_with_the_posts_flags():
     import pytest
 
     from labkit.core.compile import compile_kernel
-    from labkit.ops.split_stats import POST_OPTIONS
+    from labkit.lab.split_stats import POST_OPTIONS
     from labkit.sass import tools
 
     try:

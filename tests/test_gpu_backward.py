@@ -82,7 +82,7 @@ def test_the_column_fold_keeps_the_bits(shape, schedule):
 
     import torch
 
-    assert backward.plan(*shape, device_info(torch.cuda.current_device()), schedule).fold is not None
+    assert backward.launches(*shape, device_info(torch.cuda.current_device()), schedule).fold is not None
     _compare(shape, schedule)
 
 
@@ -99,7 +99,7 @@ def test_every_chain_split_keeps_the_bits(split):
     rows = max((r for r in range(1, dev.sm_count + 1) if backward.chain_split(r, n, dev) == split), default=None)
     if rows is None:
         pytest.skip(f"no row count takes split {split} on {dev.sm_count} SMs")
-    assert backward.plan(rows, n, dev, "chain").sums.function == backward.chain_function(split)
+    assert backward.launches(rows, n, dev, "chain").sums.function == backward.chain_function(split)
     _compare((rows, n), "chain")
     _compare((rows, n), "chain", affine="none", seed=1)
 

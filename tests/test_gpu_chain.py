@@ -81,14 +81,14 @@ def test_tma_ring_shapes_bit_identical(config, shape):
     """Other ring shapes of the tma kernel keep the bits: the ring only schedules loads."""
     from labkit.core.device import device_info
     from labkit.ops import chain
-    from labkit.ops.plans import execute
+    from labkit.ops.launches import execute
 
     x = inputs.make_input("normal_plus_1000", shape, seed=5, device="cuda")
     w, b = inputs.make_affine("random_normal", shape[1:], seed=5, device="cuda")
 
     def run(x, w, b, eps):
         rows, n = x.numel() // w.numel(), w.numel()
-        p = chain.plan(rows, n, device_info(x.device.index),
+        p = chain.launches(rows, n, device_info(x.device.index),
                        chain.ChainSettings("chain", "tma", chain.TmaConfig(*config)))
         return execute(p, x, w, b, eps)
 
@@ -163,7 +163,7 @@ def test_inputs_that_require_grad_are_refused_not_silently_detached():
 
 def test_refusal_table_on_the_gpu():
     """Every refused case raises a ValueError naming its condition from every public function, before launch."""
-    from labkit.ops.refusals import refusal_rows
+    from labkit.lab.refusals import refusal_rows
 
     rows = refusal_rows("cuda")
     assert {r["function"] for r in rows} >= {"reference_order_layer_norm", "chain_layer_norm", "split_stats_layer_norm"}
@@ -174,7 +174,7 @@ def test_refusal_table_on_the_gpu():
 
 def _rows_fused_cases():
     """Every rows_fused entry point, warp per row and block per row, including those function_for picks for no row
-    length today (each through rows_fused.entry_plan): the longest row it holds and a ragged one (some of torch's
+    length today (each through rows_fused.entry_launches): the longest row it holds and a ragged one (some of torch's
     threads without a vector), at row counts that leave a warp-per-row block partly empty; for the largest block
     entry point rows longer than its registers."""
     from labkit.ops import rows_counted, rows_counted_block, rows_fused
@@ -203,13 +203,13 @@ def _rows_fused_cases():
 def test_every_rows_fused_entry_point_bit_identical(case, eps):
     import torch
 
-    from labkit.ops import plans, rows_fused
+    from labkit.ops import launches, rows_fused
 
     function, rows, n = case
-    plan = rows_fused.entry_plan(rows, n, function)
+    p = rows_fused.entry_launches(rows, n, function)
     x = inputs.make_input("normal_plus_1000", (rows, n), seed=5, device="cuda")
     w, b = inputs.make_affine("random_normal", (n,), seed=5, device="cuda")
-    got = plans.execute(plan, x, w, b, eps)
+    got = launches.execute(p, x, w, b, eps)
     ref = native_layer_norm(x, w, b, eps)
     for name, r, g in zip(("output", "mean", "rstd"), ref, got):
         assert torch.equal(r.reshape(-1).view(torch.int32), g.reshape(-1).view(torch.int32)), (function, name)
@@ -228,13 +228,13 @@ def test_notebook_07s_carry_pair_writes_the_parts_it_names(shape, part):
 
     from labkit.core.device import device_info
     from labkit.ops import chain
-    from labkit.ops.plans import stats_only
+    from labkit.lab.stages import stats_only
     from labkit.studies import parallel_stats as ps
 
     x = inputs.make_input("normal_plus_1000", shape, seed=4, device="cuda")
     w, b = inputs.make_affine("random_normal", shape[1:], seed=4, device="cuda")
     rows, n = x.numel() // w.numel(), w.numel()
-    p = chain.plan(rows, n, device_info(0), ChainSettings("chain"))
+    p = chain.launches(rows, n, device_info(0), ChainSettings("chain"))
     mean, rstd = torch.empty(rows, device="cuda"), torch.empty(rows, device="cuda")
     ref = native_layer_norm(x, w, b, 1e-5)[0].reshape(rows, n)
     stats_only(p, x, mean, rstd, 1e-5)  # the parts alone read these

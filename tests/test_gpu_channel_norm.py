@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from labkit.ops import channel_norm as cn
+from labkit.lab import channel_norm as cn
 from labkit.studies import layout_boundary as lb
 
 pytestmark = pytest.mark.gpu

@@ -50,7 +50,7 @@ def test_every_forced_path_keeps_the_bits(path, shape):
     x, w, b = _xwb(shape)
     ns = shape[1:]
     try:
-        paths.plan(path, shape[0], shape[1], device_info(0))
+        paths.launches(path, shape[0], shape[1], device_info(0))
     except ValueError as exc:
         with pytest.raises(ValueError, match=re.escape(str(exc))):
             layer_norm_with(path, x, ns, w, b)

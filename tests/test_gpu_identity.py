@@ -9,7 +9,7 @@ from labkit.studies import identity
 from labkit import inputs
 from labkit.tasks import L1_40, UNEVEN_SHAPE
 from labkit.ops.reference_order import reference_order_layer_norm
-from labkit.ops.split_stats import split_stats_layer_norm
+from labkit.lab.split_stats import split_stats_layer_norm
 
 pytestmark = pytest.mark.gpu
 

@@ -20,7 +20,7 @@ def _posts_arithmetic(x, var, mean, w, b, eps):
 def test_the_posts_kernel_is_the_posts_arithmetic(geometry, shape):
     import torch
 
-    from labkit.ops.split_stats import row_var_mean, split_stats_layer_norm
+    from labkit.lab.split_stats import row_var_mean, split_stats_layer_norm
 
     g = torch.Generator().manual_seed(3)
     x = (torch.randn(shape, generator=g) * 4 + 1000).cuda()  # offsets: where contraction would change bits
@@ -35,7 +35,7 @@ def test_the_posts_kernel_is_the_posts_arithmetic(geometry, shape):
 def test_the_posts_support_bound_is_refused_by_name():
     import torch
 
-    from labkit.ops.split_stats import split_stats_layer_norm
+    from labkit.lab.split_stats import split_stats_layer_norm
 
     n = 65536 * 256  # one tile past the post's N <= 65535 * 256
     x = torch.zeros(1, n, device="cuda")

@@ -2,7 +2,7 @@
 minimal TMA rings' checksums, and smoke runs of the fuzzer and the soak."""
 import pytest
 
-from labkit.ops import refusals
+from labkit.lab import refusals
 from labkit.studies import reliability as rel
 
 pytestmark = pytest.mark.gpu

@@ -155,15 +155,15 @@ def test_small_rings(spec, rows, n, slots):
     """Rings a GPU with less shared memory gets (sm_120's 99 KiB: 5 or 6 slots), forced on this one: every chunk
     goes through few slots (rows_staged: longer rows mostly as early chunks)."""
     from labkit.core.device import device_info
-    from labkit.ops import plans
+    from labkit.ops import launches
 
-    p = spec.module.plan(rows, n, device_info(0))
+    p = spec.module.launches(rows, n, device_info(0))
     p = dataclasses.replace(p, slots=slots, kernel=dataclasses.replace(p.kernel,
                                                                         shared_mem=spec.module.smem_bytes(n, slots)))
     x = inputs.make_input("normal_plus_1000", (rows, n), seed=14, device="cuda")
     w, b = inputs.make_affine("random_normal", (n,), seed=14, device="cuda")
     for _ in range(3):
-        assert _differing(plans.execute(p, x, w, b, 1e-5), native_layer_norm(x, w, b, 1e-5)) == []
+        assert _differing(launches.execute(p, x, w, b, 1e-5), native_layer_norm(x, w, b, 1e-5)) == []
 
 
 @pytest.mark.parametrize("spec", PATHS, ids=lambda s: s.path)

@@ -104,13 +104,13 @@ def fake_functions(monkeypatch):
 
 
 @pytest.mark.parametrize("make", [
-    lambda: chain.plan(16, 1 << 22, H200),             # tensor map, memset
-    lambda: chain.plan(3, 1000, H200),                 # w4 blocking: the reciprocal table's address
-    lambda: reference_order.plan(8, 1024, H200),
-    lambda: rows_fused.plan(4096, 768, H200),
-    lambda: backward.plan(16, 1 << 22, H200, "chain"),  # three tensor maps, a memset
-    lambda: backward.plan(64, 8192, H200, "rows"),
-    lambda: backward.plan(100000, 256, H200, "split"),  # partial GammaBeta groups
+    lambda: chain.launches(16, 1 << 22, H200),             # tensor map, memset
+    lambda: chain.launches(3, 1000, H200),                 # w4 blocking: the reciprocal table's address
+    lambda: reference_order.launches(8, 1024, H200),
+    lambda: rows_fused.launches(4096, 768, H200),
+    lambda: backward.launches(16, 1 << 22, H200, "chain"),  # three tensor maps, a memset
+    lambda: backward.launches(64, 8192, H200, "rows"),
+    lambda: backward.launches(100000, 256, H200, "split"),  # partial GammaBeta groups
 ])
 def test_every_paths_program_converts_to_the_extensions_form(ext, fake_functions, make):
     p = make()
@@ -150,12 +150,12 @@ def _touches(step) -> set:
 
 
 @pytest.mark.parametrize("make,outputs,split", [
-    (lambda: chain.plan(16, 1 << 22, H200), ("y",), 2),           # memset and statistics before the output pass
-    (lambda: chain.plan(3, 1000, H200), ("y",), 2),
-    (lambda: rows_fused.plan(4096, 768, H200), ("y",), 0),        # one launch, which writes y
-    (lambda: backward.plan(16, 1 << 22, H200, "chain"), ("dx", "dgamma", "dbeta"), 2),  # memset and row sums
-    (lambda: backward.plan(64, 8192, H200, "rows"), ("dx", "dgamma", "dbeta"), 1),
-    (lambda: backward.plan(100000, 256, H200, "split"), ("dx", "dgamma", "dbeta"), 0),  # sums write dx
+    (lambda: chain.launches(16, 1 << 22, H200), ("y",), 2),           # memset and statistics before the output pass
+    (lambda: chain.launches(3, 1000, H200), ("y",), 2),
+    (lambda: rows_fused.launches(4096, 768, H200), ("y",), 0),        # one launch, which writes y
+    (lambda: backward.launches(16, 1 << 22, H200, "chain"), ("dx", "dgamma", "dbeta"), 2),  # memset and row sums
+    (lambda: backward.launches(64, 8192, H200, "rows"), ("dx", "dgamma", "dbeta"), 1),
+    (lambda: backward.launches(100000, 256, H200, "split"), ("dx", "dgamma", "dbeta"), 0),  # sums write dx
 ])
 def test_the_steps_before_an_outputs_first_use_are_what_runs_before_it_is_allocated(ext, fake_functions, make,
                                                                                        outputs, split):

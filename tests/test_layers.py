@@ -45,8 +45,19 @@ def _opened_under_data(modules) -> list[str]:
 
 def test_importing_the_kernel_path_opens_nothing_under_data():
     modules = _kernel_path()
-    assert len(modules) >= 14 and "labkit.ops.refusals" in modules
+    assert len(modules) >= 14 and "labkit.ops.eligibility" in modules
     assert _opened_under_data(modules) == []
+
+
+def test_importing_the_kernel_path_loads_no_study_code():
+    """labkit.lab (the routes the studies measure beside the operator), studies and records stay out of a process
+    that imports only core and ops (lint-imports checks the import statements; this checks what actually loads)."""
+    probe = ("import importlib, json, sys\nfor n in sys.argv[1:]: importlib.import_module(n)\n"
+             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[:2] in "
+             "(['labkit', 'lab'], ['labkit', 'studies'], ['labkit', 'records']))))")
+    out = subprocess.run([sys.executable, "-c", probe, *_kernel_path()], capture_output=True, text=True, check=True,
+                         cwd=REPO)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
 def test_the_probe_sees_a_module_that_reads_data(tmp_path):

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from labkit.exact.fma import fma32, fma32_scalar
-from labkit.ops import refusals
+from labkit.lab import refusals
 from labkit.records import check
 from labkit.studies.reliability import reliability_block
 from labkit.studies import reliability as rel

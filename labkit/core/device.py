@@ -1,7 +1,8 @@
-"""What launch plans and the dispatch rule need to know about a GPU, read from the device itself.
+"""What the paths' launches (labkit.ops.launches) and the dispatch rule need to know about a GPU, read from the
+device itself.
 
 Limits are the device's own (the CUDA runtime's device attributes), never typed per arch: an A100 has 163 KiB of
-opt-in shared memory per block, an H200 227 KiB, an RTX 4090 99 KiB. Plans compare against these numbers, and a
+opt-in shared memory per block, an H200 227 KiB, an RTX 4090 99 KiB. Launches are checked against these numbers, and a
 Device can be written by hand where there is no GPU (CPU tests, compile-only checks).
 
 The arch override (CONTRIBUTING.md "GPU runs"): LABKIT_ARCH=compute_80 makes this process treat its GPU as an sm_80 one —

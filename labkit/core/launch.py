@@ -4,7 +4,7 @@ The one launch path of the package. A `Kernel` describes a launch (which functio
 block, dynamic shared memory, compile options); `prepare` turns it into a `Prepared` launch on one device, with
 everything that does not change between calls done once: the module compiled or read from the cubin cache and
 loaded, the function handle resolved, the shared-memory opt-in raised to what it needs. A call then only hands over
-its arguments and torch's current stream. Ops build their Kernels from the shape (labkit.ops.*.plan) and sequence
+its arguments and torch's current stream. Ops build their Kernels from the shape (labkit.ops.*.launches) and sequence
 them inside `device_scope`; `launch` is the general form for one-off kernels (floors, sanitizer rings), checking
 every tensor argument.
 

@@ -1,4 +1,8 @@
-"""A plan's launches as data: the one description both runners execute.
+"""A path's launches bound as data: the one description both runners execute.
+
+Vocabulary (one meaning per word): "launches" is a kernel path's launch list for one shape (labkit.ops.launches,
+each path's `launches(rows, n, device)`); a `Program` is those launches bound as data for a runner; "plan" is only
+the drop-in's per-signature choice (labkit.ops.dropin.plan), which holds a path's bound Program.
 
 Every kernel path describes one call as a `Program`: named pointer slots (the call's tensors and scratch), then
 steps — `Memset` of a slot's bytes and `Launch` of a labkit.core.launch Kernel with its arguments, each a slot's

@@ -1,8 +1,8 @@
 """CUDA tensor maps (TMA descriptors) built with the driver's cuTensorMapEncodeTiled through ctypes.
 
 A map is 128 opaque bytes passed to the kernel by value (a size-one numpy array of that many bytes, which
-CuPy hands to cuLaunchKernel as is), so it is captured into CUDA graphs with the launch. A plan describes its map
-as a `TensorMapGeometry` (float32, dims innermost first); a `TensorMapEncoder` encodes that geometry at an
+CuPy hands to cuLaunchKernel as is), so it is captured into CUDA graphs with the launch. A path's launches describe
+a map as a `TensorMapGeometry` (float32, dims innermost first); a `TensorMapEncoder` encodes that geometry at an
 address, keeping the maps it made (a model's activations come back to the same few addresses from torch's
 caching allocator, and an encode costs microseconds).
 """
@@ -83,7 +83,3 @@ class TensorMapEncoder:
         self._cache[address] = m
         return m
 
-
-def encode_tiled_f32(address: int, dims, strides_bytes, box) -> np.ndarray:
-    """One map, encoded now (for one-off launches; plans keep a TensorMapEncoder)."""
-    return TensorMapEncoder(TensorMapGeometry(tuple(dims), tuple(strides_bytes), tuple(box)))(address)

@@ -1,7 +1,8 @@
 """LayerNorm backward with torch's bits: dX, dgamma and dbeta as torch.ops.aten.native_layer_norm_backward computes
 them on its vectorized path, on a schedule that reads x and dy twice where torch reads them three times.
 
-Two or three launches (labkit.core.launch Kernels, planned from (rows, n, device)), in one of three schedules:
+Two or three launches (labkit.core.launch Kernels, `launches(rows, n, device, schedule)`), in one of three
+schedules:
 - "chain" (few long rows): the row sums of torch's dX kernel with a row's 128 chains spread over 4 * S blocks fed
   by tensor maps (kernels/grad_chain_sums.cu; S, the split, the most that fit one wave with enough stages per
   block: `chain_split`), then
@@ -32,7 +33,7 @@ from labkit.core.launch import Kernel, device_scope, stream
 from labkit.core.program import BACKWARD_SLOTS, I32, U64, BoundProgram, Launch, Map, Memset, Program, Ptr
 from labkit.core.tensormap import TensorMapGeometry
 from labkit.ops import eligibility
-from labkit.ops.plans import Scratch, bound
+from labkit.ops.launches import Scratch, bound
 
 PATH = "grad"
 KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns", "grad_columns_tiled")  # .cu files
@@ -167,7 +168,7 @@ def gamma_beta_template(rows: int, n: int, sm_count: int) -> GammaBetaTemplate:
 
 
 @dataclass(frozen=True)
-class GradPlan:
+class GradLaunches:
     rows: int
     n: int
     schedule: str                        # "chain", "rows" or "split"
@@ -230,12 +231,12 @@ def choose_schedule(rows: int, n: int, device: Device) -> str:
     return "rows" if -(-n // 32) >= 2 * device.sm_count else "split"
 
 
-def plannable(rows: int, n: int, device: Device) -> dict:
-    """{schedule: plan} for every schedule that can take rows x N on `device`."""
+def candidates(rows: int, n: int, device: Device) -> dict:
+    """{schedule: launches} for every schedule that can take rows x N on `device`."""
     out = {}
     for sch in SCHEDULES[1:]:
         try:
-            out[sch] = plan(rows, n, device, sch)
+            out[sch] = launches(rows, n, device, sch)
         except ValueError:
             continue
     return out
@@ -268,7 +269,7 @@ def fused_function(n: int) -> str:
     return f"grad_rows_fused_reg{k}"
 
 
-def plan(rows: int, n: int, device: Device, schedule: str = "auto", loads: str = "auto") -> GradPlan:
+def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: str = "auto") -> GradLaunches:
     """`loads`: the column pass's entry point (one of LOADS), or "auto": the layout's (`column_layout`)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
@@ -315,7 +316,7 @@ def plan(rows: int, n: int, device: Device, schedule: str = "auto", loads: str =
     if fold is not None:  # the column blocks' values after the sums' scratch, 16-byte aligned
         parts_at = -(-scratch.nbytes // 16) * 16
         scratch = Scratch(parts_at + 2 * 4 * lay.blocks_y * n, scratch.zeroed_at, scratch.zeroed_bytes)
-    return GradPlan(rows, n, schedule, sums, columns, t, geometry, scratch, fold, parts_at, lay.blocks_y)
+    return GradLaunches(rows, n, schedule, sums, columns, t, geometry, scratch, fold, parts_at, lay.blocks_y)
 
 
 def input_refusal(x, normalized_shape, weight, bias, addresses: bool = True) -> str | None:
@@ -365,15 +366,15 @@ def backward(dy, x, normalized_shape, mean, rstd, weight, bias, mask=(True, True
     n = math.prod(ns)
     rows = x.numel() // n
     index = current_index(x.device)
-    p = plan(rows, n, device_info(index), schedule)
+    p = launches(rows, n, device_info(index), schedule)
     return run(p, dy, x, ns, mean, rstd, weight, bias, mask, index)
 
 
 _NO_EPS = np.float32(0.0)  # the backward programs take no eps
 
 
-def run(p: GradPlan, dy, x, ns, mean, rstd, weight, bias, mask, index: int, ones=None, launcher=None):
-    """Launch plan `p` on validated tensors (mean and rstd contiguous, any shape with one value per row). `ones`: a
+def run(p: GradLaunches, dy, x, ns, mean, rstd, weight, bias, mask, index: int, ones=None, launcher=None):
+    """Run launches `p` on validated tensors (mean and rstd contiguous, any shape with one value per row). `ones`: a
     cached ones tensor of shape ns for an absent weight; `launcher`: `bound(p, index)`, where the caller keeps it."""
     import torch
 

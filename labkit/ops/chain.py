@@ -19,7 +19,7 @@ from labkit.core.launch import Kernel, launch
 from labkit.core.program import EPS, FORWARD_SLOTS, I32, U64, BoundProgram, Launch, Map, Memset, Program, Ptr
 from labkit.core.tensormap import TensorMapGeometry
 from labkit.ops import eligibility, rows_fused
-from labkit.ops.plans import Scratch, execute
+from labkit.ops.launches import Scratch, execute
 
 PATH = "chain"
 KERNELS = ("chain_stats_tma", "chain_stats", "affine_columns")
@@ -113,7 +113,7 @@ MAX_PUSHES = 4 * -(-(eligibility.MAX_NORMALIZED // 4) // 128)  # longest chain t
 
 
 @dataclass(frozen=True)
-class ChainPlan:
+class ChainLaunches:
     rows: int
     n: int
     blocking: str
@@ -142,7 +142,7 @@ class ChainPlan:
         return BoundProgram(self.program(device_index), device_index)
 
 
-def plan(rows: int, n: int, device: Device, settings: ChainSettings = DEFAULT_SETTINGS) -> ChainPlan:
+def launches(rows: int, n: int, device: Device, settings: ChainSettings = DEFAULT_SETTINGS) -> ChainLaunches:
     """The chain schedule's launches for rows x N on `device`; ValueError where they cannot run there."""
     if device.arch < MIN_ARCH:
         raise ValueError(f"the chain kernels need sm_{MIN_ARCH} (mbarrier transactions, bulk copies), device is "
@@ -168,8 +168,8 @@ def plan(rows: int, n: int, device: Device, settings: ChainSettings = DEFAULT_SE
         raise ValueError(f"the {blocking} blocking needs {stats.shared_mem} bytes of shared memory per block, the "
                          f"device allows {device.smem_optin_bytes}")
     output = Kernel("affine_columns", "affine_columns", (-(-(n // 4) // AFFINE_THREADS),), (AFFINE_THREADS,))
-    return ChainPlan(rows, n, blocking, stats, output, geometry, geometry is None,
-                     Scratch(52 * rows, zeroed_at=48 * rows, zeroed_bytes=4 * rows))
+    return ChainLaunches(rows, n, blocking, stats, output, geometry, geometry is None,
+                         Scratch(52 * rows, zeroed_at=48 * rows, zeroed_bytes=4 * rows))
 
 
 _lock = threading.Lock()
@@ -199,18 +199,18 @@ def reciprocal_table(device_index: int):
 
 
 @functools.lru_cache(maxsize=4096)
-def schedule_plan(rows: int, n: int, device: Device, settings: ChainSettings = DEFAULT_SETTINGS):
-    """The plan chain_layer_norm runs: the chain schedule, rows_fused, or (auto) the one the dispatch rule picks
+def schedule_launches(rows: int, n: int, device: Device, settings: ChainSettings = DEFAULT_SETTINGS):
+    """The launches chain_layer_norm runs: the chain schedule, rows_fused, or (auto) the one the dispatch rule picks
     among those two that can take the shape. Cached: a repeated shape costs a dictionary lookup."""
     if settings.schedule == "rows_fused":
-        return rows_fused.plan(rows, n, device)
+        return rows_fused.launches(rows, n, device)
     if settings.schedule == "chain":
-        return plan(rows, n, device, settings)
+        return launches(rows, n, device, settings)
     from labkit.ops.dispatch import rule
 
     candidates = {}
-    for name, make in (("chain", lambda: plan(rows, n, device, settings)),
-                       ("rows_fused", lambda: rows_fused.plan(rows, n, device))):
+    for name, make in (("chain", lambda: launches(rows, n, device, settings)),
+                       ("rows_fused", lambda: rows_fused.launches(rows, n, device))):
         try:
             candidates[name] = make()
         except ValueError:
@@ -233,6 +233,7 @@ def chain_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_sta
         ValueError naming the violated condition, before any launch.
     """
     layout = eligibility.check(x, weight, bias, eps, out=out)
-    p = schedule_plan(layout.rows, layout.n, device_info(current_index(x.device)), settings or DEFAULT_SETTINGS)
+    p = schedule_launches(layout.rows, layout.n, device_info(current_index(x.device)),
+                          settings or DEFAULT_SETTINGS)
     y, mean, rstd = execute(p, x, weight, bias, eps, out)
     return (y, mean, rstd) if return_stats else y

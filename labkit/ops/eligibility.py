@@ -3,7 +3,7 @@
 `refusal(...)` returns the first condition an input violates (a `Reason`: the condition and the actual value) or
 None. The kernel functions raise ValueError with it before anything is allocated or launched (`check`); the
 drop-in routes the input to torch's own kernel with it (policy DROP_IN: affine optional, autograd recorded above,
-addresses checked per call); `torch_path` and the refusal table (labkit.ops.refusals) are derived from it.
+addresses checked per call); `torch_path` and the refusal table (labkit.lab.refusals) are derived from it.
 
 Some conditions are torch's own: where torch's LayerNormKernelImplInternal (aten/src/ATen/native/cuda/
 layer_norm_kernel.cu) leaves its vectorized kernel — N > 2**24, N % 4 != 0, X/Y/gamma/beta not aligned to the
@@ -46,8 +46,8 @@ MAX_NUMEL = (1 << 31) - 1                    # 32-bit element indices in the ker
 
 
 def misaligned(*addresses: int) -> bool:
-    """Whether any address is off float4 alignment: the drop-in's per-call check (addresses are not part of a
-    plan's signature), torch's can_vectorize on X, gamma and beta."""
+    """Whether any address is off float4 alignment: the drop-in's per-call check (addresses are not part of the
+    drop-in plan's signature), torch's can_vectorize on X, gamma and beta."""
     mask = 0
     for a in addresses:
         mask |= a

@@ -1,6 +1,6 @@
 """The kernel paths our LayerNorm can take, by name: what the drop-in dispatches between and what the dispatch
 measurement times. Each is an op module exporting PATH, KERNELS (its kernels/*.cu files), MIN_ARCH and
-plan(rows, n, device). Adding a path is adding its module here; "native" (torch's own kernel) is not a path of ours.
+launches(rows, n, device). Adding a path is adding its module here; "native" (torch's own kernel) is not a path of ours.
 """
 from __future__ import annotations
 
@@ -19,25 +19,25 @@ def _module(path: str):
     return PATHS[path]
 
 
-def plan(path: str, rows: int, n: int, device: Device):
-    """The frozen launch plan of `path` for rows x N on `device`; ValueError where that path cannot take it."""
-    return _module(path).plan(rows, n, device)
+def launches(path: str, rows: int, n: int, device: Device):
+    """The frozen launches of `path` for rows x N on `device`; ValueError where that path cannot take it."""
+    return _module(path).launches(rows, n, device)
 
 
-def plannable(rows: int, n: int, device: Device) -> dict:
-    """{path: plan} for every path that can take rows x N on `device`."""
+def candidates(rows: int, n: int, device: Device) -> dict:
+    """{path: launches} for every path that can take rows x N on `device`."""
     out = {}
     for name in PATHS:
         try:
-            out[name] = plan(name, rows, n, device)
+            out[name] = launches(name, rows, n, device)
         except ValueError:
             continue
     return out
 
 
 def public_function(path: str):
-    """`path`'s own public LayerNorm function (`<path>_layer_norm`: validate, plan, launch), or None for the paths
-    that run only through chain_layer_norm's schedules (chain, rows_fused)."""
+    """`path`'s own public LayerNorm function (`<path>_layer_norm`: validate, describe the launches, launch), or
+    None for the paths that run only through chain_layer_norm's schedules (chain, rows_fused)."""
     return getattr(_module(path), f"{path}_layer_norm", None) if path != chain.PATH else None
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from labkit.core.device import Device
 from labkit.core.launch import Kernel
 from labkit.core.program import EPS, FORWARD_SLOTS, I32, BoundProgram, Launch, Program, Ptr
-from labkit.ops.plans import NO_SCRATCH, Scratch, run
+from labkit.ops.launches import NO_SCRATCH, Scratch, run
 
 PATH = "reference_order"
 KERNELS = ("reference_stats", "affine_rows")
@@ -19,7 +19,7 @@ THREADS_AFFINE = 256  # kernels/affine_rows.cu's launch bounds
 
 
 @dataclass(frozen=True)
-class ReferenceOrderPlan:
+class ReferenceOrderLaunches:
     rows: int
     n: int
     stats: Kernel   # grid (rows,): torch's one block per row
@@ -37,7 +37,7 @@ class ReferenceOrderPlan:
         return BoundProgram(self.program(device_index), device_index)
 
 
-def plan(rows: int, n: int, device: Device) -> ReferenceOrderPlan:
+def launches(rows: int, n: int, device: Device) -> ReferenceOrderLaunches:
     """The launches for rows x N on `device`; ValueError where they cannot run there."""
     if device.arch < MIN_ARCH:
         raise ValueError(f"the reference-order kernels are built for sm_{MIN_ARCH} and later, device is "
@@ -46,8 +46,8 @@ def plan(rows: int, n: int, device: Device) -> ReferenceOrderPlan:
     if tiles > device.max_grid_y:
         raise ValueError(f"affine_rows puts N's tiles in grid.y, which holds at most {device.max_grid_y} "
                          f"(got {tiles} tiles for N={n})")
-    return ReferenceOrderPlan(rows, n, Kernel("reference_stats", "reference_order_stats", (rows,), (32, 4)),
-                              Kernel("affine_rows", "affine_rows_interleaved", (rows, tiles), (THREADS_AFFINE,)))
+    return ReferenceOrderLaunches(rows, n, Kernel("reference_stats", "reference_order_stats", (rows,), (32, 4)),
+                                  Kernel("affine_rows", "affine_rows_interleaved", (rows, tiles), (THREADS_AFFINE,)))
 
 
 def reference_order_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
@@ -65,4 +65,4 @@ def reference_order_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, 
         ValueError naming the violated condition (labkit.ops.eligibility), before any launch; inputs on which
         torch itself would leave its vectorized path (misaligned x/weight/bias, N % 4 != 0, N > 2**24) say so.
     """
-    return run(plan, x, weight, bias, eps, out, return_stats)
+    return run(launches, x, weight, bias, eps, out, return_stats)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from labkit.core.device import Device
 from labkit.core.launch import Kernel
-# rows_staged's plan shape, reciprocal table length (steps) and reserved KiB: the same 128 chains and block
-from labkit.ops.rows_staged import RESERVED_BYTES, RowsStagedPlan, steps
+# rows_staged's launches' shape, reciprocal table length (steps) and reserved KiB: the same 128 chains and block
+from labkit.ops.rows_staged import RESERVED_BYTES, RowsStagedLaunches, steps
 
 PATH = "rows_cluster"
 KERNELS = ("rows_cluster",)
@@ -58,8 +58,8 @@ def slots_for(n: int, device: Device) -> int:
     return (device.smem_optin_bytes - RESERVED_BYTES - 16 * steps(n) - FIXED_BYTES) // SLOT_BYTES
 
 
-def plan(rows: int, n: int, device: Device) -> RowsStagedPlan:
-    """The launch for rows x N on `device` (rows_staged's plan shape: the same arguments, one launch, the cluster's
+def launches(rows: int, n: int, device: Device) -> RowsStagedLaunches:
+    """The launch for rows x N on `device` (rows_staged's launches' shape: the same arguments, one launch, the cluster's
     grid), path rows_cluster; ValueError where it cannot run there."""
     if device.arch < MIN_ARCH:
         raise ValueError(f"rows_cluster is built for sm_{MIN_ARCH} and later (thread block clusters), device is "
@@ -78,8 +78,8 @@ def plan(rows: int, n: int, device: Device) -> RowsStagedPlan:
                          f"of {slots} (what {device.name}'s {device.smem_optin_bytes} bytes per block hold): N <= "
                          f"{limit}, got N={n} ({own_chunks(n)} chunks a CTA)")
     grid = CLUSTER * min(rows, device.sm_count // CLUSTER)
-    return RowsStagedPlan(rows, n, slots, Kernel("rows_cluster", FUNCTION, (grid,), (BLOCK,), smem_bytes(n, slots)),
-                          path=PATH)
+    return RowsStagedLaunches(rows, n, slots, Kernel("rows_cluster", FUNCTION, (grid,), (BLOCK,),
+                                                     smem_bytes(n, slots)), path=PATH)
 
 
 def rows_cluster_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
@@ -89,6 +89,6 @@ def rows_cluster_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, ret
     violated condition before any launch: an input torch's vectorized path would not take (labkit.ops.eligibility),
     a GPU before sm_90, or a row whose half does not fit a CTA's ring.
     """
-    from labkit.ops.plans import run
+    from labkit.ops.launches import run
 
-    return run(plan, x, weight, bias, eps, out, return_stats)
+    return run(launches, x, weight, bias, eps, out, return_stats)

@@ -24,8 +24,8 @@ FUNCTION = "rows_fused_warp2_counted"
 MAX_N = rows_fused.THREADS * 4 * rows_fused.WARP_VECTORS[-1]  # the two-vector warp form's longest row: 1024 floats
 
 
-def plan(rows: int, n: int, device: Device) -> rows_fused.RowsFusedPlan:
-    return rows_fused.own_entry_plan(rows, n, device, FUNCTION, PATH, MAX_N, "one warp's registers")
+def launches(rows: int, n: int, device: Device) -> rows_fused.RowsFusedLaunches:
+    return rows_fused.own_entry_launches(rows, n, device, FUNCTION, PATH, MAX_N, "one warp's registers")
 
 
 def rows_counted_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
@@ -35,6 +35,6 @@ def rows_counted_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, ret
     violated condition before any launch: an input torch's vectorized path would not take (labkit.ops.eligibility),
     a GPU before sm_80, or N above MAX_N.
     """
-    from labkit.ops.plans import run
+    from labkit.ops.launches import run
 
-    return run(plan, x, weight, bias, eps, out, return_stats)
+    return run(launches, x, weight, bias, eps, out, return_stats)

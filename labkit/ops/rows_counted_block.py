@@ -26,8 +26,8 @@ FUNCTION = "rows_fused_reg2_counted"
 MAX_N = rows_fused.THREADS * 4 * 2  # two float4s per thread: 1024 floats
 
 
-def plan(rows: int, n: int, device: Device) -> rows_fused.RowsFusedPlan:
-    return rows_fused.own_entry_plan(rows, n, device, FUNCTION, PATH, MAX_N, "two float4s a thread")
+def launches(rows: int, n: int, device: Device) -> rows_fused.RowsFusedLaunches:
+    return rows_fused.own_entry_launches(rows, n, device, FUNCTION, PATH, MAX_N, "two float4s a thread")
 
 
 def rows_counted_block_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
@@ -37,6 +37,6 @@ def rows_counted_block_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=Non
     violated condition before any launch: an input torch's vectorized path would not take (labkit.ops.eligibility),
     a GPU before sm_80, or N above MAX_N.
     """
-    from labkit.ops.plans import run
+    from labkit.ops.launches import run
 
-    return run(plan, x, weight, bias, eps, out, return_stats)
+    return run(launches, x, weight, bias, eps, out, return_stats)

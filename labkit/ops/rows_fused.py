@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from labkit.core.device import Device
 from labkit.core.launch import Kernel
 from labkit.core.program import EPS, FORWARD_SLOTS, I32, BoundProgram, Launch, Program, Ptr
-from labkit.ops.plans import NO_SCRATCH, Scratch
+from labkit.ops.launches import NO_SCRATCH, Scratch
 
 PATH = "rows_fused"
 KERNELS = ("rows_fused",)
@@ -42,7 +42,7 @@ def is_warp(function: str) -> bool:
 
 
 @dataclass(frozen=True)
-class RowsFusedPlan:
+class RowsFusedLaunches:
     rows: int
     n: int
     kernel: Kernel  # block (32, 4); grid (rows,) for a block per row, ceil(rows / 4) for a warp per row
@@ -58,25 +58,25 @@ class RowsFusedPlan:
         return BoundProgram(self.program(device_index), device_index)
 
 
-def entry_plan(rows: int, n: int, function: str) -> RowsFusedPlan:
-    """The plan that runs entry point `function` on rows x n, its grid by its layout (a warp or a block per row).
-    `plan` takes function_for(n); tests name every entry point. The row must fit `function` unless it is the
+def entry_launches(rows: int, n: int, function: str) -> RowsFusedLaunches:
+    """The launches that run entry point `function` on rows x n, its grid by its layout (a warp or a block per row).
+    `launches` takes function_for(n); tests name every entry point. The row must fit `function` unless it is the
     largest block entry point (the others are built without the re-read of a longer row's rest)."""
     grid = (-(-rows // 4),) if is_warp(function) else (rows,)
-    return RowsFusedPlan(rows, n, Kernel("rows_fused", function, grid, (32, 4)))
+    return RowsFusedLaunches(rows, n, Kernel("rows_fused", function, grid, (32, 4)))
 
 
-def plan(rows: int, n: int, device: Device) -> RowsFusedPlan:
+def launches(rows: int, n: int, device: Device) -> RowsFusedLaunches:
     if device.arch < MIN_ARCH:
         raise ValueError(f"rows_fused is built for sm_{MIN_ARCH} and later, device is {device.arch_name}")
-    return entry_plan(rows, n, function_for(n))
+    return entry_launches(rows, n, function_for(n))
 
 
-def own_entry_plan(rows: int, n: int, device: Device, function: str, path: str, max_n: int, holds: str):
-    """The plan of a path that runs one rows_fused entry point of its own (rows_counted, rows_counted_block): a
+def own_entry_launches(rows: int, n: int, device: Device, function: str, path: str, max_n: int, holds: str):
+    """The launches of a path that runs one rows_fused entry point of its own (rows_counted, rows_counted_block): a
     ValueError for N above `max_n`, naming what bounds it (`holds`), and for whatever rows_fused refuses (the arch),
-    with its reason; else entry_plan(function) under `path`."""
+    with its reason; else entry_launches(function) under `path`."""
     if n > max_n:
         raise ValueError(f"{path} takes rows of at most {max_n} floats ({holds}), got N={n}")
-    plan(rows, n, device)
-    return replace(entry_plan(rows, n, function), path=path)
+    launches(rows, n, device)
+    return replace(entry_launches(rows, n, function), path=path)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from labkit.core.device import Device
 from labkit.core.launch import Kernel
 from labkit.core.program import EPS, FORWARD_SLOTS, I32, BoundProgram, Launch, Program, Ptr
-from labkit.ops.plans import NO_SCRATCH, Scratch
+from labkit.ops.launches import NO_SCRATCH, Scratch
 
 PATH = "rows_staged"
 KERNELS = ("rows_staged",)
@@ -51,7 +51,7 @@ def slots_for(n: int, device: Device) -> int:
 
 
 @dataclass(frozen=True)
-class RowsStagedPlan:
+class RowsStagedLaunches:
     rows: int
     n: int
     slots: int
@@ -68,7 +68,7 @@ class RowsStagedPlan:
         return BoundProgram(self.program(device_index), device_index)
 
 
-def plan(rows: int, n: int, device: Device) -> RowsStagedPlan:
+def launches(rows: int, n: int, device: Device) -> RowsStagedLaunches:
     """The launch for rows x N on `device`; ValueError where it cannot run there."""
     if device.arch < MIN_ARCH:
         raise ValueError(f"rows_staged is built for sm_{MIN_ARCH} and later (bulk copies), device is "
@@ -81,8 +81,8 @@ def plan(rows: int, n: int, device: Device) -> RowsStagedPlan:
         raise ValueError(f"rows_staged needs {MIN_SLOTS} ring slots of {CHUNK_BYTES} bytes; {device.name}'s "
                          f"{device.smem_optin_bytes} bytes of shared memory per block hold {slots} at N={n}")
     grid = min(rows, device.sm_count)
-    return RowsStagedPlan(rows, n, slots, Kernel("rows_staged", "rows_staged", (grid,), (BLOCK,),
-                                                 smem_bytes(n, slots)))
+    return RowsStagedLaunches(rows, n, slots, Kernel("rows_staged", "rows_staged", (grid,), (BLOCK,),
+                                                     smem_bytes(n, slots)))
 
 
 def rows_staged_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
@@ -92,6 +92,6 @@ def rows_staged_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, retu
     violated condition before any launch: an input torch's vectorized path would not take (labkit.ops.eligibility),
     a GPU before sm_90, or N above MAX_N.
     """
-    from labkit.ops.plans import run
+    from labkit.ops.launches import run
 
-    return run(plan, x, weight, bias, eps, out, return_stats)
+    return run(launches, x, weight, bias, eps, out, return_stats)

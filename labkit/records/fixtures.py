@@ -66,7 +66,7 @@ def fixture_arrays(shape, distribution: str, seed: int, affine: str, device: str
 
     from labkit.ops.reference import native_layer_norm
     from labkit.inputs import make_affine, make_input
-    from labkit.ops.split_stats import split_pointwise, split_statistics
+    from labkit.lab.split_stats import split_pointwise, split_statistics
 
     shape = tuple(int(d) for d in shape)
     n = int(np.prod(shape[1:]))

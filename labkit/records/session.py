@@ -34,9 +34,9 @@ def mode_banner(device: str, replay_run: str | None = None) -> str:
 
 
 def lacking(needs_arch: int | None, why: str = "", needs_path: str | None = None) -> str | None:
-    """What the present GPU lacks for a notebook that needs sm_<needs_arch> and, with `needs_path`, that path's plan
-    at L1/40 (an sm_120 GPU is past sm_90 but cannot hold the chain's rings), or None when it has both (or nothing
-    is needed). `why` names the feature. Read as the kernels' plans read the GPU (labkit.core.device, the arch
+    """What the present GPU lacks for a notebook that needs sm_<needs_arch> and, with `needs_path`, that path's
+    launches at L1/40 (an sm_120 GPU is past sm_90 but cannot hold the chain's rings), or None when it has both (or
+    nothing is needed). `why` names the feature. Read as the paths' launches read the GPU (labkit.core.device, the arch
     override included)."""
     if needs_arch is None and needs_path is None:
         return None
@@ -52,8 +52,8 @@ def lacking(needs_arch: int | None, why: str = "", needs_path: str | None = None
         from labkit.tasks import L1_40
 
         rows, n = L1_40[0], L1_40[1] * L1_40[2] * L1_40[3]
-        if needs_path not in paths.plannable(rows, n, dev):
-            return (f"this GPU, {dev.label}, cannot plan the {needs_path} path at L1/40 (its shared memory, "
+        if needs_path not in paths.candidates(rows, n, dev):
+            return (f"this GPU, {dev.label}, cannot launch the {needs_path} path at L1/40 (its shared memory, "
                     f"{dev.smem_optin_bytes // 1024} KiB per block, or its features), which this notebook measures")
     return None
 

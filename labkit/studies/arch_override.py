@@ -23,8 +23,8 @@ def device_record() -> dict:
     dev = device_info(torch.cuda.current_device())
     return {"label": dev.label, "name": dev.name, "arch": dev.arch, "target": dev.target, "ptx": dev.ptx,
             "native_arch": dev.native_arch, "smem_optin_bytes": dev.smem_optin_bytes, "tensor_maps": dev.tensor_maps,
-            "offered": [{"shape": [r, n], "forward": list(paths.plannable(r, n, dev)),
-                         "backward": list(backward.plannable(r, n, dev))} for r, n in SHAPES]}
+            "offered": [{"shape": [r, n], "forward": list(paths.candidates(r, n, dev)),
+                         "backward": list(backward.candidates(r, n, dev))} for r, n in SHAPES]}
 
 
 def served(shapes=SHAPES, seed: int = 0) -> list[dict]:

@@ -105,7 +105,7 @@ def backward_sweep(shape_list, rounds: int = 9, seed: int = 0, eps: float = 1e-5
     from labkit.ops.dispatch.rule import BACKWARD_PATHS
     from labkit.ops.dropin import host
     from labkit.ops.dropin.plan import host_plan
-    from labkit.ops.plans import bound
+    from labkit.ops.launches import bound
     from labkit.studies.bench import PROTOCOL_A, PROTOCOL_B, time_methods
     from labkit.tasks import shape_key
 
@@ -136,7 +136,7 @@ def backward_sweep(shape_list, rounds: int = 9, seed: int = 0, eps: float = 1e-5
             return lambda: grad.run(gp, dy, x, ns, mean, rstd, w, b, mask, index, None, launcher)
 
         fns = {"native": call(None)}
-        for sch, gp in grad.plannable(rows, n, dev).items():
+        for sch, gp in grad.candidates(rows, n, dev).items():
             fns[sch] = call(gp)
         row = {"key": shape_key(shape), "shape": list(shape), "rows": rows, "n": n, "errors": {}}
         for key, protocol in (("eager", eager_p), ("graph", graph_p)):

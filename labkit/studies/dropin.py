@@ -102,7 +102,7 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
         w, b = _affine(shape, seed, device)
         rows, n = x.numel() // w.numel(), w.numel()
         row = {"key": shape_key(shape), "shape": list(shape), "rows": rows, "n": n, "l1_40": tuple(shape) == L1_40,
-               "rule": rule.choose(rows, n, dev, tuple(paths.plannable(rows, n, dev)))[0], "errors": {}}
+               "rule": rule.choose(rows, n, dev, tuple(paths.candidates(rows, n, dev)))[0], "errors": {}}
         with torch.no_grad():
             ok = {}
             for name, fn in _methods(x, w, b, eps).items():

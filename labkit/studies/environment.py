@@ -30,7 +30,7 @@ FIELD_NOTES = {
     "gpu_sms": "streaming multiprocessors",
     "gpu_memory_bytes": "device memory",
     "gpu_l2_bytes": "L2 cache",
-    "gpu_smem_optin_bytes": "shared memory one block may opt in to (launch plans check it)",
+    "gpu_smem_optin_bytes": "shared memory one block may opt in to (the paths' launches check it)",
     "gpu_max_grid_y": "grid.y limit (the chain schedule puts rows there)",
     "driver": "NVIDIA driver",
     "cuda_runtime": "CUDA runtime version (CuPy)",

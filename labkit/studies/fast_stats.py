@@ -2,7 +2,7 @@
 official predicate against torch.native_layer_norm, and by the exact oracle against the truth.
 
 Methods (all share one `torch.var_mean(x.reshape(rows, N), dim=1, unbiased=False)`):
-  eager        ((x - mean) * rsqrt(var + eps)) * gamma + beta in eager torch (labkit.ops.split_stats, geometry="eager")
+  eager        ((x - mean) * rsqrt(var + eps)) * gamma + beta in eager torch (labkit.lab.split_stats, geometry="eager")
   torchscript  the same expression, torch.jit.script'ed (warmed up so the profiling executor may fuse it); if
                TorchScript is missing or raises on the installed torch, every case records the error string
   flat         kernels/split_affine.cu, tiles of one row together (geometry="flat")
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from labkit.inputs import AFFINES, make_affine, make_input
-from labkit.ops.split_stats import scripted_pointwise, split_statistics, split_stats_layer_norm
+from labkit.lab.split_stats import scripted_pointwise, split_statistics, split_stats_layer_norm
 from labkit.records import check
 from labkit.tasks import UNEVEN_SHAPE, shape_key
 
@@ -35,7 +35,7 @@ def torchscript_status() -> dict:
 
 
 def _fast_mean_rstd(x, weight, eps: float):
-    """(mean, rstd) of the prototype (labkit.ops.split_stats.split_statistics) for x normalized over weight's shape."""
+    """(mean, rstd) of the prototype (labkit.lab.split_stats.split_statistics) for x normalized over weight's shape."""
     n = weight.numel()
     _, mean, rstd = split_statistics(x, x.numel() // n, n, eps)
     return mean, rstd
@@ -51,7 +51,7 @@ def fused_graph_kinds() -> list[str]:
 
 
 def method_fn(method: str):
-    """candidate(x, weight, bias, eps) -> y for one method (labkit.ops.split_stats geometry of that name)."""
+    """candidate(x, weight, bias, eps) -> y for one method (labkit.lab.split_stats geometry of that name)."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
 

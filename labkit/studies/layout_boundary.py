@@ -110,7 +110,7 @@ def light_check(reference, candidate) -> dict:
 def route_outputs(family: str, x, eps: float) -> dict:
     """Every kernel's output on NCHW x, in NCHW: direct, rows (on x converted outside), conversion, and the
     L2 diagnostic."""
-    from labkit.ops import channel_norm as cn
+    from labkit.lab import channel_norm as cn
 
     out = {"direct_nchw": cn.direct_nchw(family, x, eps),
            "rows": cn.from_rows(cn.rows(family, cn.to_rows(x), eps)),
@@ -125,7 +125,7 @@ def correctness(channels, seeds, mode: str = "full", device="cuda", distribution
     """Every family x channel count x seed x distribution, every route against the task's eager reference."""
     import torch
 
-    from labkit.ops import channel_norm as cn
+    from labkit.lab import channel_norm as cn
 
     log = log or (lambda line: None)
     t0 = time.perf_counter()
@@ -158,7 +158,7 @@ def correctness(channels, seeds, mode: str = "full", device="cuda", distribution
 def _compiled(family: str):
     import torch
 
-    from labkit.ops import channel_norm as cn
+    from labkit.lab import channel_norm as cn
 
     return torch.compile(cn.REFERENCES[family], dynamic=False)
 
@@ -167,7 +167,7 @@ def methods_for(family: str, x, eps: float, include=BASELINES + ROUTES) -> dict:
     """name -> (callable, error): the baselines and the three routes on NCHW x; `rows` gets its input already
     channels-last (converted here, outside any timed region). `torchscript` scripts the reference function;
     `torchscript_trace` (not in BASELINES) is the post's frozen trace of the task's model."""
-    from labkit.ops import channel_norm as cn
+    from labkit.lab import channel_norm as cn
 
     out = {}
     for name in include:
@@ -210,7 +210,7 @@ def frozen_trace(family: str, x):
 
 
 def _as_nchw(name: str, y, x):
-    from labkit.ops import channel_norm as cn
+    from labkit.lab import channel_norm as cn
 
     return cn.from_rows(y) if name == "rows" and x.dim() > 2 else y
 
@@ -221,7 +221,7 @@ def time_family(family: str, shape, protocols: dict, device="cuda", seed: int = 
     (baseline eager, paired per-round ratios); GB/s from BYTES_FORMULA."""
     import torch
 
-    from labkit.ops import channel_norm as cn
+    from labkit.lab import channel_norm as cn
 
     t0 = time.perf_counter()
     eps = tasks.LAYOUT_TASKS[family].init_args[1]
@@ -274,7 +274,7 @@ def time_family(family: str, shape, protocols: dict, device="cuda", seed: int = 
 
 def timing(mode: str = "full", device="cuda", rounds: int = 35, channels: int = 64, log=None) -> dict:
     """Every family at the evaluation shape under protocols A and B, with the device copy ceiling in the same run."""
-    from labkit.ops import channel_norm as cn
+    from labkit.lab import channel_norm as cn
 
     log = log or (lambda line: None)
     t0 = time.perf_counter()
@@ -297,7 +297,7 @@ def default_shapes(device="cuda", rounds: int = DEFAULT_ROUNDS, mode: str = "ful
     is rows: the rows kernel runs on it directly and the NCHW routes do not apply."""
     import torch
 
-    from labkit.ops import channel_norm as cn
+    from labkit.lab import channel_norm as cn
 
     log = log or (lambda line: None)
     t0 = time.perf_counter()
@@ -398,7 +398,7 @@ def op_profile(device="cuda", mode: str = "full", routes=PROFILE_ROUTES, warmups
     calling (TorchScript's deprecation notices) are kept per task."""
     import torch
 
-    from labkit.ops import channel_norm as cn
+    from labkit.lab import channel_norm as cn
 
     log = log or (lambda line: None)
     t0 = time.perf_counter()
@@ -443,7 +443,7 @@ def kernel_builds(arch: str = "sm_90") -> list[dict]:
 
 def plan_rows(channels=tasks.LAYOUT_CHANNELS, shapes=((4, 512, 512), (112, 512, 512), (3, 17, 19))) -> list[dict]:
     """torch's reduction plan for each channel count and (N, H, W): the tree the direct kernel reproduces."""
-    from labkit.ops import channel_norm as cn
+    from labkit.lab import channel_norm as cn
 
     out = []
     for n, h, w in shapes:
@@ -460,7 +460,7 @@ def reference_rows(seed: int = 0, shape=(2, 64, 5, 6)) -> list[dict]:
     import numpy as np
     import torch
 
-    from labkit.ops import channel_norm as cn
+    from labkit.lab import channel_norm as cn
 
     x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
     xd = x.double()

@@ -14,8 +14,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
-from labkit.ops.scripted import deprecations, script
-from labkit.ops.split_stats import scripted_pointwise
+from labkit.lab.scripted import deprecations, script
+from labkit.lab.split_stats import scripted_pointwise
 
 import torch  # module-level: TorchScript resolves `torch` in the pointwise helpers below from this module's globals
 
@@ -149,11 +149,11 @@ class _AffineModule(torch.nn.Module):
 
 
 class _SplitModule(_AffineModule):
-    """torch.var_mean statistics and the split pointwise expression (labkit.ops.split_stats) as a module, for the
+    """torch.var_mean statistics and the split pointwise expression (labkit.lab.split_stats) as a module, for the
     post's traced split route."""
 
     def forward(self, x):
-        from labkit.ops.split_stats import row_var_mean, split_pointwise
+        from labkit.lab.split_stats import row_var_mean, split_pointwise
 
         n = self.weight.numel()
         rows = x.numel() // n
@@ -203,7 +203,7 @@ def _chain(x, weight, bias, eps):
 
 def _split(geometry):
     def build(x, weight, bias, eps):
-        from labkit.ops.split_stats import split_stats_layer_norm
+        from labkit.lab.split_stats import split_stats_layer_norm
 
         return lambda: split_stats_layer_norm(x, weight, bias, eps, geometry=geometry)
     return build

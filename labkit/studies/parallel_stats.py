@@ -35,7 +35,7 @@ def stage_methods(x, w, b, eps: float) -> dict:
 
     from labkit.core.device import current_index, device_info
     from labkit.ops import chain, reference_order
-    from labkit.ops.plans import output_only, stats_only
+    from labkit.lab.stages import output_only, stats_only
 
     rows, n = x.numel() // w.numel(), w.numel()
     dev = device_info(current_index(x.device))
@@ -45,18 +45,18 @@ def stage_methods(x, w, b, eps: float) -> dict:
     main = chain.choose_blocking(n, dev)
 
     def stats(blocking=main, options=(), tma=None):
-        p = chain.plan(rows, n, dev, chain.ChainSettings("chain", blocking, tma, options))
+        p = chain.launches(rows, n, dev, chain.ChainSettings("chain", blocking, tma, options))
         return lambda: stats_only(p, x, mean, rstd, eps)
 
-    default_plan = chain.plan(rows, n, dev, chain.ChainSettings("chain"))
-    columns = lambda: output_only(default_plan, x, mean, rstd, w, b, y)  # noqa: E731
-    rows_plan = reference_order.plan(rows, n, dev)
+    default_launches = chain.launches(rows, n, dev, chain.ChainSettings("chain"))
+    columns = lambda: output_only(default_launches, x, mean, rstd, w, b, y)  # noqa: E731
+    rows_launches = reference_order.launches(rows, n, dev)
     statistics = stats()
     m = {
         "chain (whole kernel)": lambda: chain.chain_layer_norm(x, w, b, eps),
         f"stats ({main})": statistics,
         "output pass (columns, last columns first)": columns,
-        "output pass (affine_rows: the post's design)": lambda: output_only(rows_plan, x, mean, rstd, w, b, y),
+        "output pass (affine_rows: the post's design)": lambda: output_only(rows_launches, x, mean, rstd, w, b, y),
         "output pass twice": lambda: (columns(), columns()),
         f"stats twice ({main})": lambda: (stats()(), stats()()),
         "stats (w4: whole-row blocks)": stats("w4"),
@@ -64,7 +64,7 @@ def stage_methods(x, w, b, eps: float) -> dict:
         "native torch LayerNorm": lambda: torch.nn.functional.layer_norm(x, tuple(w.shape), w, b, eps),
         WRITES: lambda: y.fill_(0.0),
     }
-    m.update(carry_methods(default_plan, statistics, x, mean, rstd, w, b, y))
+    m.update(carry_methods(default_launches, statistics, x, mean, rstd, w, b, y))
     if main == "tma":
         default = chain.TmaConfig()
         m["stats, loads only (tma)"] = stats("tma", ("-DCHAIN_VARIANT=1",))
@@ -90,21 +90,21 @@ CARRY_KEYS = (CARRY_LAST, CARRY_FIRST, PART_LAST, PART_FIRST)
 WRITES = "y written alone (fill)"  # the output pass's writes without its reads: its time with x held on chip
 
 
-def carry_methods(plan, statistics, x, mean, rstd, w, b, y) -> dict:
-    """CARRY_KEYS as callables: `statistics` (the plan's statistics launch) then, or alone, the plan's output kernel
+def carry_methods(launches, statistics, x, mean, rstd, w, b, y) -> dict:
+    """CARRY_KEYS as callables: `statistics` (the statistics stage of `launches`) then, or alone, their output kernel
     on a grid covering 1/CARRY_PART of the float4 columns (whole blocks, rounded down), given pointers offset to the
     part's first column (the kernel indexes rows by its n / 4 argument, so an offset base pointer selects columns).
     {} where a part is less than one block of columns."""
     from dataclasses import replace
 
-    from labkit.ops.plans import output_only
+    from labkit.lab.stages import output_only
 
-    threads = plan.output.block[0]
-    blocks = plan.n // 4 // CARRY_PART // threads
+    threads = launches.output.block[0]
+    blocks = launches.n // 4 // CARRY_PART // threads
     if not blocks:
         return {}
-    part = replace(plan, output=replace(plan.output, grid=(blocks,)))
-    first = plan.n - 4 * threads * blocks  # floats into the row: the last part's first column
+    part = replace(launches, output=replace(launches.output, grid=(blocks,)))
+    first = launches.n - 4 * threads * blocks  # floats into the row: the last part's first column
     flat_x, flat_y, flat_w, flat_b = x.view(-1), y.view(-1), w.view(-1), b.view(-1)
 
     def last():
@@ -140,7 +140,8 @@ def stage_breakdown(shape=L1_40, rounds: int = 35, seed: int = 0, eps: float = 1
                        baseline="native torch LayerNorm")
     nbytes = x.numel() * 4
     index = current_index(x.device)
-    grid = chain.plan(x.numel() // w.numel(), w.numel(), device_info(index), chain.ChainSettings("chain")).stats.grid
+    grid = chain.launches(x.numel() // w.numel(), w.numel(), device_info(index),
+                          chain.ChainSettings("chain")).stats.grid
     return {"shape": list(shape), "x_bytes": nbytes, "affine_bytes": 2 * nbytes + 2 * w.numel() * 4,
             "timing": rec.to_json(), "on_chip": {**on_chip_storage(index), "stats_blocks": int(np.prod(grid))}}
 

@@ -162,9 +162,9 @@ SANITIZER_SMALL_SHAPES = ((2, 64, 64, 64), (3, 64, 17, 19), (5, 1000), (3, 512 *
 
 
 def targets_for(shape, names=PRODUCT_TARGETS, device=None) -> list[str]:
-    """The targets that exist for a shape on `device` (default: the current GPU): a LayerNorm target where its plan
-    takes the shape (`takes`), the rings where the tma plan does (they reproduce its protocol), the channel kernels
-    for an NCHW shape with at least two channels and two spatial positions."""
+    """The targets that exist for a shape on `device` (default: the current GPU): a LayerNorm target where its
+    launches take the shape (`takes`), the rings where the tma blocking's do (they reproduce its protocol), the
+    channel kernels for an NCHW shape with at least two channels and two spatial positions."""
     import torch
 
     from labkit.core.device import device_info
@@ -185,9 +185,9 @@ def targets_for(shape, names=PRODUCT_TARGETS, device=None) -> list[str]:
 def _other_call(target: str, x, w, b, eps) -> dict:
     """Targets whose contract is not LayerNorm's bits: split statistics (the official predicate against torch) and
     the channel-norm kernels (direct NCHW: eager's bits; rows: the official predicate), each family."""
-    from labkit.ops import channel_norm as cn
+    from labkit.lab import channel_norm as cn
     from labkit.ops.reference import native_layer_norm
-    from labkit.ops.split_stats import split_stats_layer_norm
+    from labkit.lab.split_stats import split_stats_layer_norm
     from labkit.records.check import official_allclose as close
 
     if target == "split_interleaved":
@@ -212,7 +212,7 @@ def _settings(target: str):
 
 def own_path_targets() -> tuple[str, ...]:
     """The targets that are labkit.ops.paths names with a public function of their own (labkit.ops.paths
-    .public_function), run through it and their own plan; the others run through chain_layer_norm's schedules
+    .public_function), run through it and their own launches; the others run through chain_layer_norm's schedules
     (_settings)."""
     from labkit.ops import paths
 
@@ -220,17 +220,17 @@ def own_path_targets() -> tuple[str, ...]:
 
 
 def takes(target: str, rows: int, n: int, device) -> bool:
-    """Whether a LayerNorm target's launch plan can take rows x N on `device` (labkit.core.device.Device): the
-    plan, not a copy of its limits, decides (the tma blocking's N % 512, grid.y rows, shared memory)."""
+    """Whether a LayerNorm target's launches can take rows x N on `device` (labkit.core.device.Device): its
+    `launches`, not a copy of its limits, decides (the tma blocking's N % 512, grid.y rows, shared memory)."""
     from labkit.ops import backward, chain, paths
 
     try:
         if target in BACKWARD_TARGETS:
-            backward.plan(rows, n, device, target.removeprefix("grad_"))
+            backward.launches(rows, n, device, target.removeprefix("grad_"))
         elif target in own_path_targets():
-            paths.plan(target, rows, n, device)
+            paths.launches(target, rows, n, device)
         else:
-            chain.schedule_plan(rows, n, device, _settings(target))
+            chain.schedule_launches(rows, n, device, _settings(target))
     except ValueError:
         return False
     return True
@@ -260,13 +260,13 @@ def _backward_call(target: str, x, w, b, eps, gen) -> dict:
 
 
 def ring_tensor_map(x, rows: int, n: int):
-    """The chain kernel's own tensor map for x (its plan's geometry, with the ring's box): the rings reproduce its
+    """The chain kernel's own tensor map for x (its launches' geometry, with the ring's box): the rings reproduce its
     copy protocol."""
     from labkit.core.device import device_info
     from labkit.core.tensormap import TensorMapEncoder
     from labkit.ops import chain
 
-    p = chain.plan(rows, n, device_info(x.device.index),
+    p = chain.launches(rows, n, device_info(x.device.index),
                    chain.ChainSettings("chain", "tma", chain.TmaConfig(RING_STEPS, RING_STAGES)))
     return TensorMapEncoder(p.tensor_map)(x.data_ptr())
 
@@ -335,11 +335,11 @@ def run_targets(specs: list[dict], seed: int = 0) -> list[dict]:
             elif target == "chain_tma_loads_only":
                 from labkit.core.device import device_info
                 from labkit.ops import chain
-                from labkit.ops.plans import stats_only
+                from labkit.lab.stages import stats_only
 
                 mean = torch.empty(rows, device="cuda")
                 rstd = torch.empty(rows, device="cuda")
-                p = chain.plan(rows, n, device_info(x.device.index),
+                p = chain.launches(rows, n, device_info(x.device.index),
                                chain.ChainSettings("chain", "tma", options=("-DCHAIN_VARIANT=1",)))
                 stats_only(p, x, mean, rstd, 1e-5)
             else:
@@ -517,7 +517,7 @@ def soak(calls: int, seed: int, warmup: int = 200, pool: int = 48, sample_every:
             return _training_call(labkit.layer_norm, x, w, b, dy, "auto")
         return _product_call(method, x, w, b, 1e-5)
 
-    # every (input, method) once before the baseline: first calls make what lives as long as the process (plans,
+    # every (input, method) once before the baseline: first calls make what lives as long as the process (drop-in plans,
     # the chain's reciprocal table: 8 MB, made by the first chain call that needs it), which is not growth
     first_errors = []
     for x, w, b, dy in inputs:

@@ -477,7 +477,7 @@ def floor_check(rounds: int = 15, seed: int = 0, device="cuda") -> dict:
         floor_ms = max(chain_ms, sums_ms) + output_ms
         rows_out.append({"key": shape_key((rows, n)), "rows": rows, "n": n, "chain_ms": chain_ms, "sums_bytes_ms":
                          sums_ms, "output_bytes_ms": output_ms, "floor_ms": floor_ms,
-                         "ours": rec.stats["ours"], "schedule": grad.plan(rows, n, _device(x)).schedule})
+                         "ours": rec.stats["ours"], "schedule": grad.launches(rows, n, _device(x)).schedule})
         x = dy = None  # freed before the next shape is made
     return {"ceiling": ceiling, "sm_clock_ghz": clock, "shapes": rows_out}
 
@@ -1137,7 +1137,7 @@ def fuzz(n_cases: int = 2000, seed: int = 0, time_budget_s: float = 120.0, max_n
         mask = [True, w is not None, b is not None]
         ref = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b, mask)
         case = {"shape": [rows, n], "values": kind, "eps": eps, "affine": affine, "schedules": {}}
-        for sch in grad.plannable(rows, n, dev):
+        for sch in grad.candidates(rows, n, dev):
             try:
                 got = grad.backward(dy, x, (n,), mean, rstd, w, b, tuple(mask), schedule=sch)
                 case["schedules"][sch] = all(_bits_equal_any(a, c) for a, c in zip(got, ref))

@@ -73,7 +73,7 @@ def tune(full: bool = False, rounds: int | None = None, backward: bool = True, p
     plan.clear()  # the next call plans again, by the new table
     from labkit.ops import chain
 
-    chain.schedule_plan.cache_clear()  # chain_layer_norm's automatic schedule asks the rule too
+    chain.schedule_launches.cache_clear()  # chain_layer_norm's automatic schedule asks the rule too
     return {"path": str(path), "device": dev.label, "grid": "full" if full else "short", "shapes": len(shapes),
             "rounds": rounds, "seconds": seconds,
             "forward_picks": dispatch.table_rows(scores, dev.sm_count, graph=graph),

@@ -42,29 +42,29 @@ def main() -> int:
     failures = []
     target = str(Path(__file__).with_name("reliability_target.py"))
 
-    plans = [("product:small", specs(SMALL_SHAPES, rel.PRODUCT_TARGETS), rel.TOOLS, TIMEOUTS["small"]),
-             ("evidence:rings", specs(EVIDENCE_SHAPES, rel.RING_VARIANTS + ("chain_tma_loads_only",)),
-              ("racecheck", "memcheck"), TIMEOUTS["small"]),
-             ("product:l1_40", specs([L1_40], ("reference_order", "chain_tma", "chain_w4", "rows_fused")),
-              ("memcheck", "initcheck", "synccheck"), TIMEOUTS["l1_40"]),
-             # racecheck apart: the chain kernels' shared-memory rings are the slow part, so a timeout there does
-             # not cost the other kernels' report
-             ("product:l1_40_rows", specs([L1_40], ("reference_order", "rows_fused")), ("racecheck",),
-              TIMEOUTS["l1_40"]),
-             ("product:l1_40_chain", specs([L1_40], ("chain_tma", "chain_w4")), ("racecheck",), TIMEOUTS["l1_40"]),
-             # the backward's schedules at L1/40 (those whose plan takes it), every tool
-             ("product:backward_l1_40", specs([L1_40], rel.BACKWARD_TARGETS), rel.TOOLS, TIMEOUTS["l1_40"])]
+    passes = [("product:small", specs(SMALL_SHAPES, rel.PRODUCT_TARGETS), rel.TOOLS, TIMEOUTS["small"]),
+              ("evidence:rings", specs(EVIDENCE_SHAPES, rel.RING_VARIANTS + ("chain_tma_loads_only",)),
+               ("racecheck", "memcheck"), TIMEOUTS["small"]),
+              ("product:l1_40", specs([L1_40], ("reference_order", "chain_tma", "chain_w4", "rows_fused")),
+               ("memcheck", "initcheck", "synccheck"), TIMEOUTS["l1_40"]),
+              # racecheck apart: the chain kernels' shared-memory rings are the slow part, so a timeout there does
+              # not cost the other kernels' report
+              ("product:l1_40_rows", specs([L1_40], ("reference_order", "rows_fused")), ("racecheck",),
+               TIMEOUTS["l1_40"]),
+              ("product:l1_40_chain", specs([L1_40], ("chain_tma", "chain_w4")), ("racecheck",), TIMEOUTS["l1_40"]),
+              # the backward's schedules at L1/40 (those whose launches take it), every tool
+              ("product:backward_l1_40", specs([L1_40], rel.BACKWARD_TARGETS), rel.TOOLS, TIMEOUTS["l1_40"])]
     # Without a sanitizer first: compiles every kernel into the cache (so no tool times NVRTC) and gives the
     # ring checksums and bits as the hardware computes them at full speed.
     plain = []
     try:
-        plain = rel.run_targets([s for _, sp, _, _ in plans for s in sp])
+        plain = rel.run_targets([s for _, sp, _, _ in passes for s in sp])
         run.write("targets_plain", plain)
     except Exception:
         failures.append({"part": "targets_plain", "error": traceback.format_exc()})
 
     invocations, kernel_filter, skipped = [], True, []
-    for label, sp, tools, timeouts in plans:
+    for label, sp, tools, timeouts in passes:
         spec_path = logs / f"{label.replace(':', '_')}.specs.json"
         spec_path.write_text(json.dumps(sp))
         run.add_file(spec_path)
@@ -91,7 +91,7 @@ def main() -> int:
                 failures.append({"part": stem, "error": traceback.format_exc()})
     run.write("sanitizer", {"product_kernels": rel.PRODUCT_KERNELS, "our_kernels": rel.OUR_KERNELS,
                             "kernel_filter": kernel_filter, "invocations": invocations, "skipped": skipped,
-                            "plans": [{"label": p[0], "tools": list(p[2]), "timeouts_s": p[3]} for p in plans]})
+                            "plans": [{"label": p[0], "tools": list(p[2]), "timeouts_s": p[3]} for p in passes]})
     try:
         run.write("racecheck_evidence", rel.racecheck_evidence([i for i in invocations if i["tool"] == "racecheck"],
                                                                plain))

@@ -1,5 +1,9 @@
 """Per-input-signature plans of the drop-in: which path serves an input (labkit.ops.dispatch.rule), with that
-path's launch plan (labkit.ops.paths) bound to the device once.
+path's launches (labkit.ops.paths) bound to the device once, and the backward's choice.
+
+"plan" means this and only this: the drop-in's decision for one input signature. A path's launch list for one
+shape is its "launches" (labkit.ops.launches), and a `Program` (labkit.core.program) is launches bound as data for
+a runner (Python's BoundProgram or the host extension's C++).
 
 A plan is made once per (shape, strides, dtype, device, normalized_shape, eps, weight/bias signatures, grad need)
 and cached; a call then costs a dictionary lookup, the outputs' allocation and the launches. Whether our kernels
@@ -21,7 +25,7 @@ from labkit.ops import backward as grad
 from labkit.ops import eligibility, paths
 from labkit.ops.dispatch import rule
 from labkit.ops.dropin import host
-from labkit.ops.plans import bound
+from labkit.ops.launches import bound
 
 MAX_PLANS = 4096
 _plans: dict[tuple, "Plan"] = {}
@@ -84,24 +88,24 @@ class Plan:
 class KernelPlan(Plan):
     """Our kernels for an eligible signature; torch's for a call whose buffers are misaligned."""
 
-    def __init__(self, op_plan, reason: str, x, normalized_shape: tuple, weight, bias, eps: float,
+    def __init__(self, path_launches, reason: str, x, normalized_shape: tuple, weight, bias, eps: float,
                  rule_source: str = Plan.NO_TABLE):
         import torch
 
         super().__init__(reason, normalized_shape, eps, rule_source)
-        self.op_plan, self.path = op_plan, op_plan.path
+        self.path_launches, self.path = path_launches, path_launches.path
         self.torch, self.index, self.device = torch, x.get_device(), x.device
         self.shape = tuple(x.shape)
-        self.rows = op_plan.rows
+        self.rows = path_launches.rows
         self.stat_shape = self.shape[:x.dim() - len(normalized_shape)] + (1,) * len(normalized_shape)
         self.eps_arg = np.float32(eps)
         # scratch and, when the caller wants no statistics, mean and rstd behind it: one allocation per call
-        self.scratch_bytes = op_plan.scratch.nbytes
+        self.scratch_bytes = path_launches.scratch.nbytes
         # absent affine: gamma 1 (gamma * t rounds as t alone, or as the product torch takes) and beta -0.0
         # (fma(g, t, -0.0) == g * t rounded, signed zeros included), so the one output expression serves all.
         self.ones = torch.ones(normalized_shape, device=x.device) if weight is None else None
         self.neg_zeros = torch.full(normalized_shape, -0.0, device=x.device) if bias is None else None
-        self.launch = bound(op_plan, self.index)
+        self.launch = bound(path_launches, self.index)
 
     def forward(self, x, weight, bias, stats: bool):
         h = self.host
@@ -189,21 +193,22 @@ def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None =
     rows = x.numel() // n
     source = rule.table_source(dev)
     if force is None:
-        available = paths.plannable(rows, n, dev)
+        available = paths.candidates(rows, n, dev)
         path, reason = rule.choose(rows, n, dev, tuple(available), protocol or current_protocol())
-        op_plan = available.get(path)
+        path_launches = available.get(path)
     elif force == paths.NATIVE:
         return Plan("forced (measurement)", normalized_shape, eps, source), cacheable
     else:
-        op_plan, reason = paths.plan(force, rows, n, dev), "forced (measurement)"  # ValueError where it cannot
-    if op_plan is None:
+        # ValueError where it cannot
+        path_launches, reason = paths.launches(force, rows, n, dev), "forced (measurement)"
+    if path_launches is None:
         return Plan(reason, normalized_shape, eps, source), cacheable
     if not cacheable:
         # loading modules, opting in to shared memory and building constants are not capturable: this call
         # serves through torch, and the plan is made at the first call outside capture
         return Plan("first call under CUDA graph capture: our kernels are prepared outside capture",
                     normalized_shape, eps, source), False
-    return KernelPlan(op_plan, reason, x, normalized_shape, weight, bias, eps, source), True
+    return KernelPlan(path_launches, reason, x, normalized_shape, weight, bias, eps, source), True
 
 
 def get_plan(x, normalized_shape: tuple, weight, bias, eps, needs_grad: bool = False,
@@ -280,7 +285,7 @@ def attach_host(plan: Plan, x, ns: tuple, weight, bias, eps: float, needs_grad: 
 def host_plan(index: int, forward, forward_scratch: int, gp, ns: tuple, eps: float, stat_shape, rows: int, ones,
               neg_zeros):
     """The host extension's LayerNormPlan on device `index`: `forward` (an extension Program, or None for torch's
-    forward) and GradPlan `gp`'s backward program (None: torch's backward). The one place that knows the
+    forward) and GradLaunches `gp`'s backward program (None: torch's backward). The one place that knows the
     constructor's arguments."""
     backward = host.program(bound(gp, index)) if gp is not None else None
     n = math.prod(ns)
@@ -328,7 +333,7 @@ class forced_backward:
 
 
 def backward_plan(x, ns: tuple, weight, bias):
-    """The GradPlan our backward runs for a forward on inputs like these, whatever grad_y comes, or None where
+    """The GradLaunches our backward runs for a forward on inputs like these, whatever grad_y comes, or None where
     torch's backward serves: forced to, not on a GPU, inputs our backward cannot take
     (labkit.ops.backward.input_refusal), the rule picking torch's for this shape
     (labkit.ops.dispatch.rule.choose_backward, by the current dispatch protocol's scores), or a forced schedule that
@@ -338,7 +343,8 @@ def backward_plan(x, ns: tuple, weight, bias):
 
 
 def backward_choice(x, ns: tuple, weight, bias) -> tuple:
-    """(GradPlan or None, the schedule's name or "native", why): `backward_plan` with its reason (labkit.explain)."""
+    """(GradLaunches or None, the schedule's name or "native", why): `backward_plan` with its reason
+    (labkit.explain)."""
     forced = _forced_backward[0]
     if forced == paths.NATIVE:
         return None, paths.NATIVE, "forced (measurement)"
@@ -351,11 +357,11 @@ def backward_choice(x, ns: tuple, weight, bias) -> tuple:
     n = math.prod(ns)
     rows = x.numel() // n
     if forced is None:
-        available = grad.plannable(rows, n, dev)
+        available = grad.candidates(rows, n, dev)
         path, why = rule.choose_backward(rows, n, dev, tuple(available), current_protocol())
         return available.get(path), path, why
     try:
-        gp = grad.plan(rows, n, dev, forced)
+        gp = grad.launches(rows, n, dev, forced)
         return gp, gp.schedule, "forced (measurement)"
     except ValueError as exc:  # a forced schedule that cannot take this shape: torch's backward
         return None, paths.NATIVE, f"forced {forced!r} cannot take this shape: {exc}"
@@ -367,7 +373,7 @@ def backward_is_torchs(x, ns: tuple, weight, bias) -> bool:
 
 
 def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
-    """(GradPlan, ones for an absent weight, its bound launches) where our backward serves this call, else None:
+    """(GradLaunches, ones for an absent weight, its bound launches) where our backward serves this call, else None:
     the inputs pass its predicate (labkit.ops.backward.refusal) and the rule picks it
     (`backward_plan`). Cached per signature like the forward's plans; the per-call address checks run every time."""
     import torch

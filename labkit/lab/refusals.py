@@ -119,7 +119,7 @@ def _cases() -> tuple[Refusal, ...]:
 def _functions() -> dict:
     from labkit.ops.chain import chain_layer_norm
     from labkit.ops.reference_order import reference_order_layer_norm
-    from labkit.ops.split_stats import split_stats_layer_norm
+    from labkit.lab.split_stats import split_stats_layer_norm
 
     return {"reference_order_layer_norm": reference_order_layer_norm,
             "chain_layer_norm": chain_layer_norm,

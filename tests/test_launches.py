@@ -1,4 +1,4 @@
-"""The one kernel path on the CPU: what a bound plan hands each launch (argument order and types, the device made
+"""The one kernel path on the CPU: what bound launches hand each launch (argument order and types, the device made
 current, the per-row counters zeroed first), and that many shapes neither reload functions nor grow the caches
 without bound. The launches themselves are recorded, not run (there is no GPU here)."""
 import numpy as np
@@ -7,7 +7,7 @@ import torch
 
 from labkit.core import launch, program
 from labkit.core.device import Device
-from labkit.ops import chain, plans, reference_order, rows_cluster, rows_fused, rows_staged
+from labkit.ops import chain, launches, reference_order, rows_cluster, rows_fused, rows_staged
 
 H200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
 
@@ -39,19 +39,19 @@ def recorded(monkeypatch):
             log["device"][0] = self.saved
 
     monkeypatch.setattr(launch, "function", fake_function)
-    monkeypatch.setattr(plans, "device_scope", Scope)
+    monkeypatch.setattr(launches, "device_scope", Scope)
     monkeypatch.setattr(program, "memset_async", lambda ptr, n, s: log["memsets"].append((ptr, n, log["device"][0])))
     monkeypatch.setattr(program, "TensorMapEncoder", lambda geometry: (lambda address: ("map", geometry, address)))
-    monkeypatch.setattr(plans, "stream", lambda index: (f"stream{index}", 1000 + index))
-    plans._bound.clear()
+    monkeypatch.setattr(launches, "stream", lambda index: (f"stream{index}", 1000 + index))
+    launches._bound.clear()
     yield log
-    plans._bound.clear()
+    launches._bound.clear()
 
 
 def test_chain_launches_hand_the_kernels_their_arguments_in_order(recorded):
-    p = chain.plan(16, 1 << 22, H200)
-    b = plans.bound(p, 1)
-    with plans.device_scope(1):
+    p = chain.launches(16, 1 << 22, H200)
+    b = launches.bound(p, 1)
+    with launches.device_scope(1):
         b((0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 0x7000), np.float32(1e-5), ("s", 1001))
     (ptr, nbytes, dev), = recorded["memsets"]
     assert (ptr, nbytes, dev) == (0x7000 + 48 * 16, 4 * 16, 1)  # the row counters, zeroed on x's device first
@@ -67,10 +67,11 @@ def test_chain_launches_hand_the_kernels_their_arguments_in_order(recorded):
 
 
 def test_reference_order_and_rows_fused_argument_order(recorded):
-    for p in (reference_order.plan(8, 1024, H200), rows_fused.plan(8, 2048, H200), rows_fused.plan(9, 1024, H200)):
+    for p in (reference_order.launches(8, 1024, H200), rows_fused.launches(8, 2048, H200),
+              rows_fused.launches(9, 1024, H200)):
         recorded["calls"].clear()
-        with plans.device_scope(0):
-            plans.bound(p, 0)((1, 2, 3, 4, 5, 6, 0), np.float32(0.5), ("s", 1000))
+        with launches.device_scope(0):
+            launches.bound(p, 0)((1, 2, 3, 4, 5, 6, 0), np.float32(0.5), ("s", 1000))
         names = [c[0] for c in recorded["calls"]]
         args = [[int(a) if isinstance(a, np.uint64) else a for a in c[3]] for c in recorded["calls"]]
         if p.path == "reference_order":
@@ -90,10 +91,10 @@ def test_rows_staged_launch(recorded):
     """One launch: the forward slots, then rows, N, eps and the ring's depth; a persistent grid of at most one block
     per SM; its dynamic shared memory the ring, the reciprocals and the barriers, within the device's opt-in."""
     for rows, n in ((8, 16384), (5000, 65536), (3, 4), (1, 1 << 18)):
-        p = rows_staged.plan(rows, n, H200)
+        p = rows_staged.launches(rows, n, H200)
         recorded["calls"].clear()
-        with plans.device_scope(0):
-            plans.bound(p, 0)((1, 2, 3, 4, 5, 6, 0), np.float32(0.5), ("s", 1000))
+        with launches.device_scope(0):
+            launches.bound(p, 0)((1, 2, 3, 4, 5, 6, 0), np.float32(0.5), ("s", 1000))
         (fn, grid, block, args, smem, _), = recorded["calls"]
         assert fn == "rows_staged" and grid == (min(rows, H200.sm_count),) and block == (rows_staged.BLOCK,)
         assert [int(a) for a in args[:6]] == [1, 2, 3, 4, 5, 6]
@@ -105,7 +106,7 @@ def test_rows_staged_launch(recorded):
 
 
 def test_rows_staged_constants_match_the_kernel():
-    """The plan sizes the block and the shared memory from constants the kernel defines: they must agree."""
+    """The launches size the block and the shared memory from constants the kernel defines: they must agree."""
     import re
 
     from labkit.core.compile import kernel_sources
@@ -129,7 +130,7 @@ def test_rows_staged_constants_match_the_kernel():
 ])
 def test_rows_staged_refuses_what_it_cannot_take(device, n, match):
     with pytest.raises(ValueError, match=match):
-        rows_staged.plan(4, n, device)
+        rows_staged.launches(4, n, device)
 
 
 def test_rows_cluster_launch(recorded):
@@ -137,10 +138,10 @@ def test_rows_cluster_launch(recorded):
     SM, one per row at most; half a row and one more chunk in each CTA's ring, the ring as deep as the shared memory
     allows."""
     for rows, n in ((8, 16384), (5000, 65536), (3, 4), (1, 98304), (1000, 1028)):
-        p = rows_cluster.plan(rows, n, H200)
+        p = rows_cluster.launches(rows, n, H200)
         recorded["calls"].clear()
-        with plans.device_scope(0):
-            plans.bound(p, 0)((1, 2, 3, 4, 5, 6, 0), np.float32(0.5), ("s", 1000))
+        with launches.device_scope(0):
+            launches.bound(p, 0)((1, 2, 3, 4, 5, 6, 0), np.float32(0.5), ("s", 1000))
         (fn, grid, block, args, smem, _), = recorded["calls"]
         assert fn == "rows_cluster2" and grid == (2 * min(rows, H200.sm_count // 2),)
         assert block == (rows_cluster.BLOCK,)
@@ -152,7 +153,7 @@ def test_rows_cluster_launch(recorded):
 
 
 def test_rows_cluster_constants_match_the_kernel():
-    """The plan sizes the block, the cluster and the shared memory from constants the kernel defines."""
+    """The launches size the block, the cluster and the shared memory from constants the kernel defines."""
     import re
 
     from labkit.core.compile import kernel_sources
@@ -180,26 +181,44 @@ def test_rows_cluster_constants_match_the_kernel():
 ])
 def test_rows_cluster_refuses_what_it_cannot_take(device, n, match):
     with pytest.raises(ValueError, match=match):
-        rows_cluster.plan(4, n, device)
+        rows_cluster.launches(4, n, device)
 
 
 def test_execute_makes_x_device_current_around_every_launch(recorded, monkeypatch):
     """x on cuda:1 while cuda:0 is current: the memset and both launches run with cuda:1 current."""
     x = torch.empty(4, 1 << 20, device="meta")
-    monkeypatch.setattr(plans, "current_index", lambda device: 1)
-    monkeypatch.setattr(plans, "scratch_for", lambda plan, device: None)
+    monkeypatch.setattr(launches, "current_index", lambda device: 1)
+    monkeypatch.setattr(launches, "scratch_for", lambda launches, device: None)
     fake = type("T", (), {"data_ptr": lambda self: 0x10})()
     monkeypatch.setattr(torch, "empty_like", lambda t: fake)
     monkeypatch.setattr(torch, "empty", lambda *a, **k: fake)
-    plans.execute(chain.plan(4, 1 << 20, H200), x, fake, fake, 1e-5)
+    launches.execute(chain.launches(4, 1 << 20, H200), x, fake, fake, 1e-5)
     assert [c[-1] for c in recorded["calls"]] == [1, 1] and [m[-1] for m in recorded["memsets"]] == [1]
 
 
-def test_many_row_counts_load_each_function_once_and_bound_plans_stay_bounded(recorded):
-    for rows in range(1, 3 * plans.MAX_BOUND):
-        plans.bound(rows_fused.plan(rows, 4096, H200), 0)
+
+def test_a_stage_alone_launches_only_that_stage(recorded, monkeypatch):
+    """labkit.lab.stages (the stage breakdown, the sanitizer step): the statistics stage with its memset, or the
+    output launch, from the same bound launches the public functions run."""
+    from labkit.lab import stages
+
+    monkeypatch.setattr(stages, "device_scope", launches.device_scope)
+    monkeypatch.setattr(stages, "stream", launches.stream)
+    monkeypatch.setattr(stages, "current_index", lambda device: 0)
+    monkeypatch.setattr(stages, "scratch_for", lambda l, device: None)
+    t = type("T", (), {"data_ptr": lambda self: 0x10, "device": "meta"})()
+    p = chain.launches(16, 1 << 22, H200)
+    stages.stats_only(p, t, t, t, 1e-5)
+    assert [c[0] for c in recorded["calls"]] == ["chain_stats_tma"] and len(recorded["memsets"]) == 1
+    recorded["calls"].clear()
+    stages.output_only(p, t, t, t, t, t, t)
+    assert [c[0] for c in recorded["calls"]] == ["affine_columns"] and len(recorded["memsets"]) == 1
+
+def test_many_row_counts_load_each_function_once_and_bound_launches_stay_bounded(recorded):
+    for rows in range(1, 3 * launches.MAX_BOUND):
+        launches.bound(rows_fused.launches(rows, 4096, H200), 0)
     assert len(set(recorded["functions"])) == 1  # one handle for every row count
-    assert plans.bound_plans() <= plans.MAX_BOUND
+    assert launches.bound_launches() <= launches.MAX_BOUND
 
 
 def test_rows_counted_block_launch_and_refusal(recorded):
@@ -207,12 +226,12 @@ def test_rows_counted_block_launch_and_refusal(recorded):
     two float4s a thread are refused, naming the bound."""
     from labkit.ops import rows_counted_block
 
-    p = rows_counted_block.plan(9, 1024, H200)
+    p = rows_counted_block.launches(9, 1024, H200)
     recorded["calls"].clear()
-    with plans.device_scope(0):
-        plans.bound(p, 0)((1, 2, 3, 4, 5, 6, 0), np.float32(0.5), ("s", 1000))
+    with launches.device_scope(0):
+        launches.bound(p, 0)((1, 2, 3, 4, 5, 6, 0), np.float32(0.5), ("s", 1000))
     (fn, grid, block, args, smem, _), = recorded["calls"]
     assert (fn, grid, block) == ("rows_fused_reg2_counted", (9,), (32, 4)) and p.path == "rows_counted_block"
     assert [int(a) for a in args[:6]] == [1, 2, 3, 4, 5, 6] and list(args[6:]) == [np.int32(1024), np.float32(0.5)]
     with pytest.raises(ValueError, match="at most 1024 floats .* got N=1028"):
-        rows_counted_block.plan(9, 1028, H200)
+        rows_counted_block.launches(9, 1028, H200)

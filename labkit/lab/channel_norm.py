@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from labkit.core.launch import launch
-from labkit.ops.scripted import script
+from labkit.lab.scripted import script
 
 FAMILIES = ("rms", "mean_abs", "l2")
 EPS = 1e-5  # L1/36's eps; the other two tasks have none
@@ -55,7 +55,7 @@ def reference(family: str, x, eps: float = EPS):
 
 
 def scripted_reference(family: str):
-    """The family's reference compiled by TorchScript (labkit.ops.scripted's one cache)."""
+    """The family's reference compiled by TorchScript (labkit.lab.scripted's one cache)."""
     return script(REFERENCES[_family(family)])
 
 

@@ -17,7 +17,7 @@ import torch
 from labkit.core.launch import launch
 from labkit.core.device import current_index, device_info
 from labkit.ops import eligibility
-from labkit.ops.scripted import script
+from labkit.lab.scripted import script
 
 THREADS = 256  # kernels/split_affine.cu: threads per block
 GEOMETRIES = ("eager", "torchscript", "flat", "interleaved", "post_flat", "post_interleaved")
@@ -46,7 +46,7 @@ def split_pointwise(xr: torch.Tensor, var: torch.Tensor, mean: torch.Tensor, wei
 
 
 def scripted_pointwise():
-    """`split_pointwise` compiled by TorchScript (cached), as a labkit.ops.scripted.Scripted."""
+    """`split_pointwise` compiled by TorchScript (cached), as a labkit.lab.scripted.Scripted."""
     return script(split_pointwise)
 
 

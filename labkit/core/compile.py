@@ -98,7 +98,8 @@ def arch_number(arch: str) -> int:
 
 def kernel_sources(kernel: str) -> tuple[str, dict[str, str]]:
     """(text of kernels/<kernel>.cu, {header name: text}) of every local header it includes, in include order."""
-    path = kernel_dir() / f"{kernel}.cu"
+    root = kernel_dir()
+    path = root / f"{kernel}.cu"
     if not path.is_file():
         raise ValueError(f"unknown kernel {kernel!r}: no {path}; available: {available_kernels()}")
     text = path.read_text(encoding="utf-8")  # not the locale's: NVRTC 12.0-12.4 leaves it ASCII
@@ -108,9 +109,9 @@ def kernel_sources(kernel: str) -> tuple[str, dict[str, str]]:
         name = pending.pop(0)
         if name in headers:
             continue
-        header = path.parent / name
+        header = root / name
         if not header.is_file():
-            raise ValueError(f"kernel {kernel!r} includes {name!r}, which is not in {path.parent}")
+            raise ValueError(f"kernel {kernel!r} includes {name!r}, which is not in {root}")
         headers[name] = header.read_text(encoding="utf-8")
         pending.extend(_INCLUDE.findall(headers[name]))
     return text, headers

@@ -11,7 +11,11 @@ import pytest
 
 import labkit
 from labkit.cli import main
+from labkit.core.device import Device
+from labkit.ops import backward
 from labkit.ops import warmup as wu
+from labkit.ops.dispatch import rule
+from labkit.ops.dispatch.tables import TABLE_DIR_ENV
 from labkit.ops.dropin import host
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,3 +101,28 @@ def test_first_use_lines_reach_the_user_once(tmp_path, setup, prefix):
                          env=env, cwd=REPO, check=True).stderr
     assert [line for line in err.splitlines() if "compiled" in line][0].startswith(prefix)
     assert len([line for line in err.splitlines() if "compiled" in line]) == 1
+
+
+H200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
+
+
+@pytest.fixture
+def committed_tables(tmp_path, monkeypatch):
+    monkeypatch.setenv(TABLE_DIR_ENV, str(tmp_path / "no-tuned-tables"))  # the rule reads the committed tables only
+
+
+def test_a_gpu_warms_what_its_table_may_pick_and_shapes_narrow_it(committed_tables):
+    every = wu._device_kernels(H200, None)
+    assert set(every) == set(rule.pickable_kernels(90, 132)) | set(backward.KERNELS)
+    l1_40 = wu._device_kernels(H200, ((16, 1 << 22),))
+    assert set(l1_40) < set(every) and "chain_stats_tma" in l1_40 and "rows_fused" not in l1_40
+    assert wu._device_kernels(Device("unmeasured", 80, 108, 166912, 65535), None) == ()  # torch's kernel serves
+
+
+def test_warmup_for_a_gpu_compiles_for_its_target(tmp_path, monkeypatch, no_host, committed_tables):
+    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(wu, "_device", lambda device, arch: H200)
+    done = labkit.warmup(shapes=[(64, 1 << 15)], progress=False)
+    assert (done.target, done.device) == ("sm_90", H200.label)
+    assert set(done.compiled) == set(wu._device_kernels(H200, ((64, 1 << 15),))) and not done.refused
+    assert done.line().endswith(f"for {H200.label}")

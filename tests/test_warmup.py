@@ -53,6 +53,7 @@ def test_warmup_compiles_cold_then_finds_the_cache(tmp_path, monkeypatch, caplog
     ({"arch": "sm_90", "device": "cpu"}, "not both"),
     ({"arch": "90"}, "arch must look like"),
     ({"device": "meta"}, "CUDA device or 'cpu'"),
+    ({"device": "gpu0"}, "CUDA device or 'cpu'"),
 ])
 def test_bad_input_is_a_value_error_naming_it(kwargs, says):
     with pytest.raises(ValueError, match=says):

@@ -89,10 +89,13 @@ def _device(device, arch: str | None) -> Device | None:
         return None
     if device is None:
         return device_info(torch.cuda.current_device()) if torch.cuda.is_available() else None
-    d = torch.device(device)
-    if d.type == "cpu":
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError):
+        d = None
+    if d is not None and d.type == "cpu":
         return None
-    if d.type != "cuda":
+    if d is None or d.type != "cuda":
         raise ValueError(f"device must be a CUDA device or 'cpu', got {device!r}")
     if not torch.cuda.is_available():
         raise ValueError(f"device={device!r}, but torch {torch.__version__} sees no CUDA device")

@@ -29,7 +29,7 @@ HOST = "host extension"
 @dataclass(frozen=True)
 class Warmup:
     target: str                 # what NVRTC compiled for: sm_XY, or compute_XY (PTX) under the arch override
-    device: str                 # the GPU (labkit.core.device.Device.label), or "no GPU"
+    device: str | None          # the GPU (labkit.core.device.Device.label); None for a compile-only warmup
     compiled: dict[str, float]  # kernel -> seconds NVRTC took, for the kernels compiled now
     cached: tuple[str, ...]     # kernels the cubin cache already held
     refused: dict[str, str]     # kernel -> NVRTC's reason, where the target lacks a feature the kernel uses
@@ -49,8 +49,9 @@ class Warmup:
         host = (f"host extension {self.host} ({self.host_seconds:.1f} s)" if not self.host.startswith("unavailable")
                 else f"host extension {self.host}")
         line = f"labkit warmup: {kernels}; {host}; {self.seconds:.1f} s in all"
-        if self.device == "no GPU":
-            return line + " (no GPU here: nothing was loaded or launched; the caches serve a GPU run that shares them)"
+        if self.device is None:
+            return line + (" (compile only: nothing was loaded or launched; the caches serve a GPU of this arch that "
+                           "shares them)")
         return f"{line}, for {self.device}"
 
 
@@ -73,7 +74,7 @@ def warmup(device=None, shapes=None, arch: str | None = None, progress: bool = T
         host, host_seconds = _host()
         bar.update()
         compiled, cached, refused = _compile(kernels, target, bar)
-    return Warmup(target, dev.label if dev is not None else "no GPU", compiled, cached, refused, host,
+    return Warmup(target, dev.label if dev is not None else None, compiled, cached, refused, host,
                   round(host_seconds, 2), round(time.perf_counter() - start, 2))
 
 

@@ -15,7 +15,11 @@
 
 The direction is enforced by import-linter (pyproject.toml); importing core or ops reads nothing under data/.
 """
+from labkit.core.log import install_default_output
+
 __version__ = "0.1.0"
+
+install_default_output()  # before any submodule logs: a first call's build and compiles are said, not silent
 
 _DROPIN = ("layer_norm", "LayerNorm", "swap_layer_norms", "explain", "dispatch_protocol", "enable", "disable",
            "enabled")
@@ -23,8 +27,8 @@ _DROPIN = ("layer_norm", "LayerNorm", "swap_layer_norms", "explain", "dispatch_p
 
 def __getattr__(name):
     """labkit.layer_norm / LayerNorm / swap_layer_norms / explain / dispatch_protocol / enable / disable / enabled
-    (labkit.ops.dropin) and
-    labkit.tune (labkit.studies.tune: this GPU's dispatch table), imported on first use so that `import labkit`
+    (labkit.ops.dropin), labkit.tune (labkit.studies.tune: this GPU's dispatch table) and labkit.warmup (labkit.ops.warmup: the host
+    extension and this GPU's kernels built ahead of a first call), imported on first use so that `import labkit`
     stays free of torch."""
     if name in _DROPIN:
         from labkit.ops import dropin
@@ -35,4 +39,8 @@ def __getattr__(name):
         from labkit.studies.tune import tune
 
         return tune
+    if name == "warmup":
+        from labkit.ops.warmup import warmup
+
+        return warmup
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")

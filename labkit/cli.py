@@ -88,6 +88,25 @@ def _cmd_tune(args) -> int:
     return 0
 
 
+def _cmd_warmup(args) -> int:
+    from labkit.ops.warmup import warmup
+
+    shapes = [_rows_n(s) for s in args.shape] if args.shape else None
+    done = warmup(device=args.device, shapes=shapes, arch=args.arch, progress=not args.quiet)
+    print(done.line())
+    if args.json:
+        print(json.dumps(done.to_json()))
+    return 0
+
+
+def _rows_n(text: str) -> tuple[int, int]:
+    try:
+        rows, n = (int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"--shape takes ROWS,N (two integers), got {text!r}") from None
+    return rows, n
+
+
 def _cmd_explain(args) -> int:
     import torch
 
@@ -210,6 +229,18 @@ def main(argv: list[str] | None = None) -> int:
     tun.add_argument("--quiet", action="store_true", help="no progress bar")
     tun.add_argument("--json", action="store_true", help="also print what was measured as one line of JSON")
     tun.set_defaults(fn=_cmd_tune)
+
+    warm = sub.add_parser("warmup", help="build the host extension and compile the kernels this GPU's first calls "
+                                         "would (without a GPU: every drop-in kernel for --arch), ahead of time")
+    warm.add_argument("--device", default=None, help="a CUDA device (cuda:1) or cpu (default: the current GPU, if any)")
+    warm.add_argument("--arch", default=None, help="compile for this target instead of a GPU's, e.g. sm_90 "
+                                                   "(the default without a GPU)")
+    warm.add_argument("--shape", action="append", default=None, metavar="ROWS,N",
+                      help="a rows x N the model calls with (GPU only; repeat for more): only the kernels the rule "
+                           "picks for these")
+    warm.add_argument("--quiet", action="store_true", help="no progress bar")
+    warm.add_argument("--json", action="store_true", help="also print the record as one line of JSON")
+    warm.set_defaults(fn=_cmd_warmup)
 
     exp = sub.add_parser("explain", help="which path the drop-in takes for an input on this GPU, and which table said so")
     exp.add_argument("--shape", default="16,4194304", help="comma-separated input shape (default: L1/40's rows)")

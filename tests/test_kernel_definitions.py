@@ -3,6 +3,7 @@ FMA-contraction evidence against torch's committed SASS summary."""
 import pytest
 
 from labkit.core import compile as kc
+from labkit.core.sources import kernel_dir
 from labkit.studies import kernel_definitions as kd
 
 
@@ -13,7 +14,7 @@ def test_sources_show_each_file_once_kernels_first():
     assert len(names) == len(set(names))  # welford_ln.cuh is included by two of them, shown once
     assert names[:3] == ["affine_rows.cu", "reference_stats.cu", "chain_floor.cu"]
     assert set(names[3:]) == {h for r in records for h in r.headers} and "welford_ln.cuh" in names
-    assert dict(files)["chain_floor.cu"] == (kc.KERNEL_DIR / "chain_floor.cu").read_text()
+    assert dict(files)["chain_floor.cu"] == (kernel_dir() / "chain_floor.cu").read_text()
 
 
 def test_compile_and_resource_rows_for_one_kernel():

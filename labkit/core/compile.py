@@ -11,16 +11,19 @@ NVRTC needs no GPU: with an explicit `arch` the CPU machine builds the same sm_9
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from labkit.core.atomic import atomic_write_bytes
 from labkit.core.cubin import complete_cubin
+from labkit.core.sources import CHECKOUT, kernel_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-KERNEL_DIR = REPO_ROOT / "kernels"
+REPO_ROOT = CHECKOUT  # data/, notebooks/ and git live only in a checkout (a wheel ships kernels/ and host/ alone)
+log = logging.getLogger(__name__)
 
 # --fmad=true: torch's CUDA build lets the compiler contract a*b+c into FMA, and the bits depend on it.
 # --ftz=false, --prec-div=true, --prec-sqrt=true: IEEE denormals and divisions, i.e. no fast-math anywhere.
@@ -70,7 +73,7 @@ def nvrtc_version() -> tuple[int, int]:
 
 
 def available_kernels() -> list[str]:
-    return sorted(p.stem for p in KERNEL_DIR.glob("*.cu"))
+    return sorted(p.stem for p in kernel_dir().glob("*.cu"))
 
 
 def device_arch(device_index: int | None = None) -> str:
@@ -85,9 +88,18 @@ def device_arch(device_index: int | None = None) -> str:
     return device_info(torch.cuda.current_device() if device_index is None else device_index).arch_name
 
 
+def arch_number(arch: str) -> int:
+    """90 for 'sm_90', 'sm_90a' or 'compute_90'; ValueError naming the value for anything else."""
+    m = re.fullmatch(r"(?:sm_(\d{2,3})a?)|(?:compute_(\d{2,3}))", str(arch))
+    if m is None:
+        raise ValueError(f"arch must look like 'sm_90' (cubin) or 'compute_80' (PTX), got {arch!r}")
+    return int(m.group(1) or m.group(2))
+
+
 def kernel_sources(kernel: str) -> tuple[str, dict[str, str]]:
     """(text of kernels/<kernel>.cu, {header name: text}) of every local header it includes, in include order."""
-    path = KERNEL_DIR / f"{kernel}.cu"
+    root = kernel_dir()
+    path = root / f"{kernel}.cu"
     if not path.is_file():
         raise ValueError(f"unknown kernel {kernel!r}: no {path}; available: {available_kernels()}")
     text = path.read_text(encoding="utf-8")  # not the locale's: NVRTC 12.0-12.4 leaves it ASCII
@@ -97,9 +109,9 @@ def kernel_sources(kernel: str) -> tuple[str, dict[str, str]]:
         name = pending.pop(0)
         if name in headers:
             continue
-        header = KERNEL_DIR / name
+        header = root / name
         if not header.is_file():
-            raise ValueError(f"kernel {kernel!r} includes {name!r}, which is not in {KERNEL_DIR}")
+            raise ValueError(f"kernel {kernel!r} includes {name!r}, which is not in {root}")
         headers[name] = header.read_text(encoding="utf-8")
         pending.extend(_INCLUDE.findall(headers[name]))
     return text, headers
@@ -174,8 +186,7 @@ def compile_kernel(kernel: str, arch: str | None = None, extra_options: tuple[st
     for a cubin, or compute_XY for PTX (the image then is the PTX text with its terminating NUL, as the driver's
     module loader takes it)."""
     arch = arch or device_arch()
-    if not re.fullmatch(r"(sm_\d{2,3}a?)|(compute_\d{2,3})", arch):
-        raise ValueError(f"arch must look like 'sm_90' (cubin) or 'compute_80' (PTX), got {arch!r}")
+    arch_number(arch)
     ptx = arch.startswith("compute_")
     options = BASE_OPTIONS + (f"--gpu-architecture={arch}",) + tuple(extra_options)
     source, headers = kernel_sources(kernel)
@@ -186,8 +197,12 @@ def compile_kernel(kernel: str, arch: str | None = None, extra_options: tuple[st
     cubin = _read_entry(path, ptx)
     hit = cubin is not None
     if cubin is None:
+        start = time.perf_counter()
         cubin, _ = nvrtc_compile(kernel, options, (source, headers), ptx)
         _write_entry(path, cubin)
+        # a cold compile is seconds a user waits on at a first call: say so (a cache hit costs nothing: silent)
+        log.info("NVRTC compiled %s for %s in %.1f s (cached in %s)", kernel, arch, time.perf_counter() - start,
+                 path.parent)
     if ptx:
         cubin = cubin.rstrip(b"\0") + b"\0"
     else:
@@ -207,6 +222,18 @@ _ARCH_REFUSAL = re.compile(r"requires \.target sm_\d+ or higher")  # ptxas: a fe
 _buildable: dict[tuple[str, str], tuple] = {}
 
 
+def compile_unless_refused(kernel: str, arch: str) -> tuple[CompileRecord | None, str | None]:
+    """(record, None) where NVRTC builds `kernel` for `arch`; (None, NVRTC's first error line) where it refuses
+    because the arch lacks a feature the kernel uses. Any other compile error is raised."""
+    try:
+        return compile_kernel(kernel, arch).record, None
+    except RuntimeError as exc:
+        first = next((ln for ln in str(exc).splitlines() if _ARCH_REFUSAL.search(ln)), None)
+        if first is None:
+            raise
+        return None, first.split("error", 1)[-1].lstrip(" :").strip()
+
+
 def compile_buildable(arch: str) -> tuple[list[CompileRecord], dict[str, str]]:
     """(records of every kernel NVRTC builds for `arch`, {kernel: NVRTC's first error line} for those it refuses
     because the arch lacks a feature they use: below sm_90 the chain kernels, which no path offers there). Any other
@@ -216,14 +243,11 @@ def compile_buildable(arch: str) -> tuple[list[CompileRecord], dict[str, str]]:
     if key not in _buildable:
         records, refused = [], {}
         for k in available_kernels():
-            try:
-                records.append(compile_kernel(k, arch).record)
-            except RuntimeError as exc:
-                lines = str(exc).splitlines()
-                if not any(_ARCH_REFUSAL.search(ln) for ln in lines):
-                    raise
-                first = next(ln for ln in lines if _ARCH_REFUSAL.search(ln))
-                refused[k] = first.split("error", 1)[-1].lstrip(" :").strip()
+            record, why = compile_unless_refused(k, arch)
+            if record is None:
+                refused[k] = why
+            else:
+                records.append(record)
         _buildable[key] = (records, refused)
     records, refused = _buildable[key]
     return list(records), dict(refused)

@@ -17,7 +17,8 @@ import subprocess
 from pathlib import Path
 
 from labkit.core.atomic import atomic_write_json
-from labkit.core.compile import REPO_ROOT, KERNEL_DIR
+from labkit.core.compile import REPO_ROOT
+from labkit.core.sources import kernel_dir
 
 SCHEMA = 1
 
@@ -37,8 +38,9 @@ def _git(*args: str) -> str | None:
 
 def kernel_source_hashes() -> dict[str, str]:
     """sha256 of every kernel source, keyed by its path under kernels/ (sanitizer probes in kernels/sanitize too)."""
-    return {p.relative_to(KERNEL_DIR).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(KERNEL_DIR.rglob("*.cu*"))}
+    root = kernel_dir()
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*.cu*"))}
 
 
 def _driver_version() -> str | None:

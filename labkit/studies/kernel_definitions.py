@@ -11,6 +11,7 @@ from pathlib import Path
 import json
 
 from labkit.core import compile as kc
+from labkit.core.sources import kernel_dir
 from labkit.sass import elf, ptxas, summary, tools
 
 TORCH_VECTORIZED = "vectorized_layer_norm_kernel<float, float, false>"
@@ -44,7 +45,7 @@ def sources(records: list[kc.CompileRecord]) -> list[tuple[str, str]]:
     many kernels include it."""
     kernels = [f"{r.kernel}.cu" for r in records]
     headers = sorted({h for r in records for h in r.headers})
-    return [(name, (kc.KERNEL_DIR / name).read_text()) for name in dict.fromkeys(kernels + headers)]
+    return [(name, (kernel_dir() / name).read_text()) for name in dict.fromkeys(kernels + headers)]
 
 
 def compile_rows(records: list[kc.CompileRecord]) -> list[dict]:

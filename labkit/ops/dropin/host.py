@@ -1,6 +1,7 @@
 """The drop-in's host extension: host/layer_norm.cpp (with host/launch_program.h), built at first use with
-torch.utils.cpp_extension against the installed torch and cached by it (~/.cache/torch_extensions, keyed by the
-sources' hash), so a torch upgrade or an edited source rebuilds it.
+torch.utils.cpp_extension against the installed torch and cached in torch's extension root
+(~/.cache/torch_extensions, or $TORCH_EXTENSIONS_DIR), keyed by the sources' hash, torch's version and Python's, so
+a torch upgrade or an edited source rebuilds it. A build logs one line (labkit's logger, INFO); a load says nothing.
 
 It runs a plan's Programs (labkit.core.program) from C++ and gives the drop-in a C++ autograd node: an eager call
 with autograd recording then costs about what torch's own node costs on the host, and the backward runs in the
@@ -14,15 +15,18 @@ device, `unavailable()` says why and the drop-in runs the same Programs from Pyt
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import sys
 import threading
+import time
 from pathlib import Path
 
-from labkit.core.compile import REPO_ROOT
+from labkit.core.sources import host_dir
 
-HOST_DIR = REPO_ROOT / "host"
 SOURCES = ("layer_norm.cpp", "launch_program.h")
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _state: dict = {}
 _checked_devices: dict[int, str | None] = {}
@@ -31,31 +35,59 @@ _checked_devices: dict[int, str | None] = {}
 def source_hash() -> str:
     h = hashlib.sha256()
     for name in SOURCES:
-        h.update((HOST_DIR / name).read_bytes())
+        h.update((host_dir() / name).read_bytes())
     return h.hexdigest()[:12]
 
 
+def extension_name() -> str:
+    """The extension's module name: its sources' hash, torch's version and Python's (the build folder is named by
+    it, and two interpreters must not share one build)."""
+    import torch
+
+    return (f"labkit_host_{source_hash()}_{torch.__version__.replace('.', '_').replace('+', '_')}"
+            f"_py{sys.version_info.major}{sys.version_info.minor}")
+
+
+def build_directory(name: str) -> Path:
+    """Where the extension `name` is built and cached: torch's extension root ($TORCH_EXTENSIONS_DIR, else
+    torch's user cache folder). Named here, not left to torch, so that whether the library is already there tells
+    a build (tens of seconds, logged) from a load."""
+    from torch.utils import cpp_extension
+
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()) / name
+
+
 def _build():
+    """(module or None, why not or None, seconds spent building it or None where it was loaded from the cache)"""
     if os.environ.get("LABKIT_HOST", "1") == "0":
-        return None, "turned off (LABKIT_HOST=0)"
+        return None, "turned off (LABKIT_HOST=0)", None
     try:
         import torch
         from torch.utils import cpp_extension
 
-        name = f"labkit_host_{source_hash()}_{torch.__version__.replace('.', '_').replace('+', '_')}"
+        name = extension_name()
+        where = build_directory(name)
+        cached = (where / f"{name}.so").is_file()
+        where.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        sources = host_dir()
         flags, ldflags = ["-O2"], []
         torch_cuda = Path(torch.__file__).parent / "lib" / "libtorch_cuda.so"
         if torch.version.cuda is not None and torch_cuda.is_file():
             # labkit.enable() calls torch's own CUDA LayerNorm kernels where ours do not serve
             flags.append("-DLABKIT_TORCH_CUDA")
             ldflags += [f"-L{torch_cuda.parent}", "-ltorch_cuda"]
-        module = cpp_extension.load(name=name, sources=[str(HOST_DIR / "layer_norm.cpp")],
-                                    extra_include_paths=[str(HOST_DIR)], extra_cflags=flags,
-                                    extra_ldflags=ldflags, verbose=False)
-        return module, None
+        module = cpp_extension.load(name=name, sources=[str(sources / "layer_norm.cpp")],
+                                    extra_include_paths=[str(sources)], extra_cflags=flags,
+                                    extra_ldflags=ldflags, build_directory=str(where), verbose=False)
+        seconds = None if cached else time.perf_counter() - start
+        if seconds is not None:
+            log.info("built the host extension %s in %.1f s (C++, torch.utils.cpp_extension; cached in %s)",
+                     name, seconds, where)
+        return module, None, seconds
     except Exception as exc:  # no compiler, no ninja, a torch without headers: the Python runner serves
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return None, f"could not be built here ({type(exc).__name__}: {first[:200]})"
+        return None, f"could not be built here ({type(exc).__name__}: {first[:200]})", None
 
 
 def module():
@@ -63,9 +95,15 @@ def module():
     if "module" not in _state:
         with _lock:
             if "module" not in _state:
-                _state["module"], _state["why"] = _build()
+                _state["module"], _state["why"], _state["built_in"] = _build()
                 _refresh()
     return _state["module"]
+
+
+def built_in() -> float | None:
+    """Seconds this process spent building the extension; None where it was loaded from the cache, could not be
+    built, or has not been asked for yet."""
+    return _state.get("built_in")
 
 
 # The eager fast path (op.layer_norm reads fast[0] on every call): the extension's `call`, which serves a signature

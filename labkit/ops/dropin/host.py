@@ -69,6 +69,8 @@ def _build():
         where = build_directory(name)
         cached = (where / f"{name}.so").is_file()
         where.mkdir(parents=True, exist_ok=True)
+        if not cached:  # the one wait of a first use longer than a few seconds: said when it starts, not only after
+            log.info("building the host extension %s (C++, once per torch and source version; tens of seconds)", name)
         start = time.perf_counter()
         sources = host_dir()
         flags, ldflags = ["-O2"], []

@@ -132,9 +132,9 @@ def _device_kernels(dev: Device, shapes: tuple[tuple[int, int], ...] | None) -> 
         return tuple(dict.fromkeys(rule.pickable_kernels(dev.arch, dev.sm_count) + grad))
     forward, grad = (), ()
     for rows, n in shapes:
-        path, _ = rule.choose(rows, n, dev, tuple(paths.plannable(rows, n, dev)))
+        path, _ = rule.choose(rows, n, dev, tuple(paths.candidates(rows, n, dev)))
         forward += paths.kernels(path)
-        schedule, _ = rule.choose_backward(rows, n, dev, tuple(backward.plannable(rows, n, dev)))
+        schedule, _ = rule.choose_backward(rows, n, dev, tuple(backward.candidates(rows, n, dev)))
         grad = backward.KERNELS if schedule != paths.NATIVE else grad
     return tuple(dict.fromkeys(forward + grad))
 

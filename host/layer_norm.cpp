@@ -597,10 +597,13 @@ bool aten_key(const Tensor& x, at::IntArrayRef ns, const Tensor& w, const Tensor
   return true;
 }
 
-// The plan for `key` in `plans`, asking Python (`planner`) on a miss. kTorch where there is no key or no plan.
-Remembered aten_plan(std::unordered_map<std::vector<int64_t>, Remembered, KeyHash>& plans, std::vector<int64_t> key,
-                     const py::object& planner, const Tensor& x, at::IntArrayRef ns, const Tensor& w,
-                     const Tensor& b, const double* eps) {
+// The plan of an aten call, forward's or backward's: looked up by key in that direction's map, asked of Python on a
+// miss and kept where Python says so. kTorch where labkit.enable() is off or the call has no key.
+Remembered aten_plan(bool forward, const Tensor& x, at::IntArrayRef ns, const Tensor& w, const Tensor& b,
+                     const double* eps) {
+  std::vector<int64_t> key;
+  if (!aten || !aten_key(x, ns, w, b, eps, key)) return Remembered{};
+  auto& plans = forward ? aten->forward : aten->backward;
   {
     std::lock_guard<std::mutex> hold(remembered_lock);
     auto it = plans.find(key);
@@ -610,9 +613,10 @@ Remembered aten_plan(std::unordered_map<std::vector<int64_t>, Remembered, KeyHas
   bool keep = false;
   {
     py::gil_scoped_acquire gil;
+    const py::object& planner = forward ? aten->plan_forward : aten->plan_backward;
     py::object wo = w.defined() ? py::cast(w) : py::none(), bo = b.defined() ? py::cast(b) : py::none();
-    py::tuple answer = eps ? planner(x, std::vector<int64_t>(ns.begin(), ns.end()), wo, bo, *eps)
-                           : planner(x, std::vector<int64_t>(ns.begin(), ns.end()), wo, bo);
+    std::vector<int64_t> shape(ns.begin(), ns.end());
+    py::tuple answer = forward ? planner(x, shape, wo, bo, *eps) : planner(x, shape, wo, bo);
     if (!answer[0].is_none()) {
       r.decision = kOurs;
       r.plan = answer[0].cast<c10::intrusive_ptr<LayerNormPlan>>();
@@ -634,10 +638,7 @@ std::tuple<Tensor, Tensor, Tensor> aten_forward(const Tensor& x, c10::SymIntArra
   const Tensor w = defined_or_empty(w_opt), b = defined_or_empty(b_opt);
   ServingAten serving;
   c10::DeviceGuard guard(x.device());
-  std::vector<int64_t> key;
-  Remembered r;
-  if (aten && aten_key(x, ns, w, b, &eps, key))
-    r = aten_plan(aten->forward, std::move(key), aten->plan_forward, x, ns, w, b, &eps);
+  Remembered r = aten_plan(true, x, ns, w, b, &eps);
   if (r.decision != kOurs || !r.plan->forward) return torch_forward(x, ns, w, b, eps);
   return run_forward(*r.plan, x, w, b, true);
 }
@@ -650,10 +651,7 @@ std::tuple<Tensor, Tensor, Tensor> aten_backward(const Tensor& dy, const Tensor&
   const Tensor w = defined_or_empty(w_opt), b = defined_or_empty(b_opt);
   ServingAten serving;
   c10::DeviceGuard guard(x.device());
-  std::vector<int64_t> key;
-  Remembered r;
-  if (aten && aten_key(x, ns, w, b, nullptr, key))
-    r = aten_plan(aten->backward, std::move(key), aten->plan_backward, x, ns, w, b, nullptr);
+  Remembered r = aten_plan(false, x, ns, w, b, nullptr);
   if (r.decision != kOurs || !r.plan->backward) return torch_backward(dy, x, ns, mean, rstd, w, b, mask);
   return run_backward(*r.plan, dy, x, SavedStats{mean, rstd, Tensor()}, w, b, mask);
 }

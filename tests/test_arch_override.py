@@ -6,7 +6,8 @@ import pytest
 
 from labkit.core import compile as kc
 from labkit.core.device import ARCH_SMEM_OPTIN, Device, overridden
-from labkit.ops import backward, paths, rows_counted, rows_counted_block
+from labkit.ops import backward, paths
+from labkit.ops.rows_fused import rows_counted, rows_counted_block
 
 H200 = Device("NVIDIA H200", 90, 132, 227 * 1024, 65535)
 

@@ -177,7 +177,8 @@ def _rows_fused_cases():
     length today (each through rows_fused.entry_launches): the longest row it holds and a ragged one (some of torch's
     threads without a vector), at row counts that leave a warp-per-row block partly empty; for the largest block
     entry point rows longer than its registers."""
-    from labkit.ops import rows_counted, rows_counted_block, rows_fused
+    from labkit.ops import rows_fused
+    from labkit.ops.rows_fused import rows_counted, rows_counted_block
 
     cases = []
     for layout, ks in (("warp", rows_fused.WARP_VECTORS), ("reg", rows_fused.VECTORS)):
@@ -185,11 +186,11 @@ def _rows_fused_cases():
             full = 4 * rows_fused.THREADS * k
             cases += [(f"rows_fused_{layout}{k}", rows, n) for rows, n in ((1, full), (5, full - 4 * 37), (130, full))]
     big = f"rows_fused_reg{rows_fused.VECTORS[-1]}"
-    # the counted form (labkit.ops.rows_counted) takes every row of the warp layout: threads with two vectors, one,
+    # the counted form (labkit.ops.rows_fused.rows_counted) takes every row of the warp layout: threads with two vectors, one,
     # or none (where the count pass's quotient is 0), and row counts that leave its last block partly empty
     counted = [(rows_counted.FUNCTION, rows, n) for rows, n in
                ((1, 1024), (5, 1024 - 4 * 37), (130, 1024), (7, 768), (9, 200), (6, 40), (3, 4), (4097, 1000))]
-    # the counted block form (labkit.ops.rows_counted_block): the same rows, one block each: whole warps with no vector
+    # the counted block form (labkit.ops.rows_fused.rows_counted_block): the same rows, one block each: whole warps with no vector
     # at N <= 384, and a tree quotient 0 (warps 1 and 3 both empty) at N <= 128
     counted += [(rows_counted_block.FUNCTION, rows, n) for rows, n in
                 ((1, 1024), (5, 1024 - 4 * 37), (130, 1024), (7, 768), (9, 200), (6, 40), (3, 4), (4097, 1000),

@@ -224,7 +224,7 @@ def test_many_row_counts_load_each_function_once_and_bound_launches_stay_bounded
 def test_rows_counted_block_launch_and_refusal(recorded):
     """torch's block per row (grid rows, block (32, 4)), the counted entry point, no rows argument; rows longer than
     two float4s a thread are refused, naming the bound."""
-    from labkit.ops import rows_counted_block
+    from labkit.ops.rows_fused import rows_counted_block
 
     p = rows_counted_block.launches(9, 1024, H200)
     recorded["calls"].clear()

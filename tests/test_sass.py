@@ -143,7 +143,7 @@ def test_rows_fused_merges_keep_torchs_contraction():
     any GPU run. The warp layout makes 11 merges per lane (welford_packed_rows4), the block layout torch's 5 shuffle
     merges per warp and its 4-warp tree's 2 (received through shared memory). The counted entry point (labkit.ops.
     rows_counted) takes each merge's quotient from its count pass: the matcher reports those as "quotient given". The
-    counted block entry point (labkit.ops.rows_counted_block) makes torch's 5 shuffle merges with given quotients; its
+    counted block entry point (labkit.ops.rows_fused.rows_counted_block) makes torch's 5 shuffle merges with given quotients; its
     4-warp tree's three merges read both states from shared memory, which the matcher cannot tell own from received
     by, and are written in intrinsics (welford_merge_given: the contraction is the source's, not the compiler's); the
     GPU tests compare their bits."""
@@ -152,7 +152,8 @@ def test_rows_fused_merges_keep_torchs_contraction():
     counted = {"first_product (received via shfl, quotient given)": 11}
     counted_block = {"first_product (received via shfl, quotient given)": 5}
     block = {"first_product (received via shfl)": 5, "first_product (received via lds)": 2}
-    from labkit.ops import rows_counted, rows_counted_block, rows_fused
+    from labkit.ops import rows_fused
+    from labkit.ops.rows_fused import rows_counted, rows_counted_block
 
     assert sorted(funcs) == sorted([f"rows_fused_reg{k}" for k in rows_fused.VECTORS]
                                    + [f"rows_fused_warp{k}" for k in rows_fused.WARP_VECTORS]

@@ -1,12 +1,13 @@
 """The kernel paths our LayerNorm can take, by name: what the drop-in dispatches between and what the dispatch
-measurement times. Each is an op module exporting PATH, KERNELS (its kernels/*.cu files), MIN_ARCH and
-launches(rows, n, device). Adding a path is adding its module here; "native" (torch's own kernel) is not a path of ours.
+measurement times. Each is an op module (or, for an entry point of another path's kernel file, an object such as
+rows_fused.rows_counted) exporting PATH, KERNELS (its kernels/*.cu files), MIN_ARCH and launches(rows, n, device).
+Adding a path is adding it here; "native" (torch's own kernel) is not a path of ours.
 """
 from __future__ import annotations
 
 from labkit.core.device import Device
-from labkit.ops import (chain, reference_order, rows_cluster, rows_counted, rows_counted_block, rows_fused,
-                        rows_staged)
+from labkit.ops import chain, reference_order, rows_cluster, rows_fused, rows_staged
+from labkit.ops.rows_fused import rows_counted, rows_counted_block
 
 NATIVE = "native"
 PATHS = {m.PATH: m for m in (chain, rows_fused, rows_counted, rows_counted_block, rows_staged, rows_cluster,
@@ -38,7 +39,11 @@ def candidates(rows: int, n: int, device: Device) -> dict:
 def public_function(path: str):
     """`path`'s own public LayerNorm function (`<path>_layer_norm`: validate, describe the launches, launch), or
     None for the paths that run only through chain_layer_norm's schedules (chain, rows_fused)."""
-    return getattr(_module(path), f"{path}_layer_norm", None) if path != chain.PATH else None
+    if path == chain.PATH:
+        return None
+    m = _module(path)
+    owner = rows_fused if isinstance(m, rows_fused.CountedPath) else m  # an entry point's function is in its file's
+    return getattr(owner, f"{path}_layer_norm", None)
 
 
 def kernels(path: str) -> tuple[str, ...]:

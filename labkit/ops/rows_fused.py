@@ -7,7 +7,11 @@ holding four of torch's 128 threads (no block barrier, four rows per block); lon
 per row. Both give torch's bits: the warp layout makes every merge of torch's four warp reductions and 4-warp tree,
 packed onto the lanes whose results torch never reads (kernels/rows_fused.cu, welford_packed_rows4). It stops at two
 vectors per torch thread because the packing probe (docs/decisions.md#rows_packed, H200) measured four slower than the
-block (rows of 1536 and 2048 floats)."""
+block (rows of 1536 and 2048 floats).
+
+Two more entry points of the same file are paths of their own, for the dispatch table to measure: `rows_counted`
+and `rows_counted_block` (below), each a `CountedPath` with the attributes a path module has (labkit.ops.paths) and
+a public function of its own here."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -80,3 +84,86 @@ def own_entry_launches(rows: int, n: int, device: Device, function: str, path: s
         raise ValueError(f"{path} takes rows of at most {max_n} floats ({holds}), got N={n}")
     launches(rows, n, device)
     return replace(entry_launches(rows, n, function), path=path)
+
+
+# --- the counted entry points: paths of their own -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CountedPath:
+    """A path that runs one counted entry point of kernels/rows_fused.cu: what labkit.ops.paths reads of a path
+    module (PATH, KERNELS, MIN_ARCH, launches). Its public function is `<PATH>_layer_norm` in this module."""
+
+    PATH: str
+    FUNCTION: str  # its entry point in kernels/rows_fused.cu
+    MAX_N: int     # the longest row it keeps in registers
+    holds: str     # what bounds MAX_N, for the refusal
+    KERNELS: tuple = KERNELS
+    MIN_ARCH: int = MIN_ARCH
+
+    def launches(self, rows: int, n: int, device: Device) -> RowsFusedLaunches:
+        return own_entry_launches(rows, n, device, self.FUNCTION, self.PATH, self.MAX_N, self.holds)
+
+
+# rows_fused's warp layout with its divisions moved off the data's path: a path of its own, for the dispatch table to
+# measure (kernels/rows_fused.cu, rows_fused_warp2_counted).
+#
+# The warp layout's 11 Welford merges each divide by the sum of two counts. The counts depend on nothing but N, so
+# the counted entry point runs the merge tree on the counts alone first, keeping each quotient, while x is in flight;
+# the merges of the data then wait on no division. It runs at 7 blocks per SM, where it holds the 11 quotients
+# without spilling. The bits are torch's: the merge is written in torch's contraction (welford_merge_given), which the
+# SASS matcher checks (tests/test_sass.py), and the GPU tests compare int32 views.
+#
+# On the H200 it was 2-4% faster than rows_fused_warp2 from 8192 rows of 768 to 1024 floats up and 10-20% slower at
+# 4096 rows, where rows_fused_warp2's 8 blocks per SM hold every row in one wave (docs/decisions.md#rows_coef,
+# docs/decisions.md#rows_stream). Hence a path and not a replacement: where it serves is the dispatch table's to say.
+# It takes every row the warp layout takes (at most WARP_VECTORS[-1] * 512 floats), shorter rows with its threads'
+# second vectors unused, so that the table measures it at each N of the grid up to there and interpolates between them.
+rows_counted = CountedPath("rows_counted", "rows_fused_warp2_counted",
+                           THREADS * 4 * WARP_VECTORS[-1],  # the two-vector warp form's longest row: 1024 floats
+                           "one warp's registers")
+
+# torch's own (32, 4) block per row with the merges' quotients counted ahead and one block barrier a row: a path of
+# its own, for the dispatch table to measure (kernels/rows_fused.cu, rows_fused_reg2_counted).
+#
+# The layout is rows_fused's block one (thread t of the row's 128 holds torch's thread t's float4s in registers, x read
+# once). Each of torch's eight merges (five warp steps, three in the 4-warp tree) divides by the sum of two counts
+# that depend on N alone, so the kernel makes the quotients while x is in flight; and every thread runs the 4-warp
+# tree from the warps' states in shared memory, so one barrier serves the tree and the statistics' broadcast. The bits
+# are torch's: the merge is written in torch's contraction (welford_merge_given), which the SASS matcher checks
+# (tests/test_sass.py), and the GPU tests compare int32 views.
+#
+# Why a path beside rows_fused and rows_counted (the warp layout, four of torch's threads a lane): on the H200 the
+# warp layout's schedule alone, with no statistics computed, ran 8192 x 1024 at 21.1 us, slower than Liger's block
+# layout with its plain sums (20.7), and this kernel at 21.3 against rows_fused's 21.8; at 4,096 rows, and at N <= 768,
+# it was slower than the warp layout (22% at 4096 x 1024, 16-37% at N = 768, 72-123% at N <= 512)
+# (docs/decisions.md#rows_floor). Where it serves is the table's to say. It takes rows of at most MAX_N floats (two float4s a thread), shorter ones with threads' second vectors unused, so that the
+# table measures it at each N of the grid up to there.
+rows_counted_block = CountedPath("rows_counted_block", "rows_fused_reg2_counted",
+                                 THREADS * 4 * 2,  # two float4s per thread: 1024 floats
+                                 "two float4s a thread")
+
+
+def _counted_layer_norm(path: CountedPath, x, weight, bias, eps, out, return_stats):
+    from labkit.ops.launches import run
+
+    return run(path.launches, x, weight, bias, eps, out, return_stats)
+
+
+def rows_counted_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
+    """LayerNorm over weight's shape with torch's vectorized-path arithmetic, the counted warp layout.
+
+    Args and returns as labkit.ops.reference_order.reference_order_layer_norm. Raises ValueError naming the
+    violated condition before any launch: an input torch's vectorized path would not take (labkit.ops.eligibility),
+    a GPU before sm_80, or N above rows_counted.MAX_N.
+    """
+    return _counted_layer_norm(rows_counted, x, weight, bias, eps, out, return_stats)
+
+
+def rows_counted_block_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
+    """LayerNorm over weight's shape with torch's vectorized-path arithmetic, the counted block layout.
+
+    Args and returns as labkit.ops.reference_order.reference_order_layer_norm. Raises ValueError naming the
+    violated condition before any launch: an input torch's vectorized path would not take (labkit.ops.eligibility),
+    a GPU before sm_80, or N above rows_counted_block.MAX_N.
+    """
+    return _counted_layer_norm(rows_counted_block, x, weight, bias, eps, out, return_stats)

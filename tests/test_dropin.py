@@ -466,7 +466,7 @@ def test_the_dispatch_protocol_is_one_of_the_rules_and_restores_itself():
 def test_record_tables_have_a_readers_headers():
     """The near-max, model and wide-model records as tables: words for headers, not record keys; nothing without a
     record."""
-    from labkit.studies import dropin, training
+    from labkit.studies import dropin, training_models
 
     near = {"shape": [4, 768], "elements": 3072, "eager_nan": 0, "eager_finite": True, "compiled_native_nan": 3072,
             "compiled_dropin_nan": 0, "compiled_dropin_identical": True, "compiled_native_identical": False}
@@ -474,10 +474,10 @@ def test_record_tables_have_a_readers_headers():
              "ln_path": "rows_fused", "losses_identical": "3/3", "grads_identical": "87/87", "weights_identical": "29/29"}
     wide = {"channels": 64, "height": 256, "width": 256, "batch": 16, "steps": 5, "native_step_ms": 20.0,
             "dropin_step_ms": 4.0, "first_step_grads_identical": "6/6"}
-    for rows in (dropin.near_max_rows(near), training.model_rows(model), training.wide_rows(wide)):
+    for rows in (dropin.near_max_rows(near), training_models.model_rows(model), training_models.wide_rows(wide)):
         assert len(rows) == 1 and all("_" not in k for k in rows[0])
-    assert training.wide_rows(wide)[0]["x torch"] == 5.0 and dropin.near_max_rows(near)[0]["shape"] == "4x768"
-    assert dropin.near_max_rows(None) == training.model_rows(None) == training.wide_rows({}) == []
+    assert training_models.wide_rows(wide)[0]["x torch"] == 5.0 and dropin.near_max_rows(near)[0]["shape"] == "4x768"
+    assert dropin.near_max_rows(None) == training_models.model_rows(None) == training_models.wide_rows({}) == []
 
 
 def test_listed_ratios_keep_the_digits_their_goal_needs():

@@ -817,13 +817,13 @@ def usage_shown(use: dict | None) -> tuple[str, list[str] | None]:
 def training_rows() -> tuple[str, list[dict]]:
     """(which run, rows): forward + backward per shape from the newest committed training run (notebook 10)."""
     from labkit.records.session import newest_complete_run
-    from labkit.studies import training
+    from labkit.studies import training, training_sweep
 
     run = newest_complete_run(training.RUN_NAME)
     if run is None:
         return "no committed training run", []
     rid = run["records"]["run"]["run_id"]
-    return f"committed training run {rid}", training.speed_rows(run["records"].get("training_sweep"))
+    return f"committed training run {rid}", training_sweep.speed_rows(run["records"].get("training_sweep"))
 
 
 def explain_rows(device: str) -> list[dict]:

@@ -88,13 +88,13 @@ def _device(x):
 def identity(device="cuda", eps: float = 1e-5) -> dict:
     """Forward and backward bits (y, grad of x, weight, bias; int32 views) of labkit.layer_norm with our backward
     forced wherever its predicate takes the input, against F.layer_norm with autograd, on the drop-in's identity
-    cases (labkit.studies.dropin.identity_cases: our kernels' shapes and every input torch sends down another
+    cases (labkit.studies.dropin_bits.identity_cases: our kernels' shapes and every input torch sends down another
     path). The `training_identity` record."""
     import torch
 
     import labkit
     from labkit.ops.dropin.plan import forced_backward
-    from labkit.studies.dropin import identity_cases
+    from labkit.studies.dropin_bits import identity_cases
 
     rows = []
     for case in identity_cases(device):

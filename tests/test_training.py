@@ -55,7 +55,7 @@ def test_ratios_are_medians_of_per_round_ratios_where_the_row_kept_its_samples()
 
 
 def test_the_sweep_keeps_each_protocols_samples_and_its_rows_judge_by_them(monkeypatch):
-    """training.sweep end to end with host timing standing in for CUDA events (no GPU here): each row keeps both
+    """training_sweep.sweep end to end with host timing standing in for CUDA events (no GPU here): each row keeps both
     protocols' per-round samples, eager with EAGER_ROUND_FACTOR times the rounds, and no error."""
     import torch
 

@@ -1,7 +1,7 @@
 """Notebook 10's forward + backward sweep: the shapes, the timed methods (torch eager, the drop-in as dispatched
 and with each backward forced, both compiled), the sweep under both protocols, and its rows, paired ratios and
-figure. Apart from labkit.studies.training (the verdict) because every other training measurement builds its
-inputs and methods here."""
+figure. Apart from labkit.studies.training (the verdict); the KernelBench, timeline, host and floor measurements
+build their inputs (and the first two their methods) here."""
 from __future__ import annotations
 
 import time

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # the layered package, importable without an install when run as `python benchmarks/dropin_table.py`
 from labkit.display import markdown_table  # noqa: E402
 from labkit.records.session import RunSession  # noqa: E402
-from labkit.studies import dropin  # noqa: E402
+from labkit.studies import dropin, dropin_bits, dropin_sweep  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
     session = RunSession.replaying("dropin", args.run_dir)
     if session.replay is None:
         print(f"{session.source}\n\n## the committed dispatch tables (the path the rule takes at each point)\n")
-        print(markdown_table(dropin.rule_grid_rows()))
+        print(markdown_table(dropin_sweep.rule_grid_rows()))
         return 0
     rec = session.replay["records"]
     meta = rec["run"]
@@ -38,17 +38,17 @@ def main(argv=None) -> int:
     print(f"{session.source} ({session.replay_path}): nothing is measured here\n")
     print("## summary\n\n```json\n" + json.dumps(dropin.dropin_block(rec), indent=1) + "\n```\n")
     print("## speed (native / drop-in)\n")
-    print(markdown_table(dropin.speed_rows(rec.get("dropin_sweep"))), "\n")
+    print(markdown_table(dropin_sweep.speed_rows(rec.get("dropin_sweep"))), "\n")
     print("## dispatch\n")
-    print(markdown_table(dropin.dispatch_rows(rec.get("dropin_sweep"))), "\n")
+    print(markdown_table(dropin_sweep.dispatch_rows(rec.get("dropin_sweep"))), "\n")
     print("## the rule's measured table (first path per shape class)\n")
-    print(markdown_table(dropin.rule_grid_rows()), "\n")
+    print(markdown_table(dropin_sweep.rule_grid_rows()), "\n")
     print("## against the floor (1-4 rows of 4M-8M)\n")
-    print(markdown_table(dropin.floor_rows(rec.get("dropin_floor"))), "\n")
+    print(markdown_table(dropin_sweep.floor_rows(rec.get("dropin_floor"))), "\n")
     print("## host cost per call\n")
-    print(markdown_table(dropin.host_rows(rec.get("dropin_host"))), "\n")
+    print(markdown_table(dropin_sweep.host_rows(rec.get("dropin_host"))), "\n")
     print("## bit identity\n")
-    print(markdown_table(dropin.identity_rows(rec.get("dropin_identity"))), "\n")
+    print(markdown_table(dropin_bits.identity_rows(rec.get("dropin_identity"))), "\n")
     print("\n".join(dropin.verdict_lines(rec, session.source)))
     return 0
 

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from labkit.records.run import Run  # noqa: E402
-from labkit.studies import dispatch, dropin  # noqa: E402
+from labkit.studies import dispatch, dropin_sweep  # noqa: E402
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     else:
         from labkit.ops.dispatch import tables
 
-        sweep = dropin.sweep(shapes, args.rounds, compiled=False, log=print)
+        sweep = dropin_sweep.sweep(shapes, args.rounds, compiled=False, log=print)
         run.write("dropin_sweep", sweep)
         scores, graph = dispatch.derive_protocols(sweep)
         table, _ = tables.for_device(sweep["device"]["arch"], sweep["device"]["sm_count"])

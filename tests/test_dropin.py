@@ -12,6 +12,7 @@ from labkit.ops import paths
 from labkit.ops.dispatch import rule
 from labkit.ops.dropin import op, plan
 from labkit.studies import dropin as study
+from labkit.studies import dropin_peers, dropin_sweep
 
 
 def _device(arch=90, sm_count=132):
@@ -256,7 +257,7 @@ def test_rule_never_picks_sm90_kernels_elsewhere():
         assert "chain" not in rule.pickable_paths(arch, 132)
         assert not {"chain_stats", "chain_stats_tma"} & set(rule.pickable_kernels(arch, 132))
     assert "chain_stats_tma" in rule.pickable_kernels(90, 132)
-    for shape in study.SWEEP:
+    for shape in dropin_sweep.SWEEP:
         assert _choose(shape[0], shape[1], _device(86, 82))[0] in rule.pickable_paths(86, 82)
 
 
@@ -322,7 +323,7 @@ def test_summary_block_from_a_record_built_here():
                       "compiled_identical", "floor_eager_worst_ratio", "floor_graph_worst_ratio"}
     assert s["floor_eager_worst_ratio"] == pytest.approx(1.2) and s["floor_graph_worst_ratio"] == pytest.approx(1.04)
     assert study.floor_worst(records["dropin_floor"]) == (pytest.approx(1.2), "4x8388608")
-    rows = {r["shape"]: r for r in study.floor_rows(records["dropin_floor"])}
+    rows = {r["shape"]: r for r in dropin_sweep.floor_rows(records["dropin_floor"])}
     assert rows["1x4194304"]["output at ceiling us"] == pytest.approx(10.0)
     assert rows["1x4194304"]["eager / floor"] == pytest.approx(1.1)
     assert s["eager_worst_ratio"] == pytest.approx(1.0) and s["eager_worst_shape"] == "1024x16384"
@@ -342,11 +343,11 @@ def test_ordinary_shapes_are_judged_against_the_faster_peer_and_torch():
         return {"key": key, "graph": g, "path": "rows_fused", "identical": True}
     peers = {"shapes": [row("4096x768", 0.0129, 0.0063, 0.0066, 0.0085), row("8192x4096", 0.0939, 0.0663, 0.065, 0.065),
                         row("1024x65536", 0.236, 0.206, None, 0.200)]}
-    rows = {r["shape"]: r for r in study.peer_rows(peers)}
+    rows = {r["shape"]: r for r in dropin_peers.peer_rows(peers)}
     assert rows["4096x768"]["faster peer"] == "torch.compile"
     assert rows["4096x768"]["x faster peer"] == pytest.approx(0.0063 / 0.0085)
     assert rows["1024x65536"]["faster peer"] == "torch.compile"  # Liger not timed there: the peer that was
-    worst = study.peers_worst(peers)
+    worst = dropin_peers.peers_worst(peers)
     assert (worst["vs_peer"], worst["vs_peer_shape"]) == (pytest.approx(0.0063 / 0.0085), "4096x768")
     assert (worst["vs_native"], worst["vs_native_shape"]) == (pytest.approx(0.236 / 0.200), "1024x65536")
     records = {"dropin_sweep": _fake_sweep(), "dropin_peers": peers}
@@ -368,27 +369,27 @@ def test_the_gap_to_the_faster_peer_reads_against_the_copy_timed_in_the_same_cal
         return {"key": key, "graph": g, "path": "rows_fused", "identical": True}
     peers = {"shapes": [row("4096x768", 0.0065, 0.0076, 0.0079, 0.0080), row("8192x1024", 0.0198, 0.0208, 0.0204,
                                                                             0.0212)]}
-    line = study.peer_gap_line(peers)  # the worst shape against its faster peer: 0.0076 / 0.0080 < 0.0204 / 0.0212
+    line = dropin_peers.peer_gap_line(peers)  # the worst shape against its faster peer: 0.0076 / 0.0080 < 0.0204 / 0.0212
     assert line == ("  at 4096x768, above the copy of x in the same call (6.50 us, the floor of every method there): "
                     "the drop-in 1.50 us, torch.compile 1.10 us")
-    assert study.peer_rows(peers)[0]["copy of x us"] == pytest.approx(6.5)
+    assert dropin_peers.peer_rows(peers)[0]["copy of x us"] == pytest.approx(6.5)
     assert line in study.verdict_lines({"dropin_sweep": _fake_sweep(), "dropin_peers": peers}, "test")
     old = {"shapes": [row("4096x768", None, 0.0076, 0.0079, 0.0080)]}  # runs before the copy was timed
-    assert study.peer_gap_line(old) is None and "copy of x us" not in study.peer_rows(old)[0]
-    assert study.peer_gap_line(None) is None
+    assert dropin_peers.peer_gap_line(old) is None and "copy of x us" not in dropin_peers.peer_rows(old)[0]
+    assert dropin_peers.peer_gap_line(None) is None
     stats = {"dropin": {"q25_ms": 0.0078, "q75_ms": 0.0083}, "inductor": {"q25_ms": 0.0074, "q75_ms": 0.0079}}
     peers["shapes"][0]["graph_stats"] = stats
-    assert study.peer_gap_line(peers).endswith("; interquartile ranges 7.80-8.30 us and 7.40-7.90 us, which overlap")
+    assert dropin_peers.peer_gap_line(peers).endswith("; interquartile ranges 7.80-8.30 us and 7.40-7.90 us, which overlap")
     stats["inductor"]["q75_ms"] = 0.0077
-    assert study.peer_gap_line(peers).endswith("7.40-7.70 us, which do not overlap")
+    assert dropin_peers.peer_gap_line(peers).endswith("7.40-7.70 us, which do not overlap")
 
 
 def test_dispatch_rows_flag_disagreement_and_propose_a_threshold():
     sw = _fake_sweep()
     sw["shapes"][0]["eager"]["chain"] = 5.0  # chain slower than native at the longest row
-    rows = {r["shape"]: r for r in study.dispatch_rows(sw)}
+    rows = {r["shape"]: r for r in dropin_sweep.dispatch_rows(sw)}
     assert not rows["1x16777216"]["agrees"] and rows["16x4194304"]["agrees"] and rows["4096x256"]["agrees"]
-    assert study.speed_rows(sw)[1]["graph x"] == pytest.approx(8 / 0.15)
+    assert dropin_sweep.speed_rows(sw)[1]["graph x"] == pytest.approx(8 / 0.15)
 
 
 def test_the_rule_agrees_with_the_committed_dropin_run():
@@ -403,7 +404,7 @@ def test_the_rule_agrees_with_the_committed_dropin_run():
     sweep = run["records"]["dropin_sweep"]
     table, _ = tables.for_device(sweep["device"]["arch"], sweep["device"]["sm_count"])
     assert table.RUN_ID in sweep["rule_source"], "the committed dropin run timed another table than the code's"
-    bad = [r["shape"] for r in study.dispatch_rows(sweep) if not r["agrees"]]
+    bad = [r["shape"] for r in dropin_sweep.dispatch_rows(sweep) if not r["agrees"]]
     # Known disagreements, by run: none in 9051a9 (nor in 273b32 and 2c5578 before it). bc03c9 (removed; git
     # history keeps it) had one at 3x64x17x19, a host-bound shape whose forced candidates' eager quartiles overlapped.
     # A new disagreement fails here; so does a listed one's disappearing (then delete it from the list).
@@ -466,7 +467,7 @@ def test_the_dispatch_protocol_is_one_of_the_rules_and_restores_itself():
 def test_record_tables_have_a_readers_headers():
     """The near-max, model and wide-model records as tables: words for headers, not record keys; nothing without a
     record."""
-    from labkit.studies import dropin, training
+    from labkit.studies import dropin_bits, training_models
 
     near = {"shape": [4, 768], "elements": 3072, "eager_nan": 0, "eager_finite": True, "compiled_native_nan": 3072,
             "compiled_dropin_nan": 0, "compiled_dropin_identical": True, "compiled_native_identical": False}
@@ -474,10 +475,10 @@ def test_record_tables_have_a_readers_headers():
              "ln_path": "rows_fused", "losses_identical": "3/3", "grads_identical": "87/87", "weights_identical": "29/29"}
     wide = {"channels": 64, "height": 256, "width": 256, "batch": 16, "steps": 5, "native_step_ms": 20.0,
             "dropin_step_ms": 4.0, "first_step_grads_identical": "6/6"}
-    for rows in (dropin.near_max_rows(near), training.model_rows(model), training.wide_rows(wide)):
+    for rows in (dropin_bits.near_max_rows(near), training_models.model_rows(model), training_models.wide_rows(wide)):
         assert len(rows) == 1 and all("_" not in k for k in rows[0])
-    assert training.wide_rows(wide)[0]["x torch"] == 5.0 and dropin.near_max_rows(near)[0]["shape"] == "4x768"
-    assert dropin.near_max_rows(None) == training.model_rows(None) == training.wide_rows({}) == []
+    assert training_models.wide_rows(wide)[0]["x torch"] == 5.0 and dropin_bits.near_max_rows(near)[0]["shape"] == "4x768"
+    assert dropin_bits.near_max_rows(None) == training_models.model_rows(None) == training_models.wide_rows({}) == []
 
 
 def test_listed_ratios_keep_the_digits_their_goal_needs():

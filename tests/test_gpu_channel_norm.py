@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from labkit.lab import channel_norm as cn
-from labkit.studies import layout_boundary as lb
+from labkit.studies import layout_routes
 
 pytestmark = pytest.mark.gpu
 
@@ -16,10 +16,10 @@ SHAPES = [(2, 64, 32, 32), (2, 32, 16, 16), (2, 128, 8, 8), (3, 64, 17, 19)]
 @pytest.mark.parametrize("family", cn.FAMILIES)
 @pytest.mark.parametrize("shape", SHAPES)
 def test_routes_pass_the_official_predicate(family, shape):
-    x = lb.make_case_input("normal", shape, 0, "cuda")
+    x = layout_routes.make_case_input("normal", shape, 0, "cuda")
     with torch.no_grad():
         ref = cn.reference(family, x)
-        for name, y in lb.route_outputs(family, x, cn.EPS).items():
+        for name, y in layout_routes.route_outputs(family, x, cn.EPS).items():
             assert torch.allclose(ref, y, atol=1e-4, rtol=1e-4), (family, shape, name)
 
 
@@ -27,7 +27,7 @@ def test_routes_pass_the_official_predicate(family, shape):
 @pytest.mark.parametrize("shape", [(2, 64, 32, 32), (3, 64, 17, 19)])
 def test_direct_kernel_sums_in_the_emulated_tree(family, shape):
     # The kernel's output at a few positions equals x / scale with the scale from tree_sum (float32 on the CPU).
-    x = lb.make_case_input("normal", shape, 1, "cuda")
+    x = layout_routes.make_case_input("normal", shape, 1, "cuda")
     y = cn.direct_nchw(family, x).cpu().numpy()
     xs = x.cpu().numpy()
     n, c, h, w = shape
@@ -50,7 +50,7 @@ def test_direct_kernel_sums_in_the_emulated_tree(family, shape):
 def test_direct_kernel_bit_identical_to_eager(family):
     # The stretch goal where the source reading leaves no doubt (separately rounded ops, MeanOps' sum * factor).
     for shape in [(4, 64, 64, 64), (2, 32, 16, 16), (2, 128, 8, 8), (3, 64, 17, 19)]:
-        x = lb.make_case_input("normal", shape, 2, "cuda")
+        x = layout_routes.make_case_input("normal", shape, 2, "cuda")
         ref = cn.reference(family, x)
         y = cn.direct_nchw(family, x)
         assert torch.equal(ref.view(torch.int32), y.view(torch.int32)), (family, shape)
@@ -58,7 +58,7 @@ def test_direct_kernel_bit_identical_to_eager(family):
 
 def test_l2_fma_or_rounded_squares_matches_eager():
     # Which L2 sum eager uses (NormTwoOps' acc + x*x contracted or not) is recorded, and one of them must match.
-    x = lb.make_case_input("normal", (4, 64, 64, 64), 3, "cuda")
+    x = layout_routes.make_case_input("normal", (4, 64, 64, 64), 3, "cuda")
     ref = cn.reference("l2", x).view(torch.int32)
     fma = torch.equal(ref, cn.direct_nchw("l2", x).view(torch.int32))
     mul = torch.equal(ref, cn.direct_nchw("l2", x, l2_fma=False).view(torch.int32))

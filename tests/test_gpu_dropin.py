@@ -8,7 +8,7 @@ import pytest
 import labkit
 from labkit.ops.dropin import layer_norm_with, plan
 from labkit.ops.paths import PATHS
-from labkit.studies import dropin as study
+from labkit.studies import dropin_bits, dropin_sweep
 
 pytestmark = pytest.mark.gpu
 
@@ -29,7 +29,7 @@ def _xwb(shape, seed=0):
 
 @pytest.mark.sm90
 def test_identity_cases_forward_and_backward():
-    rec = study.identity("cuda", compiled=False)
+    rec = dropin_bits.identity("cuda", compiled=False)
     bad = [(c["case"], c.get("error", "")) for c in rec["cases"] if not (c["forward"] and c["backward"])]
     assert bad == []
     paths = {c["case"]: c["path"] for c in rec["cases"]}
@@ -170,10 +170,10 @@ def test_state_dict_round_trip():
 
 @pytest.mark.sm90
 def test_block_swap_and_host_cost_records():
-    blk = study.block_swap("cuda", compiled=False)
+    blk = dropin_bits.block_swap("cuda", compiled=False)
     assert blk["forward_identical"] and blk["grads_identical"] == "13/13" and blk["swapped"] == 2
     assert blk["control_original_twice"] == "13/13" and blk["ln_path"]["path"] != "native"  # ours, on the H200
-    host = study.host_cost(calls=200)
+    host = dropin_sweep.host_cost(calls=200)
     assert host["torch_us"] > 0 and host["dropin_us"] > 0 and host["chain_us"] is not None
 
 

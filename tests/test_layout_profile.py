@@ -7,6 +7,7 @@ import math
 import pytest
 
 from labkit.studies import layout_boundary as lb
+from labkit.studies import layout_profile
 
 
 def _route(ops, device_us, launches=2, bit_equal=1.0, kernels=()):
@@ -38,7 +39,7 @@ def _fake_record():
 
 
 def test_rows_sort_ops_by_self_device_time_with_units_and_3_significant_figures():
-    rows = lb.op_profile_rows(_fake_record())
+    rows = layout_profile.op_profile_rows(_fake_record())
     eager = rows[0]
     assert (eager["task"], eager["route"]) == ("L1/36 (rms)", "eager")
     top = eager["top aten ops: self device us (calls)"]
@@ -57,7 +58,7 @@ def test_rows_sort_ops_by_self_device_time_with_units_and_3_significant_figures(
 
 
 def test_a_route_not_profiled_is_a_row_with_its_reason():
-    rows = {r["route"]: r for r in lb.op_profile_rows(_fake_record()) if r["task"].startswith("L1/36")}
+    rows = {r["route"]: r for r in layout_profile.op_profile_rows(_fake_record()) if r["task"].startswith("L1/36")}
     assert rows["torchscript"]["note"] == "RuntimeError: torch.jit.script is unavailable"
     assert rows["torchscript_trace"]["outside aten ops: device us"] == 242.0
     assert rows["builtin"]["note"].startswith("fails the official predicate")
@@ -65,7 +66,7 @@ def test_a_route_not_profiled_is_a_row_with_its_reason():
 
 def test_rows_hold_no_reprs():
     # every value is a number or plain text: no dict, list or tuple for the page to print as a repr
-    for row in lb.op_profile_rows(_fake_record()):
+    for row in layout_profile.op_profile_rows(_fake_record()):
         for value in row.values():
             assert isinstance(value, (str, int, float)), value
             if isinstance(value, str):
@@ -73,7 +74,7 @@ def test_rows_hold_no_reprs():
 
 
 def test_summary_line_names_the_dominant_op_of_each_route():
-    line = lb.op_profile_line(_fake_record())
+    line = layout_profile.op_profile_line(_fake_record())
     assert "\n" not in line
     assert "L1/36: eager 1,750 us, 71% in aten::mean" in line  # 1234.5 / 1748.8
     assert "torchscript not profiled" in line and "builtin not profiled" in line
@@ -83,12 +84,12 @@ def test_summary_line_names_the_dominant_op_of_each_route():
 
 
 def test_no_record_is_one_line_saying_so():
-    rows = lb.op_profile_rows(None, "REPLAYED committed GPU run r1")
+    rows = layout_profile.op_profile_rows(None, "REPLAYED committed GPU run r1")
     assert len(rows) == 1 and list(rows[0]) == ["op profile"]
     message = rows[0]["op profile"]
     assert "no committed run has this record yet" in message and "r1" in message and "\n" not in message
-    assert lb.op_profile_rows({}) == [{"op profile": lb.op_profile_missing()}]
-    assert "no committed run has this record yet" in lb.op_profile_line(None)
+    assert layout_profile.op_profile_rows({}) == [{"op profile": layout_profile.op_profile_missing()}]
+    assert "no committed run has this record yet" in layout_profile.op_profile_line(None)
 
 
 def test_verdict_mentions_the_profile_only_when_there_is_one():
@@ -101,15 +102,15 @@ def test_verdict_mentions_the_profile_only_when_there_is_one():
 @pytest.mark.parametrize("v, want", [(1234.5, 1230.0), (412.37, 412.0), (0.0012345, 0.00123), (0.0, 0.0),
                                      (99.95, 100.0)])  # 99.95 rounds up across a decade
 def test_three_significant_figures(v, want):
-    assert math.isclose(lb._sig3(v), want)
+    assert math.isclose(layout_profile._sig3(v), want)
 
 
 def test_the_profile_runs_on_the_cpu_and_a_failing_route_becomes_its_error():
     # the same code path as on the GPU, CPU activity only (no device time); "bogus" cannot be built
-    record = lb.op_profile("cpu", "quick", routes=(*lb.PROFILE_ROUTES, "bogus"), warmups=1)
+    record = layout_profile.op_profile("cpu", "quick", routes=(*layout_profile.PROFILE_ROUTES, "bogus"), warmups=1)
     json.dumps(record)
     for t in record["tasks"]:
-        for name in lb.PROFILE_ROUTES:
+        for name in layout_profile.PROFILE_ROUTES:
             route = t["routes"][name]
             assert route["profiled"] and route["check"]["official_pass"], (t["task"], name, route.get("error"))
             assert any(o["name"].startswith("aten::div") for o in route["ops"])
@@ -119,7 +120,7 @@ def test_the_profile_runs_on_the_cpu_and_a_failing_route_becomes_its_error():
 
 @pytest.mark.gpu
 def test_quick_profile_records_aten_ops_for_every_task_on_the_gpu():
-    record = lb.op_profile("cuda", "quick")
+    record = layout_profile.op_profile("cuda", "quick")
     json.dumps(record)  # JSON-able, as session.record writes it
     assert record["shape"] == [2, 64, 64, 64] and record["activities"] == ["CPU", "CUDA"]
     assert [t["task"] for t in record["tasks"]] == ["L1/36", "L1/38", "L1/39"]
@@ -128,6 +129,6 @@ def test_quick_profile_records_aten_ops_for_every_task_on_the_gpu():
         assert eager["profiled"], (t["task"], eager.get("error"))
         assert eager["ops"] and all(o["name"].startswith("aten::") and o["count"] >= 1 for o in eager["ops"])
         assert eager["device_us"] > 0 and eager["kernel_launches"] >= 1
-        assert set(t["routes"]) == set(lb.PROFILE_ROUTES)
-    rows = lb.op_profile_rows(record)
-    assert len(rows) == 3 * len(lb.PROFILE_ROUTES)
+        assert set(t["routes"]) == set(layout_profile.PROFILE_ROUTES)
+    rows = layout_profile.op_profile_rows(record)
+    assert len(rows) == 3 * len(layout_profile.PROFILE_ROUTES)

@@ -1,5 +1,6 @@
 """Notebook 10's goals from its records (labkit.studies.training): shape by shape where issue 22 says so."""
 from labkit.studies import training as study
+from labkit.studies import training_backward, training_kernelbench, training_sweep, training_timeline
 
 
 def _row(key, eager=None, graph=None):
@@ -44,17 +45,17 @@ def test_ratios_are_medians_of_per_round_ratios_where_the_row_kept_its_samples()
     median of the rounds' ratios: here 1.0 each round, against 2.0 for the medians."""
     row = _row("4096x768", eager={"native": 2.0, "dropin": 1.0})
     row["eager_samples"] = {"native": [1.0, 2.0, 3.0], "dropin": [1.0, 1.0, 10.0]}
-    assert study.paired(row, "eager", "native", "dropin") == 1.0
-    assert study.paired_difference_ms(row, "eager", "dropin", "native") == 0.0
-    assert study.speed_rows({"shapes": [row]})[0]["eager x torch"] == 1.0
+    assert training_sweep.paired(row, "eager", "native", "dropin") == 1.0
+    assert training_sweep.paired_difference_ms(row, "eager", "dropin", "native") == 0.0
+    assert training_sweep.speed_rows({"shapes": [row]})[0]["eager x torch"] == 1.0
     del row["eager_samples"]  # an older record: the ratio of its medians
-    assert study.paired(row, "eager", "native", "dropin") == 2.0
-    assert study.paired_difference_ms(row, "eager", "dropin", "native") == -1.0
-    assert study.paired(row, "graph", "native", "dropin") is None
+    assert training_sweep.paired(row, "eager", "native", "dropin") == 2.0
+    assert training_sweep.paired_difference_ms(row, "eager", "dropin", "native") == -1.0
+    assert training_sweep.paired(row, "graph", "native", "dropin") is None
 
 
 def test_the_sweep_keeps_each_protocols_samples_and_its_rows_judge_by_them(monkeypatch):
-    """training.sweep end to end with host timing standing in for CUDA events (no GPU here): each row keeps both
+    """training_sweep.sweep end to end with host timing standing in for CUDA events (no GPU here): each row keeps both
     protocols' per-round samples, eager with EAGER_ROUND_FACTOR times the rounds, and no error."""
     import torch
 
@@ -62,17 +63,17 @@ def test_the_sweep_keeps_each_protocols_samples_and_its_rows_judge_by_them(monke
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda *a, **k: None)
-    monkeypatch.setattr(study, "_tensors", lambda shape, seed, device: tuple(torch.ones(shape) for _ in range(4)))
-    monkeypatch.setattr(study, "methods", lambda *a, **k: {"native": lambda: None, "dropin": lambda: None})
+    monkeypatch.setattr(training_sweep, "_tensors", lambda shape, seed, device: tuple(torch.ones(shape) for _ in range(4)))
+    monkeypatch.setattr(training_sweep, "methods", lambda *a, **k: {"native": lambda: None, "dropin": lambda: None})
     real = bench.time_methods
     monkeypatch.setattr(bench, "time_methods", lambda fns, protocol, baseline=None, timer=None: real(
         fns, protocol.__class__(**{**protocol.__dict__, "graph": False}), baseline, bench.HostTimer()))
-    rec = study.sweep([(4, 8)], rounds=4, device="cpu", compiled=False)
+    rec = training_sweep.sweep([(4, 8)], rounds=4, device="cpu", compiled=False)
     row = rec["shapes"][0]
     assert row["errors"] == {}
-    assert len(row["eager_samples"]["native"]) == study.EAGER_ROUND_FACTOR * 4
+    assert len(row["eager_samples"]["native"]) == training_sweep.EAGER_ROUND_FACTOR * 4
     assert len(row["graph_samples"]["dropin"]) == 4
-    assert study.speed_rows(rec)[0]["eager x torch"] == study.paired(row, "eager", "native", "dropin")
+    assert training_sweep.speed_rows(rec)[0]["eager x torch"] == training_sweep.paired(row, "eager", "native", "dropin")
 
 
 def _trace(calls):
@@ -93,7 +94,7 @@ def _trace(calls):
 def test_call_timelines_split_a_trace_into_busy_wait_and_idle():
     ev = _trace([(1000.0, [(1050.0, 1150.0), (1140.0, 1200.0), (1300.0, 1400.0)], 1410.0),
                  (2000.0, [(2010.0, 2100.0)], 2105.0)])
-    got = study.call_timelines(ev, 2)
+    got = training_timeline.call_timelines(ev, 2)
     first, second = got["timelines"]
     # the overlapping kernels count once; the flush before the start record is not the call's
     host_ops = first.pop("host_before_first")
@@ -102,7 +103,7 @@ def test_call_timelines_split_a_trace_into_busy_wait_and_idle():
     # the host's events while the GPU waited for the first kernel, longest first
     assert host_ops == [{"name": "launch", "at_us": 9.0, "us": 31.0}, {"name": "entry", "at_us": 5.0, "us": 3.0}]
     assert second["busy_us"] == 90.0 and second["wait_first_us"] == 10.0 and second["idle_between_us"] == 0.0
-    assert "expected 6" in study.call_timelines(ev, 3)["error"]
+    assert "expected 6" in training_timeline.call_timelines(ev, 3)["error"]
 
 
 def _profiled_call(t0: float, gap_us: float, wait_us: float = 50.0) -> list[dict]:
@@ -136,7 +137,7 @@ def test_call_timelines_on_a_profiled_l1_40_trace():
     idle between kernels."""
     ev = _profiled_call(0.0, gap_us=3170.0, wait_us=190.0) + _profiled_call(5000.0, gap_us=104.0, wait_us=108.0) \
         + _profiled_call(7000.0, gap_us=0.0, wait_us=54.0)
-    got = study.call_timelines(ev, 3)
+    got = training_timeline.call_timelines(ev, 3)
     assert "error" not in got
     t = got["timelines"]
     assert [c["kernels"] for c in t] == [6, 6, 6]  # the flush kernels are not counted
@@ -146,13 +147,13 @@ def test_call_timelines_on_a_profiled_l1_40_trace():
     assert t[2]["span_us"] == 54.0 + 645.0
     assert t[0]["host_before_first"][0] == {"name": "aten::empty", "at_us": 3.0, "us": 15.0}
     # a trace cut short (one synchronize missing) is refused, not split wrongly
-    assert "expected 6 and 3" in study.call_timelines(ev[:-1], 3)["error"]
+    assert "expected 6 and 3" in training_timeline.call_timelines(ev[:-1], 3)["error"]
 
 
 def test_the_l1_40_goal_says_where_protocol_b_time_goes():
     timeline = {"shape": [16, 64, 256, 256], "methods": {"dropin": {"event_ms": [0.72, 0.71, 0.73], "timelines": [
         {"kernels": 6, "busy_us": 650.0, "wait_first_us": 55.0, "idle_between_us": 4.0, "span_us": 709.0}] * 3}}}
-    text = study.timeline_text(timeline)
+    text = training_timeline.timeline_text(timeline)
     assert text == ("profiled as the eager rounds time a call (the GPU idle at the start event): kernels busy 0.65 "
                     "of 0.72 ms; host shares, with the profiler's cost in them: "
                     "55 us before the first kernel, 4 us idle between kernels")
@@ -164,8 +165,8 @@ def test_the_l1_40_goal_says_where_protocol_b_time_goes():
     l1_without = next(g for g in study.goals({**run, "training_b_timeline": None})
                       if g["goal"] == "L1/40 forward + backward")
     assert "profiled" not in l1_without["measured"]
-    assert study.timeline_text({**timeline, "shape": [16, 64, 32, 32]}) is None  # not L1/40: not the goal's
-    rows = study.timeline_rows({"methods": {"dropin": {"event_ms": [1.0], "timelines": [], "error": "x"}}})
+    assert training_timeline.timeline_text({**timeline, "shape": [16, 64, 32, 32]}) is None  # not L1/40: not the goal's
+    rows = training_timeline.timeline_rows({"methods": {"dropin": {"event_ms": [1.0], "timelines": [], "error": "x"}}})
     assert rows[0]["trace"] == "x" and rows[0]["kernels busy ms"] is None
 
 
@@ -211,14 +212,14 @@ def test_kernelbench_fwdbwd_refuses_empty_blocks_before_any_work():
     import pytest
 
     with pytest.raises(ValueError, match="blocks and num_trials"):
-        study.kernelbench_fwdbwd(blocks=0)
+        training_kernelbench.kernelbench_fwdbwd(blocks=0)
 
 
 def test_a_kernelbench_record_at_another_shape_judges_no_l1_40_goal():
     """Quick mode records KernelBench's timing at a small wide shape: the L1/40 goals must not read it."""
     run = newest_training_records()
     quick = {**_kb([0.20, 0.20, 0.20], [0.30, 0.30, 0.30], [0.30, 0.30, 0.30]), "shape": [16, 64, 32, 32]}
-    assert study.kernelbench_figures(quick) is None
+    assert training_kernelbench.kernelbench_figures(quick) is None
     block = study.training_block({**run, "training_kernelbench": quick})
     assert "l1_40_slowest_block_ms" not in block
     assert block["l1_40_fwdbwd_ms"] == block["l1_40_interleaved_fwdbwd_ms"]
@@ -250,9 +251,9 @@ def test_the_complete_floor_counts_gamma_dgamma_and_dbeta():
                                 "floor_ms": 0.0, "ours": {"median_ms": 1.0}})
         floor["shapes"][-1]["floor_ms"] = max(0.05, floor["shapes"][-1]["sums_bytes_ms"]) + \
             floor["shapes"][-1]["output_bytes_ms"]
-    one, many = study.floor_rows(floor)
-    sums, output = study.complete_floor_ms(floor["shapes"][0], gbps)
+    one, many = training_backward.floor_rows(floor)
+    sums, output = training_backward.complete_floor_ms(floor["shapes"][0], gbps)
     assert abs(output / floor["shapes"][0]["output_bytes_ms"] - 2.0) < 1e-6
     assert abs(one["complete floor us"] - (max(0.05, sums) + output) * 1e3) < 1e-6
     assert 1.0 < many["floor us"] and many["complete floor us"] / many["floor us"] < 1.02
-    assert "complete floor us" not in study.floor_rows({**floor, "ceiling": {}})[0]
+    assert "complete floor us" not in training_backward.floor_rows({**floor, "ceiling": {}})[0]

@@ -57,7 +57,7 @@ def served(shapes=SHAPES, seed: int = 0) -> list[dict]:
 def run(session_run, fuzz_cases: int = 2000, training_cases: int = 2000, budget_s: float = 90.0, log=None) -> dict:
     """Every record of the override run into `session_run` (a labkit.records.run.Run); returns the summary."""
     from labkit.studies import reliability as rel
-    from labkit.studies import training
+    from labkit.studies import training_backward
     from labkit.studies.tune import tune
 
     log = log or (lambda line: None)
@@ -68,9 +68,9 @@ def run(session_run, fuzz_cases: int = 2000, training_cases: int = 2000, budget_
     fz = rel.fuzz(fuzz_cases, seed=25, time_budget_s=budget_s, max_random_numel=1 << 24)
     session_run.write("fuzz", fz)
     log(f"[override] fuzz {rel.fuzz_counts(fz)}: {time.perf_counter() - t0:.0f} s")
-    tf = training.fuzz(training_cases, seed=25, time_budget_s=budget_s)
+    tf = training_backward.fuzz(training_cases, seed=25, time_budget_s=budget_s)
     session_run.write("training_fuzz", tf)
-    log(f"[override] training fuzz {training.fuzz_counts(tf)}: {time.perf_counter() - t0:.0f} s")
+    log(f"[override] training fuzz {training_backward.fuzz_counts(tf)}: {time.perf_counter() - t0:.0f} s")
     tuned = tune(progress=False)
     session_run.write("tune", tuned)
     log(f"[override] tune {tuned['seconds']} s: {time.perf_counter() - t0:.0f} s")
@@ -81,11 +81,11 @@ def run(session_run, fuzz_cases: int = 2000, training_cases: int = 2000, budget_
 
 def summary(records: dict) -> dict:
     from labkit.studies import reliability as rel
-    from labkit.studies import training
+    from labkit.studies import training_backward
 
     after = records.get("served_after_tune") or []
     return {"fuzz": rel.fuzz_counts(records["fuzz"]) if records.get("fuzz") else None,
-            "training_fuzz": training.fuzz_counts(records.get("training_fuzz")),
+            "training_fuzz": training_backward.fuzz_counts(records.get("training_fuzz")),
             "served_ours_after_tune": sum(r["path"] != "native" for r in after),
             "served_bits": f"{sum(all(r['bits'].values()) for r in after)}/{len(after)}",
             "table": (records.get("tune") or {}).get("path")}
@@ -135,12 +135,13 @@ def _tests_line(session) -> str:
 def verdict_lines(session) -> list[str]:
     """The override run's findings, generated from its records."""
     from labkit.studies import reliability as rel
-    from labkit.studies import training
+    from labkit.studies import training_backward
 
     dev = session.record("device")
     if not dev:
         return [f"the H200 as compute_80: {session.source}"]
-    fz, tf = rel.fuzz_counts(session.record("fuzz") or {}), training.fuzz_counts(session.record("training_fuzz"))
+    fz = rel.fuzz_counts(session.record("fuzz") or {})
+    tf = training_backward.fuzz_counts(session.record("training_fuzz"))
     tune = session.record("tune") or {}
     after = session.record("served_after_tune") or []
     before = session.record("served_before_tune") or []

@@ -50,12 +50,12 @@ def warm_up(seconds: float = 3.0, device="cuda") -> dict:
 
 def graph_sweep(sweep: dict) -> dict:
     """`sweep` with each shape's graph-replay medians where derive_scores reads the eager ones: the graph table
-    (GRAPH) comes from the same run as the eager one (labkit.studies.dropin.sweep times both)."""
+    (GRAPH) comes from the same run as the eager one (labkit.studies.dropin_sweep.sweep times both)."""
     return {**sweep, "shapes": [{**r, "eager": r.get("graph") or {}} for r in sweep["shapes"]]}
 
 
 def derive_scores(sweep: dict, order=None) -> dict[float, dict[int, dict[str, float]]]:
-    """{row level: {log2 N: {path: eager time / native's}}} from a sweep record (labkit.studies.dropin.sweep's
+    """{row level: {log2 N: {path: eager time / native's}}} from a sweep record (labkit.studies.dropin_sweep.sweep's
     format, or backward_sweep's with `order` = ("native", *BACKWARD_PATHS)): row levels are
     labkit.ops.dispatch.rule.row_coord (rounded to 4 places); the shapes of one (level, N) (e.g. 1 to 32 rows, all
     one wave) are combined by geometric mean; a path that failed at any of them is left out of that point."""
@@ -92,7 +92,7 @@ def backward_sweep(shape_list, rounds: int = 9, seed: int = 0, eps: float = 1e-5
     goes through the host extension's backward entry point (labkit.ops.dropin.host), the code the node runs: torch's
     backward ("native": a plan with no backward program, so at::native_layer_norm_backward from C++) and each of our
     schedules that can take the shape, forced. Where the extension does not serve, torch's op from Python and our
-    bound programs from Python (`host_path` False). The `backward_sweep` record (labkit.studies.dropin.sweep's
+    bound programs from Python (`host_path` False). The `backward_sweep` record (labkit.studies.dropin_sweep.sweep's
     format: per shape `eager` and `graph` medians with their stats)."""
     import time as _time
     from dataclasses import replace

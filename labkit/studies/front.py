@@ -13,7 +13,8 @@ from pathlib import Path
 
 from labkit.records.post import about as post_about
 from labkit.records.run import load_run, short_id
-from labkit.studies import bit_identity, dropin, kernelbench_timing, parallel_stats, training
+from labkit.studies import (bit_identity, dropin, kernelbench_timing, parallel_stats, training, training_kernelbench,
+                            training_sweep)
 from labkit.studies.bench import PROTOCOL_DEFINITIONS, PROTOCOL_NAMES
 from labkit.studies.catalog import summarize_run
 from labkit.studies.goals import HOST, tally
@@ -155,7 +156,8 @@ def headline_rows(runs: dict[str, Path]) -> list[dict]:
         t = training.training_block(recs) or {}
         row = next((r for r in (recs.get("training_sweep") or {}).get("shapes", []) if r.get("l1_40")), None)
         bits = f"{t.get('backward_identical')} inputs; model steps {t.get('model_steps_identical')}"
-        kb = training.judged_by_kernelbench(t)  # the run judges L1/40 under KernelBench's timing (notebook 10)
+        # the run judges L1/40 under KernelBench's timing (notebook 10)
+        kb = training_kernelbench.judged_by_kernelbench(t)
         if kb and row:  # the sweep's interleaved eager figure goes beside it in the summary sentence
             il = t.get("l1_40_interleaved_fwdbwd_ms")
             rows.append({"result": f"forward + backward: {FWDBWD_KB}", "shape": _shape(row["key"], True),
@@ -171,8 +173,8 @@ def headline_rows(runs: dict[str, Path]) -> list[dict]:
             goal = proto == EAGER
             rows.append({"result": f"forward + backward: {FWDBWD}",
                          "shape": _shape(row["key"], True), "protocol": proto,
-                         "ms": d["dropin"], "x torch eager": training.paired(row, key, "native", "dropin"),
-                         "x torch.compile": training.paired(row, key, "native_compiled", "dropin"),
+                         "ms": d["dropin"], "x torch eager": training_sweep.paired(row, key, "native", "dropin"),
+                         "x torch.compile": training_sweep.paired(row, key, "native_compiled", "dropin"),
                          "bit-identical": bits,
                          "goal": f"<= {training.L1_40_FWDBWD_GOAL_MS} ms" if goal else None,
                          "met": d["dropin"] <= training.L1_40_FWDBWD_GOAL_MS if goal else None,

@@ -1,6 +1,6 @@
 """`labkit tune`: the dispatch table measured on the reader's own GPU (issue 25 item 2).
 
-Every candidate path is timed as the committed tables were (labkit.studies.dropin.sweep for the forward,
+Every candidate path is timed as the committed tables were (labkit.studies.dropin_sweep.sweep for the forward,
 labkit.studies.dispatch.backward_sweep for the backward: eager per call, CUDA events around one call, L2 flushed, and
 graph replay), over a grid of (rows, N), reduced to each path's time / torch's per grid point
 (labkit.studies.dispatch.derive_scores),
@@ -41,7 +41,7 @@ def tune(full: bool = False, rounds: int | None = None, backward: bool = True, p
     from labkit.ops.dispatch import rule, tables
     from labkit.ops.dispatch.rule import BACKWARD_ORDER
     from labkit.ops.dropin import plan
-    from labkit.studies import dropin
+    from labkit.studies import dropin_sweep
 
     rounds = rounds or (9 if full else 7)
     if rounds < 3:
@@ -58,7 +58,7 @@ def tune(full: bool = False, rounds: int | None = None, backward: bool = True, p
     fwd, bwd = [], []
     for what, shape in _progress(steps, progress, f"labkit tune on {dev.label}"):
         if what == "forward":
-            fwd += dropin.sweep([shape], rounds, compiled=False, device=device)["shapes"]
+            fwd += dropin_sweep.sweep([shape], rounds, compiled=False, device=device)["shapes"]
         else:
             bwd += dispatch.backward_sweep([shape], rounds, device=device)["shapes"]
     described = {"name": dev.name, "arch": dev.arch, "sm_count": dev.sm_count, "target": dev.target}

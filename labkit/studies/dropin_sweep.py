@@ -1,0 +1,318 @@
+"""The drop-in's forward speed (notebook 08): every path at every shape under both protocols and compiled
+(`dropin_sweep`), the host cost per call (`dropin_host`), the floor at 1-4 long rows (`dropin_floor`), their rows
+and figure, and the dispatch rule read against the sweep. Apart from labkit.studies.dropin (the verdict) because
+these are the measurements the peers and the tuner build on."""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from labkit.ops.paths import PATHS
+from labkit.studies.measure import host_us_per_call
+from labkit.tasks import L1_40, config, shape_key
+
+
+# (rows, N) from (1, 2**24) to (65536, 256): 64 MiB of float32 each, the row count doubling.
+SWEEP = tuple((1 << k, 1 << (24 - k)) for k in range(17))
+QUICK_SWEEP = ((1, 1 << 20), (4, 1 << 18), (64, 1 << 14), (4096, 256))
+EAGER_METHODS = ("native", "dropin", *PATHS)  # torch, the drop-in as dispatched, each of our paths forced
+HOST_SHAPE = (8, 256)   # "a tiny shape": the kernel is shorter than the host's part of a call
+HOST_CALLS = 10_000
+
+
+def shapes(mode: str) -> list[tuple[int, ...]]:
+    """The sweep (full) or its corners (quick), then the timing study's shapes of the mode."""
+    sweep = SWEEP if mode == "full" else QUICK_SWEEP
+    return [*sweep, *config(mode).timing_shapes]
+
+
+def _affine(shape, seed, device):
+    from labkit.inputs import make_affine
+
+    return make_affine("random_normal", shape[1:], seed, device)
+
+
+def _methods(x, w, b, eps):
+    import torch
+
+    from labkit import layer_norm
+    from labkit.ops.dropin import layer_norm_with
+
+    ns = tuple(w.shape)
+    m = {"native": lambda: torch.nn.functional.layer_norm(x, ns, w, b, eps),
+         "dropin": lambda: layer_norm(x, ns, w, b, eps)}
+    for path in EAGER_METHODS[2:]:
+        m[path] = (lambda p: lambda: layer_norm_with(p, x, ns, w, b, eps))(path)
+    return m
+
+
+def _compiled(x, w, b, eps):
+    """nn.LayerNorm's functional and the drop-in's, compiled for this shape (measure.compile_static), as a user
+    compiles a model."""
+    import torch
+
+    from labkit import layer_norm
+    from labkit.studies.measure import compile_static
+
+    ns = tuple(w.shape)
+    native, ours = compile_static(lambda x, w, b: torch.nn.functional.layer_norm(x, ns, w, b, eps),
+                                  lambda x, w, b: layer_norm(x, ns, w, b, eps), fullgraph=True)
+    return {"native_compiled": lambda: native(x, w, b), "dropin_compiled": lambda: ours(x, w, b)}
+
+
+def _raise_recompile_limit() -> None:
+    import torch._dynamo
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(256, getattr(torch._dynamo.config, name)))
+
+
+def _medians(rec) -> dict:
+    return {k: v["median_ms"] for k, v in rec.stats.items()}
+
+
+def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda", log=None,
+          compiled: bool = True) -> dict:
+    """Every candidate path at every shape: eager per call (CUDA events around one call, L2 flushed: KernelBench's
+    protocol, host time counts), graph replay (protocol A) and compiled (eager protocol on torch.compile'd
+    callables; `compiled=False` leaves that out). A path that cannot take a shape is recorded with its reason. The
+    `dropin_sweep` record."""
+    import torch
+
+    from labkit.core.device import current_index, device_info
+    from labkit.inputs import make_input
+    from labkit.ops import paths
+    from labkit.ops.dispatch import rule
+    from labkit.studies.bench import PROTOCOL_A, PROTOCOL_B, time_methods
+
+    eager_p, graph_p = replace(PROTOCOL_B, rounds=rounds), replace(PROTOCOL_A, rounds=rounds)
+    dev = device_info(current_index(torch.device(device)))
+    _raise_recompile_limit()
+    rows_out = []
+    for shape in shape_list:
+        t0 = time.perf_counter()
+        x = make_input("uniform", shape, seed, device)
+        w, b = _affine(shape, seed, device)
+        rows, n = x.numel() // w.numel(), w.numel()
+        row = {"key": shape_key(shape), "shape": list(shape), "rows": rows, "n": n, "l1_40": tuple(shape) == L1_40,
+               "rule": rule.choose(rows, n, dev, tuple(paths.candidates(rows, n, dev)))[0], "errors": {}}
+        with torch.no_grad():
+            ok = {}
+            for name, fn in _methods(x, w, b, eps).items():
+                try:
+                    fn()
+                    ok[name] = fn
+                except ValueError as exc:
+                    row["errors"][name] = str(exc)
+            e, g = time_methods(ok, eager_p, "native"), time_methods(ok, graph_p, "native")
+            row["eager"], row["graph"] = _medians(e), _medians(g)
+            row["eager_stats"], row["graph_stats"] = e.stats, g.stats
+            try:
+                if not compiled:
+                    raise LookupError("not timed compiled (compiled=False)")
+                c = time_methods(_compiled(x, w, b, eps), eager_p, "native_compiled")
+                row["compiled"], row["compiled_stats"] = _medians(c), c.stats
+            except LookupError as exc:
+                row["compiled"], row["errors"]["compiled"] = {}, str(exc)
+            except Exception as exc:  # a compile failure is a finding, not a crash of the sweep
+                row["compiled"], row["errors"]["compiled"] = {}, f"{type(exc).__name__}: {exc}"
+        row["seconds"] = time.perf_counter() - t0
+        rows_out.append(row)
+        x = None  # freed before the next shape is made
+        if log:
+            log(f"{row['key']}: {row['seconds']:.1f} s")
+    return {"device": {"arch": dev.arch, "sm_count": dev.sm_count, "name": torch.cuda.get_device_name()},
+            "rule_source": rule.table_source(dev),
+            "protocols": {"eager": eager_p.__dict__, "graph": graph_p.__dict__}, "shapes": rows_out}
+
+
+def host_cost(shape=HOST_SHAPE, calls: int = HOST_CALLS, device="cuda") -> dict:
+    """Host time per call over `calls` back-to-back calls at a tiny shape (the GPU keeps up, so the loop's wall
+    time is the host's): torch's F.layer_norm, the drop-in as dispatched, our kernel path forced, and the op
+    through the dispatcher (what autograd/compile pay). The `dropin_host` record."""
+    import torch
+
+    from labkit import layer_norm
+    from labkit.ops.dropin import explain, layer_norm_with
+    from labkit.ops.dropin.op import layer_norm_op
+
+    x = torch.rand(shape, device=device)
+    w, b = _affine(shape, 0, device)
+    ns = tuple(w.shape)
+    sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    with torch.no_grad():
+        out = {"shape": list(shape), "calls": calls,
+               "torch_us": host_us_per_call(lambda: torch.nn.functional.layer_norm(x, ns, w, b), calls, sync),
+               "dropin_us": host_us_per_call(lambda: layer_norm(x, ns, w, b), calls, sync),
+               "dropin_path": explain(x, ns, w, b)["path"],
+               "op_us": host_us_per_call(lambda: layer_norm_op(x, list(ns), w, b, 1e-5), calls, sync)}
+        for path in ("chain", "rows_fused"):
+            try:
+                out[f"{path}_us"] = host_us_per_call(lambda: layer_norm_with(path, x, ns, w, b), calls, sync)
+            except ValueError as exc:
+                out[f"{path}_us"], out[f"{path}_error"] = None, str(exc)
+    return out
+
+
+# Issue 16's floor check: 1, 2 and 4 rows of 4M and 8M elements, where the chain path serves one row with 128
+# dependent chains of N / 128 pushes each and nothing else can hide that chain.
+FLOOR_ROWS = (1, 2, 4)
+FLOOR_NS = (1 << 22, 1 << 23)
+FLOOR_SLACK = 0.15  # the goal: within 15% of the floor
+
+
+def floor_check(rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda") -> dict:
+    """The contract's floor at each (rows, N) of FLOOR_ROWS x FLOOR_NS, measured in this run: the dependent push
+    chain of N / 128 pushes (kernels/chain_floor.cu, protocol A) plus the output pass's bytes (x read, y written)
+    at the device copy ceiling (labkit.studies.measure.copy_ceiling_a); beside it the drop-in's eager
+    (protocol B) and graph-replay (protocol A) medians. The `dropin_floor` record."""
+    import torch
+
+    from labkit import layer_norm
+    from labkit.inputs import make_input
+    from labkit.studies.bench import PROTOCOL_A, PROTOCOL_B, time_methods
+    from labkit.studies.measure import chain_floor, copy_ceiling_a
+
+    ceiling = copy_ceiling_a(rounds=rounds, device=device)
+    chains = {n: chain_floor(pushes=n // 128, rounds=rounds, device=device) for n in FLOOR_NS}
+    rows_out = []
+    for n in FLOOR_NS:
+        for rows in FLOOR_ROWS:
+            x = make_input("uniform", (rows, n), seed, device)
+            w, b = _affine((rows, n), seed, device)
+            out_bytes = 2 * x.numel() * 4
+            floor_ms = chains[n]["ms"] + out_bytes / (ceiling["read_plus_write_gbps"] * 1e6)
+            with torch.no_grad():
+                fn = {"dropin": lambda: layer_norm(x, (n,), w, b, eps)}
+                e = time_methods(fn, replace(PROTOCOL_B, rounds=rounds)).stats["dropin"]
+                g = time_methods(fn, replace(PROTOCOL_A, rounds=rounds)).stats["dropin"]
+            rows_out.append({"key": shape_key((rows, n)), "rows": rows, "n": n, "chain_ms": chains[n]["ms"],
+                             "output_bytes": out_bytes, "floor_ms": floor_ms, "eager": e, "graph": g})
+            x = None  # freed before the next shape is made
+    return {"ceiling": ceiling, "chain_floors": {str(n): c for n, c in chains.items()}, "slack": FLOOR_SLACK,
+            "shapes": rows_out}
+
+
+def floor_rows(floor: dict | None) -> list[dict]:
+    """Per shape: the floor's two parts, the drop-in's eager and graph medians, and drop-in / floor."""
+    rows = []
+    for r in (floor or {}).get("shapes", []):
+        e, g = r["eager"]["median_ms"], r["graph"]["median_ms"]
+        rows.append({"shape": r["key"], "push chain us": 1e3 * r["chain_ms"],
+                     "output at ceiling us": 1e3 * (r["floor_ms"] - r["chain_ms"]), "floor us": 1e3 * r["floor_ms"],
+                     "drop-in eager us": 1e3 * e, "eager / floor": e / r["floor_ms"],
+                     "drop-in graph us": 1e3 * g, "graph / floor": g / r["floor_ms"]})
+    return rows
+
+
+def _ratio(d: dict, base: str, name: str):
+    if d and d.get(base) and d.get(name):
+        return d[base] / d[name]
+    return None
+
+
+def figure(sweep_record: dict | None):
+    """The sweep's forward time against row shape (labkit.studies.plots.time_vs_shape); None without a sweep."""
+    from labkit.studies.plots import time_vs_shape
+
+    return time_vs_shape([("forward", sweep_record, "compiled")])
+
+
+def speed_rows(sweep_record: dict | None) -> list[dict]:
+    """Per shape: native and drop-in medians (us) and native/drop-in ratios under each protocol."""
+    rows = []
+    for r in (sweep_record or {}).get("shapes", []):
+        e, g, c = r.get("eager", {}), r.get("graph", {}), r.get("compiled", {})
+        rows.append({"shape": r["key"], "rule": r["rule"],
+                     "native eager us": 1e3 * e["native"] if e.get("native") else None,
+                     "drop-in eager us": 1e3 * e["dropin"] if e.get("dropin") else None,
+                     "eager x": _ratio(e, "native", "dropin"), "graph x": _ratio(g, "native", "dropin"),
+                     "compiled x (vs compiled nn.LayerNorm)": _ratio(c, "native_compiled", "dropin_compiled")})
+    return rows
+
+
+def fastest(times: dict) -> str | None:
+    live = {k: v for k, v in times.items() if v}
+    return min(live, key=live.get) if live else None
+
+
+# The rule agrees with a measurement at a shape when its path is within this much of the fastest path.
+AGREE_RELATIVE, AGREE_ABSOLUTE_MS = 0.05, 0.002
+
+
+def dispatch_rows(sweep_record: dict | None) -> list[dict]:
+    """The dispatch table: per shape, each path's eager median (us), the fastest, the rule's pick and agreement."""
+    rows = []
+    for r in (sweep_record or {}).get("shapes", []):
+        e = {k: r["eager"].get(k) for k in EAGER_METHODS if k != "dropin"}
+        best = fastest(e)
+        pick = e.get(r["rule"])
+        agree = bool(best and pick and pick <= e[best] * (1 + AGREE_RELATIVE) + AGREE_ABSOLUTE_MS)
+        rows.append({"shape": r["key"], **{f"{k} us": (1e3 * v if v else None) for k, v in e.items()},
+                     "fastest": best, "rule": r["rule"], "agrees": agree})
+    return rows
+
+
+def protocol_picks(sweep_record: dict | None) -> list[dict]:
+    """Per shape of a sweep: the rule's pick under each protocol (labkit.ops.dispatch.rule.PROTOCOLS: "eager" is
+    what the run recorded, "graph" is the rule on the table's graph-replay scores) and what each pick measured in
+    the same run, as torch's time / the pick's (x native) under that protocol — and the eager pick under graph
+    replay, what a graph-captured model got before the rule knew the protocol."""
+    from labkit.ops.dispatch import rule, tables
+
+    if not sweep_record:
+        return []
+    d = sweep_record["device"]
+    # the committed table of the run's GPU, never a table this machine's user tuned (README "GPUs")
+    table, _ = tables.committed(d["arch"], d["sm_count"])
+    if table is None:
+        return []
+    graph, _ = rule.protocol_scores(table, "graph")
+    out = []
+    for r in sweep_record["shapes"]:
+        e, g = r.get("eager") or {}, r.get("graph") or {}
+        offered = tuple(p for p in PATHS if e.get(p) and g.get(p))
+        sc = {p: v for p, v in rule.scores_in(graph, r["rows"], r["n"], d["sm_count"]).items()
+              if p == "native" or p in offered}
+        gpick = rule.pick(sc)
+        ratio = lambda t, p: t["native"] / t[p] if t.get("native") and t.get(p) else None  # noqa: E731
+        out.append({"shape": r["key"], "eager pick": r["rule"], "x native, eager": ratio(e, r["rule"]),
+                    "graph pick": gpick, "x native, graph replay": ratio(g, gpick),
+                    "eager pick under graph replay, x native": ratio(g, r["rule"])})
+    return out
+
+
+def protocol_line(picks: list[dict], source: str) -> str:
+    """The worst x native of the rule's pick under each protocol, from protocol_picks."""
+    def worst(key):
+        have = [(r[key], r["shape"]) for r in picks if r[key] is not None]
+        return min(have) if have else (None, None)
+    (we, se), (wg, sg), (wx, sx) = (worst("x native, eager"), worst("x native, graph replay"),
+                                    worst("eager pick under graph replay, x native"))
+    if we is None:
+        return f"per protocol: {source}"
+    differ = sum(r["eager pick"] != r["graph pick"] for r in picks)
+    return (f"the rule per protocol over {len(picks)} shapes ({source}): the picks differ at {differ}; worst x native "
+            f"under eager per call {we:.3g}x at {se}; under graph replay with the graph pick {wg:.3g}x at {sg} "
+            f"(the eager pick there: {wx:.3g}x at {sx})")
+
+
+def rule_grid_rows() -> list[dict]:
+    """Every committed dispatch table (labkit/ops/dispatch/tables/) as a grid: the path the rule takes at each
+    measured point, on the GPU it was measured on."""
+    from labkit.ops.dispatch import tables
+    from labkit.studies.dispatch import table_rows
+
+    return [{"table": t.DEVICE["name"], **row} for t in tables.tables()
+            for row in table_rows(t.SCORES, t.DEVICE["sm_count"], graph=getattr(t, "GRAPH", None))]
+
+
+def host_rows(host: dict | None) -> list[dict]:
+    if not host:
+        return []
+    names = {"torch_us": "torch F.layer_norm", "dropin_us": f"labkit.layer_norm (path: {host.get('dropin_path')})",
+             "op_us": "torch.ops.labkit.layer_norm (the dispatcher)", "chain_us": "our chain path, forced",
+             "rows_fused_us": "our rows_fused path, forced"}
+    return [{"call": label, "host us per call": host.get(k), "shape": shape_key(host["shape"]), "calls": host["calls"]}
+            for k, label in names.items()]

@@ -15,10 +15,12 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
+#include <ATen/core/op_registration/adaption.h>
 #include <ATen/ops/native_layer_norm_backward_native.h>
 #include <ATen/ops/native_layer_norm_native.h>
 
 #include <cstring>
+#include <atomic>
 #include <mutex>
 #include <optional>
 #include <tuple>
@@ -266,10 +268,14 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
   // what labkit.ops.backward.refusal asks of grad_y, mean and rstd (a negated view or a ZeroTensor: memory that
   // does not hold the values); the packed statistics are our forward's own
   const Tensor &mean = stats.mean, &rstd = stats.rstd;
-  bool ours = p.backward && dy.is_cuda() && dy.scalar_type() == at::kFloat && !dy.is_neg() &&
-              !dy._is_zerotensor() && dy.sizes() == x.sizes() &&
-              (stats.packed.defined() || (mean.is_contiguous() && rstd.is_contiguous() && !mean.is_neg() &&
-                                          !rstd.is_neg() && mean.numel() == p.rows && rstd.numel() == p.rows));
+  // (any caller of aten::native_layer_norm_backward reaches this under labkit.enable(): statistics of another dtype
+  // or device go to torch, which converts or refuses them as it does without us)
+  bool ours = p.backward && dy.is_cuda() && dy.device() == x.device() && dy.scalar_type() == at::kFloat &&
+              !dy.is_neg() && !dy._is_zerotensor() && dy.sizes() == x.sizes() &&
+              (stats.packed.defined() ||
+               (mean.device() == x.device() && rstd.device() == x.device() && mean.scalar_type() == at::kFloat &&
+                rstd.scalar_type() == at::kFloat && mean.is_contiguous() && rstd.is_contiguous() &&
+                !mean.is_neg() && !rstd.is_neg() && mean.numel() == p.rows && rstd.numel() == p.rows));
   if (ours) {
     dy = dy.contiguous();  // what torch's backward does first (LayerNormBackwardKernelImpl)
     ours = !misaligned(x, dy, g);
@@ -551,11 +557,7 @@ void remember(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, co
   }
 }
 
-void forget() {
-  decltype(remembered) dropped;
-  std::lock_guard<std::mutex> hold(remembered_lock);
-  dropped.swap(remembered);
-}
+
 
 // --- labkit.enable(): our kernels as torch's own aten::native_layer_norm(_backward) ---------------------------------
 // An opt-in registration of two kernels at a backend dispatch key (CUDA; CPU for the tests) in front of torch's, so
@@ -567,18 +569,34 @@ void forget() {
 // the registration (disable) brings torch's kernels back.
 
 struct AtenOverride {
-  std::unique_ptr<torch::Library> library;
+  std::atomic<bool> on{false};
+  std::unique_ptr<torch::Library> library;  // set and reset by enable_aten / disable_aten, with the GIL held
   py::object plan_forward, plan_backward;  // (x, normalized_shape, weight, bias[, eps]) -> (LayerNormPlan | None, keep)
   std::unordered_map<std::vector<int64_t>, Remembered, KeyHash> forward, backward;  // under remembered_lock
 };
-AtenOverride* aten = nullptr;  // never destroyed at exit: the dispatcher and Python may be gone by then
+
+// One state for the process, never freed: a kernel call in flight on another thread may still hold references into
+// it when disable() runs, and at exit the dispatcher and Python may be gone before it would be destroyed.
+AtenOverride& aten() {
+  static AtenOverride* state = new AtenOverride();
+  return *state;
+}
 
 Tensor defined_or_empty(const std::optional<Tensor>& t) {
   return t.has_value() && t->defined() ? *t : Tensor();
 }
 
-// The key of an aten call: normalized_shape, eps (the forward's; the backward has none), whether autograd records,
-// and x, weight, bias as put_tensor describes them. False where a tensor is not one our plans describe.
+// What torch's generated CUDA wrapper checks before its kernel runs, which calling the kernel directly would skip:
+// every tensor argument on one device (a weight left on the CPU is torch's RuntimeError, not a launch on a host
+// pointer). Its own message.
+void check_devices(std::initializer_list<std::pair<const Tensor*, const char*>> args, const char* op) {
+  std::optional<c10::Device> common;
+  for (const auto& [t, name] : args)
+    if (t->defined()) c10::impl::check_and_update_common_device(common, *t, op, name);
+}
+
+// The key of an aten call: normalized_shape, eps (the forward's; the backward has none), and x, weight, bias as
+// put_tensor describes them. False where a tensor is not one our plans describe.
 bool aten_key(const Tensor& x, at::IntArrayRef ns, const Tensor& w, const Tensor& b, const double* eps,
               std::vector<int64_t>& k) {
   if (!plain_tensor(x) || (w.defined() && !plain_tensor(w)) || (b.defined() && !plain_tensor(b))) return false;
@@ -588,7 +606,6 @@ bool aten_key(const Tensor& x, at::IntArrayRef ns, const Tensor& w, const Tensor
   int64_t bits = 0;
   if (eps) std::memcpy(&bits, eps, sizeof bits);
   k.push_back(bits);
-  k.push_back(torch::autograd::GradMode::is_enabled());
   put_tensor(k, x);
   k.push_back(w.defined());
   if (w.defined()) put_tensor(k, w);
@@ -598,12 +615,14 @@ bool aten_key(const Tensor& x, at::IntArrayRef ns, const Tensor& w, const Tensor
 }
 
 // The plan of an aten call, forward's or backward's: looked up by key in that direction's map, asked of Python on a
-// miss and kept where Python says so. kTorch where labkit.enable() is off or the call has no key.
+// miss and kept where Python says so. kTorch where labkit.enable() is off or the call has no key. Entries given up
+// are destroyed after the lock is released (a plan's tensors may take the GIL when they go).
 Remembered aten_plan(bool forward, const Tensor& x, at::IntArrayRef ns, const Tensor& w, const Tensor& b,
                      const double* eps) {
+  AtenOverride& state = aten();
   std::vector<int64_t> key;
-  if (!aten || !aten_key(x, ns, w, b, eps, key)) return Remembered{};
-  auto& plans = forward ? aten->forward : aten->backward;
+  if (!state.on.load() || !aten_key(x, ns, w, b, eps, key)) return Remembered{};
+  auto& plans = forward ? state.forward : state.backward;
   {
     std::lock_guard<std::mutex> hold(remembered_lock);
     auto it = plans.find(key);
@@ -613,7 +632,8 @@ Remembered aten_plan(bool forward, const Tensor& x, at::IntArrayRef ns, const Te
   bool keep = false;
   {
     py::gil_scoped_acquire gil;
-    const py::object& planner = forward ? aten->plan_forward : aten->plan_backward;
+    py::object planner = forward ? state.plan_forward : state.plan_backward;  // a reference of our own
+    if (!planner || planner.is_none() || !state.on.load()) return Remembered{};
     py::object wo = w.defined() ? py::cast(w) : py::none(), bo = b.defined() ? py::cast(b) : py::none();
     std::vector<int64_t> shape(ns.begin(), ns.end());
     py::tuple answer = forward ? planner(x, shape, wo, bo, *eps) : planner(x, shape, wo, bo);
@@ -624,9 +644,11 @@ Remembered aten_plan(bool forward, const Tensor& x, at::IntArrayRef ns, const Te
     keep = answer[1].cast<bool>();
   }
   if (keep) {
+    std::unordered_map<std::vector<int64_t>, Remembered, KeyHash> dropped;
+    Remembered replaced = r;
     std::lock_guard<std::mutex> hold(remembered_lock);
-    if (plans.size() >= kMaxRemembered) plans.clear();
-    plans[std::move(key)] = r;
+    if (plans.size() >= kMaxRemembered) dropped.swap(plans);
+    std::swap(plans[std::move(key)], replaced);  // replaced now holds what was there, destroyed below
   }
   return r;
 }
@@ -636,6 +658,7 @@ std::tuple<Tensor, Tensor, Tensor> aten_forward(const Tensor& x, c10::SymIntArra
                                                 const std::optional<Tensor>& b_opt, double eps) {
   at::IntArrayRef ns = C10_AS_INTARRAYREF_SLOW(ns_sym);
   const Tensor w = defined_or_empty(w_opt), b = defined_or_empty(b_opt);
+  check_devices({{&x, "input"}, {&w, "weight"}, {&b, "bias"}}, "native_layer_norm");
   ServingAten serving;
   c10::DeviceGuard guard(x.device());
   Remembered r = aten_plan(true, x, ns, w, b, &eps);
@@ -649,6 +672,8 @@ std::tuple<Tensor, Tensor, Tensor> aten_backward(const Tensor& dy, const Tensor&
                                                  const std::optional<Tensor>& b_opt, std::array<bool, 3> mask) {
   at::IntArrayRef ns = C10_AS_INTARRAYREF_SLOW(ns_sym);
   const Tensor w = defined_or_empty(w_opt), b = defined_or_empty(b_opt);
+  check_devices({{&dy, "grad_out"}, {&x, "input"}, {&mean, "mean"}, {&rstd, "rstd"}, {&w, "weight"}, {&b, "bias"}},
+                "native_layer_norm_backward");
   ServingAten serving;
   c10::DeviceGuard guard(x.device());
   Remembered r = aten_plan(false, x, ns, w, b, nullptr);
@@ -656,8 +681,27 @@ std::tuple<Tensor, Tensor, Tensor> aten_backward(const Tensor& dy, const Tensor&
   return run_backward(*r.plan, dy, x, SavedStats{mean, rstd, Tensor()}, w, b, mask);
 }
 
+// Both maps emptied (labkit.ops.dropin.plan.clear, and disable): their entries destroyed after the lock is released.
+void forget_aten() {
+  std::unordered_map<std::vector<int64_t>, Remembered, KeyHash> forward, backward;
+  std::lock_guard<std::mutex> hold(remembered_lock);
+  forward.swap(aten().forward);
+  backward.swap(aten().backward);
+}
+
+// Every remembered answer dropped (labkit.ops.dropin.plan.clear): the eager fast path's and labkit.enable()'s.
+void forget() {
+  {
+    decltype(remembered) dropped;
+    std::lock_guard<std::mutex> hold(remembered_lock);
+    dropped.swap(remembered);
+  }
+  forget_aten();
+}
+
 void enable_aten(py::object plan_forward, py::object plan_backward, const std::string& key) {
-  TORCH_CHECK(!aten, "labkit's aten kernels are registered already");
+  AtenOverride& state = aten();
+  TORCH_CHECK(!state.on.load(), "labkit's aten kernels are registered already");
   c10::DispatchKey k;
   if (key == "CUDA") {
 #ifndef LABKIT_TORCH_CUDA
@@ -670,23 +714,20 @@ void enable_aten(py::object plan_forward, py::object plan_backward, const std::s
     TORCH_CHECK(false, "dispatch key must be CUDA or CPU, got ", key);
   }
   torch::PyWarningHandler warnings;  // the dispatcher's "Overriding a previously registered kernel" reaches Python
-  auto state = std::make_unique<AtenOverride>();
-  state->plan_forward = std::move(plan_forward);
-  state->plan_backward = std::move(plan_backward);
-  state->library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", k, __FILE__, __LINE__);
-  state->library->impl("native_layer_norm", TORCH_FN(aten_forward));
-  state->library->impl("native_layer_norm_backward", TORCH_FN(aten_backward));
-  aten = state.release();
+  forget_aten();
+  state.plan_forward = std::move(plan_forward);
+  state.plan_backward = std::move(plan_backward);
+  state.library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", k, __FILE__, __LINE__);
+  state.library->impl("native_layer_norm", TORCH_FN(aten_forward));
+  state.library->impl("native_layer_norm_backward", TORCH_FN(aten_backward));
+  state.on.store(true);
 }
 
 void disable_aten() {
-  if (!aten) return;
-  std::unique_ptr<AtenOverride> state(aten);
-  state->library.reset();  // torch's kernels serve again from here on
-  aten = nullptr;
-  std::lock_guard<std::mutex> hold(remembered_lock);
-  state->forward.clear();
-  state->backward.clear();
+  AtenOverride& state = aten();
+  if (!state.on.exchange(false)) return;
+  state.library.reset();  // torch's kernels serve again from here on
+  forget_aten();
 }
 
 }  // namespace
@@ -770,10 +811,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("enable_aten", &enable_aten, py::arg("plan_forward"), py::arg("plan_backward"), py::arg("key"));
   m.def("disable_aten", &disable_aten);
-  m.def("aten_enabled", []() { return aten != nullptr; });
+  m.def("aten_enabled", []() { return aten().on.load(); });
   m.def("aten_planned", []() {
     std::lock_guard<std::mutex> hold(remembered_lock);
-    return aten ? std::make_pair(aten->forward.size(), aten->backward.size()) : std::make_pair<size_t, size_t>(0, 0);
+    return std::make_pair(aten().forward.size(), aten().backward.size());
   });
   m.def("driver_error", []() { return labkit_host::Driver::get().error; });
 }

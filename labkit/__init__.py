@@ -15,11 +15,7 @@
 
 The direction is enforced by import-linter (pyproject.toml); importing core or ops reads nothing under data/.
 """
-from labkit.core.log import install_default_output
-
 __version__ = "0.1.0"
-
-install_default_output()  # before any submodule logs: a first call's build and compiles are said, not silent
 
 _DROPIN = ("layer_norm", "LayerNorm", "swap_layer_norms", "explain", "dispatch_protocol", "enable", "disable",
            "enabled")

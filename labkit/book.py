@@ -2,6 +2,7 @@
 page links them. The only module that knows about notebooks."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -125,6 +126,21 @@ def _describe_failure(exc: Exception) -> tuple[str, str | None, str | None]:
     return f"{type(exc).__name__}: {str(exc).strip()[:2000]}", None, None
 
 
+@contextlib.contextmanager
+def _quiet_first_use():
+    """LABKIT_QUIET=1 in the environment the notebook's kernel starts with (labkit.core.log): a page shows its
+    results, not the lines a cold cache's builds print."""
+    saved = os.environ.get("LABKIT_QUIET")
+    os.environ["LABKIT_QUIET"] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("LABKIT_QUIET", None)
+        else:
+            os.environ["LABKIT_QUIET"] = saved
+
+
 def run_notebook(path: Path, out_dir: Path, params: dict, kernel_name: str = "python3",
                  neighbours: tuple[str | None, str | None] = (None, None)) -> NotebookResult:
     """Execute `path` with the book parameters it declares (others are left out), then export its HTML. A failing
@@ -136,8 +152,9 @@ def run_notebook(path: Path, out_dir: Path, params: dict, kernel_name: str = "py
     t0 = time.perf_counter()
     error = cell = label = None
     try:
-        papermill.execute_notebook(str(path), str(executed), parameters=params, kernel_name=kernel_name,
-                                   cwd=str(REPO_ROOT), progress_bar=False, config=_kernel_config())
+        with _quiet_first_use():
+            papermill.execute_notebook(str(path), str(executed), parameters=params, kernel_name=kernel_name,
+                                       cwd=str(REPO_ROOT), progress_bar=False, config=_kernel_config())
         status = "ok"
     except Exception as exc:  # the row says what failed; `build` stops there
         status = "failed"

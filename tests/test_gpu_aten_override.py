@@ -161,3 +161,50 @@ def test_graph_capture_after_warm_up(off_after):
     g.replay()
     torch.cuda.synchronize()
     assert _same(y, want)
+
+
+def test_a_weight_on_another_device_is_torchs_error(off_after):
+    import torch
+
+    import labkit
+
+    x = torch.randn(8, 1024, device="cuda")
+    w, b = torch.randn(1024), torch.randn(1024)  # a LayerNorm left on the CPU
+
+    def message():
+        with pytest.raises(RuntimeError) as info:
+            torch.nn.functional.layer_norm(x, (1024,), w, b)
+        return str(info.value).splitlines()[0]
+
+    want = message()
+    with labkit.enabled():
+        assert message() == want
+    torch.cuda.synchronize()  # the context is still usable: nothing launched on a host pointer
+
+
+def test_a_first_call_under_capture_is_torchs_and_planned_after(off_after):
+    import torch
+
+    import labkit
+    from labkit.ops.dropin import host
+
+    x, ns, w, b, dy = _inputs((16, 1 << 20), 1, seed=13)
+    want = _run(x, ns, w, b, dy, 1e-5)
+    labkit.enable()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        xs = x.detach().requires_grad_()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=side):
+            y = torch.nn.functional.layer_norm(xs, ns, w, b)
+            grads = torch.autograd.grad(y, (xs, w, b), dy)
+    g.replay()
+    torch.cuda.synchronize()
+    assert host.module().aten_planned() == (0, 0)  # nothing kept from inside the capture
+    for name, a, e in zip(("y", "dx", "dw", "db"), (y, *grads), (want[0], *want[3:])):
+        assert _same(a, e), name
+    got = _run(x, ns, w, b, dy, 1e-5)  # outside capture: planned and kept now
+    for name, a, e in zip(("y", "mean", "rstd", "dx", "dw", "db"), got, want):
+        assert _same(a, e), name
+    assert host.module().aten_planned()[1] == 1

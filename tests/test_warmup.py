@@ -92,17 +92,34 @@ COMPILE_TWICE = ("{setup}from labkit.core.compile import compile_kernel\n"
                  "compile_kernel('affine_rows', 'sm_90'); compile_kernel('affine_rows', 'sm_90')\n")
 
 
-@pytest.mark.parametrize("setup, prefix", [
-    ("", "labkit: NVRTC compiled affine_rows for sm_90 in "),  # nothing configured: labkit's own stderr line
-    ("import logging; logging.basicConfig(format='app %(name)s %(message)s')\n",
-     "app labkit.core.compile NVRTC compiled affine_rows for sm_90 in "),  # configured: the application's, once
+@pytest.mark.parametrize("setup, quiet, prefix", [
+    ("", False, "labkit: NVRTC compiled affine_rows for sm_90 in "),  # nothing configured: labkit's own stderr line
+    ("import logging; logging.basicConfig(level=logging.INFO, format='app %(name)s %(message)s')\n", False,
+     "app labkit.core.compile NVRTC compiled affine_rows for sm_90 in "),  # configured for INFO: the application's
+    ("import logging; logging.basicConfig(format='app %(name)s %(message)s')\n", False,
+     None),  # configured at WARNING: the application's choice, so nothing
+    ("", True, None),  # LABKIT_QUIET=1 (the book's notebooks)
 ])
-def test_first_use_lines_reach_the_user_once(tmp_path, setup, prefix):
+def test_first_use_lines_reach_the_user_once(tmp_path, setup, quiet, prefix):
     env = dict(os.environ, LABKIT_CACHE_DIR=str(tmp_path), PYTHONPATH=str(REPO))
+    env.pop("LABKIT_QUIET", None)
+    if quiet:
+        env["LABKIT_QUIET"] = "1"
     err = subprocess.run([sys.executable, "-c", COMPILE_TWICE.format(setup=setup)], capture_output=True, text=True,
                          env=env, cwd=REPO, check=True).stderr
-    assert [line for line in err.splitlines() if "compiled" in line][0].startswith(prefix)
-    assert len([line for line in err.splitlines() if "compiled" in line]) == 1
+    lines = [line for line in err.splitlines() if "compiled" in line]
+    if prefix is None:
+        assert lines == []
+    else:
+        assert len(lines) == 1 and lines[0].startswith(prefix)
+
+
+def test_import_labkit_leaves_logging_alone():
+    code = ("import logging, labkit; import labkit.core.compile, labkit.ops.dropin.host\n"
+            "l = logging.getLogger('labkit'); print(l.level, len(l.handlers), len(logging.root.handlers))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True,
+                         env=dict(os.environ, PYTHONPATH=str(REPO))).stdout.split()
+    assert out == ["0", "0", "0"]
 
 
 H200 = Device("NVIDIA H200", 90, 132, 232448, 65535)

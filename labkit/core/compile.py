@@ -20,6 +20,7 @@ from pathlib import Path
 
 from labkit.core.atomic import atomic_write_bytes
 from labkit.core.cubin import complete_cubin
+from labkit.core.log import first_use
 from labkit.core.sources import CHECKOUT, kernel_dir
 
 REPO_ROOT = CHECKOUT  # data/, notebooks/ and git live only in a checkout (a wheel ships kernels/ and host/ alone)
@@ -201,7 +202,7 @@ def compile_kernel(kernel: str, arch: str | None = None, extra_options: tuple[st
         cubin, _ = nvrtc_compile(kernel, options, (source, headers), ptx)
         _write_entry(path, cubin)
         # a cold compile is seconds a user waits on at a first call: say so (a cache hit costs nothing: silent)
-        log.info("NVRTC compiled %s for %s in %.1f s (cached in %s)", kernel, arch, time.perf_counter() - start,
+        first_use(log, "NVRTC compiled %s for %s in %.1f s (cached in %s)", kernel, arch, time.perf_counter() - start,
                  path.parent)
     if ptx:
         cubin = cubin.rstrip(b"\0") + b"\0"

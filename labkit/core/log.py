@@ -1,41 +1,36 @@
-"""labkit's logger ("labkit", with a child per module), and whether its lines reach a user who configured no logging.
+"""labkit's logger ("labkit", with a child per module), and the lines a first use prints while it waits.
 
-What a first call waits on (the host extension's C++ build, each NVRTC compile) is logged at INFO, one line each; a
-cache hit logs nothing at INFO. Python's own fallback (logging.lastResort) shows WARNING and above only, so those
-lines would be lost on a program that never configures logging. `install_default_output` therefore gives the
-"labkit" logger level INFO (unless something set a level on it first) and one handler that writes to stderr only
-while the root logger has no handler, i.e. until the application configures logging. From then on the lines reach
-the application's handlers by ordinary propagation, and nothing is printed twice;
-`logging.getLogger("labkit").setLevel(logging.WARNING)` silences them. The handler writes through tqdm, so a line
-never tears a progress bar (`labkit warmup`'s, `labkit tune`'s).
+A library leaves logging's configuration to the application: labkit sets no level and adds no handler. What a
+first call waits on (the host extension's C++ build, each NVRTC compile; a cache hit says nothing) goes through
+`first_use`. Where the application has configured no logging (the root logger has no handler) and set no level on
+"labkit", Python's own fallback would drop an INFO line, and a user would meet a silent wait of tens of seconds:
+there the line is written to stderr, through tqdm so that it never tears a progress bar (`labkit warmup`'s, `labkit
+tune`'s). Everywhere else it is an INFO record, and the application's configuration decides whether it shows.
+LABKIT_QUIET=1 drops the stderr lines (the book runner sets it: a page shows its results, not a build's log).
 """
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 LOGGER = logging.getLogger("labkit")
 
 
-class UntilConfigured(logging.Handler):
-    """stderr, while the application has configured no logging (the root logger has no handler)."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if logging.root.handlers:
-            return  # the record propagates to the application's handlers instead
-        try:
-            from tqdm import tqdm
-
-            tqdm.write(self.format(record), file=sys.stderr)
-        except Exception:
-            self.handleError(record)
+def _unconfigured() -> bool:
+    return not logging.root.handlers and LOGGER.level == logging.NOTSET and os.environ.get("LABKIT_QUIET") != "1"
 
 
-def install_default_output() -> None:
-    """Give "labkit" its INFO level and UntilConfigured handler, once per process (at `import labkit`)."""
-    if LOGGER.level == logging.NOTSET:
-        LOGGER.setLevel(logging.INFO)
-    if not any(isinstance(h, UntilConfigured) for h in LOGGER.handlers):
-        handler = UntilConfigured()
-        handler.setFormatter(logging.Formatter("labkit: %(message)s"))
-        LOGGER.addHandler(handler)
+def first_use(logger: logging.Logger, msg: str, *args) -> None:
+    """Say what a first use waits on: to stderr where nothing is configured (see the module docstring), else as
+    `logger.info(msg, *args)`."""
+    if not _unconfigured():
+        logger.info(msg, *args)
+        return
+    line = "labkit: " + (msg % args if args else msg)
+    try:
+        from tqdm import tqdm
+
+        tqdm.write(line, file=sys.stderr)
+    except ImportError:
+        print(line, file=sys.stderr)

@@ -94,6 +94,9 @@ def backward_sweep(shape_list, rounds: int = 9, seed: int = 0, eps: float = 1e-5
     schedules that can take the shape, forced. Where the extension does not serve, torch's op from Python and our
     bound programs from Python (`host_path` False). The `backward_sweep` record (labkit.studies.dropin_sweep.sweep's
     format: per shape `eager` and `graph` medians with their stats)."""
+    from labkit.ops.dropin.aten import refuse_while_enabled
+
+    refuse_while_enabled("the backward sweep")
     import time as _time
     from dataclasses import replace
 

@@ -78,6 +78,9 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
     protocol, host time counts), graph replay (protocol A) and compiled (eager protocol on torch.compile'd
     callables; `compiled=False` leaves that out). A path that cannot take a shape is recorded with its reason. The
     `dropin_sweep` record."""
+    from labkit.ops.dropin.aten import refuse_while_enabled
+
+    refuse_while_enabled("the drop-in sweep")
     import torch
 
     from labkit.core.device import current_index, device_info

@@ -94,6 +94,9 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
     """Forward + backward medians per shape and method, eager per call with the L2 flushed (protocol B: host time
     counts) and under graph replay (protocol A); a method that fails is recorded with its error. The
     `training_sweep` record."""
+    from labkit.ops.dropin.aten import refuse_while_enabled
+
+    refuse_while_enabled("the training sweep")
     import torch
 
     from labkit.studies.bench import PROTOCOL_A, PROTOCOL_B, time_methods

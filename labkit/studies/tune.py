@@ -35,6 +35,9 @@ def tune(full: bool = False, rounds: int | None = None, backward: bool = True, p
     """Measure every candidate path on the present GPU, write its table to the user's cache and make the rule use
     it in this process from the next call on. Returns what was done: {"path", "device", "grid", "shapes",
     "rounds", "seconds", "forward_picks", "backward_picks", "rule_source"}."""
+    from labkit.ops.dropin.aten import refuse_while_enabled
+
+    refuse_while_enabled("labkit tune")
     import torch
 
     from labkit.core.device import current_index, device_info

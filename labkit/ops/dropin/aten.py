@@ -10,7 +10,11 @@ torch.compile does not see them: Inductor decomposes native_layer_norm into its 
 (labkit.layer_norm's registered op is the compiled path). `disable()` gives torch's kernels back.
 
 The planners below run in C++'s miss path, with the GIL taken there; what they return is kept per signature where
-it was planned in the default context (no dispatch_protocol, no forced backward) and not under graph capture.
+it was planned in the default context and not under graph capture. Calls it serves are planned by LABKIT_PROTOCOL
+(default eager): the measurement contexts (`dispatch_protocol`, `forced_backward`, `host.off`) do not reach a
+signature it has kept, and its backward plans in autograd's thread, where no dispatch_protocol is set. A first
+call under CUDA graph capture is torch's (programs are prepared outside capture), as for labkit.layer_norm.
+Measurements of torch's kernel (labkit tune) refuse to run while it is on.
 """
 from __future__ import annotations
 
@@ -36,8 +40,10 @@ def _plan_backward(x, ns, weight, bias):
 
     import torch
 
+    if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return None, False  # nothing prepared under capture: torch's kernel, and planned at the next call outside
     ns = tuple(ns)
-    keep = plans._default_context() and not (x.device.type == "cuda" and torch.cuda.is_current_stream_capturing())
+    keep = plans._default_context()
     gp = plans.backward_plan(x, ns, weight, bias)
     if gp is None or host.unavailable(x.get_device()) is not None:
         return None, keep
@@ -64,14 +70,21 @@ def enable(key: str = "CUDA") -> None:
 
 def disable() -> None:
     """Give torch's own kernels back (a no-op where labkit.enable() is off)."""
-    m = host.module()
+    m = host.loaded()
     if m is not None:
         m.disable_aten()
 
 
 def is_enabled() -> bool:
-    m = host.module()
+    """Whether labkit.enable() is on (never builds the host extension to answer)."""
+    m = host.loaded()
     return m is not None and m.aten_enabled()
+
+
+def refuse_while_enabled(what: str) -> None:
+    """RuntimeError where labkit.enable() is on: `what` would time our kernels as torch's."""
+    if is_enabled():
+        raise RuntimeError(f"{what} times torch's own kernel, which labkit.enable() replaces: labkit.disable() first")
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+from labkit.core.log import first_use
 from labkit.core.sources import host_dir
 
 SOURCES = ("layer_norm.cpp", "launch_program.h")
@@ -70,7 +71,7 @@ def _build():
         cached = (where / f"{name}.so").is_file()
         where.mkdir(parents=True, exist_ok=True)
         if not cached:  # the one wait of a first use longer than a few seconds: said when it starts, not only after
-            log.info("building the host extension %s (C++, once per torch and source version; tens of seconds)", name)
+            first_use(log, "building the host extension %s (C++, once per torch and source version; tens of seconds)", name)
         start = time.perf_counter()
         sources = host_dir()
         flags, ldflags = ["-O2"], []
@@ -79,17 +80,27 @@ def _build():
             # labkit.enable() calls torch's own CUDA LayerNorm kernels where ours do not serve
             flags.append("-DLABKIT_TORCH_CUDA")
             ldflags += [f"-L{torch_cuda.parent}", "-ltorch_cuda"]
+        # torch runs ninja from PATH: a virtual environment's own ninja (a dependency) is beside its interpreter,
+        # which is not on PATH where the environment is used without being activated
+        bindir = str(Path(sys.executable).parent)
+        if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
         module = cpp_extension.load(name=name, sources=[str(sources / "layer_norm.cpp")],
                                     extra_include_paths=[str(sources)], extra_cflags=flags,
                                     extra_ldflags=ldflags, build_directory=str(where), verbose=False)
         seconds = None if cached else time.perf_counter() - start
         if seconds is not None:
-            log.info("built the host extension %s in %.1f s (C++, torch.utils.cpp_extension; cached in %s)",
+            first_use(log, "built the host extension %s in %.1f s (C++, torch.utils.cpp_extension; cached in %s)",
                      name, seconds, where)
         return module, None, seconds
     except Exception as exc:  # no compiler, no ninja, a torch without headers: the Python runner serves
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return None, f"could not be built here ({type(exc).__name__}: {first[:200]})", None
+
+
+def loaded():
+    """The extension module if this process has built or loaded it already, else None (never builds it)."""
+    return _state.get("module")
 
 
 def module():

@@ -18,9 +18,10 @@ CHECKOUT = Path(__file__).resolve().parents[2]                # the repository r
 def source_root() -> Path:
     """The folder holding kernels/ and host/: the installed package's copy, else the checkout. RuntimeError (the
     installation, not an input, is wrong) where neither has kernels/."""
-    for root in (PACKAGED, CHECKOUT):
-        if (root / "kernels").is_dir():
-            return root
+    if (PACKAGED / "kernels").is_dir():
+        return PACKAGED
+    if (CHECKOUT / "kernels").is_dir() and (CHECKOUT / "pyproject.toml").is_file():  # not site-packages' own kernels/
+        return CHECKOUT
     raise RuntimeError(f"labkit's kernel sources are in neither {PACKAGED / 'kernels'} (an installed wheel) nor "
                        f"{CHECKOUT / 'kernels'} (a checkout): reinstall labkit")
 

@@ -130,11 +130,14 @@ def _device_kernels(dev: Device, shapes: tuple[tuple[int, int], ...] | None) -> 
         table, _ = tables.for_device(dev.arch, dev.sm_count, dev.name, dev.target)
         grad = backward.KERNELS if getattr(table, "BACKWARD", None) else ()
         return tuple(dict.fromkeys(rule.pickable_kernels(dev.arch, dev.sm_count) + grad))
+    from labkit.ops.dropin.plan import current_protocol
+
+    protocol = current_protocol()  # what the calls will be planned by (LABKIT_PROTOCOL, or a dispatch_protocol)
     forward, grad = (), ()
     for rows, n in shapes:
-        path, _ = rule.choose(rows, n, dev, tuple(paths.candidates(rows, n, dev)))
+        path, _ = rule.choose(rows, n, dev, tuple(paths.candidates(rows, n, dev)), protocol)
         forward += paths.kernels(path)
-        schedule, _ = rule.choose_backward(rows, n, dev, tuple(backward.candidates(rows, n, dev)))
+        schedule, _ = rule.choose_backward(rows, n, dev, tuple(backward.candidates(rows, n, dev)), protocol)
         grad = backward.KERNELS if schedule != paths.NATIVE else grad
     return tuple(dict.fromkeys(forward + grad))
 

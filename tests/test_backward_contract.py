@@ -129,6 +129,7 @@ def test_templates_follow_torchs_host_code():
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89", "sm_90"])
+@pytest.mark.slow
 def test_backward_kernels_compile_where_their_plans_allow(arch, cache_dir):
     from labkit.core.compile import compile_kernel
 

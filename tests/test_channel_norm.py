@@ -113,6 +113,7 @@ def test_conversion_helpers_round_trip():
     assert_bits_equal(cn.from_rows(r), x, what="from_rows(to_rows(x))")
 
 
+@pytest.mark.slow
 def test_kernels_compile_with_nvrtc(cache_dir):
     rows = lb.kernel_builds("sm_90")
     assert [r["kernel"] for r in rows] == ["channel_norm_nchw", "channel_norm_rows"]

@@ -64,6 +64,7 @@ print(compile_kernel("affine_rows", "sm_90").record.cubin_sha256, flush=True)
 """
 
 
+@pytest.mark.slow
 def test_two_processes_compiling_one_kernel_share_one_valid_entry(tmp_path):
     from labkit.core import compile as c
 

@@ -263,6 +263,7 @@ def test_rule_never_picks_sm90_kernels_elsewhere():
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
+@pytest.mark.slow
 def test_every_kernel_the_rule_can_pick_compiles_for_the_arch(arch, cache_dir):
     from labkit.core.compile import compile_kernel
 
@@ -275,6 +276,7 @@ def test_every_kernel_the_rule_can_pick_compiles_for_the_arch(arch, cache_dir):
         compile_kernel("chain_stats_tma", arch)
 
 
+@pytest.mark.slow
 def test_sm90_kernels_compile(cache_dir):
     from labkit.core.compile import compile_kernel
 

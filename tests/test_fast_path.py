@@ -273,6 +273,7 @@ def test_a_signature_python_had_cached_is_remembered_on_its_next_call(fast):
 _SHAPES = [(4, 64), (3, 7, 32), (2, 255), (5, 16)]
 
 
+@pytest.mark.slow  # hypothesis, 60 sequences of up to 25 calls
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(range(len(_SHAPES))), st.sampled_from(["no_grad", "grad", "inference"]),
                           st.booleans(), st.booleans(), st.sampled_from([None, "weight", "bias", "both"]),

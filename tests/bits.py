@@ -52,7 +52,7 @@ def _as_array(x):
     if x is None:
         raise TypeError("assert_bits_equal got None")
     if _is_torch(x):
-        return x.detach()
+        return x.detach().resolve_neg().resolve_conj()  # a lazily negated view (torch._neg_view) as its values
     return np.asarray(x)
 
 

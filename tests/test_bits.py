@@ -94,6 +94,19 @@ def test_dtype_mismatch_fails_and_unviewable_dtypes_raise():
         assert_bits_equal(None, torch.zeros(1))
 
 
+def test_lazy_views_and_other_devices_compare_by_their_values():
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(2))
+    assert_bits_equal(torch._neg_view(x), -x)  # the negative bit resolved, not the storage's bits
+    assert_bits_equal(x.requires_grad_(), x.detach().clone())
+    with pytest.raises(AssertionError, match="1 of 32 elements"):
+        assert_bits_equal(torch._neg_view(_flip_one_bit(x.detach(), 9)), -x.detach())
+    if torch.cuda.is_available():
+        y = x.detach().cuda()
+        assert_bits_equal(y, y.clone())
+        with pytest.raises(AssertionError, match=re.escape("1 of 32 elements differ in bits; first at index (1, 1)")):
+            assert_bits_equal(_flip_one_bit(y, 9), y)
+
+
 def test_numpy_arrays_scalars_and_mixed_inputs():
     a = np.array([[1.0, 2.0], [3.0, np.nan]], dtype=np.float32)
     assert_bits_equal(a, a.copy(), what="m2")

@@ -132,7 +132,8 @@ def test_module_state_dict_is_nn_layer_norms():
     ours = labkit.LayerNorm((3, 8), eps=1e-6)
     ours.load_state_dict(ref.state_dict())
     assert list(ours.state_dict()) == list(ref.state_dict())
-    assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), ref.state_dict().values()))
+    for (name, a), b in zip(ours.state_dict().items(), ref.state_dict().values()):
+        assert_bits_equal(a, b, what=f"state_dict {name}")
     x = torch.randn(2, 3, 8)
     assert_bits_equal(ours(x), ref(x), what="module output")
     shared = labkit.LayerNorm.from_layer_norm(ref)

@@ -100,11 +100,17 @@ def test_lazy_views_and_other_devices_compare_by_their_values():
     assert_bits_equal(x.requires_grad_(), x.detach().clone())
     with pytest.raises(AssertionError, match="1 of 32 elements"):
         assert_bits_equal(torch._neg_view(_flip_one_bit(x.detach(), 9)), -x.detach())
-    if torch.cuda.is_available():
-        y = x.detach().cuda()
-        assert_bits_equal(y, y.clone())
-        with pytest.raises(AssertionError, match=re.escape("1 of 32 elements differ in bits; first at index (1, 1)")):
-            assert_bits_equal(_flip_one_bit(y, 9), y)
+
+
+@pytest.mark.gpu
+def test_cuda_tensors_compare_on_their_device():
+    y = torch.randn(4, 8, generator=torch.Generator().manual_seed(3)).cuda()
+    assert_bits_equal(y, y.clone(), what="output", path="chain")
+    with pytest.raises(AssertionError, match=re.escape("output [path chain]: 1 of 32 elements differ in bits; "
+                                                       "first at index (1, 1): ")):
+        assert_bits_equal(_flip_one_bit(y, 9), y, what="output", path="chain")
+    with pytest.raises(AssertionError, match="1 of 32"):
+        assert_bits_equal(_flip_one_bit(y, 9).cpu().numpy(), y)  # numpy against CUDA: compared on the host
 
 
 def test_numpy_arrays_scalars_and_mixed_inputs():

@@ -80,6 +80,8 @@ def assert_bits_equal(actual, expected, *, what: str = "", path: str | None = No
     a, e = _as_array(actual), _as_array(expected)
     if _is_torch(a) != _is_torch(e):  # one torch tensor, one numpy array: compare in numpy, on the host
         a, e = (_to_numpy(v) if _is_torch(v) else v for v in (a, e))
+    elif _is_torch(a) and a.device != e.device:  # e.g. a GPU output against a CPU reference: bits travel unchanged
+        e = e.to(a.device)
     label = (what or "tensor") + (f" [path {path}]" if path else "")
     view = int_view_dtype(a.dtype)
     if _dtype_name(a) != _dtype_name(e):

@@ -111,6 +111,9 @@ def test_cuda_tensors_compare_on_their_device():
         assert_bits_equal(_flip_one_bit(y, 9), y, what="output", path="chain")
     with pytest.raises(AssertionError, match="1 of 32"):
         assert_bits_equal(_flip_one_bit(y, 9).cpu().numpy(), y)  # numpy against CUDA: compared on the host
+    assert_bits_equal(y, y.cpu(), what="a CUDA tensor against its copy on the host")
+    with pytest.raises(AssertionError, match=re.escape("1 of 32 elements differ in bits; first at index (1, 1)")):
+        assert_bits_equal(_flip_one_bit(y, 9), y.cpu())
 
 
 def test_numpy_arrays_scalars_and_mixed_inputs():

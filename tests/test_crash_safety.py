@@ -30,7 +30,8 @@ def _env(**extra):
     return {**os.environ, "PYTHONPATH": str(REPO), **extra}
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.05, 0.2])
+@pytest.mark.parametrize("delay", [0.0, pytest.param(0.05, marks=pytest.mark.slow),  # a process each: the default
+                                   pytest.param(0.2, marks=pytest.mark.slow)])       # tier kills one
 def test_killed_writer_leaves_previous_run_intact_and_no_torn_record(tmp_path, delay):
     from labkit.records.run import Run, load_run
 

@@ -38,6 +38,7 @@ def compiled():
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHES))
+@pytest.mark.slow
 def test_exactly_the_sm90_kernels_fail_below_sm90(compiled, arch):
     failing = {k for (a, k), cubin in compiled.items() if a == arch and cubin is None}
     assert failing == (SM90_ONLY if arch < 90 else set())
@@ -62,6 +63,7 @@ def _launches(arch: int):
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHES))
+@pytest.mark.slow
 def test_every_planned_launch_fits_the_arch(compiled, arch):
     usage = {}
     for (a, k), cubin in compiled.items():

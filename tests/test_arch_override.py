@@ -33,6 +33,7 @@ def test_an_override_that_cannot_apply_names_the_value(value, match):
         overridden(H200, value)
 
 
+@pytest.mark.slow
 def test_kernels_compile_to_ptx_for_the_override_and_are_cached_apart(cache_dir):
     ptx = kc.compile_kernel("rows_fused", "compute_80")
     cubin = kc.compile_kernel("rows_fused", "sm_80")

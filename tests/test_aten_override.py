@@ -8,11 +8,7 @@ import torch
 import labkit
 from labkit.ops.dropin import aten, host
 
-try:
-    from bits import assert_bits_equal
-except ImportError:  # until the shared helper lands
-    def assert_bits_equal(a, e, what=""):
-        assert torch.equal(a.detach().view(torch.int32), e.detach().view(torch.int32)), what
+from bits import assert_bits_equal
 
 pytestmark = pytest.mark.skipif(host.module() is None, reason="the host extension does not build here")
 

@@ -64,6 +64,7 @@ def test_replays_a_given_run_directory(tmp_path, script):
     assert f"REPLAYED committed GPU run {_run_id(oldest)}" in done.stdout and "|---|" in done.stdout
 
 
+@pytest.mark.slow  # imports the whole measuring stack in a subprocess
 def test_timing_table_live_refuses_without_a_gpu(tmp_path):
     import torch
 

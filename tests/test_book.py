@@ -33,6 +33,7 @@ def test_book_parameters_validate_mode(tmp_path):
         book.book_parameters("cpu", "huge", tmp_path)
 
 
+@pytest.mark.slow
 def test_each_notebook_receives_only_the_parameters_it_declares(tmp_path):
     nbs = tmp_path / "nbs"
     nbs.mkdir()

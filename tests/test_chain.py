@@ -74,6 +74,7 @@ def test_cpu_tensors_refused():
 
 
 @pytest.mark.parametrize("variant", ["0", "1", "2"])
+@pytest.mark.slow
 def test_tma_kernel_and_stage_variants_compile_for_sm90(variant, cache_dir):
     assert compile_kernel("chain_stats_tma", "sm_90", (f"-DCHAIN_VARIANT={variant}",)).cubin.startswith(b"\x7fELF")
 
@@ -99,6 +100,7 @@ def test_tma_config_refuses_impossible_rings(args):
 
 
 @pytest.mark.parametrize("options", [(), ("-DTMA_STEPS=32", "-DTMA_STAGES=12"), ("-DTMA_AHEAD=8",)])
+@pytest.mark.slow
 def test_tma_ring_shapes_compile_for_sm90(options, cache_dir):
     assert compile_kernel("chain_stats_tma", "sm_90", options).cubin.startswith(b"\x7fELF")
 

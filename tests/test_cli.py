@@ -50,6 +50,7 @@ def _tree(path) -> dict:
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_build_progress_publishes_readable_files_and_no_transport_warning(tmp_path, good, capfd):
     out = tmp_path / "site" / "book"
     old_umask = os.umask(0o022)
@@ -70,6 +71,7 @@ def test_build_progress_publishes_readable_files_and_no_transport_warning(tmp_pa
     assert sorted(p.name for p in out.parent.iterdir()) == ["book"]  # no staging or old folder left behind
 
 
+@pytest.mark.slow
 def test_failing_notebook_stops_keeps_partial_and_leaves_the_published_book(tmp_path, good, failing, capsys):
     out = tmp_path / "book"
     assert _book(out, good) == 0
@@ -100,6 +102,7 @@ def test_failing_notebook_stops_keeps_partial_and_leaves_the_published_book(tmp_
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
+@pytest.mark.slow
 def test_rebuilding_keeps_the_live_runs_of_the_replaced_book(tmp_path, good):
     out = tmp_path / "book"
     assert _book(out, good) == 0
@@ -110,6 +113,7 @@ def test_rebuilding_keeps_the_live_runs_of_the_replaced_book(tmp_path, good):
     assert (run / "run.json").read_text() == '{"run_id": "x"}'  # a GPU run not yet curated is not thrown away
 
 
+@pytest.mark.slow
 def test_keep_going_runs_the_rest_and_still_publishes_nothing(tmp_path, failing, capsys):
     out = tmp_path / "book"
     assert _book(out, failing, "--keep-going") == 1

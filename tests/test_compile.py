@@ -4,6 +4,7 @@ from labkit.core import compile as kc
 
 
 @pytest.mark.parametrize("kernel", kc.available_kernels())
+@pytest.mark.slow
 def test_every_kernel_compiles_for_sm90_without_a_gpu(kernel, cache_dir):
     compiled = kc.compile_kernel(kernel, "sm_90")
     assert compiled.cubin.startswith(b"\x7fELF")

@@ -30,7 +30,8 @@ def _env(**extra):
     return {**os.environ, "PYTHONPATH": str(REPO), **extra}
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.05, 0.2])
+@pytest.mark.parametrize("delay", [0.0, pytest.param(0.05, marks=pytest.mark.slow),  # a process each: the default
+                                   pytest.param(0.2, marks=pytest.mark.slow)])       # tier kills one
 def test_killed_writer_leaves_previous_run_intact_and_no_torn_record(tmp_path, delay):
     from labkit.records.run import Run, load_run
 
@@ -64,6 +65,7 @@ print(compile_kernel("affine_rows", "sm_90").record.cubin_sha256, flush=True)
 """
 
 
+@pytest.mark.slow
 def test_two_processes_compiling_one_kernel_share_one_valid_entry(tmp_path):
     from labkit.core import compile as c
 

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import labkit
+from bits import assert_bits_equal
 from labkit.core.device import Device
 from labkit.ops import paths
 from labkit.ops.dispatch import rule
@@ -26,11 +27,6 @@ CASES = [((4, 8), (8,)), ((2, 3, 16), (16,)), ((2, 3, 16), (3, 16)), ((5, 1001),
          ((7, 4), 4)]
 
 
-def _bits(t):
-    view = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16}[t.dtype]
-    return t.contiguous().view(view)
-
-
 @pytest.mark.parametrize("shape,ns", CASES)
 @pytest.mark.parametrize("affine", ["both", "weight", "none", "bias"])
 def test_forward_and_backward_bits_equal_torch_on_cpu(shape, ns, affine):
@@ -40,8 +36,8 @@ def test_forward_and_backward_bits_equal_torch_on_cpu(shape, ns, affine):
     w = torch.randn(nsh, generator=g) if affine in ("both", "weight") else None
     b = torch.randn(nsh, generator=g) if affine in ("both", "bias") else None
     with torch.no_grad():
-        assert torch.equal(_bits(labkit.layer_norm(x, ns, w, b, 1e-3)),
-                           _bits(torch.nn.functional.layer_norm(x, nsh, w, b, 1e-3)))
+        assert_bits_equal(labkit.layer_norm(x, ns, w, b, 1e-3), torch.nn.functional.layer_norm(x, nsh, w, b, 1e-3),
+                          what="forward")
     grads = []
     for fn in (torch.nn.functional.layer_norm, labkit.layer_norm):
         ts = [t.clone().requires_grad_() if t is not None else None for t in (x, w, b)]
@@ -50,8 +46,12 @@ def test_forward_and_backward_bits_equal_torch_on_cpu(shape, ns, affine):
         if y.numel():
             y.backward(torch.ones_like(y) * 0.5 + x[..., :1].detach())
         grads.append([y.detach()] + [t.grad for t in ts if t is not None])
-    for a, c in zip(*grads):
-        assert (a is None and c is None) if x.numel() == 0 and a is None else torch.equal(_bits(a), _bits(c))
+    names = ["y", "dx"] + [name for name, t in (("dweight", w), ("dbias", b)) if t is not None]
+    for name, c, a in zip(names, *grads):  # grads: [torch's, ours]
+        if x.numel() == 0 and a is None:
+            assert a is None and c is None
+        else:
+            assert_bits_equal(a, c, what=name)
 
 
 def test_errors_are_torchs_own():
@@ -71,8 +71,8 @@ def test_double_backward_matches_eager():
         xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
         (gx,) = torch.autograd.grad(fn(xs, (16,), ws, b).pow(2).sum(), xs, create_graph=True)
         out.append(torch.autograd.grad(gx.sum(), (xs, ws)))
-    for a, c in zip(*out):
-        assert torch.equal(_bits(a), _bits(c))
+    for name, c, a in zip(("d2x", "d2weight"), *out):  # out: [torch's, ours]
+        assert_bits_equal(a, c, what=name)
 
 
 @pytest.mark.parametrize("args", [
@@ -133,9 +133,10 @@ def test_module_state_dict_is_nn_layer_norms():
     ours = labkit.LayerNorm((3, 8), eps=1e-6)
     ours.load_state_dict(ref.state_dict())
     assert list(ours.state_dict()) == list(ref.state_dict())
-    assert all(torch.equal(a, b) for a, b in zip(ours.state_dict().values(), ref.state_dict().values()))
+    for (name, a), b in zip(ours.state_dict().items(), ref.state_dict().values()):
+        assert_bits_equal(a, b, what=f"state_dict {name}")
     x = torch.randn(2, 3, 8)
-    assert torch.equal(_bits(ours(x)), _bits(ref(x)))
+    assert_bits_equal(ours(x), ref(x), what="module output")
     shared = labkit.LayerNorm.from_layer_norm(ref)
     assert shared.weight is ref.weight and shared.bias is ref.bias and shared.eps == 1e-6
 
@@ -182,14 +183,16 @@ def test_eager_skips_the_dispatcher_with_and_without_autograd(monkeypatch):
     y.sum().backward()
     ref = torch.randn(8).copy_(w.detach()).requires_grad_()
     torch.nn.functional.layer_norm(x, (8,), ref).sum().backward()
-    assert torch.equal(_bits(w.grad), _bits(ref.grad)) and calls == []
+    assert_bits_equal(w.grad, ref.grad, what="dweight (torch's node)")
+    assert calls == []
     w.grad = None
     plan.clear()
     monkeypatch.setattr(plan, "backward_plan", lambda *a: object())  # as where our backward would serve
     y = labkit.layer_norm(x, (8,), w)
     assert calls == [] and type(y.grad_fn).__name__ == "_LayerNormBackward"
     y.sum().backward()
-    assert torch.equal(_bits(w.grad), _bits(ref.grad)) and calls == []
+    assert_bits_equal(w.grad, ref.grad, what="dweight (_LayerNorm)")
+    assert calls == []
     plan.clear()
     torch.func.vmap(lambda r: labkit.layer_norm(r, (8,), w.detach()))(x.unsqueeze(1))
     assert calls  # a functorch transform takes the registered op (and its batching rule)
@@ -201,9 +204,9 @@ def test_vmap_has_a_batching_rule_and_torchs_bits(capfd):
     x, w, b = torch.randn(3, 4, 8), torch.randn(8), torch.randn(3, 8)
     ours = torch.func.vmap(lambda r, bb: labkit.layer_norm(r, (8,), w, bb))(x, b)
     ref = torch.func.vmap(lambda r, bb: torch.nn.functional.layer_norm(r, (8,), w, bb))(x, b)
-    assert torch.equal(_bits(ours), _bits(ref))
+    assert_bits_equal(ours, ref, what="vmap, per-sample bias")
     ours = torch.func.vmap(lambda r: labkit.layer_norm(r, (8,), w))(x)
-    assert torch.equal(_bits(ours), _bits(torch.func.vmap(lambda r: torch.nn.functional.layer_norm(r, (8,), w))(x)))
+    assert_bits_equal(ours, torch.func.vmap(lambda r: torch.nn.functional.layer_norm(r, (8,), w))(x), what="vmap")
     assert "performance drop" not in capfd.readouterr().err
 
 
@@ -218,14 +221,14 @@ def test_functorch_grad_and_jvp_take_torchs_layer_norm(monkeypatch):
     monkeypatch.setattr(op, "layer_norm_op", registered)  # the routing, not only the result, is what is tested
     grads = [torch.func.vmap(torch.func.grad(lambda r, f=f: f(r, (8,), w, b).square().sum()))(x)
              for f in (labkit.layer_norm, torch.nn.functional.layer_norm)]
-    assert torch.equal(_bits(grads[0]), _bits(grads[1]))
+    assert_bits_equal(grads[0], grads[1], what="vmap(grad) dx")
     dw = [torch.func.grad(lambda ww, f=f: f(x, (8,), ww, b).square().sum())(w)
           for f in (labkit.layer_norm, torch.nn.functional.layer_norm)]
-    assert torch.equal(_bits(dw[0]), _bits(dw[1]))
+    assert_bits_equal(dw[0], dw[1], what="grad dweight")
     t = torch.randn_like(x)
     jv = [torch.func.jvp(lambda r, f=f: f(r, (8,), w, b), (x,), (t,))[1]
           for f in (labkit.layer_norm, torch.nn.functional.layer_norm)]
-    assert torch.equal(_bits(jv[0]), _bits(jv[1]))
+    assert_bits_equal(jv[0], jv[1], what="jvp tangent")
 
 
 @pytest.mark.parametrize("rows,n,arch,expect", [
@@ -262,6 +265,7 @@ def test_rule_never_picks_sm90_kernels_elsewhere():
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
+@pytest.mark.slow
 def test_every_kernel_the_rule_can_pick_compiles_for_the_arch(arch, cache_dir):
     from labkit.core.compile import compile_kernel
 
@@ -274,6 +278,7 @@ def test_every_kernel_the_rule_can_pick_compiles_for_the_arch(arch, cache_dir):
         compile_kernel("chain_stats_tma", arch)
 
 
+@pytest.mark.slow
 def test_sm90_kernels_compile(cache_dir):
     from labkit.core.compile import compile_kernel
 
@@ -438,7 +443,7 @@ def test_autocast_keeps_torchs_cast_policy():
     ours = labkit.LayerNorm.from_layer_norm(ln)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         a, b = ln(x), ours(x)
-    assert a.dtype == b.dtype and torch.equal(a.float(), b.float())
+    assert_bits_equal(b, a, what="autocast output")  # dtype, shape and bits
 
 
 def test_the_dispatch_protocol_is_one_of_the_rules_and_restores_itself():

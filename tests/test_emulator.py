@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bits import assert_bits_equal
 from labkit.exact.emulator import (
     CONTRACTIONS,
     reciprocal_table,
@@ -99,8 +100,8 @@ def test_vectorized_matches_scalar_model_bit_for_bit(contraction):
     x = _ragged_input(seed=2)
     mean, m2 = welford_rows(x, contraction=contraction)
     want_mean, want_m2 = _scalar_welford(x, contraction)
-    np.testing.assert_array_equal(_bits(mean), _bits(want_mean))
-    np.testing.assert_array_equal(_bits(m2), _bits(want_m2))
+    assert_bits_equal(mean, want_mean, what=f"mean ({contraction})")
+    assert_bits_equal(m2, want_m2, what=f"m2 ({contraction})")
 
 
 def test_vectorized_matches_scalar_model_short_row():
@@ -109,8 +110,8 @@ def test_vectorized_matches_scalar_model_short_row():
     for contraction in CONTRACTIONS:
         mean, m2 = welford_rows(x, contraction=contraction)
         want_mean, want_m2 = _scalar_welford(x, contraction)
-        np.testing.assert_array_equal(_bits(mean), _bits(want_mean))
-        np.testing.assert_array_equal(_bits(m2), _bits(want_m2))
+        assert_bits_equal(mean, want_mean, what=f"mean ({contraction})")
+        assert_bits_equal(m2, want_m2, what=f"m2 ({contraction})")
 
 
 @pytest.mark.parametrize("n", [4, 4 * 128, 4 * 128 * 2 + 4, RAGGED_N])
@@ -141,14 +142,14 @@ def test_contraction_choice_is_irrelevant_for_power_of_two_counts():
     x = _ragged_input(seed=3, rows=4, n=4 * 128 * 4)
     first, _ = welford_rows(x, contraction="first_product")
     second, _ = welford_rows(x, contraction="second_product")
-    np.testing.assert_array_equal(_bits(first), _bits(second))
+    assert_bits_equal(first, second, what="mean, first vs second product")
 
 
 def test_reciprocal_table_is_correctly_rounded():
     table = reciprocal_table(5000)
     assert np.isinf(table[0])
     k = np.arange(1, 5001, dtype=np.float32)
-    np.testing.assert_array_equal(_bits(table[1:]), _bits(F32(1) / k))
+    assert_bits_equal(table[1:], F32(1) / k, what="reciprocal table")
     for i in (3, 7, 11, 4095, 4097, 4999):
         exact = Fraction(1, i)
         got = Fraction(float(table[i]))
@@ -199,8 +200,8 @@ def test_reference_output_uses_fma():
     unfused = gamma * normalized + beta
     assert np.any(_bits(y) != _bits(unfused)), "fused and unfused outputs never differ"
     for r, j in [(0, 0), (1, 17), (1, 4095)]:
-        assert _bits(y[r, j]) == _bits(fma32_scalar(gamma[j], normalized[r, j], beta[j]))
-    np.testing.assert_array_equal(_bits(y), _bits(fma32(gamma, normalized, beta)))
+        assert_bits_equal(y[r, j], fma32_scalar(gamma[j], normalized[r, j], beta[j]), what=f"y[{r}, {j}]")
+    assert_bits_equal(y, fma32(gamma, normalized, beta), what="y")
 
 
 def test_bad_arguments_raise_value_error():
@@ -232,12 +233,11 @@ def _check_fixture(path: Path) -> None:
         x, mean, rstd, y = data["x"], data["mean"], data["rstd"], data["y"]
         gamma, beta, eps = data["gamma"], data["beta"], float(data["eps"])
     stats = reference_stats(x, eps)
-    np.testing.assert_array_equal(_bits(stats["mean"]), _bits(mean), err_msg="mean bits differ from torch")
+    assert_bits_equal(stats["mean"], mean, what=f"mean of {path.name} (emulator vs torch)")
     # rsqrtf is approximate; the CUDA programming guide bounds it at 2 ulp.
     assert ulp_distance(rstd, stats["rstd_cr"]).max() <= 2
-    np.testing.assert_array_equal(
-        _bits(reference_output(x, mean, rstd, gamma, beta)), _bits(y), err_msg="output bits differ from torch"
-    )
+    assert_bits_equal(reference_output(x, mean, rstd, gamma, beta), y,
+                      what=f"output of {path.name} (emulator vs torch)")
 
 
 @pytest.mark.skipif(not _FIXTURE_FILES, reason=f"no GPU golden fixtures (*.npz) under {FIXTURES} yet")

@@ -16,6 +16,7 @@ from labkit.tasks import L1_40
 from labkit.records import run as results
 from labkit.exact.oracle import ulp_steps
 
+pytestmark = pytest.mark.slow  # the emulator over 16 rows of 4,194,304 values
 
 
 def _oracle_cases():

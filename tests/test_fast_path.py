@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 import labkit
+from bits import assert_bits_equal
 from labkit.ops.dropin import host, plan
 
 
@@ -25,10 +26,6 @@ def fast():
     yield real
     host.fast[0] = real  # a test may have put a spy there
     plan.clear()
-
-
-def _bits(t):
-    return t.contiguous().view(torch.int32)
 
 
 def _inputs(shape=(8, 255), seed=0):
@@ -48,7 +45,8 @@ def test_a_decided_signature_is_served_from_cpp(fast, monkeypatch):
         monkeypatch.setattr(plan, "get_plan", planned)
         again = labkit.layer_norm(x, 255, w, b, 1e-5)  # an int normalized_shape is the same signature
     ref = F.layer_norm(x, (255,), w, b, 1e-5)
-    assert torch.equal(_bits(first), _bits(ref)) and torch.equal(_bits(again), _bits(ref))
+    assert_bits_equal(first, ref, what="first call")
+    assert_bits_equal(again, ref, what="served from C++")
 
 
 @pytest.mark.parametrize("change", [
@@ -72,7 +70,7 @@ def test_a_changed_signature_is_decided_by_python(fast, change):
         x2, w2, b2, eps = change(x, w, b)
         assert fast(x2, (255,), w2, b2, eps) is None
         got = labkit.layer_norm(x2, (255,), w2, b2, eps)
-        assert torch.equal(_bits(got), _bits(F.layer_norm(x2, (255,), w2, b2, eps)))
+        assert_bits_equal(got, F.layer_norm(x2, (255,), w2, b2, eps), what="changed signature")
         # then remembered, but for a ZeroTensor, which the C++ key never describes (Python's path, every call)
         assert (fast(x2, (255,), w2, b2, eps) is None) == x2._is_zerotensor()
 
@@ -89,10 +87,10 @@ def test_grad_mode_is_part_of_the_signature(fast):
         assert type(y.grad_fn).__name__ == "NativeLayerNormBackward0"
         gx, = torch.autograd.grad(y, x, dy)
         ref = F.layer_norm(x, (255,), w, b)
-        assert torch.equal(_bits(y), _bits(ref))
-        assert torch.equal(_bits(gx), _bits(torch.autograd.grad(ref, x, dy)[0]))
+        assert_bits_equal(y, ref, what="y")
+        assert_bits_equal(gx, torch.autograd.grad(ref, x, dy)[0], what="dx")
     with torch.inference_mode():
-        assert torch.equal(_bits(labkit.layer_norm(x, (255,), w, b)), _bits(F.layer_norm(x, (255,), w, b)))
+        assert_bits_equal(labkit.layer_norm(x, (255,), w, b), F.layer_norm(x, (255,), w, b), what="inference mode")
 
 
 @pytest.mark.parametrize("context", [lambda: plan.forced_backward("native"), host.off],
@@ -106,7 +104,7 @@ def test_a_process_wide_context_suspends_it(fast, context):
             inside = labkit.layer_norm(x[:3], (255,), w, b)  # decided in Python, under the context
         assert host.fast[0] is fast
         assert fast(x[:3], (255,), w, b, 1e-5) is None  # what was decided inside is not remembered
-        assert torch.equal(_bits(inside), _bits(F.layer_norm(x[:3], (255,), w, b)))
+        assert_bits_equal(inside, F.layer_norm(x[:3], (255,), w, b), what="inside the context")
 
 
 class _Spy:
@@ -139,7 +137,7 @@ def test_a_dispatch_protocol_takes_the_python_path_in_its_context_only(fast):
             return await later
         y = asyncio.run(main())  # the task runs after the `with` has ended, in the context copied inside it
         assert spy.calls == 0 and host.module().remembered() == 0
-        assert torch.equal(_bits(y), _bits(F.layer_norm(x[:5], (255,), w, b)))
+        assert_bits_equal(y, F.layer_norm(x[:5], (255,), w, b), what="task after the with")
         labkit.layer_norm(x, (255,), w, b)  # the default context: the fast path, which then remembers
         assert spy.calls == 1 and host.module().remembered() == 1
 
@@ -184,8 +182,9 @@ def test_forward_mode_ad_keeps_its_tangent(fast):
     with fwAD.dual_level():
         ours = fwAD.unpack_dual(labkit.layer_norm(fwAD.make_dual(x, t), (255,), w, b))
         ref = fwAD.unpack_dual(F.layer_norm(fwAD.make_dual(x, t), (255,), w, b))
-    assert ours.tangent is not None and torch.equal(_bits(ours.tangent), _bits(ref.tangent))
-    assert torch.equal(_bits(ours.primal), _bits(ref.primal))
+    assert ours.tangent is not None
+    assert_bits_equal(ours.tangent, ref.tangent, what="tangent")
+    assert_bits_equal(ours.primal, ref.primal, what="primal")
 
 
 def test_clearing_the_plans_forgets_every_decision(fast):
@@ -219,7 +218,7 @@ def test_odd_arguments_take_the_python_path(fast, ns, eps):
             with pytest.raises(type(exc)):
                 labkit.layer_norm(x, ns, w, b, eps)
             return
-        assert torch.equal(_bits(labkit.layer_norm(x, ns, w, b, eps)), _bits(ref))
+        assert_bits_equal(labkit.layer_norm(x, ns, w, b, eps), ref, what=f"ns={ns!r} eps={eps!r}")
 
 
 def test_an_input_torch_refuses_gets_torchs_error_on_every_call(fast):
@@ -245,8 +244,10 @@ def test_threads_share_the_decisions_and_keep_torchs_bits(fast):
             x, w, b = data[j]
             with torch.no_grad():
                 y = labkit.layer_norm(x, x.shape[-1:], w, b)
-            if not torch.equal(_bits(y), _bits(refs[j])):
-                bad.append((k, i))
+            try:
+                assert_bits_equal(y, refs[j], what=f"thread {k} call {i} shape {shapes[j]}")
+            except AssertionError as exc:
+                bad.append(str(exc))
     threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
     for t in threads:
         t.start()
@@ -272,6 +273,7 @@ def test_a_signature_python_had_cached_is_remembered_on_its_next_call(fast):
 _SHAPES = [(4, 64), (3, 7, 32), (2, 255), (5, 16)]
 
 
+@pytest.mark.slow  # hypothesis, 60 sequences of up to 25 calls
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(range(len(_SHAPES))), st.sampled_from(["no_grad", "grad", "inference"]),
                           st.booleans(), st.booleans(), st.sampled_from([None, "weight", "bias", "both"]),
@@ -295,13 +297,13 @@ def test_any_sequence_of_calls_keeps_torchs_outputs_and_gradients(calls):
         with ctx():
             y = labkit.layer_norm(x, shape[-1:], w, b, eps)
             ref = F.layer_norm(x, shape[-1:], w, b, eps)
-        assert torch.equal(_bits(y.detach()), _bits(ref.detach()))
+        assert_bits_equal(y, ref, what=f"y ({mode}, {affine}, eps {eps})")
         assert y.requires_grad == ref.requires_grad
         if ref.requires_grad:
             wanted = [t for t in (x, w) if t is not None and t.requires_grad]
             dy = torch.randn_like(ref)
-            for a, c in zip(torch.autograd.grad(y, wanted, dy), torch.autograd.grad(ref, wanted, dy)):
-                assert torch.equal(_bits(a), _bits(c))
+            for i, (a, c) in enumerate(zip(torch.autograd.grad(y, wanted, dy), torch.autograd.grad(ref, wanted, dy))):
+                assert_bits_equal(a, c, what=f"gradient {i}")
     plan.clear()
 
 
@@ -311,4 +313,4 @@ def test_an_int_eps_is_remembered_as_the_float_it_equals(fast):
         labkit.layer_norm(x, (255,), w, b, 0)
         assert fast(x, (255,), w, b, 0) is not None and fast(x, (255,), w, b, 0.0) is not None
         assert fast(x, (255,), w, b, True) is None  # a bool: its own spelling, left to the Python path and torch
-        assert torch.equal(_bits(labkit.layer_norm(x, (255,), w, b, 0)), _bits(F.layer_norm(x, (255,), w, b, 0)))
+        assert_bits_equal(labkit.layer_norm(x, (255,), w, b, 0), F.layer_norm(x, (255,), w, b, 0), what="int eps")

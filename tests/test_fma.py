@@ -11,6 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from bits import assert_bits_equal
 from labkit.exact.fma import fma32, fma32_scalar
 
 F32 = np.float32
@@ -292,7 +293,7 @@ def test_broadcasting_and_shapes():
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     out = fma32(a, F32(2.0), np.ones(3, dtype=np.float32))
     assert out.dtype == np.float32 and out.shape == (2, 3)
-    np.testing.assert_array_equal(out, a * 2 + 1)
+    assert_bits_equal(out, a * 2 + 1, what="broadcast fma32")
     scalar = fma32(F32(2.0), F32(3.0), F32(1.0))
     assert scalar.shape == () and scalar == 7
 

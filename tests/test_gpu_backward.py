@@ -5,13 +5,9 @@ tiny N, no affine, eps 0 and 0.1, non-finite inputs, zero dy and zero gamma; str
 backward through autograd with our kernels forced."""
 import pytest
 
+from bits import assert_bits_equal
+
 pytestmark = pytest.mark.gpu
-
-
-def _bits(t):
-    import torch
-
-    return None if t is None else t.contiguous().view(torch.int32)
 
 
 def _inputs(shape, seed=0, kind="normal", affine="both", eps=1e-5):
@@ -50,7 +46,7 @@ def _compare(shape, schedule="auto", **kw):
         if c is None:
             assert a is None, name
             continue
-        assert a.shape == c.shape and torch.equal(_bits(a), _bits(c)), (shape, schedule, kw, name)
+        assert_bits_equal(a, c, what=f"{name} at {shape} {kw}", path=f"backward schedule {schedule}")
 
 
 @pytest.mark.parametrize("shape", [
@@ -144,7 +140,8 @@ def test_streams_and_graph_capture():
     with torch.cuda.stream(s):
         got = backward.backward(dy, x, ns, mean, rstd, w, b)
     s.synchronize()
-    assert all(torch.equal(_bits(a), _bits(c)) for a, c in zip(got, ref))
+    for name, a, c in zip(("dx", "dweight", "dbias"), got, ref):
+        assert_bits_equal(a, c, what=f"{name} on a side stream")
     backward.backward(dy, x, ns, mean, rstd, w, b)  # bind outside capture first
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
@@ -153,7 +150,8 @@ def test_streams_and_graph_capture():
     g.replay()
     torch.cuda.synchronize()
     ref = torch.ops.aten.native_layer_norm_backward(dy, x, list(ns), mean, rstd, w, b, [True, True, True])
-    assert all(torch.equal(_bits(a), _bits(c)) for a, c in zip(out, ref))
+    for name, a, c in zip(("dx", "dweight", "dbias"), out, ref):
+        assert_bits_equal(a, c, what=f"{name} after graph replay")
 
 
 @pytest.mark.parametrize("shape", [(16, 64, 256, 256), (4096, 768), (3, 64, 17, 19), (70000, 64)])
@@ -173,8 +171,8 @@ def test_drop_in_training_step_with_our_backward_forced(shape):
             y = fn(xs, ns, ws, bs, eps)
             y.backward(dy)
         grads.append([y.detach(), xs.grad, ws.grad, bs.grad])
-    for a, c in zip(*grads):
-        assert torch.equal(_bits(a), _bits(c)), shape
+    for name, c, a in zip(("y", "dx", "dweight", "dbias"), *grads):  # grads: [torch's, ours]
+        assert_bits_equal(a, c, what=f"{name} at {shape}, our backward forced")
 
 
 @pytest.mark.parametrize("shape", [(16, 64, 256, 256), (4096, 768), (8192, 4096), (256, 65536), (3, 64, 17, 19)])
@@ -195,8 +193,8 @@ def test_drop_in_hands_training_to_torch_only_where_torch_serves_both_ways(shape
         nodes.append(type(y.grad_fn).__name__)
         y.backward(dy)
         grads.append([y.detach(), xs.grad, ws.grad, bs.grad])
-    for a, c in zip(*grads):
-        assert torch.equal(_bits(a), _bits(c)), shape
+    for name, c, a in zip(("y", "dx", "dweight", "dbias"), *grads):  # grads: [torch's, ours]
+        assert_bits_equal(a, c, what=f"{name} at {shape}")
     served = plan.get_plan(x, ns, w.requires_grad_(), b.requires_grad_(), eps, True)
     torch_both = served.path == "native" and plan.backward_plan(x, ns, w, b) is None
     ours = "CppFunction" if served.host is not None else "_LayerNormBackward"  # the host extension's node, or Python's

@@ -2,7 +2,7 @@
 for every schedule and blocking, including ragged chains and many row counts. GPU only."""
 import pytest
 
-from labkit.records import check
+from bits import assert_bits_equal
 
 from labkit.studies import identity
 
@@ -71,7 +71,8 @@ def test_graph_replay_after_mutation_identical():
         g.replay()
         torch.cuda.synchronize()
         ref = native_layer_norm(x, w, b, 1e-5)
-        assert all(check.bit_identical(r, q) for r, q in zip(ref, got))
+        for name, r, q in zip(("output", "mean", "rstd"), ref, got):
+            assert_bits_equal(q, r, what=f"{name} after graph replay", path="chain")
 
 
 @pytest.mark.parametrize("config", [(16, 24, 2), (32, 12, 4), (8, 48, 8)], ids=lambda c: "x".join(map(str, c)))
@@ -123,8 +124,9 @@ def test_overlapping_calls_on_two_streams_keep_the_bits(blocking):
                 outs[k].append(chain_layer_norm(xs[k], w, b, 1e-5, return_stats=True, settings=settings))
     torch.cuda.synchronize()
     for k in (0, 1):
-        for got in outs[k]:
-            assert all(check.bit_identical(r, q) for r, q in zip(refs[k], got))
+        for i, got in enumerate(outs[k]):
+            for name, r, q in zip(("output", "mean", "rstd"), refs[k], got):
+                assert_bits_equal(q, r, what=f"{name}, stream {k} call {i}", path=f"chain {blocking}")
 
 
 def test_calls_from_two_host_threads_keep_the_bits():
@@ -140,7 +142,12 @@ def test_calls_from_two_host_threads_keep_the_bits():
         with torch.cuda.stream(stream):
             outs = [chain_layer_norm(xs[k], w, b, 1e-5, return_stats=True) for _ in range(25)]
         stream.synchronize()
-        failures.extend(k for got in outs if not all(check.bit_identical(r, q) for r, q in zip(refs[k], got)))
+        for i, got in enumerate(outs):
+            for name, r, q in zip(("output", "mean", "rstd"), refs[k], got):
+                try:
+                    assert_bits_equal(q, r, what=f"{name}, thread {k} call {i}", path="chain")
+                except AssertionError as exc:
+                    failures.append(str(exc))
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in (0, 1)]
     for t in threads:
@@ -202,8 +209,6 @@ def _rows_fused_cases():
 @pytest.mark.parametrize("case", _rows_fused_cases(), ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}")
 @pytest.mark.parametrize("eps", [1e-5, 0.0, 0.1])
 def test_every_rows_fused_entry_point_bit_identical(case, eps):
-    import torch
-
     from labkit.ops import launches, rows_fused
 
     function, rows, n = case
@@ -213,7 +218,7 @@ def test_every_rows_fused_entry_point_bit_identical(case, eps):
     got = launches.execute(p, x, w, b, eps)
     ref = native_layer_norm(x, w, b, eps)
     for name, r, g in zip(("output", "mean", "rstd"), ref, got):
-        assert torch.equal(r.reshape(-1).view(torch.int32), g.reshape(-1).view(torch.int32)), (function, name)
+        assert_bits_equal(g, r.reshape(g.shape), what=f"{name}, eps {eps}, {rows}x{n}", path=function)
 
 
 # (shape, floats of each row in a carry part): an exact eighth, and one rounded down to whole 256-thread blocks
@@ -244,5 +249,5 @@ def test_notebook_07s_carry_pair_writes_the_parts_it_names(shape, part):
         y = torch.full_like(x, float("nan"))
         ps.carry_methods(p, lambda: stats_only(p, x, mean, rstd, 1e-5), x, mean, rstd, w, b, y)[name]()
         y = y.reshape(rows, n)
-        assert torch.equal(y[:, cols].view(torch.int32), ref[:, cols].view(torch.int32)), name
+        assert_bits_equal(y[:, cols], ref[:, cols], what=f"y's written part, {name}", path="chain")
         assert int(torch.isnan(y).sum()) == rows * (n - part), name  # nothing written outside the part

@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 import torch
 
+from bits import assert_bits_equal
+
 from labkit.lab import channel_norm as cn
 from labkit.studies import layout_routes
 
@@ -43,7 +45,8 @@ def test_direct_kernel_sums_in_the_emulated_tree(family, shape):
         else:
             scale = np.float32(np.sqrt(s))
         expect = (xs[i, :, a, b] / scale).astype(np.float32)
-        assert np.array_equal(expect.view(np.int32), y[i, :, a, b].view(np.int32)), (family, shape, i, a, b)
+        assert_bits_equal(y[i, :, a, b], expect, what=f"{family} {shape} at n={i}, h={a}, w={b} vs the tree emulator",
+                          path="direct_nchw")
 
 
 @pytest.mark.parametrize("family", ["rms", "mean_abs"])
@@ -53,7 +56,7 @@ def test_direct_kernel_bit_identical_to_eager(family):
         x = layout_routes.make_case_input("normal", shape, 2, "cuda")
         ref = cn.reference(family, x)
         y = cn.direct_nchw(family, x)
-        assert torch.equal(ref.view(torch.int32), y.view(torch.int32)), (family, shape)
+        assert_bits_equal(y, ref, what=f"{family} {shape} vs eager", path="direct_nchw")
 
 
 def test_l2_fma_or_rounded_squares_matches_eager():

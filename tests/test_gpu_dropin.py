@@ -6,17 +6,12 @@ import re
 import pytest
 
 import labkit
+from bits import assert_bits_equal
 from labkit.ops.dropin import layer_norm_with, plan
 from labkit.ops.paths import PATHS
 from labkit.studies import dropin_bits, dropin_sweep
 
 pytestmark = pytest.mark.gpu
-
-
-def _bits(t):
-    import torch
-
-    return t.contiguous().view(torch.int32)
 
 
 def _xwb(shape, seed=0):
@@ -57,10 +52,12 @@ def test_every_forced_path_keeps_the_bits(path, shape):
         return
     y, mean, rstd = torch.native_layer_norm(x, ns, w, b, 1e-5)
     with torch.no_grad():
-        assert torch.equal(_bits(layer_norm_with(path, x, ns, w, b)), _bits(y))
+        assert_bits_equal(layer_norm_with(path, x, ns, w, b), y, what=f"y {shape}", path=path)
         p = plan.get_plan(x, ns, w, b, 1e-5, force=path)
         y2, m2, r2 = p.forward(x, w, b, True)
-    assert torch.equal(_bits(y2), _bits(y)) and torch.equal(_bits(m2), _bits(mean)) and torch.equal(_bits(r2), _bits(rstd))
+    assert_bits_equal(y2, y, what=f"plan y {shape}", path=path)
+    assert_bits_equal(m2, mean, what=f"plan mean {shape}", path=path)
+    assert_bits_equal(r2, rstd, what=f"plan rstd {shape}", path=path)
     assert m2.shape == mean.shape
 
 
@@ -83,8 +80,8 @@ def test_compiled_fullgraph_forward_and_backward_bits():
         y.backward(torch.full_like(y, 0.25) + x / 7)
         outs.append([y.detach(), xi.grad, ref.weight.grad.clone(), ref.bias.grad.clone()])
         ref.zero_grad()
-    for a, c in zip(*outs):
-        assert torch.equal(_bits(a), _bits(c))
+    for name, a, c in zip(("y", "dx", "dweight", "dbias"), *outs):
+        assert_bits_equal(c, a, what=f"compiled {name}", path="chain")
 
 
 @pytest.mark.parametrize("shape", [(2, 1 << 22), (3, 512 * 33 + 4), (64, 1024)])
@@ -100,7 +97,7 @@ def test_graph_capture_and_replay_after_mutation(shape):
         x.copy_(_xwb(shape, 3)[0])
         graph.replay()
         torch.cuda.synchronize()
-        assert torch.equal(_bits(y), _bits(torch.nn.functional.layer_norm(x, shape[1:], w, b)))
+        assert_bits_equal(y, torch.nn.functional.layer_norm(x, shape[1:], w, b), what=f"graph replay {shape}")
 
 
 @pytest.mark.sm90
@@ -116,9 +113,9 @@ def test_first_call_under_capture_serves_through_torch():
             y = labkit.layer_norm(x, ns, w, b)
         graph.replay()
         torch.cuda.synchronize()
-        assert torch.equal(_bits(y), _bits(torch.nn.functional.layer_norm(x, ns, w, b)))
+        assert_bits_equal(y, torch.nn.functional.layer_norm(x, ns, w, b), what="first call under capture")
         assert labkit.explain(x, ns, w, b)["path"] == "chain"  # later calls outside capture use the kernels
-        assert torch.equal(_bits(labkit.layer_norm(x, ns, w, b)), _bits(y))
+        assert_bits_equal(labkit.layer_norm(x, ns, w, b), y, what="later call", path="chain")
 
 
 @pytest.mark.sm90
@@ -130,8 +127,8 @@ def test_chain_without_affine_keeps_the_bits(affine, n):
     x, w, _ = _xwb((2, n), 6)
     w = w if affine == "weight" else None
     with torch.no_grad():
-        assert torch.equal(_bits(layer_norm_with("chain", x, (n,), w, None)),
-                           _bits(torch.nn.functional.layer_norm(x, (n,), w, None)))
+        assert_bits_equal(layer_norm_with("chain", x, (n,), w, None), torch.nn.functional.layer_norm(x, (n,), w, None),
+                          what=f"y, affine {affine}, n {n}", path="chain")
 
 
 def test_two_streams_keep_the_bits():
@@ -147,8 +144,9 @@ def test_two_streams_keep_the_bits():
                 outs.append([labkit.layer_norm(x, (1 << 20,), w, b) for _ in range(3)])
     torch.cuda.synchronize()
     for (x, w, b), ys in zip(xs, outs):
-        ref = _bits(torch.nn.functional.layer_norm(x, (1 << 20,), w, b))
-        assert all(torch.equal(_bits(y), ref) for y in ys)
+        ref = torch.nn.functional.layer_norm(x, (1 << 20,), w, b)
+        for i, y in enumerate(ys):
+            assert_bits_equal(y, ref, what=f"stream call {i}")
 
 
 def test_state_dict_round_trip():
@@ -165,7 +163,7 @@ def test_state_dict_round_trip():
     ref.load_state_dict(torch.load(buf))
     x = _xwb((2, 1 << 18), 5)[0]
     with torch.no_grad():
-        assert torch.equal(_bits(ours(x)), _bits(ref(x)))
+        assert_bits_equal(ours(x), ref(x), what="after a state_dict round trip")
 
 
 @pytest.mark.sm90
@@ -192,6 +190,6 @@ def test_the_graph_protocol_plans_by_the_graph_scores_and_keeps_the_bits():
                 y = labkit.layer_norm(x, (4096,), w, b)
         measured = not graph["rule_source"].startswith("no dispatch table")  # a GPU without one: torch serves both
         assert not measured or ("graph replay scores" in graph["reason"] and "eager scores" in eager["reason"])
-        assert torch.equal(_bits(y), _bits(torch.nn.functional.layer_norm(x, (4096,), w, b)))
+        assert_bits_equal(y, torch.nn.functional.layer_norm(x, (4096,), w, b), what="graph protocol")
     finally:
         plan.clear()

@@ -7,21 +7,19 @@ import threading
 
 import pytest
 
+from bits import assert_bits_equal
+
 pytestmark = pytest.mark.gpu
+STEP = ("y", "dx", "dweight", "dbias")  # what _step returns, as far as the affine goes
 
 
-def _bits(t):
-    import torch
-
-    return None if t is None else t.detach().contiguous().view(torch.int32)
-
-
-def _same(a, b) -> bool:
-    import torch
-
+def _assert_same(a, b, what="", path=None):
+    """Both None, or one dtype, one shape and the same bits (tests/bits.py)."""
+    __tracebackhide__ = True
     if a is None or b is None:
-        return a is None and b is None
-    return a.shape == b.shape and torch.equal(_bits(a), _bits(b))
+        assert a is None and b is None, f"{what}: one is None, the other {a if b is None else b}"
+    else:
+        assert_bits_equal(a, b, what=what, path=path)
 
 
 def _step(fn, x, ns, w, b, dy, eps):
@@ -90,7 +88,8 @@ def test_training_calls_keep_torchs_bits_through_the_cpp_node(fresh_plans, forwa
         train = lambda xs, ns_, w_, b_, e: host.module().train(p.host, xs, w_, b_)  # noqa: E731
         got = _step(train, x, ns, w, b, dy, eps)
         assert _node(train, x, ns, w, b, eps) == "CppFunction"
-    assert all(_same(a, c) for a, c in zip(got, ref)), (forward, backward, shape)
+    for name, a, c in zip(STEP, got, ref):
+        _assert_same(a, c, what=f"{name}: backward {backward}, {shape}, eps {eps}", path=forward)
 
 
 def test_the_python_runner_and_the_cpp_node_agree(fresh_plans):
@@ -109,7 +108,9 @@ def test_the_python_runner_and_the_cpp_node_agree(fresh_plans):
             assert _node(labkit.layer_norm, x, ns, w, b, 1e-5) == "_LayerNormBackward"
     plan.clear()
     ref = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy, 1e-5)
-    assert all(_same(a, c) and _same(a, r) for a, c, r in zip(fast, slow, ref))
+    for name, a, c, r in zip(STEP, fast, slow, ref):
+        _assert_same(a, c, what=f"{name}: C++ node vs Python runner")
+        _assert_same(a, r, what=f"{name}: C++ node vs torch")
 
 
 def test_a_misaligned_view_takes_torchs_other_path_in_cpp(fresh_plans):
@@ -124,7 +125,8 @@ def test_a_misaligned_view_takes_torchs_other_path_in_cpp(fresh_plans):
     dy = torch.randn_like(x)
     got = _step(labkit.layer_norm, x, x.shape[1:], w2, b2, dy, 1e-5)
     ref = _step(torch.nn.functional.layer_norm, x, x.shape[1:], w2, b2, dy, 1e-5)
-    assert all(_same(a, c) for a, c in zip(got, ref))
+    for name, a, c in zip(STEP, got, ref):
+        _assert_same(a, c, what=f"{name}, misaligned view")
 
 
 @pytest.mark.parametrize("forward", ["chain", "rows_fused"])
@@ -151,7 +153,8 @@ def test_torchs_backward_reads_the_statistics_our_forward_packed(fresh_plans, fo
             train = lambda xs, ns_, w_, b_, e: host.module().train(p.host, xs, w_, b_)  # noqa: E731
             got = _step(train, x, ns, w, b, grad, 1e-5)
         ref = _step(torch.nn.functional.layer_norm, x, ns, w, b, grad, 1e-5)
-        assert all(_same(a, c) for a, c in zip(got, ref)), (forward, backward, grad.data_ptr() % 16)
+        for name, a, c in zip(STEP, got, ref):
+            _assert_same(a, c, what=f"{name}: backward {backward}, dy at {grad.data_ptr() % 16} mod 16", path=forward)
 
 
 def test_double_backward_through_the_cpp_node(fresh_plans):
@@ -165,7 +168,8 @@ def test_double_backward_through_the_cpp_node(fresh_plans):
         xs = x.detach().requires_grad_()
         gx, = torch.autograd.grad(fn(xs, ns, w, b, 1e-5), xs, dy, create_graph=True)
         out.append((gx, *torch.autograd.grad((gx * gx).sum(), (xs, w))))  # dx does not depend on the bias
-    assert all(_same(a, c) for a, c in zip(*out))
+    for name, a, c in zip(("dx", "d2x", "d2weight"), *out):
+        _assert_same(a, c, what=name)
 
 
 def test_side_streams_and_threads_get_their_own_bits(fresh_plans):
@@ -195,7 +199,9 @@ def test_side_streams_and_threads_get_their_own_bits(fresh_plans):
     for t in threads:
         t.join()
     assert not errors
-    assert all(all(_same(a, c) for a, c in zip(results[i], ref)) for i in range(4))
+    for i in range(4):
+        for name, a, c in zip(STEP, results[i], ref):
+            _assert_same(a, c, what=f"{name}, thread {i}")
 
 
 def test_a_training_step_captured_in_a_graph_replays_torchs_bits(fresh_plans):
@@ -223,7 +229,8 @@ def test_a_training_step_captured_in_a_graph_replays_torchs_bits(fresh_plans):
     torch.cuda.synchronize()
     assert type(y.grad_fn).__name__ == "CppFunction"
     y = y.detach()
-    assert all(_same(a, c) for a, c in zip((y, *grads), ref))
+    for name, a, c in zip(STEP, (y, *grads), ref):
+        _assert_same(a, c, what=f"{name} after graph replay")
 
 
 @pytest.mark.parametrize("shape", [(16, 1 << 16), (4096, 768), (3, 512 * 33 + 4), (8, 255)])
@@ -243,24 +250,29 @@ def test_decided_signatures_are_served_from_cpp_with_torchs_bits(fresh_plans, sh
     with torch.no_grad():
         labkit.layer_norm(x, ns, w, b)
         y = fast(x, ns, w, b, 1e-5)
-    assert y is not None and _same(y, torch.nn.functional.layer_norm(x, ns, w, b))
+    assert y is not None
+    _assert_same(y, torch.nn.functional.layer_norm(x, ns, w, b), what=f"fast no-grad y, {shape}")
     _step(labkit.layer_norm, x, ns, w, b, dy, 1e-5)  # decides the grad signature
     xs = x.detach().requires_grad_()
     y = fast(xs, ns, w, b, 1e-5)
     torchs = plan.get_plan(xs, ns, w, b, 1e-5, True).torch_trains
     assert y is not None and type(y.grad_fn).__name__ == ("NativeLayerNormBackward0" if torchs else "CppFunction")
     got = (y.detach(), *torch.autograd.grad(y, (xs, w, b), dy))
-    assert all(_same(a, c) for a, c in zip(got, _step(torch.nn.functional.layer_norm, x, ns, w, b, dy, 1e-5)))
+    for name, a, c in zip(STEP, got, _step(torch.nn.functional.layer_norm, x, ns, w, b, dy, 1e-5)):
+        _assert_same(a, c, what=f"fast {name} with grad, {shape}")
     flat = torch.empty(x.numel() + 1, device="cuda")
     shifted = flat[1:].view(x.shape).copy_(x)  # same signature, 4 bytes past an aligned address
     with torch.no_grad():
-        assert _same(fast(shifted, ns, w, b, 1e-5), torch.nn.functional.layer_norm(shifted, ns, w, b))
+        _assert_same(fast(shifted, ns, w, b, 1e-5), torch.nn.functional.layer_norm(shifted, ns, w, b),
+                     what=f"misaligned y, {shape}")
         neg = torch._neg_view(x)  # memory holding -x: another signature, which torch's kernel serves
-        assert _same(labkit.layer_norm(neg, ns, w, b), torch.nn.functional.layer_norm(neg, ns, w, b))
+        _assert_same(labkit.layer_norm(neg, ns, w, b), torch.nn.functional.layer_norm(neg, ns, w, b),
+                     what=f"negated view y, {shape}")
     ours = labkit.layer_norm(xs, ns, w, b)
     ref = torch.nn.functional.layer_norm(xs, ns, w, b)
     got = torch.autograd.grad(ours, (xs, w, b), torch._neg_view(dy))  # a negated grad_y goes to torch's backward
-    assert all(_same(a, c) for a, c in zip(got, torch.autograd.grad(ref, (xs, w, b), torch._neg_view(dy))))
+    for name, a, c in zip(STEP[1:], got, torch.autograd.grad(ref, (xs, w, b), torch._neg_view(dy))):
+        _assert_same(a, c, what=f"{name} for a negated dy, {shape}")
 
 
 def test_any_sequence_of_calls_keeps_torchs_outputs_and_gradients_on_the_gpu():
@@ -291,10 +303,12 @@ def test_any_sequence_of_calls_keeps_torchs_outputs_and_gradients_on_the_gpu():
             with ctx():
                 y = labkit.layer_norm(x, ns, w, b)
                 ref = torch.nn.functional.layer_norm(x, ns, w, b)
-            assert _same(y, ref) and y.requires_grad == ref.requires_grad
+            _assert_same(y, ref, what=f"y, {mode}, affine {affine}, shape {shapes[which]}")
+            assert y.requires_grad == ref.requires_grad
             if ref.requires_grad:
                 wanted = [t for t in (x, w, b) if t is not None and t.requires_grad]
-                for a, c in zip(torch.autograd.grad(y, wanted, dy), torch.autograd.grad(ref, wanted, dy)):
-                    assert _same(a, c)
+                for i, (a, c) in enumerate(zip(torch.autograd.grad(y, wanted, dy),
+                                               torch.autograd.grad(ref, wanted, dy))):
+                    _assert_same(a, c, what=f"gradient {i}, affine {affine}, shape {shapes[which]}")
         plan.clear()
     run()

@@ -4,6 +4,8 @@ float32 on the same statistics; both geometries; the post's support bound refuse
 import numpy as np
 import pytest
 
+from bits import assert_bits_equal
+
 pytestmark = pytest.mark.gpu
 
 
@@ -29,7 +31,7 @@ def test_the_posts_kernel_is_the_posts_arithmetic(geometry, shape):
     var, mean = row_var_mean(x, shape[0], shape[1])
     want = _posts_arithmetic(x.cpu().numpy(), var.cpu().numpy(), mean.cpu().numpy(), w.cpu().numpy(),
                              b.cpu().numpy(), 1e-5)
-    assert np.array_equal(y.cpu().numpy().view(np.int32), want.view(np.int32))
+    assert_bits_equal(y, want, what=f"y at {shape} vs the post's arithmetic in numpy", path=geometry)
 
 
 def test_the_posts_support_bound_is_refused_by_name():

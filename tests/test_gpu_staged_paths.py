@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from bits import assert_bits_equal
 from labkit import inputs
 from labkit.ops.reference import native_layer_norm
-from labkit.studies.reliability import compare_bits
 
 pytestmark = [pytest.mark.gpu, pytest.mark.sm90]  # bulk copies; thread block clusters
 
@@ -84,21 +84,18 @@ PATHS = (
 BY_NAME = {s.path: s for s in PATHS}
 
 
-def _bits(t):
-    import torch
-
-    return t.reshape(-1).view(torch.int32)
-
-
-def _differing(got, ref) -> list[str]:
-    """Which of output, mean and rstd differ from torch's as int32 views (or in shape)."""
-    return [name for name, same in compare_bits(got, ref).items() if not same]
+def _assert_identical(got, ref, what: str, path: str) -> None:
+    """Output, mean and rstd each torch's: one dtype, one shape, the same bits (tests/bits.py)."""
+    __tracebackhide__ = True
+    for name, g, r in zip(("output", "mean", "rstd"), got, ref):
+        assert_bits_equal(g, r, what=f"{name}, {what}", path=path)
 
 
 def _run(spec: Staged, rows, n, eps=1e-5, kind="normal_plus_1000", seed=7):
     x = inputs.make_input(kind, (rows, n), seed=seed, device="cuda")
     w, b = inputs.make_affine("random_normal", (n,), seed=seed, device="cuda")
-    return _differing(spec.layer_norm(x, w, b, eps, return_stats=True), native_layer_norm(x, w, b, eps))
+    _assert_identical(spec.layer_norm(x, w, b, eps, return_stats=True), native_layer_norm(x, w, b, eps),
+                      what=f"{rows}x{n}, eps {eps}, {kind}", path=spec.path)
 
 
 def _params(field):
@@ -108,13 +105,13 @@ def _params(field):
 @pytest.mark.parametrize("spec,rows,n", _params("cases"))
 @pytest.mark.parametrize("eps", [1e-5, 0.0, 0.1])
 def test_bit_identical(spec, rows, n, eps):
-    assert _run(spec, rows, n, eps) == []
+    _run(spec, rows, n, eps)
 
 
 @pytest.mark.parametrize("spec", PATHS, ids=lambda s: s.path)
 @pytest.mark.parametrize("kind", ["uniform", "normal", "constant_1e4"])
 def test_value_classes(spec, kind):
-    assert _run(spec, 300, spec.wide, kind=kind) == []
+    _run(spec, 300, spec.wide, kind=kind)
 
 
 @pytest.mark.parametrize("spec", PATHS, ids=lambda s: s.path)
@@ -126,7 +123,7 @@ def test_non_finite_rows(spec):
     x[4::13, n - 17] = float("nan")  # in its last (rows_cluster: the second CTA's half)
     w, b = inputs.make_affine("random_normal", (n,), seed=13, device="cuda")
     got = spec.layer_norm(x, w, b, 1e-5, return_stats=True)
-    assert _differing(got, native_layer_norm(x, w, b, 1e-5)) == []
+    _assert_identical(got, native_layer_norm(x, w, b, 1e-5), what=f"non-finite rows, 300x{n}", path=spec.path)
 
 
 def test_rows_staged_cases_reach_past_the_ring():
@@ -163,7 +160,8 @@ def test_small_rings(spec, rows, n, slots):
     x = inputs.make_input("normal_plus_1000", (rows, n), seed=14, device="cuda")
     w, b = inputs.make_affine("random_normal", (n,), seed=14, device="cuda")
     for _ in range(3):
-        assert _differing(launches.execute(p, x, w, b, 1e-5), native_layer_norm(x, w, b, 1e-5)) == []
+        _assert_identical(launches.execute(p, x, w, b, 1e-5), native_layer_norm(x, w, b, 1e-5),
+                          what=f"{rows}x{n}, {slots} slots", path=spec.path)
 
 
 @pytest.mark.parametrize("spec", PATHS, ids=lambda s: s.path)
@@ -177,23 +175,19 @@ def test_out_and_an_offset_view(spec):
     out = torch.empty_like(x)
     y = spec.layer_norm(x, w, b, 1e-5, out=out)
     assert y.data_ptr() == out.data_ptr()
-    assert torch.equal(_bits(out), _bits(native_layer_norm(x, w, b, 1e-5)[0]))
+    assert_bits_equal(out, native_layer_norm(x, w, b, 1e-5)[0], what="out= of an offset view", path=spec.path)
 
 
 @pytest.mark.parametrize("spec,rows,n,calls", _params("repeated"))
 def test_repeated_calls_stay_identical(spec, rows, n, calls):
     """Many calls where the hand-offs overlap most (rows fitting the ring several times over, rows longer than
     it): every call compared, not one."""
-    import torch
-
     x = inputs.make_input("normal", (rows, n), seed=11, device="cuda")
     w, b = inputs.make_affine("random_normal", (n,), seed=11, device="cuda")
-    ref = [_bits(t) for t in native_layer_norm(x, w, b, 1e-5)]
-    bad = 0
-    for _ in range(calls):
+    ref = native_layer_norm(x, w, b, 1e-5)
+    for i in range(calls):
         got = spec.layer_norm(x, w, b, 1e-5, return_stats=True)
-        bad += sum(not torch.equal(r, _bits(g)) for r, g in zip(ref, got))
-    assert bad == 0
+        _assert_identical(got, ref, what=f"{rows}x{n}, call {i + 1} of {calls}", path=spec.path)
 
 
 @pytest.mark.parametrize("spec", PATHS, ids=lambda s: s.path)
@@ -203,7 +197,7 @@ def test_graph_replay_and_streams(spec):
     n = spec.wide
     x = inputs.make_input("normal", (600, n), seed=12, device="cuda")
     w, b = inputs.make_affine("random_normal", (n,), seed=12, device="cuda")
-    ref = [_bits(t) for t in native_layer_norm(x, w, b, 1e-5)]
+    ref = native_layer_norm(x, w, b, 1e-5)
     static = x.clone()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -216,11 +210,11 @@ def test_graph_replay_and_streams(spec):
     for _ in range(3):
         g.replay()
     torch.cuda.synchronize()
-    assert all(torch.equal(_bits(t), r) for t, r in zip((y, mean, rstd), ref))
+    _assert_identical((y, mean, rstd), ref, what="graph replay", path=spec.path)
     static.copy_(x * 2)
     g.replay()
     torch.cuda.synchronize()
-    assert torch.equal(_bits(y), _bits(native_layer_norm(x * 2, w, b, 1e-5)[0]))
+    assert_bits_equal(y, native_layer_norm(x * 2, w, b, 1e-5)[0], what="graph replay after a new input", path=spec.path)
     streams = [torch.cuda.Stream() for _ in range(4)]
     outs = []
     for i, st in enumerate(streams):
@@ -228,7 +222,8 @@ def test_graph_replay_and_streams(spec):
         with torch.cuda.stream(st):
             outs.append(spec.layer_norm(x + i, w, b))
     torch.cuda.synchronize()
-    assert all(torch.equal(_bits(o), _bits(native_layer_norm(x + i, w, b, 1e-5)[0])) for i, o in enumerate(outs))
+    for i, o in enumerate(outs):
+        assert_bits_equal(o, native_layer_norm(x + i, w, b, 1e-5)[0], what=f"output on stream {i}", path=spec.path)
 
 
 @pytest.mark.parametrize("spec", PATHS, ids=lambda s: s.path)

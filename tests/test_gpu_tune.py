@@ -3,6 +3,8 @@ the (private, per test) table cache, the rule reads it from the next call on (la
 it), and what the drop-in then serves keeps torch's bits forward and backward."""
 import pytest
 
+from bits import assert_bits_equal
+
 pytestmark = pytest.mark.gpu
 
 
@@ -38,5 +40,5 @@ def test_tune_writes_a_table_the_rule_then_reads(tmp_path, monkeypatch, fresh_pl
         got += torch.autograd.grad(got[0], (x, w, b), dy)
         ref = [torch.nn.functional.layer_norm(x, shape[1:], w, b)]
         ref += torch.autograd.grad(ref[0], (x, w, b), dy)
-        for a, c in zip(got, ref):
-            assert torch.equal(a.detach().view(torch.int32), c.detach().view(torch.int32)), shape
+        for name, a, c in zip(("y", "dx", "dweight", "dbias"), got, ref):
+            assert_bits_equal(a, c, what=f"{name} at {shape}, tuned table")

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from bits import assert_bits_equal
 from labkit.core import launch, program
 from labkit.core.device import Device
 from labkit.ops import backward, chain, reference_order, rows_fused
@@ -27,10 +28,6 @@ def _plan(ext, ns, rows):
                              torch.ones(ns), torch.full(ns, -0.0))
 
 
-def _bits(t):
-    return t.contiguous().view(torch.int32)
-
-
 @pytest.mark.parametrize("affine", ["both", "weight", "bias", "none"])
 def test_the_node_gives_torchs_values_and_gradients(ext, affine):
     g = torch.Generator().manual_seed(1)
@@ -42,9 +39,9 @@ def test_the_node_gives_torchs_values_and_gradients(ext, affine):
     y = ext.train(_plan(ext, (5, 8), 6), x, w, b)
     ref = F.layer_norm(x, (5, 8), w, b, 1e-5)
     assert type(y.grad_fn).__name__ == "CppFunction"
-    assert torch.equal(_bits(y), _bits(ref))
-    for a, c in zip(torch.autograd.grad(y, wanted, dy), torch.autograd.grad(ref, wanted, dy)):
-        assert torch.equal(_bits(a), _bits(c))
+    assert_bits_equal(y, ref, what="y")
+    for i, (a, c) in enumerate(zip(torch.autograd.grad(y, wanted, dy), torch.autograd.grad(ref, wanted, dy))):
+        assert_bits_equal(a, c, what=f"gradient {i} of {affine!r}")
 
 
 def test_a_gradient_for_some_inputs_only(ext):
@@ -54,7 +51,7 @@ def test_a_gradient_for_some_inputs_only(ext):
     dy = torch.randn(4, 16)
     y = ext.train(_plan(ext, (16,), 4), x, w, b)
     gw, = torch.autograd.grad(y, w, dy)
-    assert torch.equal(_bits(gw), _bits(torch.autograd.grad(F.layer_norm(x, (16,), w, b), w, dy)[0]))
+    assert_bits_equal(gw, torch.autograd.grad(F.layer_norm(x, (16,), w, b), w, dy)[0], what="dweight")
 
 
 def test_double_backward_recomputes_through_torch(ext):
@@ -66,7 +63,8 @@ def test_double_backward_recomputes_through_torch(ext):
         x = x0.clone().requires_grad_()
         gx, = torch.autograd.grad(fn(x), x, dy, create_graph=True)
         out.append((gx, *torch.autograd.grad((gx ** 2).sum(), (x, w))))
-    assert all(torch.equal(_bits(a), _bits(c)) for a, c in zip(*out))
+    for name, a, c in zip(("dx", "d2x", "d2weight"), *out):
+        assert_bits_equal(a, c, what=name)
 
 
 def test_the_forward_and_backward_entry_points_fall_back_to_torch_without_programs(ext):
@@ -74,12 +72,14 @@ def test_the_forward_and_backward_entry_points_fall_back_to_torch_without_progra
     p = _plan(ext, (12,), 5)
     y, mean, rstd = ext.forward_stats(p, x, w, None)
     ry, rm, rr = torch.native_layer_norm(x, (12,), w, None, 1e-5)
-    assert all(torch.equal(_bits(a), _bits(c)) for a, c in ((y, ry), (mean, rm), (rstd, rr)))
-    assert torch.equal(_bits(ext.forward(p, x, w, None)), _bits(ry))
+    for name, a, c in (("y", y, ry), ("mean", mean, rm), ("rstd", rstd, rr)):
+        assert_bits_equal(a, c, what=f"forward_stats {name}")
+    assert_bits_equal(ext.forward(p, x, w, None), ry, what="forward y")
     dy = torch.randn(5, 12)
     got = ext.backward(p, dy, x, mean, rstd, w, None, [True, True, False])
     ref = torch.ops.aten.native_layer_norm_backward(dy, x, [12], rm, rr, w, None, [True, True, False])
-    assert torch.equal(_bits(got[0]), _bits(ref[0])) and torch.equal(_bits(got[1]), _bits(ref[1]))
+    assert_bits_equal(got[0], ref[0], what="backward dx")
+    assert_bits_equal(got[1], ref[1], what="backward dweight")
     assert got[2] is None and ref[2] is None
 
 
@@ -228,5 +228,5 @@ def test_a_backward_pass_asking_for_dx_alone_gets_dx_alone(ext):
     with Masks():
         gx, = torch.autograd.grad(y, x, dy)
     ref, = torch.autograd.grad(F.layer_norm(x, (16,), w, b), x, dy)
-    assert torch.equal(_bits(gx), _bits(ref))
+    assert_bits_equal(gx, ref, what="dx")
     assert Masks.seen == [[True, False, False]]  # at backward time, not the [True, True, True] the forward saw

@@ -67,6 +67,7 @@ def test_no_committed_summary_is_an_error(tmp_path):
         kd.contraction_evidence("sm_90", live=False, root=tmp_path)
 
 
+@pytest.mark.slow
 def test_live_evidence_when_a_disassembler_exists():
     if not kd.can_disassemble():
         pytest.skip("no cuobjdump/nvdisasm here")

@@ -2,6 +2,7 @@
 import pytest
 import torch
 
+from bits import assert_bits_equal
 from labkit.studies import methods as M
 
 BUILTIN = ["native", "native_torchscript", "native_torchscript_traced", "reference_order", "split_eager",
@@ -84,7 +85,7 @@ def test_cpu_buildable_methods_match_native_closely():
     for name in ("native", "noaffine_eager_affine"):
         r = M.build(M.get(name), x, w, b, 1e-5)
         assert r["error"] is None and torch.allclose(r["output"], ref, atol=1e-5)
-    assert torch.equal(M.build(M.get("native"), x, w, b, 1e-5)["output"], ref)
+    assert_bits_equal(M.build(M.get("native"), x, w, b, 1e-5)["output"], ref, what="native method")
 
 
 def _scripts_here() -> bool:
@@ -101,7 +102,7 @@ def test_torchscript_method_works_where_torch_scripts_and_says_why_where_not():
     r = M.build(M.get("native_torchscript"), x, w, b, 1e-5)
     if _scripts_here():
         assert r["error"] is None, r["error"]
-        assert torch.equal(r["output"], torch.nn.functional.layer_norm(x, (8, 4), w, b, 1e-5))
+        assert_bits_equal(r["output"], torch.nn.functional.layer_norm(x, (8, 4), w, b, 1e-5), what="torchscript method")
         assert r["notes"]["compiled_with"] == "torch.jit.script"
     else:
         assert r["output"] is None and "torch.jit" in r["error"]

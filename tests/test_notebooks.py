@@ -9,7 +9,7 @@ from labkit import book
 from labkit.records.run import committed_runs
 from labkit.studies.catalog import notebook_runs
 
-pytestmark = pytest.mark.notebook
+pytestmark = [pytest.mark.notebook, pytest.mark.slow]  # the whole book, built once (conftest.book_build)
 
 NOTEBOOKS = book.notebooks()
 RUN_NAMES = notebook_runs()  # {notebook stem: the run name its study's session opens}, from the study modules

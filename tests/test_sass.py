@@ -178,6 +178,7 @@ def test_the_counted_merge_written_as_torchs_source_is_caught():
 
 @needs_disasm
 @pytest.mark.parametrize("kernel", ["rows_staged", "rows_cluster", "chain_stats_tma", "chain_stats", "reference_stats"])
+@pytest.mark.slow
 def test_the_other_forward_kernels_warp_merges_keep_torchs_contraction(kernel):
     """The same check on the other reference-order forward kernels: torch's five shuffle-down merges per warp, each
     with the received product fused, and no merge of another form. The chain kernels' and rows_staged's 4-warp

@@ -53,6 +53,7 @@ def test_forward_record_is_the_arch_its_name_says(path):
 
 @needs_disasm
 @pytest.mark.parametrize("path", FORWARD, ids=[p.stem for p in FORWARD])
+@pytest.mark.slow
 def test_ours_recompiled_for_the_arch_still_contract_as_torch(path):
     rec = json.loads(path.read_text())
     ours = summary.our_kernels_summary(_arch_of(path))

@@ -123,6 +123,7 @@ def book_dir(book_build):
 
 
 @pytest.mark.notebook
+@pytest.mark.slow
 def test_pages_fetch_nothing_from_outside(book_dir):
     pages = sorted(book_dir.glob("*.html"))
     assert len(pages) == len(NOTEBOOKS) + 1
@@ -134,6 +135,7 @@ def test_pages_fetch_nothing_from_outside(book_dir):
 
 
 @pytest.mark.notebook
+@pytest.mark.slow
 def test_front_page_headlines_and_sources(book_dir):
     index = (book_dir / "index.html").read_text()
     positions = []
@@ -154,6 +156,7 @@ def test_front_page_headlines_and_sources(book_dir):
 
 
 @pytest.mark.notebook
+@pytest.mark.slow
 def test_front_page_is_the_post_with_numbers_from_the_runs(book_dir):
     """The post named, the answer in sentences, the goals counted from every run's verdict, the headline table and
     figure (with what its torch.compile points are) from the runs' records, the protocols and glossary defined, the
@@ -238,6 +241,7 @@ def test_leak_check_flags_a_planted_warning(tmp_path):
 
 
 @pytest.mark.notebook
+@pytest.mark.slow
 def test_replaying_notebooks_name_the_newest_committed_run(book_dir):
     owned = notebook_runs()
     for path in NOTEBOOKS:
@@ -249,6 +253,7 @@ def test_replaying_notebooks_name_the_newest_committed_run(book_dir):
 
 
 @pytest.mark.notebook
+@pytest.mark.slow
 def test_pages_link_their_neighbours_in_reading_order(book_dir):
     pages = sorted(p.stem for p in book_dir.glob("[0-9][0-9]_*.html"))
     assert len(pages) >= 2
@@ -260,6 +265,7 @@ def test_pages_link_their_neighbours_in_reading_order(book_dir):
 
 
 @pytest.mark.notebook
+@pytest.mark.slow
 def test_long_audit_list_is_linked_not_printed(book_dir):
     page = (book_dir / "04_protocol_correction.html").read_text()
     rows = json.loads((book_dir / "04_audit_records.json").read_text())
@@ -462,6 +468,7 @@ def _page_problems(name: str, facts: dict) -> list[str]:
 
 @pytest.mark.notebook
 @pytest.mark.browser
+@pytest.mark.slow
 def test_site_in_headless_chromium(book_dir, server, browser):
     shots = book_dir / "screenshots"
     shots.mkdir(exist_ok=True)

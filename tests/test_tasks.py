@@ -1,5 +1,6 @@
 import torch
 
+from bits import assert_bits_equal
 from labkit import inputs
 
 from labkit import tasks
@@ -11,14 +12,15 @@ def test_l1_40_definition_and_pinned_commit():
     assert tasks.KERNELBENCH_COMMIT == "423217d9fda91e0c2d67e4a43bf62f96f6d104f1"
     m = t.make_model()
     assert tuple(m.ln.normalized_shape) == (64, 256, 256) and m.ln.eps == 1e-5
-    assert torch.equal(m.ln.weight, torch.ones(64, 256, 256)) and torch.equal(m.ln.bias, torch.zeros(64, 256, 256))
+    assert_bits_equal(m.ln.weight, torch.ones(64, 256, 256), what="weight")
+    assert_bits_equal(m.ln.bias, torch.zeros(64, 256, 256), what="bias")
 
 
 def test_inputs_are_cpu_rand_seeded_like_the_global_generator():
     t = tasks.get_task("L1/40")
     (x,) = t.make_inputs(seed=3, shape=(2, 8))
     torch.manual_seed(3)
-    assert torch.equal(x, torch.rand(2, 8))  # same values as KernelBench's get_inputs after manual_seed
+    assert_bits_equal(x, torch.rand(2, 8), what="input")  # same values as KernelBench's get_inputs after manual_seed
 
 
 def test_unknown_task():

@@ -5,6 +5,8 @@ rows layouts, N spread over two dims, no affine, eps 0, a misaligned view and a 
 autocast in bfloat16 (autocast's float32 cast, then ours), vmap, and a CUDA graph captured after a warm-up call."""
 import pytest
 
+from bits import assert_bits_equal
+
 pytestmark = pytest.mark.gpu
 
 SHAPES = [  # (shape, normalized dims): each comment says which plan serves on the H200
@@ -13,18 +15,6 @@ SHAPES = [  # (shape, normalized dims): each comment says which plan serves on t
     ((33, 4, 4096), 2),        # N over two dims
     ((7, 2048), 1),            # few short rows: torch's kernel by the table
 ]
-
-
-def _bits(t):
-    import torch
-
-    return t.detach().contiguous().view(torch.int32)
-
-
-def _same(a, b):
-    import torch
-
-    return a.shape == b.shape and torch.equal(_bits(a), _bits(b))
 
 
 def _run(x, ns, w, b, dy, eps):
@@ -71,8 +61,8 @@ def test_enabled_gives_torchs_bits(shape, dims, eps, affine, off_after):
     again = _run(x, ns, w, b, dy, eps)  # the remembered plan
     labkit.disable()
     for name, a, e, a2 in zip(("y", "mean", "rstd", "dx", "dw", "db"), got, want, again):
-        assert _same(a, e), name
-        assert _same(a2, e), name + " (second call)"
+        assert_bits_equal(a, e, what=name)
+        assert_bits_equal(a2, e, what=name + " (second call)")
 
 
 def test_enabled_serves_our_kernels_at_the_chain_shape(off_after):
@@ -107,7 +97,7 @@ def test_views_torch_takes_another_path_for(shape, dims, off_after):
         with labkit.enabled():
             got = _run(view, ns, w, b, d, 1e-5)
         for name, a, e in zip(("y", "mean", "rstd", "dx", "dw", "db"), got, want):
-            assert _same(a, e), name
+            assert_bits_equal(a, e, what=name)
 
 
 def test_autocast_bf16(off_after):
@@ -128,7 +118,7 @@ def test_autocast_bf16(off_after):
     with labkit.enabled():
         got = step()
     for name, a, e in zip(("y", "dx", "dw", "db"), got, want):
-        assert a.dtype == e.dtype and _same(a.float(), e.float()), name
+        assert_bits_equal(a, e, what=name)
 
 
 def test_vmap(off_after):
@@ -141,7 +131,7 @@ def test_vmap(off_after):
     want = f(x)
     with labkit.enabled():
         got = f(x)
-    assert _same(got, want)
+    assert_bits_equal(got, want, what="vmap")
 
 
 def test_graph_capture_after_warm_up(off_after):
@@ -160,7 +150,7 @@ def test_graph_capture_after_warm_up(off_after):
             y = torch.nn.functional.layer_norm(x, ns, w, b)
     g.replay()
     torch.cuda.synchronize()
-    assert _same(y, want)
+    assert_bits_equal(y, want, what="replayed y")
 
 
 def test_a_weight_on_another_device_is_torchs_error(off_after):
@@ -203,8 +193,8 @@ def test_a_first_call_under_capture_is_torchs_and_planned_after(off_after):
     torch.cuda.synchronize()
     assert host.module().aten_planned() == (0, 0)  # nothing kept from inside the capture
     for name, a, e in zip(("y", "dx", "dw", "db"), (y, *grads), (want[0], *want[3:])):
-        assert _same(a, e), name
+        assert_bits_equal(a, e, what=name)
     got = _run(x, ns, w, b, dy, 1e-5)  # outside capture: planned and kept now
     for name, a, e in zip(("y", "mean", "rstd", "dx", "dw", "db"), got, want):
-        assert _same(a, e), name
+        assert_bits_equal(a, e, what=name)
     assert host.module().aten_planned()[1] == 1

@@ -588,7 +588,7 @@ Tensor defined_or_empty(const std::optional<Tensor>& t) {
 
 // What torch's generated CUDA wrapper checks before its kernel runs, which calling the kernel directly would skip:
 // every tensor argument on one device (a weight left on the CPU is torch's RuntimeError, not a launch on a host
-// pointer). Its own message.
+// pointer). Its own message, naming the method as its wrapper does (wrapper_CUDA__<op>).
 void check_devices(std::initializer_list<std::pair<const Tensor*, const char*>> args, const char* op) {
   std::optional<c10::Device> common;
   for (const auto& [t, name] : args)
@@ -658,7 +658,7 @@ std::tuple<Tensor, Tensor, Tensor> aten_forward(const Tensor& x, c10::SymIntArra
                                                 const std::optional<Tensor>& b_opt, double eps) {
   at::IntArrayRef ns = C10_AS_INTARRAYREF_SLOW(ns_sym);
   const Tensor w = defined_or_empty(w_opt), b = defined_or_empty(b_opt);
-  check_devices({{&x, "input"}, {&w, "weight"}, {&b, "bias"}}, "native_layer_norm");
+  check_devices({{&x, "input"}, {&w, "weight"}, {&b, "bias"}}, "wrapper_CUDA__native_layer_norm");
   ServingAten serving;
   c10::DeviceGuard guard(x.device());
   Remembered r = aten_plan(true, x, ns, w, b, &eps);
@@ -673,7 +673,7 @@ std::tuple<Tensor, Tensor, Tensor> aten_backward(const Tensor& dy, const Tensor&
   at::IntArrayRef ns = C10_AS_INTARRAYREF_SLOW(ns_sym);
   const Tensor w = defined_or_empty(w_opt), b = defined_or_empty(b_opt);
   check_devices({{&dy, "grad_out"}, {&x, "input"}, {&mean, "mean"}, {&rstd, "rstd"}, {&w, "weight"}, {&b, "bias"}},
-                "native_layer_norm_backward");
+                "wrapper_CUDA__native_layer_norm_backward");
   ServingAten serving;
   c10::DeviceGuard guard(x.device());
   Remembered r = aten_plan(false, x, ns, w, b, nullptr);

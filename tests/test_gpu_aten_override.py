@@ -178,9 +178,12 @@ def test_a_first_call_under_capture_is_torchs_and_planned_after(off_after):
     import labkit
     from labkit.ops.dropin import host
 
+    from labkit.ops.dropin import plan
+
     x, ns, w, b, dy = _inputs((16, 1 << 20), 1, seed=13)
     want = _run(x, ns, w, b, dy, 1e-5)
     labkit.enable()
+    plan.clear()  # a first call: no plan of this signature made by an earlier test (one made outside capture serves)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):

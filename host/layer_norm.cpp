@@ -19,8 +19,8 @@
 #include <ATen/ops/native_layer_norm_backward_native.h>
 #include <ATen/ops/native_layer_norm_native.h>
 
-#include <cstring>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <tuple>
@@ -405,8 +405,33 @@ struct KeyHash {
 };
 
 constexpr size_t kMaxRemembered = 4096;  // labkit.ops.dropin.plan.MAX_PLANS: cleared, not evicted, when full
-std::mutex remembered_lock;  // held for lookups too: the GIL is not what guards C++ state
-std::unordered_map<std::vector<int64_t>, Remembered, KeyHash> remembered;
+std::mutex remembered_lock;  // held for lookups too (of every Decisions map): the GIL is not what guards C++ state
+using Decisions = std::unordered_map<std::vector<int64_t>, Remembered, KeyHash>;
+Decisions remembered;  // the eager fast path's; labkit.enable() keeps two more (AtenOverride)
+
+// The answer kept for `key` in `map`, if any.
+std::optional<Remembered> lookup(const Decisions& map, const std::vector<int64_t>& key) {
+  std::lock_guard<std::mutex> hold(remembered_lock);
+  auto it = map.find(key);
+  if (it == map.end()) return std::nullopt;
+  return it->second;
+}
+
+// Keep `r` for `key` (a full map is cleared, not evicted). Entries given up are destroyed after the lock is released:
+// a plan's tensors may take the GIL when they go, and a thread holding the GIL may be waiting for this lock.
+void keep(Decisions& map, std::vector<int64_t> key, Remembered r) {
+  Decisions dropped;
+  std::lock_guard<std::mutex> hold(remembered_lock);
+  if (map.size() >= kMaxRemembered) dropped.swap(map);
+  std::swap(map[std::move(key)], r);  // r now holds what was there, destroyed after the lock
+}
+
+// Every answer in `map` dropped, destroyed after the lock is released (as keep's).
+void drop_all(Decisions& map) {
+  Decisions dropped;
+  std::lock_guard<std::mutex> hold(remembered_lock);
+  dropped.swap(map);
+}
 
 // false where a tensor is not one our signatures describe (sparse, nested, a ZeroTensor): Python's path decides.
 bool plain_tensor(const Tensor& t) {
@@ -422,6 +447,18 @@ void put_tensor(std::vector<int64_t>& k, const Tensor& t) {
   k.push_back(t.device().index());
   k.push_back(t.requires_grad());
   k.push_back(t.is_neg());  // a lazily negated view: Python refuses it for our kernels (its memory holds -t)
+}
+
+// x, then whether weight and bias are given and each as put_tensor describes it: the tail of every key. False
+// (nothing pushed) where a tensor is not one our plans describe.
+bool put_inputs(std::vector<int64_t>& k, const Tensor& x, const Tensor* w, const Tensor* b) {
+  if (!plain_tensor(x) || (w && !plain_tensor(*w)) || (b && !plain_tensor(*b))) return false;
+  put_tensor(k, x);
+  k.push_back(w != nullptr);
+  if (w) put_tensor(k, *w);
+  k.push_back(b != nullptr);
+  if (b) put_tensor(k, *b);
+  return true;
 }
 
 // An exact Python int that fits int64 (not a bool, numpy integer or SymInt), with no Python error left set.
@@ -480,7 +517,6 @@ bool parse_eps(py::handle h, double& e) {
 bool make_key(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, const std::optional<Tensor>& b,
               py::handle eps, bool grad, std::vector<int64_t>& k, double& e) {
   if (!parse_eps(eps, e)) return false;
-  if (!plain_tensor(x) || (w && !plain_tensor(*w)) || (b && !plain_tensor(*b))) return false;
   k.reserve(32);
   size_t at = k.size();
   k.push_back(0);  // normalized_shape's length, filled in below
@@ -490,12 +526,7 @@ bool make_key(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, co
   std::memcpy(&bits, &e, sizeof bits);
   k.push_back(bits);
   k.push_back(grad);
-  put_tensor(k, x);
-  k.push_back(w.has_value());
-  if (w) put_tensor(k, *w);
-  k.push_back(b.has_value());
-  if (b) put_tensor(k, *b);
-  return true;
+  return put_inputs(k, x, w ? &*w : nullptr, b ? &*b : nullptr);
 }
 
 // The remembered answer for this call, run; None where there is none (Python then decides). The work runs with
@@ -507,13 +538,9 @@ py::object call(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, 
   std::vector<int64_t> key;
   double e;
   if (!make_key(x, ns, w, b, eps, grad, key, e)) return py::none();
-  Remembered r;
-  {
-    std::lock_guard<std::mutex> hold(remembered_lock);
-    auto it = remembered.find(key);
-    if (it == remembered.end()) return py::none();
-    r = it->second;
-  }
+  std::optional<Remembered> kept = lookup(remembered, key);
+  if (!kept) return py::none();
+  const Remembered& r = *kept;
   Tensor y;
   bool refused = false;
   {
@@ -549,15 +576,8 @@ void remember(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, co
   Remembered r;
   r.decision = decision;
   if (plan) r.plan = *plan;
-  decltype(remembered) dropped;  // entries given up are destroyed after the lock is released
-  {
-    std::lock_guard<std::mutex> hold(remembered_lock);
-    if (remembered.size() >= kMaxRemembered) dropped.swap(remembered);
-    std::swap(remembered[std::move(key)], r);  // r now holds what was there, destroyed below
-  }
+  keep(remembered, std::move(key), std::move(r));
 }
-
-
 
 // --- labkit.enable(): our kernels as torch's own aten::native_layer_norm(_backward) ---------------------------------
 // An opt-in registration of two kernels at a backend dispatch key (CUDA; CPU for the tests) in front of torch's, so
@@ -572,7 +592,7 @@ struct AtenOverride {
   std::atomic<bool> on{false};
   std::unique_ptr<torch::Library> library;  // set and reset by enable_aten / disable_aten, with the GIL held
   py::object plan_forward, plan_backward;  // (x, normalized_shape, weight, bias[, eps]) -> (LayerNormPlan | None, keep)
-  std::unordered_map<std::vector<int64_t>, Remembered, KeyHash> forward, backward;  // under remembered_lock
+  Decisions forward, backward;  // under remembered_lock
 };
 
 // One state for the process, never freed: a kernel call in flight on another thread may still hold references into
@@ -599,37 +619,26 @@ void check_devices(std::initializer_list<std::pair<const Tensor*, const char*>> 
 // put_tensor describes them. False where a tensor is not one our plans describe.
 bool aten_key(const Tensor& x, at::IntArrayRef ns, const Tensor& w, const Tensor& b, const double* eps,
               std::vector<int64_t>& k) {
-  if (!plain_tensor(x) || (w.defined() && !plain_tensor(w)) || (b.defined() && !plain_tensor(b))) return false;
   k.reserve(32);
   k.push_back(static_cast<int64_t>(ns.size()));
   k.insert(k.end(), ns.begin(), ns.end());
   int64_t bits = 0;
   if (eps) std::memcpy(&bits, eps, sizeof bits);
   k.push_back(bits);
-  put_tensor(k, x);
-  k.push_back(w.defined());
-  if (w.defined()) put_tensor(k, w);
-  k.push_back(b.defined());
-  if (b.defined()) put_tensor(k, b);
-  return true;
+  return put_inputs(k, x, w.defined() ? &w : nullptr, b.defined() ? &b : nullptr);
 }
 
 // The plan of an aten call, forward's or backward's: looked up by key in that direction's map, asked of Python on a
-// miss and kept where Python says so. kTorch where labkit.enable() is off or the call has no key. Entries given up
-// are destroyed after the lock is released (a plan's tensors may take the GIL when they go).
+// miss and kept where Python says so. kTorch where labkit.enable() is off or the call has no key.
 Remembered aten_plan(bool forward, const Tensor& x, at::IntArrayRef ns, const Tensor& w, const Tensor& b,
                      const double* eps) {
   AtenOverride& state = aten();
   std::vector<int64_t> key;
   if (!state.on.load() || !aten_key(x, ns, w, b, eps, key)) return Remembered{};
-  auto& plans = forward ? state.forward : state.backward;
-  {
-    std::lock_guard<std::mutex> hold(remembered_lock);
-    auto it = plans.find(key);
-    if (it != plans.end()) return it->second;
-  }
+  Decisions& plans = forward ? state.forward : state.backward;
+  if (std::optional<Remembered> kept = lookup(plans, key)) return *kept;
   Remembered r;
-  bool keep = false;
+  bool kept_by_python = false;
   {
     py::gil_scoped_acquire gil;
     py::object planner = forward ? state.plan_forward : state.plan_backward;  // a reference of our own
@@ -641,15 +650,9 @@ Remembered aten_plan(bool forward, const Tensor& x, at::IntArrayRef ns, const Te
       r.decision = kOurs;
       r.plan = answer[0].cast<c10::intrusive_ptr<LayerNormPlan>>();
     }
-    keep = answer[1].cast<bool>();
+    kept_by_python = answer[1].cast<bool>();
   }
-  if (keep) {
-    std::unordered_map<std::vector<int64_t>, Remembered, KeyHash> dropped;
-    Remembered replaced = r;
-    std::lock_guard<std::mutex> hold(remembered_lock);
-    if (plans.size() >= kMaxRemembered) dropped.swap(plans);
-    std::swap(plans[std::move(key)], replaced);  // replaced now holds what was there, destroyed below
-  }
+  if (kept_by_python) keep(plans, std::move(key), r);
   return r;
 }
 
@@ -681,21 +684,15 @@ std::tuple<Tensor, Tensor, Tensor> aten_backward(const Tensor& dy, const Tensor&
   return run_backward(*r.plan, dy, x, SavedStats{mean, rstd, Tensor()}, w, b, mask);
 }
 
-// Both maps emptied (labkit.ops.dropin.plan.clear, and disable): their entries destroyed after the lock is released.
+// labkit.enable()'s answers dropped (labkit.ops.dropin.plan.clear, enable and disable).
 void forget_aten() {
-  std::unordered_map<std::vector<int64_t>, Remembered, KeyHash> forward, backward;
-  std::lock_guard<std::mutex> hold(remembered_lock);
-  forward.swap(aten().forward);
-  backward.swap(aten().backward);
+  drop_all(aten().forward);
+  drop_all(aten().backward);
 }
 
 // Every remembered answer dropped (labkit.ops.dropin.plan.clear): the eager fast path's and labkit.enable()'s.
 void forget() {
-  {
-    decltype(remembered) dropped;
-    std::lock_guard<std::mutex> hold(remembered_lock);
-    dropped.swap(remembered);
-  }
+  drop_all(remembered);
   forget_aten();
 }
 

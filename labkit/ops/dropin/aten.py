@@ -36,8 +36,6 @@ def _plan_forward(x, ns, weight, bias, eps):
 
 def _plan_backward(x, ns, weight, bias):
     """As _plan_forward, for the backward of a forward on inputs like these (labkit.ops.dropin.plan.backward_plan)."""
-    import math
-
     import torch
 
     if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -45,11 +43,10 @@ def _plan_backward(x, ns, weight, bias):
     ns = tuple(ns)
     keep = plans._default_context()
     gp = plans.backward_plan(x, ns, weight, bias)
-    if gp is None or host.unavailable(x.get_device()) is not None:
+    if gp is None:
         return None, keep
     ones = torch.ones(ns, device=x.device) if weight is None else None
-    rows = x.numel() // math.prod(ns)
-    return plans.host_plan(x.get_device(), None, 0, gp, ns, 0.0, [rows], rows, ones, None), keep
+    return plans.backward_host_plan(x, ns, gp, ones), keep
 
 
 def enable(key: str = "CUDA") -> None:

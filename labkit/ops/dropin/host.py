@@ -1,7 +1,8 @@
 """The drop-in's host extension: host/layer_norm.cpp (with host/launch_program.h), built at first use with
 torch.utils.cpp_extension against the installed torch and cached in torch's extension root
 (~/.cache/torch_extensions, or $TORCH_EXTENSIONS_DIR), keyed by the sources' hash, torch's version and Python's, so
-a torch upgrade or an edited source rebuilds it. A build logs one line (labkit's logger, INFO); a load says nothing.
+a torch upgrade or an edited source rebuilds it. A build says when it starts and how long it took
+(labkit.core.log.first_use); a load says nothing.
 
 It runs a plan's Programs (labkit.core.program) from C++ and gives the drop-in a C++ autograd node: an eager call
 with autograd recording then costs about what torch's own node costs on the host, and the backward runs in the
@@ -71,7 +72,8 @@ def _build():
         cached = (where / f"{name}.so").is_file()
         where.mkdir(parents=True, exist_ok=True)
         if not cached:  # the one wait of a first use longer than a few seconds: said when it starts, not only after
-            first_use(log, "building the host extension %s (C++, once per torch and source version; tens of seconds)", name)
+            first_use(log, "building the host extension %s (C++, once per torch and source version; tens of "
+                      "seconds)", name)
         start = time.perf_counter()
         sources = host_dir()
         flags, ldflags = ["-O2"], []
@@ -88,10 +90,11 @@ def _build():
         module = cpp_extension.load(name=name, sources=[str(sources / "layer_norm.cpp")],
                                     extra_include_paths=[str(sources)], extra_cflags=flags,
                                     extra_ldflags=ldflags, build_directory=str(where), verbose=False)
-        seconds = None if cached else time.perf_counter() - start
-        if seconds is not None:
-            first_use(log, "built the host extension %s in %.1f s (C++, torch.utils.cpp_extension; cached in %s)",
-                     name, seconds, where)
+        if cached:
+            return module, None, None
+        seconds = time.perf_counter() - start
+        first_use(log, "built the host extension %s in %.1f s (C++, torch.utils.cpp_extension; cached in %s)", name,
+                  seconds, where)
         return module, None, seconds
     except Exception as exc:  # no compiler, no ninja, a torch without headers: the Python runner serves
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -294,6 +294,14 @@ def host_plan(index: int, forward, forward_scratch: int, gp, ns: tuple, eps: flo
                                        gp.template.partial_groups if gp is not None else 1, ones, neg_zeros)
 
 
+def backward_host_plan(x, ns: tuple, gp, ones):
+    """The host extension's LayerNormPlan running GradPlan `gp`'s backward alone (no forward of ours), with `ones`
+    standing in for an absent weight; None where the extension does not serve on x's device."""
+    if host.unavailable(x.get_device()) is not None:
+        return None
+    return host_plan(x.get_device(), None, 0, gp, ns, 0.0, [gp.rows], gp.rows, ones, None)
+
+
 def clear() -> None:
     _plans.clear()
     _grad_plans.clear()
@@ -397,9 +405,7 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
             gp = backward_plan(x, ns, weight, bias)
             if gp is not None:
                 ones = torch.ones(ns, device=x.device) if weight is None else None
-                hp = None if host.unavailable(x.get_device()) is not None else \
-                    host_plan(x.get_device(), None, 0, gp, ns, 0.0, [gp.rows], gp.rows, ones, None)
-                hit = (gp, ones, bound(gp, x.get_device()), hp)
+                hit = (gp, ones, bound(gp, x.get_device()), backward_host_plan(x, ns, gp, ones))
         if not capturing:  # a refusal under capture is not the signature's answer
             if len(_grad_plans) >= MAX_PLANS:
                 _grad_plans.clear()

@@ -2,7 +2,6 @@
 page links them. The only module that knows about notebooks."""
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -13,6 +12,7 @@ from pathlib import Path
 from labkit import tasks
 from labkit.core.compile import REPO_ROOT
 from labkit.core.atomic import default_dir_mode
+from labkit.core.environ import scoped_environ
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 
@@ -126,19 +126,10 @@ def _describe_failure(exc: Exception) -> tuple[str, str | None, str | None]:
     return f"{type(exc).__name__}: {str(exc).strip()[:2000]}", None, None
 
 
-@contextlib.contextmanager
 def _quiet_first_use():
     """LABKIT_QUIET=1 in the environment the notebook's kernel starts with (labkit.core.log): a page shows its
     results, not the lines a cold cache's builds print."""
-    saved = os.environ.get("LABKIT_QUIET")
-    os.environ["LABKIT_QUIET"] = "1"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("LABKIT_QUIET", None)
-        else:
-            os.environ["LABKIT_QUIET"] = saved
+    return scoped_environ(LABKIT_QUIET="1")
 
 
 def run_notebook(path: Path, out_dir: Path, params: dict, kernel_name: str = "python3",

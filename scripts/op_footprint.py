@@ -5,7 +5,8 @@
 
 Static: the labkit modules that `import labkit.ops.dropin` loads, the host extension's sources and every kernel
 file (with its local headers) of every forward path and backward schedule. Trace: the labkit Python files whose
-functions run during one first eager call with grad (plan made, launched), plus the host sources where the C++
+functions run during one first eager call with grad (plan made, launched) and during the next call of the
+same signature (planned), plus the host sources where the C++
 runner served and the kernel files compiled or loaded for it. Prints JSON.
 """
 from __future__ import annotations
@@ -87,30 +88,38 @@ def trace(shape=(16, 64, 256, 256)) -> dict:
     w = torch.randn(ns, device="cuda", requires_grad=True)
     b = torch.randn(ns, device="cuda", requires_grad=True)
     labkit.layer_norm  # resolve the lazy attribute outside the trace
-    seen: set[str] = set()
     compiled_before = set(getattr(nvrtc, "_loaded_names", lambda: set())())
 
-    def prof(frame, event, arg):
-        if event == "call":
-            f = frame.f_code.co_filename
-            if "/labkit/" in f:
-                seen.add(_rel(f))
+    def traced_call() -> list[str]:
+        seen: set[str] = set()
 
-    sys.setprofile(prof)
-    try:
-        y = labkit.layer_norm(x, ns, w, b)
-    finally:
-        sys.setprofile(None)
+        def prof(frame, event, arg):
+            if event == "call":
+                f = frame.f_code.co_filename
+                if "/labkit/" in f:
+                    seen.add(_rel(f))
+
+        sys.setprofile(prof)
+        try:
+            labkit.layer_norm(x, ns, w, b)
+        finally:
+            sys.setprofile(None)
+        return sorted(seen)
+
+    # the first call plans (the rule weighs every path, kernels compile); the next call of the same signature
+    # is what a training step pays from then on
+    first = traced_call()
+    planned = traced_call()
     torch.cuda.synchronize()
     expl = labkit.explain(x, ns, w, b)
     host = [_rel(p) for p in sorted((ROOT / "host").glob("*.[ch]*"))] if expl["launches"].startswith("C++") else []
     from labkit.ops import paths
 
     kern = sorted(_rel(p) for p in _with_headers(paths.kernels(expl["path"])))
-    del y, compiled_before
+    del compiled_before
     return {"shape": list(shape), "path": expl["path"], "backward": expl["backward"], "launches": expl["launches"],
-            "python": sorted(seen), "host": host, "kernels": kern,
-            "files_opened": len(seen) + len(host)}
+            "python": first, "host": host, "kernels": kern, "files_opened": len(first) + len(host),
+            "python_planned": planned, "files_opened_planned": len(planned) + len(host)}
 
 
 def main() -> None:

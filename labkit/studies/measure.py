@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from labkit.core.environ import scoped_environ
 from labkit.studies import bench
 from labkit.tasks import L1_40
 
@@ -149,13 +150,10 @@ def deterministic_algorithms():
     with cuBLAS's deterministic workspace; the previous setting, warn_only and the environment restored after."""
     import torch
 
-    was = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-           os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
-    os.environ["CUBLAS_WORKSPACE_CONFIG"] = was[2] or ":4096:8"
-    torch.use_deterministic_algorithms(True)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(was[0], warn_only=was[1])
-        if was[2] is None:
-            del os.environ["CUBLAS_WORKSPACE_CONFIG"]
+    was = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    with scoped_environ(CUBLAS_WORKSPACE_CONFIG=os.environ.get("CUBLAS_WORKSPACE_CONFIG") or ":4096:8"):
+        torch.use_deterministic_algorithms(True)
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(was[0], warn_only=was[1])

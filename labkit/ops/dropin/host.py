@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from labkit.core.environ import scoped_environ
 from labkit.core.log import first_use
 from labkit.core.sources import host_dir
 
@@ -85,11 +86,13 @@ def _build():
         # torch runs ninja from PATH: a virtual environment's own ninja (a dependency) is beside its interpreter,
         # which is not on PATH where the environment is used without being activated
         bindir = str(Path(sys.executable).parent)
-        if bindir not in os.environ.get("PATH", "").split(os.pathsep):
-            os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-        module = cpp_extension.load(name=name, sources=[str(sources / "layer_norm.cpp")],
-                                    extra_include_paths=[str(sources)], extra_cflags=flags,
-                                    extra_ldflags=ldflags, build_directory=str(where), verbose=False)
+        path = os.environ.get("PATH", "")
+        if bindir not in path.split(os.pathsep):
+            path = bindir + os.pathsep + path
+        with scoped_environ(PATH=path):
+            module = cpp_extension.load(name=name, sources=[str(sources / "layer_norm.cpp")],
+                                        extra_include_paths=[str(sources)], extra_cflags=flags,
+                                        extra_ldflags=ldflags, build_directory=str(where), verbose=False)
         if cached:
             return module, None, None
         seconds = time.perf_counter() - start

@@ -389,7 +389,9 @@ Tensor train(c10::intrusive_ptr<LayerNormPlan> p, const Tensor& x, const std::op
 // context, takes its own path where a dispatch protocol is set, and suspends the fast path while a forced backward
 // or host.off is active (labkit.ops.dropin.host.suspend).
 
-enum Decision : int { kTorch = 0, kOurs = 1 };  // torch's layer_norm (its own autograd node), or the plan's
+// torch's layer_norm (its own autograd node), the plan's, or (the registered ops' kernels only, never kept) the
+// Python runner's: the plan is ours but the host extension does not serve it (host.off, a device it refuses)
+enum Decision : int { kTorch = 0, kOurs = 1, kPython = 2 };
 
 struct Remembered {
   int decision = kTorch;
@@ -407,7 +409,7 @@ struct KeyHash {
 constexpr size_t kMaxRemembered = 4096;  // labkit.ops.dropin.plan.MAX_PLANS: cleared, not evicted, when full
 std::mutex remembered_lock;  // held for lookups too (of every Decisions map): the GIL is not what guards C++ state
 using Decisions = std::unordered_map<std::vector<int64_t>, Remembered, KeyHash>;
-Decisions remembered;  // the eager fast path's; labkit.enable() keeps two more (AtenOverride)
+Decisions remembered;  // the eager fast path's; each Served registration keeps two more
 
 // The answer kept for `key` in `map`, if any.
 std::optional<Remembered> lookup(const Decisions& map, const std::vector<int64_t>& key) {
@@ -579,31 +581,51 @@ void remember(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, co
   keep(remembered, std::move(key), std::move(r));
 }
 
-// --- labkit.enable(): our kernels as torch's own aten::native_layer_norm(_backward) ---------------------------------
-// An opt-in registration of two kernels at a backend dispatch key (CUDA; CPU for the tests) in front of torch's, so
-// that F.layer_norm, nn.LayerNorm, autocast, vmap and torch's own autograd node carry our kernels with no model
-// change. Each kernel looks its signature up in a map of its own; on a miss, Python plans it (with the GIL, as
-// labkit.ops.dropin.aten says) and the answer is kept where Python says it may be (planned in the default context,
-// not under graph capture). Where the plan is torch's, or a call is one our programs may not take, torch's own
-// kernel runs (torch_forward / torch_backward, directly: we are the dispatcher's kernel for these ops). Dropping
-// the registration (disable) brings torch's kernels back.
+// --- C++ kernels at a dispatch key: labkit.enable()'s for aten, and the registered ops' ------------------------------
+// Two registrations share one mechanism (`Served`): kernels at a backend dispatch key, each looking its call's
+// signature up in a map of its own; on a miss, Python plans it (with the GIL, labkit.ops.dropin.plan
+// .host_forward_plan / host_backward_plan) and the answer is kept where Python says it may be (planned in the
+// default context, not under graph capture).
+//
+// labkit.enable(): kernels for aten::native_layer_norm and aten::native_layer_norm_backward in front of torch's
+// (CUDA; CPU for the tests), so that F.layer_norm, nn.LayerNorm, autocast, vmap and torch's own autograd node carry
+// our kernels with no model change. Where the plan is torch's, or a call is one our programs may not take, torch's
+// own kernel runs (torch_forward / torch_backward, directly: we are the dispatcher's kernel for these ops).
+// Dropping the registration (disable) brings torch's kernels back.
+//
+// The registered ops labkit::layer_norm and labkit::layer_norm_backward (labkit.ops.dropin.op; what torch.compile's
+// graphs, modes and subclasses call): their CUDA kernels, registered when the extension loads, in front of the
+// Python implementations (which stay the CPU's, and every device's where the extension cannot build). A compiled
+// graph's call then reaches our launches with no Python. Where Python's runner serves a plan (kPython), its
+// implementation is called.
 
-struct AtenOverride {
+struct Served {
   std::atomic<bool> on{false};
-  std::unique_ptr<torch::Library> library;  // set and reset by enable_aten / disable_aten, with the GIL held
-  py::object plan_forward, plan_backward;  // (x, normalized_shape, weight, bias[, eps]) -> (LayerNormPlan | None, keep)
+  std::unique_ptr<torch::Library> library;  // set and reset by serve / unserve, with the GIL held
+  // (x, normalized_shape, weight, bias[, eps]) -> (LayerNormPlan | None, keep, python runner serves)
+  py::object plan_forward, plan_backward;
+  py::object python_forward, python_backward;  // the ops' Python implementations (None for aten's)
   Decisions forward, backward;  // under remembered_lock
 };
 
-// One state for the process, never freed: a kernel call in flight on another thread may still hold references into
-// it when disable() runs, and at exit the dispatcher and Python may be gone before it would be destroyed.
-AtenOverride& aten() {
-  static AtenOverride* state = new AtenOverride();
+// One state each for the process, never freed: a kernel call in flight on another thread may still hold references
+// into it when disable() runs, and at exit the dispatcher and Python may be gone before it would be destroyed.
+Served& aten() {
+  static Served* state = new Served();
+  return *state;
+}
+
+Served& ops() {
+  static Served* state = new Served();
   return *state;
 }
 
 Tensor defined_or_empty(const std::optional<Tensor>& t) {
   return t.has_value() && t->defined() ? *t : Tensor();
+}
+
+py::object tensor_or_none(const Tensor& t) {
+  return t.defined() ? py::cast(t) : py::none();
 }
 
 // What torch's generated CUDA wrapper checks before its kernel runs, which calling the kernel directly would skip:
@@ -615,10 +637,10 @@ void check_devices(std::initializer_list<std::pair<const Tensor*, const char*>> 
     if (t->defined()) c10::impl::check_and_update_common_device(common, *t, op, name);
 }
 
-// The key of an aten call: normalized_shape, eps (the forward's; the backward has none), and x, weight, bias as
+// The key of a served call: normalized_shape, eps (the forward's; the backward has none), and x, weight, bias as
 // put_tensor describes them. False where a tensor is not one our plans describe.
-bool aten_key(const Tensor& x, at::IntArrayRef ns, const Tensor& w, const Tensor& b, const double* eps,
-              std::vector<int64_t>& k) {
+bool served_key(const Tensor& x, at::IntArrayRef ns, const Tensor& w, const Tensor& b, const double* eps,
+                std::vector<int64_t>& k) {
   k.reserve(32);
   k.push_back(static_cast<int64_t>(ns.size()));
   k.insert(k.end(), ns.begin(), ns.end());
@@ -628,13 +650,12 @@ bool aten_key(const Tensor& x, at::IntArrayRef ns, const Tensor& w, const Tensor
   return put_inputs(k, x, w.defined() ? &w : nullptr, b.defined() ? &b : nullptr);
 }
 
-// The plan of an aten call, forward's or backward's: looked up by key in that direction's map, asked of Python on a
-// miss and kept where Python says so. kTorch where labkit.enable() is off or the call has no key.
-Remembered aten_plan(bool forward, const Tensor& x, at::IntArrayRef ns, const Tensor& w, const Tensor& b,
-                     const double* eps) {
-  AtenOverride& state = aten();
+// The plan of a served call, forward's or backward's: looked up by key in that direction's map, asked of Python on
+// a miss and kept where Python says so. kTorch where the registration is off or the call has no key.
+Remembered served_plan(Served& state, bool forward, const Tensor& x, at::IntArrayRef ns, const Tensor& w,
+                       const Tensor& b, const double* eps) {
   std::vector<int64_t> key;
-  if (!state.on.load() || !aten_key(x, ns, w, b, eps, key)) return Remembered{};
+  if (!state.on.load() || !served_key(x, ns, w, b, eps, key)) return Remembered{};
   Decisions& plans = forward ? state.forward : state.backward;
   if (std::optional<Remembered> kept = lookup(plans, key)) return *kept;
   Remembered r;
@@ -643,14 +664,16 @@ Remembered aten_plan(bool forward, const Tensor& x, at::IntArrayRef ns, const Te
     py::gil_scoped_acquire gil;
     py::object planner = forward ? state.plan_forward : state.plan_backward;  // a reference of our own
     if (!planner || planner.is_none() || !state.on.load()) return Remembered{};
-    py::object wo = w.defined() ? py::cast(w) : py::none(), bo = b.defined() ? py::cast(b) : py::none();
     std::vector<int64_t> shape(ns.begin(), ns.end());
-    py::tuple answer = forward ? planner(x, shape, wo, bo, *eps) : planner(x, shape, wo, bo);
+    py::tuple answer = forward ? planner(x, shape, tensor_or_none(w), tensor_or_none(b), *eps)
+                               : planner(x, shape, tensor_or_none(w), tensor_or_none(b));
     if (!answer[0].is_none()) {
       r.decision = kOurs;
       r.plan = answer[0].cast<c10::intrusive_ptr<LayerNormPlan>>();
+    } else if (answer[2].cast<bool>()) {
+      r.decision = kPython;
     }
-    kept_by_python = answer[1].cast<bool>();
+    kept_by_python = answer[1].cast<bool>() && r.decision != kPython;
   }
   if (kept_by_python) keep(plans, std::move(key), r);
   return r;
@@ -664,7 +687,7 @@ std::tuple<Tensor, Tensor, Tensor> aten_forward(const Tensor& x, c10::SymIntArra
   check_devices({{&x, "input"}, {&w, "weight"}, {&b, "bias"}}, "wrapper_CUDA__native_layer_norm");
   ServingAten serving;
   c10::DeviceGuard guard(x.device());
-  Remembered r = aten_plan(true, x, ns, w, b, &eps);
+  Remembered r = served_plan(aten(), true, x, ns, w, b, &eps);
   if (r.decision != kOurs || !r.plan->forward) return torch_forward(x, ns, w, b, eps);
   return run_forward(*r.plan, x, w, b, true);
 }
@@ -679,39 +702,94 @@ std::tuple<Tensor, Tensor, Tensor> aten_backward(const Tensor& dy, const Tensor&
                 "wrapper_CUDA__native_layer_norm_backward");
   ServingAten serving;
   c10::DeviceGuard guard(x.device());
-  Remembered r = aten_plan(false, x, ns, w, b, nullptr);
+  Remembered r = served_plan(aten(), false, x, ns, w, b, nullptr);
   if (r.decision != kOurs || !r.plan->backward) return torch_backward(dy, x, ns, mean, rstd, w, b, mask);
   return run_backward(*r.plan, dy, x, SavedStats{mean, rstd, Tensor()}, w, b, mask);
 }
 
-// labkit.enable()'s answers dropped (labkit.ops.dropin.plan.clear, enable and disable).
-void forget_aten() {
-  drop_all(aten().forward);
-  drop_all(aten().backward);
+std::tuple<Tensor, Tensor, Tensor> three_tensors(const py::object& result) {
+  py::tuple t = result;
+  return {t[0].cast<Tensor>(), t[1].cast<Tensor>(), t[2].cast<Tensor>()};
 }
 
-// Every remembered answer dropped (labkit.ops.dropin.plan.clear): the eager fast path's and labkit.enable()'s.
+// labkit::layer_norm: what its Python implementation returns (y, mean, rstd), for the same plan.
+std::tuple<Tensor, Tensor, Tensor> op_forward(const Tensor& x, c10::SymIntArrayRef ns_sym,
+                                              const std::optional<Tensor>& w_opt,
+                                              const std::optional<Tensor>& b_opt, double eps) {
+  at::IntArrayRef ns = C10_AS_INTARRAYREF_SLOW(ns_sym);
+  const Tensor w = defined_or_empty(w_opt), b = defined_or_empty(b_opt);
+  c10::DeviceGuard guard(x.device());
+  Remembered r = served_plan(ops(), true, x, ns, w, b, &eps);
+  if (r.decision == kPython) {
+    py::gil_scoped_acquire gil;
+    return three_tensors(ops().python_forward(x, std::vector<int64_t>(ns.begin(), ns.end()), tensor_or_none(w),
+                                              tensor_or_none(b), eps));
+  }
+  if (r.decision != kOurs || !r.plan->forward) return at::native_layer_norm(x, ns, w, b, eps);
+  return run_forward(*r.plan, x, w, b, true);
+}
+
+// labkit::layer_norm_backward: (grad_x, grad_weight, grad_bias), an output not asked for (or without its parameter)
+// an empty tensor, as its Python implementation returns them.
+std::tuple<Tensor, Tensor, Tensor> op_backward(const Tensor& dy, const Tensor& x, c10::SymIntArrayRef ns_sym,
+                                               const Tensor& mean, const Tensor& rstd,
+                                               const std::optional<Tensor>& w_opt,
+                                               const std::optional<Tensor>& b_opt, c10::List<bool> mask_list) {
+  at::IntArrayRef ns = C10_AS_INTARRAYREF_SLOW(ns_sym);
+  TORCH_CHECK(mask_list.size() == 3, "output_mask needs 3 entries, got ", mask_list.size());
+  const std::array<bool, 3> mask = {mask_list.get(0), mask_list.get(1), mask_list.get(2)};
+  const Tensor w = defined_or_empty(w_opt), b = defined_or_empty(b_opt);
+  c10::DeviceGuard guard(x.device());
+  Remembered r = served_plan(ops(), false, x, ns, w, b, nullptr);
+  if (r.decision == kPython) {
+    py::gil_scoped_acquire gil;
+    return three_tensors(ops().python_backward(dy, x, std::vector<int64_t>(ns.begin(), ns.end()), mean, rstd,
+                                               tensor_or_none(w), tensor_or_none(b),
+                                               std::vector<bool>(mask.begin(), mask.end())));
+  }
+  auto [gx, gw, gb] = r.decision == kOurs && r.plan->backward
+                          ? run_backward(*r.plan, dy, x, SavedStats{mean, rstd, Tensor()}, w, b, mask)
+                          : at::native_layer_norm_backward(dy, x, ns, mean, rstd, w, b, mask);
+  auto empty = [&](const Tensor& t) { return t.defined() ? t : at::empty({0}, x.options()); };
+  return {empty(gx), empty(gw), empty(gb)};
+}
+
+// A served registration's answers dropped (labkit.ops.dropin.plan.clear, enable and disable).
+void forget_served(Served& state) {
+  drop_all(state.forward);
+  drop_all(state.backward);
+}
+
+// Every remembered answer dropped (labkit.ops.dropin.plan.clear): the eager fast path's and both registrations'.
 void forget() {
   drop_all(remembered);
-  forget_aten();
+  forget_served(aten());
+  forget_served(ops());
 }
 
-void enable_aten(py::object plan_forward, py::object plan_backward, const std::string& key) {
-  AtenOverride& state = aten();
-  TORCH_CHECK(!state.on.load(), "labkit's aten kernels are registered already");
-  c10::DispatchKey k;
+c10::DispatchKey backend_key(const std::string& key) {
   if (key == "CUDA") {
 #ifndef LABKIT_TORCH_CUDA
     TORCH_CHECK(false, "this torch has no CUDA kernels to stand in front of (torch.version.cuda is None)");
 #endif
-    k = c10::DispatchKey::CUDA;
-  } else if (key == "CPU") {  // the tests' key: the mechanism without a GPU (every CPU plan is torch's)
-    k = c10::DispatchKey::CPU;
-  } else {
-    TORCH_CHECK(false, "dispatch key must be CUDA or CPU, got ", key);
+    return c10::DispatchKey::CUDA;
   }
+  if (key == "CPU") return c10::DispatchKey::CPU;  // the tests' key: the mechanism without a GPU
+  TORCH_CHECK(false, "dispatch key must be CUDA or CPU, got ", key);
+}
+
+void unserve(Served& state) {
+  if (!state.on.exchange(false)) return;
+  state.library.reset();  // the kernels registered before serve serve again from here on
+  forget_served(state);
+}
+
+void enable_aten(py::object plan_forward, py::object plan_backward, const std::string& key) {
+  Served& state = aten();
+  TORCH_CHECK(!state.on.load(), "labkit's aten kernels are registered already");
+  c10::DispatchKey k = backend_key(key);
   torch::PyWarningHandler warnings;  // the dispatcher's "Overriding a previously registered kernel" reaches Python
-  forget_aten();
+  forget_served(state);
   state.plan_forward = std::move(plan_forward);
   state.plan_backward = std::move(plan_backward);
   state.library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", k, __FILE__, __LINE__);
@@ -720,11 +798,20 @@ void enable_aten(py::object plan_forward, py::object plan_backward, const std::s
   state.on.store(true);
 }
 
-void disable_aten() {
-  AtenOverride& state = aten();
-  if (!state.on.exchange(false)) return;
-  state.library.reset();  // torch's kernels serve again from here on
-  forget_aten();
+void serve_ops(py::object plan_forward, py::object plan_backward, py::object python_forward,
+               py::object python_backward, const std::string& key) {
+  Served& state = ops();
+  TORCH_CHECK(!state.on.load(), "labkit's op kernels are registered already");
+  c10::DispatchKey k = backend_key(key);
+  forget_served(state);
+  state.plan_forward = std::move(plan_forward);
+  state.plan_backward = std::move(plan_backward);
+  state.python_forward = std::move(python_forward);
+  state.python_backward = std::move(python_backward);
+  state.library = std::make_unique<torch::Library>(torch::Library::IMPL, "labkit", k, __FILE__, __LINE__);
+  state.library->impl("layer_norm", TORCH_FN(op_forward));
+  state.library->impl("layer_norm_backward", TORCH_FN(op_backward));
+  state.on.store(true);
 }
 
 }  // namespace
@@ -807,11 +894,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         current_stream(c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device))));
   });
   m.def("enable_aten", &enable_aten, py::arg("plan_forward"), py::arg("plan_backward"), py::arg("key"));
-  m.def("disable_aten", &disable_aten);
+  m.def("disable_aten", []() { unserve(aten()); });
   m.def("aten_enabled", []() { return aten().on.load(); });
   m.def("aten_planned", []() {
     std::lock_guard<std::mutex> hold(remembered_lock);
     return std::make_pair(aten().forward.size(), aten().backward.size());
+  });
+  m.def("serve_ops", &serve_ops, py::arg("plan_forward"), py::arg("plan_backward"), py::arg("python_forward"),
+        py::arg("python_backward"), py::arg("key"));
+  m.def("unserve_ops", []() { unserve(ops()); });
+  m.def("ops_served", []() { return ops().on.load(); });
+  m.def("ops_planned", []() {
+    std::lock_guard<std::mutex> hold(remembered_lock);
+    return std::make_pair(ops().forward.size(), ops().backward.size());
   });
   m.def("driver_error", []() { return labkit_host::Driver::get().error; });
 }

@@ -48,9 +48,9 @@ def test_disable_gives_torchs_kernels_back(monkeypatch):
 
     def counting(*args):
         asked.append(args[1])
-        return None, False  # torch's kernel, not kept: every call asks again while ours is registered
+        return None, False, False  # torch's kernel, not kept: every call asks again while ours is registered
 
-    monkeypatch.setattr(aten, "_plan_forward", counting)
+    monkeypatch.setattr(aten.plans, "host_forward_plan", counting)
     x, w, b, dy = _inputs(seed=1)
     labkit.enable("CPU")
     torch.nn.functional.layer_norm(x, x.shape[-1:], w, b)

@@ -9,7 +9,8 @@ kernels (the same plans, programs and bits as labkit.layer_norm) and calls torch
 torch.compile does not see them: Inductor decomposes native_layer_norm into its own code before any kernel runs
 (labkit.layer_norm's registered op is the compiled path). `disable()` gives torch's kernels back.
 
-The planners below run in C++'s miss path, with the GIL taken there; what they return is kept per signature where
+The planners (labkit.ops.dropin.plan.host_forward_plan, host_backward_plan) run in C++'s miss path, with the GIL
+taken there; what they return is kept per signature where
 it was planned in the default context and not under graph capture. Calls it serves are planned by LABKIT_PROTOCOL
 (default eager): the measurement contexts (`dispatch_protocol`, `forced_backward`, `host.off`) do not reach a
 signature it has kept, and its backward plans in autograd's thread, where no dispatch_protocol is set. A first
@@ -27,28 +28,6 @@ from labkit.ops.dropin import plan as plans
 _KEYS = ("CUDA", "CPU")  # CPU: the mechanism tested without a GPU, where torch's kernel serves every plan
 
 
-def _plan_forward(x, ns, weight, bias, eps):
-    """(the host extension's LayerNormPlan, or None for torch's kernel; whether to keep the answer)."""
-    p = plans.get_plan(x, tuple(ns), weight, bias, eps, False)
-    keep = p.rememberable
-    return (p.host if isinstance(p, plans.KernelPlan) else None), keep
-
-
-def _plan_backward(x, ns, weight, bias):
-    """As _plan_forward, for the backward of a forward on inputs like these (labkit.ops.dropin.plan.backward_plan)."""
-    import torch
-
-    if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return None, False  # nothing prepared under capture: torch's kernel, and planned at the next call outside
-    ns = tuple(ns)
-    keep = plans._default_context()
-    gp = plans.backward_plan(x, ns, weight, bias)
-    if gp is None:
-        return None, keep
-    ones = torch.ones(ns, device=x.device) if weight is None else None
-    return plans.backward_host_plan(x, ns, gp, ones), keep
-
-
 def enable(key: str = "CUDA") -> None:
     """Serve torch's own aten::native_layer_norm(_backward) on `key`'s tensors with the drop-in's plans.
     RuntimeError where the host extension does not serve (it says why) or this is on already."""
@@ -62,7 +41,7 @@ def enable(key: str = "CUDA") -> None:
     with warnings.catch_warnings():
         # the dispatcher warns that a registered kernel is overridden: that is what enable asks for
         warnings.filterwarnings("ignore", message="(?s).*Overriding a previously registered kernel")
-        m.enable_aten(_plan_forward, _plan_backward, key)
+        m.enable_aten(plans.host_forward_plan, plans.host_backward_plan, key)
 
 
 def disable() -> None:

@@ -109,12 +109,31 @@ def loaded():
     return _state.get("module")
 
 
+_on_load: list = []
+
+
+def when_loaded(fn) -> None:
+    """Call fn(module) once the extension is loaded in this process (now, if it is already)."""
+    m = _state.get("module")
+    if m is not None:
+        fn(m)
+    else:
+        _on_load.append(fn)
+
+
 def module():
     """The extension module, or None (then `unavailable()` says why). Built once per process."""
     if "module" not in _state:
         with _lock:
             if "module" not in _state:
-                _state["module"], _state["why"], _state["built_in"] = _build()
+                m, _state["why"], _state["built_in"] = _build()
+                for fn in _on_load if m is not None else ():
+                    try:
+                        fn(m)
+                    except Exception as exc:  # what fn registers is an optimisation: the module still serves
+                        log.warning("labkit host extension: %s failed at load (%s: %s)", getattr(fn, "__name__", fn),
+                                    type(exc).__name__, exc)
+                _state["module"] = m
                 _refresh()
     return _state["module"]
 

@@ -23,12 +23,16 @@ from labkit.ops.dropin import host
 from labkit.ops.dropin import plan as plans
 
 
-@torch.library.custom_op("labkit::layer_norm", mutates_args=())
-def layer_norm_op(x: Tensor, normalized_shape: List[int], weight: Optional[Tensor], bias: Optional[Tensor],
+def _forward_impl(x: Tensor, normalized_shape: List[int], weight: Optional[Tensor], bias: Optional[Tensor],
                   eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """labkit::layer_norm's Python implementation: every device's where the host extension does not serve, the
+    CPU's, and the CUDA kernel's for calls the Python runner serves (host.off)."""
     ns = tuple(normalized_shape)
     p = plans.get_plan(x, ns, weight, bias, eps, True)
     return p.forward(x, weight, bias, True)
+
+
+layer_norm_op = torch.library.custom_op("labkit::layer_norm", mutates_args=())(_forward_impl)
 
 
 @layer_norm_op.register_fake
@@ -40,15 +44,40 @@ def _empty_grad(like: Tensor) -> Tensor:
     return like.new_empty((0,))
 
 
-@torch.library.custom_op("labkit::layer_norm_backward", mutates_args=())
-def layer_norm_backward_op(grad_y: Tensor, x: Tensor, normalized_shape: List[int], mean: Tensor, rstd: Tensor,
-                           weight: Optional[Tensor], bias: Optional[Tensor],
-                           output_mask: List[bool]) -> tuple[Tensor, Tensor, Tensor]:
-    """(grad_x, grad_weight, grad_bias); an output not asked for (or without its parameter) is an empty tensor."""
+def _backward_impl(grad_y: Tensor, x: Tensor, normalized_shape: List[int], mean: Tensor, rstd: Tensor,
+                   weight: Optional[Tensor], bias: Optional[Tensor],
+                   output_mask: List[bool]) -> tuple[Tensor, Tensor, Tensor]:
+    """(grad_x, grad_weight, grad_bias); an output not asked for (or without its parameter) is an empty tensor.
+    labkit::layer_norm_backward's Python implementation, where _forward_impl is the forward's."""
     gx, gw, gb = plans.backward(grad_y, x, tuple(normalized_shape), mean, rstd, weight, bias, tuple(output_mask))
     # a custom op returns defined tensors: an output not asked for is an empty one (aten's never alias inputs)
     return (gx if gx is not None else _empty_grad(x), gw if gw is not None else _empty_grad(x),
             gb if gb is not None else _empty_grad(x))
+
+
+layer_norm_backward_op = torch.library.custom_op("labkit::layer_norm_backward", mutates_args=())(_backward_impl)
+
+
+def serve_ops(key: str = "CUDA") -> None:
+    """Register the host extension's kernels for both ops at `key` (CUDA when it loads; CPU in the tests) in front
+    of the Python implementations: a call of the op (a compiled graph's) then reaches our launches with no Python,
+    planned as the Python implementation plans (host/layer_norm.cpp, "the registered ops")."""
+    host.module().serve_ops(plans.host_forward_plan, plans.host_backward_plan, _forward_impl, _backward_impl, key)
+
+
+def unserve_ops() -> None:
+    """The Python implementations serve again on the key serve_ops registered at."""
+    m = host.loaded()
+    if m is not None:
+        m.unserve_ops()
+
+
+def _serve_when_loaded(m) -> None:
+    if torch.version.cuda is not None:  # a CPU build of torch has no CUDA key to serve
+        m.serve_ops(plans.host_forward_plan, plans.host_backward_plan, _forward_impl, _backward_impl, "CUDA")
+
+
+host.when_loaded(_serve_when_loaded)
 
 
 @layer_norm_backward_op.register_fake
@@ -252,6 +281,25 @@ def _autocast(x) -> bool:
 _AUTOCAST_DEVICES = ("cuda", "cpu", "xpu", "mps", "hpu")
 
 
+try:
+    torch.is_autocast_enabled("cuda")
+
+    def _autocast_cuda_enabled() -> bool:
+        return torch.is_autocast_enabled("cuda")
+except TypeError:  # an older torch: its no-argument form is CUDA's
+    _autocast_cuda_enabled = torch.is_autocast_enabled
+
+
+def _autocast_float32(t):
+    """What autocast's float32 policy hands torch's kernel for one argument (ATen's cached_cast to float: a defined
+    CUDA floating tensor other than float64 is cast with .to(float32); anything else passes as it is). The cast is
+    recorded by autograd as autocast's is, so gradients flow back through it as they do through torch's."""
+    if t is None or t.dtype is torch.float32 or t.dtype is torch.float64 or not t.is_floating_point() \
+            or t.device.type != "cuda":
+        return t
+    return t.to(torch.float32)
+
+
 def _dispatch_mode_active() -> bool:
     if _dispatch_depth is None:  # an older torch: its Python-level query
         from torch.utils._python_dispatch import _get_current_dispatch_mode
@@ -296,7 +344,8 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
     ==  =========================================================  =================================================
     #   when                                                       who serves
     ==  =========================================================  =================================================
-    1   autocast is enabled                                        torch's F.layer_norm (autocast's float32 policy)
+    1   autocast is enabled                                        CUDA autocast: its float32 cast done here, then
+                                                                   the exits below; otherwise torch's F.layer_norm
     2   a tensor subclass, torch.compile, a dispatch mode or a     the registered op labkit::layer_norm (vmap: its
         functorch transform                                        batching rule); functorch's differentiating
                                                                    transforms (grad, jvp, ...): torch's F.layer_norm
@@ -311,8 +360,13 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
     # Every eager call runs this far, so it is written for the host's microseconds: one C call per condition,
     # the common case (plain tensors, no mode, no transform, not compiling) first.
     if _autocast(x):
-        # autocast runs layer_norm in float32 (its cast policy); torch's own call keeps that policy exactly
-        return torch.nn.functional.layer_norm(x, _normalized(normalized_shape), weight, bias, eps)
+        # autocast runs layer_norm in float32 (its cast policy). On CUDA we make the same cast autocast would and
+        # serve the float32 tensors torch's kernel would have received; the exits below then run on them with
+        # autocast still on, which casts nothing more (they are float32 already). Elsewhere torch's own call
+        # keeps the policy.
+        if not (isinstance(x, torch.Tensor) and x.device.type == "cuda" and _autocast_cuda_enabled()):
+            return torch.nn.functional.layer_norm(x, _normalized(normalized_shape), weight, bias, eps)
+        x, weight, bias = _autocast_float32(x), _autocast_float32(weight), _autocast_float32(bias)
     plain = type(x) in _PLAIN and (weight is None or type(weight) in _PLAIN) and \
         (bias is None or type(bias) in _PLAIN)
     if not plain or _is_compiling() or _functorch_active() or _dispatch_mode_active():

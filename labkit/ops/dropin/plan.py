@@ -302,6 +302,34 @@ def backward_host_plan(x, ns: tuple, gp, ones):
     return host_plan(x.get_device(), None, 0, gp, ns, 0.0, [gp.rows], gp.rows, ones, None)
 
 
+def host_forward_plan(x, ns, weight, bias, eps):
+    """For the host extension's kernels at a dispatch key (labkit.enable()'s aten kernels, the registered op's CUDA
+    kernel), in their miss path: (its LayerNormPlan, or None where torch's kernel serves; whether to keep the
+    answer; whether the Python runner serves instead, our kernels planned but the extension not serving them)."""
+    p = get_plan(x, tuple(ns), weight, bias, eps, True)
+    if not isinstance(p, KernelPlan):
+        return None, p.rememberable, False
+    if p.host is None:
+        return None, False, True
+    return p.host, p.rememberable, False
+
+
+def host_backward_plan(x, ns, weight, bias):
+    """As host_forward_plan, for the backward of a forward on inputs like these (`backward_plan`)."""
+    import torch
+
+    if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        return None, False, False  # nothing prepared under capture: torch's kernel, and planned outside capture
+    ns = tuple(ns)
+    keep = _default_context()
+    gp = backward_plan(x, ns, weight, bias)
+    if gp is None:
+        return None, keep, False
+    ones = torch.ones(ns, device=x.device) if weight is None else None
+    hp = backward_host_plan(x, ns, gp, ones)
+    return (hp, keep, False) if hp is not None else (None, False, True)
+
+
 def clear() -> None:
     _plans.clear()
     _grad_plans.clear()

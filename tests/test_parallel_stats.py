@@ -59,7 +59,7 @@ def test_goals_above_the_floor_or_met_are_not_called_below_it():
 
 def test_floors_at_another_shape_are_not_compared():
     quick = ps.floor_verdict_lines({**BREAKDOWN, "shape": [8, 32, 128, 256]}, CHAIN_FLOOR, CEILING, KB, "run K")
-    assert quick == ["issue 24's L1/40 time goals: not judged against a floor here (floors: measured at "
+    assert quick == ["the forward's L1/40 time goals: not judged against a floor here (floors: measured at "
                      "8x32x128x256, not L1/40; KernelBench's timing: run K)"]
     assert "none measured" in ps.floor_verdict_lines(None, None, None, KB, "run K")[0]
 

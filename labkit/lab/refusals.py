@@ -1,4 +1,4 @@
-"""The one table of inputs the LayerNorm functions refuse (issue 15's invalid-input matrix), each with the condition
+"""The one table of inputs the LayerNorm functions refuse (the invalid-input matrix), each with the condition
 its ValueError names (labkit.ops.eligibility's predicate, which every function runs first).
 
 Notebooks and tests read this table; nobody writes a list of bad inputs by hand. Each case builds its tensors on

@@ -1,4 +1,4 @@
-"""The portable paths checked on a newer GPU (issue 25 item 4): the H200 run as compute_80 (LABKIT_ARCH, see
+"""The portable paths checked on a newer GPU: the H200 run as compute_80 (LABKIT_ARCH, see
 labkit.core.device), so that the paths an sm_80 GPU is offered run end to end without one. It is not an A100: the
 SM count stays 132, torch's own kernel stays its sm_90 code, and the machine code of ours is what the driver's JIT
 makes of compute_80 PTX (sm_86/89's 99 KiB of shared memory would need compute_86/89). Kernels reach the

@@ -52,7 +52,7 @@ def summarize_runs(paths: list[Path]) -> dict:
         margins = [a["min_margin"] for a in audits if a["min_margin"] is not None]
         merged["audit"] = {"records": sum(a["records"] for a in audits), "flips": sum(a["flips"] for a in audits),
                            "min_margin": min(margins) if margins else None}
-    for r in runs:  # key by key: a block two runs share (issue 24's "forward") takes each run's measured keys
+    for r in runs:  # key by key: a block two runs share ("forward") takes each run's measured keys
         for key, value in r.items():
             if isinstance(value, dict):
                 block = merged.setdefault(key, dict(value))

@@ -1,4 +1,4 @@
-"""The drop-in's dispatch table from measurement (issue 16 item 4): every candidate path timed on a grid of
+"""The drop-in's dispatch table from measurement: every candidate path timed on a grid of
 (rows, N) as a user calls it (eager, CUDA events around one call, L2 flushed: host time counts), reduced to each
 path's time / native's per grid point, and written as the device's module in labkit/ops/dispatch/tables/, which
 the rule reads.
@@ -16,7 +16,7 @@ import math
 # The grid: rows from 1 to 65536 and N from 2**8 to 2**24, at most 2**26 elements (256 MiB) per input, and few
 # rows where N is long (torch's one block per row takes tens of ms there, and the class is clear by then). Rows
 # 8192 and 32768 and N 2**9 and 2**11 make it denser where ordinary transformer shapes sit and torch's kernel and
-# rows_fused cross (issue 24); the table committed before them (run 9b141b) was measured without them.
+# rows_fused cross; the table committed before them (run 9b141b) was measured without them.
 GRID_ROWS = (1, 4, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 GRID_LOG2_N = (8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 20, 22, 24)
 GRID_MAX_NUMEL = 1 << 26

@@ -3,7 +3,7 @@ speed under the eager per-call protocol, graph replay and torch.compile, the dis
 float32 limit. Run functions return JSON-able records; table/verdict functions read them.
 
 This module is the study as labkit.studies.catalog sees it: the usage cell, the CPU-side tables, the run's
-records, its `dropin` and `forward` summary blocks, issue 16's goals and the verdict. The measurements and their
+records, its `dropin` and `forward` summary blocks, the drop-in's goals and the verdict. The measurements and their
 rows live in dropin_sweep (speed, host cost, floor, dispatch), dropin_bits (identity, the swapped block, near
 float32's max) and dropin_peers (torch.compile and Liger at ordinary shapes)."""
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _host_ok(s: dict) -> bool:
 
 
 def goals(records: dict) -> list[dict]:
-    """Issue 16's goals judged on a `dropin` run (labkit.studies.goals): the eager per-call ratios, the host cost
+    """The drop-in's goals judged on a `dropin` run (labkit.studies.goals): the eager per-call ratios, the host cost
     per call, the floors at 1-4 rows of 4M-8M under each protocol. [] without a `dropin_sweep` record."""
     from labkit.studies.bench import PROTOCOL_NAMES
     from labkit.studies.goals import HOST, beside, goal
@@ -190,8 +190,8 @@ RUN_NAME = "dropin"
 NOTEBOOK = "08_using_it"
 
 
-L1_40_EAGER_RATIO_GOAL = 24  # issue 16: the drop-in's forward at L1/40, eager per call, x torch eager
-DROPIN_NATIVE_FLOOR_MS = 0.020  # issue 16: shapes whose native eager call takes >= 20 us must be >= 1.0x
+L1_40_EAGER_RATIO_GOAL = 24  # the drop-in's goal: its forward at L1/40, eager per call, x torch eager
+DROPIN_NATIVE_FLOOR_MS = 0.020  # the drop-in's goal: shapes whose native eager call takes >= 20 us must be >= 1.0x
 
 
 def _count(cases: list, key: str) -> str:
@@ -211,7 +211,7 @@ def floor_worst(floor: dict | None, protocol: str = "eager") -> tuple[float | No
 
 
 def dropin_block(records: dict) -> dict | None:
-    """Issue 16's headline keys from a `dropin` run (notebook 08): eager per-call ratios native/drop-in (worst over
+    """The drop-in's headline keys from a `dropin` run (notebook 08): eager per-call ratios native/drop-in (worst over
     shapes whose native call takes >= 20 us; the largest gap in us below that), L1/40's ratio, host time per call
     beside torch's, bit-identity counts, and the worst drop-in / floor ratio at 1-4 rows of 4M-8M elements
     (`dropin_floor`; eager and graph replay). None without a `dropin_sweep` record."""
@@ -254,8 +254,8 @@ def dropin_line(d: dict) -> str:
 
 
 def forward_block(records: dict) -> dict | None:
-    """Issue 24's `forward` keys this run measures: the drop-in as dispatched against torch's kernel, worst over the
-    sweep's shapes, under the eager per-call protocol and under graph replay (native / drop-in), and at the
+    """The `forward` summary block's keys this run measures: the drop-in as dispatched against torch's kernel, worst
+    over the sweep's shapes, under the eager per-call protocol and under graph replay (native / drop-in), and at the
     ordinary shapes the worst drop-in against the faster of torch.compile and Liger (graph replay, `dropin_peers`);
     L1/40 under graph replay and KernelBench's timing from the run's own `kernelbench_timing` record (None in runs
     that predate it: scripts/kernelbench_timing.py's run holds those)."""

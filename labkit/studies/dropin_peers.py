@@ -1,4 +1,4 @@
-"""The drop-in's forward beside the fastest peers at ordinary transformer shapes (notebook 08, issue 24):
+"""The drop-in's forward beside the fastest peers at ordinary transformer shapes (notebook 08, the forward goals):
 torch.compile and Liger-Kernel under graph replay (`dropin_peers`), the rows, the worst ratios and the gap line
 the verdict reads. Apart because it times other libraries' kernels, built through labkit.studies.methods."""
 from __future__ import annotations
@@ -12,12 +12,12 @@ from labkit.studies.dropin_sweep import _affine, _medians, _ratio, fastest
 from labkit.tasks import shape_key
 
 
-# Ordinary transformer shapes (issue 24): the forward beside the fastest non-bit-identical peers, graph replay.
+# Ordinary transformer shapes (the forward goals): the forward beside the fastest non-bit-identical peers, graph replay.
 ORDINARY = ((4096, 768), (8192, 1024), (8192, 4096), (16384, 4096), (32768, 2048), (4096, 8192), (2048, 16384),
             (1024, 65536))
 QUICK_ORDINARY = ((4096, 768), (2048, 16384))
 PEERS = ("inductor", "liger")  # labkit.studies.methods: torch.compile (static shapes) and Liger-Kernel's Triton
-PEER_GOAL, PEER_NATIVE_GOAL = 0.95, 1.25  # issue 24: >= 0.95x the faster peer, >= 1.25x torch eager (graph replay)
+PEER_GOAL, PEER_NATIVE_GOAL = 0.95, 1.25  # forward goals: >= 0.95x the faster peer, >= 1.25x torch eager (graph replay)
 
 
 def peer_shapes(mode: str) -> list[tuple[int, ...]]:

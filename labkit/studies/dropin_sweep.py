@@ -158,7 +158,7 @@ def host_cost(shape=HOST_SHAPE, calls: int = HOST_CALLS, device="cuda") -> dict:
     return out
 
 
-# Issue 16's floor check: 1, 2 and 4 rows of 4M and 8M elements, where the chain path serves one row with 128
+# The drop-in's floor check: 1, 2 and 4 rows of 4M and 8M elements, where the chain path serves one row with 128
 # dependent chains of N / 128 pushes each and nothing else can hide that chain.
 FLOOR_ROWS = (1, 2, 4)
 FLOOR_NS = (1 << 22, 1 << 23)

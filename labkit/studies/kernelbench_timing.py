@@ -1,4 +1,4 @@
-"""L1/40 timed as KernelBench's own evaluator times it (issue 24 item 4), beside graph replay in the same run.
+"""L1/40 timed as KernelBench's own evaluator times it, beside graph replay in the same run.
 
 What the evaluator does, read from the pinned source (ScalingIntelligence/KernelBench at labkit.tasks.KERNELBENCH_COMMIT:
 src/kernelbench/timing.py `time_execution_with_cuda_event` and `get_timing_stats`, src/kernelbench/eval.py), and
@@ -173,7 +173,7 @@ def run(blocks: int = 3, num_trials: int = NUM_TRIALS, graph_rounds: int = 35, l
 RUN_NAME = "kernelbench_timing"  # written by scripts/kernelbench_timing.py and notebook 08, shown by notebook 07
 NOTEBOOK = None
 # The runs that hold a `kernelbench_timing` record: this module's own and notebook 08's `dropin` run, which times L1/40
-# this way beside its ordinary shapes so that one run carries every key of issue 24's `forward` block.
+# this way beside its ordinary shapes so that one run carries every key of the `forward` summary block.
 RECORDED_BY = (RUN_NAME, "dropin")
 
 
@@ -197,11 +197,11 @@ def newest_run(runs_root=None):
 
 FORWARD_KEYS = ("l1_40_graph_ms", "l1_40_compile_graph_ms", "l1_40_b_ms", "l1_40_compile_b_ms",
                 "ordinary_worst_vs_peer", "ordinary_worst_shape", "dispatch_worst_vs_native_eager",
-                "dispatch_worst_vs_native_graph")  # issue 24's summary block; each run fills what it measured
+                "dispatch_worst_vs_native_graph")  # the `forward` summary block; each run fills what it measured
 
 
 def forward_block(record: dict | None) -> dict | None:
-    """Issue 24's `forward` keys this run measures: L1/40 under graph replay (medians) and under KernelBench's
+    """The `forward` summary block's keys this run measures: L1/40 under graph replay (medians) and under KernelBench's
     timing (protocol B: means over all trials, as it reports), ModelNew and torch.compile; the rest None (the
     drop-in's run, notebook 08, holds the dispatch's)."""
     if not record:
@@ -267,12 +267,12 @@ def _per_block(record: dict) -> tuple[dict, list[float], list[float]]:
     return block, vs_compile, vs_ref
 
 
-B_MS_GOAL, B_COMPILE_GOAL, B_NATIVE_GOAL = 0.29, 1.10, 27  # issue 24's goals at L1/40 under KernelBench's timing
+B_MS_GOAL, B_COMPILE_GOAL, B_NATIVE_GOAL = 0.29, 1.10, 27  # the forward goals at L1/40 under KernelBench's timing
 A_MS_GOAL, A_COMPILE_GOAL = 0.27, 1.10  # and under graph replay, in the same run
 
 
 def goals(records: dict) -> list[dict]:
-    """Issue 24's L1/40 goals (labkit.studies.goals). Under KernelBench's own timing each is judged in every block (a
+    """The forward's L1/40 goals (labkit.studies.goals). Under KernelBench's own timing each is judged in every block (a
     block whose torch.compile runs slow as a whole must not carry a pooled mean): the time, the ratio to its
     torch.compile reference and to its eager reference. Under graph replay, in the same run: the median and its
     ratio to torch.compile's. [] without a record."""

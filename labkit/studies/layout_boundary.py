@@ -298,7 +298,7 @@ NOTEBOOK = "09_layout_boundary"
 
 
 def layout_block(records: dict) -> dict | None:
-    """Issue 12's `layout` block of a layout_boundary run (notebook 09): {family: {direct_nchw_ms, rows_ms,
+    """The `layout` summary block of a layout_boundary run (notebook 09): {family: {direct_nchw_ms, rows_ms,
     conversion_ms, cases, passed}}: protocol A medians at the evaluation shape; cases/passed count the (ordinary
     case, route) checks under the official predicate."""
     timing, correctness = records.get("timing") or {}, records.get("correctness") or {}

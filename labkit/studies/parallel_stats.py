@@ -276,7 +276,7 @@ def _tightest_block(ours: list[float], baseline: list[float], ratio: float) -> t
 
 def floor_verdict_lines(breakdown: dict | None, chain_floor: dict | None, ceiling: dict | None,
                         kb_record: dict | None, kb_source: str) -> list[str]:
-    """Issue 24's L1/40 goals beside the floor this run measured for the schedule at L1/40 (`floors`' row: the
+    """The forward's L1/40 goals beside the floor this run measured for the schedule at L1/40 (`floors`' row: the
     faster chain row plus the output pass), from the newest run holding KernelBench's timing (kernelbench_timing.newest_run). Time goals as its goals judge them (graph
     replay's median, KernelBench's timing in its slowest block); ratio goals as the times they ask for (ModelNew at
     most torch.compile's median / 1.10 under graph replay; under KernelBench's timing the baseline's block mean /
@@ -288,13 +288,13 @@ def floor_verdict_lines(breakdown: dict | None, chain_floor: dict | None, ceilin
     row = next((r for r in rows if r["floor"] == FLOOR_ROW), None)
     if row is None or tuple(breakdown["shape"]) != tuple(L1_40) or not kb_record:
         where = "none measured" if row is None else f"measured at {shape_key(breakdown['shape'])}, not L1/40"
-        return [f"issue 24's L1/40 time goals: not judged against a floor here (floors: {where}; KernelBench's "
+        return [f"the forward's L1/40 time goals: not judged against a floor here (floors: {where}; KernelBench's "
                 f"timing: {kb_source})"]
     g = kb_record["graph"]["stats"]
     graph, compile_graph = g[kb.OURS]["median_ms"], g["torch.compile"]["median_ms"]
     block, _, _ = kb._per_block(kb_record)
     floor = row["ms"]
-    head = (f"issue 24's L1/40 time goals beside the floor this run measured for the schedule: the faster chain row "
+    head = (f"the forward's L1/40 time goals beside the floor this run measured for the schedule: the faster chain row "
             f"({row['chain_from']}) {row['chain_ms']:#.3g} ms + the output pass {row['output_ms']:#.3g} ms = "
             f"{floor:#.3g} ms; achieved under graph replay {graph:#.3g} ms ({kb_source})")
     asked = [("graph replay", kb.A_MS_GOAL, graph),
@@ -411,8 +411,8 @@ def _chain_ratio(t) -> float:
     return t["ratio_vs_baseline"]["chain"]["median"]
 
 
-# Issue 6's goals, by shape: at L1/40 the chain's median; at the first of the post's other shapes a 20x speed-up;
-# at the rest, never slower than native.
+# The chain schedule's goals, by shape: at L1/40 the chain's median; at the first of the post's other shapes a 20x
+# speed-up; at the rest, never slower than native.
 _TWENTY_X_SHAPE, *_NOT_SLOWER_SHAPES = EXTRA_SHAPES
 L1_40_GOAL_MS = 0.33  # the chain's median at L1/40 under graph replay
 GOALS = {  # timing case keys are "<shape>/<affine init>": (what, test on protocol A stats)
@@ -429,7 +429,7 @@ GOALS = {  # timing case keys are "<shape>/<affine init>": (what, test on protoc
 
 
 def goal_rows(timing_record: dict | None) -> list[dict]:
-    """Issue 6's goals judged on every timing case of their shape (protocol A); a shape not timed says so."""
+    """The chain schedule's goals judged on every timing case of their shape (protocol A); a shape not timed says so."""
     if not timing_record:
         return []
     rows = []

@@ -1,6 +1,6 @@
-"""Reliability evidence (issues 15 and 22): compute-sanitizer over our kernels, forward and backward, the racecheck
-experiment on minimal TMA rings, GPU fuzzing against torch bit for bit, and a soak of many calls (training calls
-among them).
+"""Reliability evidence (the reliability and training goals): compute-sanitizer over our kernels, forward and
+backward, the racecheck experiment on minimal TMA rings, GPU fuzzing against torch bit for bit, and a soak of many
+calls (training calls among them).
 
 Everything here returns JSON-able records; scripts/gpu/reliability.sh runs it on the H200 and writes a run. The
 parsing and summary functions are pure and run on any machine (tests feed them report text built in the test).
@@ -636,7 +636,7 @@ def _sanitizer_errors(inv: dict, kernels: str) -> int:
 
 
 def reliability_block(records: dict) -> dict | None:
-    """Headline numbers of the reliability step (scripts/gpu/reliability.sh), keys as issue 15 item 8 names them.
+    """Headline numbers of the reliability step (scripts/gpu/reliability.sh), keys as the reliability goals name them.
 
     sanitizer: per tool, errors over our product kernels in the invocations labelled "product..." that finished
     (None when none finished); sanitizer_unattributed: per tool, errors whose report names no kernel the parser

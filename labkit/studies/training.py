@@ -1,7 +1,7 @@
 """Training with the drop-in (notebook 10): forward + backward speed against torch eager and torch.compile, the
 backward's floor, host cost per call, and a small transformer trained with and without the swap, bit for bit.
 This module is the study as labkit.studies.catalog sees it: the run's records, its `training` summary block,
-issue 22's goals and the verdict, read from the records the measurement modules write (training_sweep,
+the training goals and the verdict, read from the records the measurement modules write (training_sweep,
 training_kernelbench, training_timeline, training_host, training_models, training_backward)."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from labkit.tasks import shape_key
 RUN_NAME = "training"
 NOTEBOOK = "10_training"
 ORDINARY_KEYS = tuple(shape_key(s) for s in ORDINARY)
-L1_40_FWDBWD_GOAL_MS = 0.70  # issue 22: L1/40 forward + backward, eager per call
+L1_40_FWDBWD_GOAL_MS = 0.70  # the training goal: L1/40 forward + backward, eager per call
 NATIVE_FLOOR_MS = 0.200  # the goal: >= 1.0x eager native wherever native's forward+backward takes >= 200 us
 
 
@@ -36,7 +36,7 @@ def _sum_counts(*counts: str) -> str:
 
 
 def training_block(records: dict) -> dict | None:
-    """The `training` block of `labkit summary RUN --json` (issue 22 item 9), read from the run's records."""
+    """The `training` block of `labkit summary RUN --json`, read from the run's records."""
     sweep = records.get("training_sweep")
     if not sweep:
         return None
@@ -128,10 +128,10 @@ def page_headline(records: dict, s: dict) -> str:
 
 
 
-COMPILE_RATIO_GOAL, NATIVE_RATIO_GOAL, ORDINARY_GRAPH_GOAL, FLOOR_GOAL = 1.2, 22, 1.3, 1.15  # issue 22's goals
+COMPILE_RATIO_GOAL, NATIVE_RATIO_GOAL, ORDINARY_GRAPH_GOAL, FLOOR_GOAL = 1.2, 22, 1.3, 1.15  # the training goals
 WIDE_COMPILE_GOAL = 1.0  # (4, 4194304) and (1, 8, 1024, 1024) against torch.compile, eager per call
 BELOW_FLOOR_SLOWER_US = 10  # where native takes < NATIVE_FLOOR_MS: no more than this much slower than native
-ISSUE_ORDINARY_KEYS = ORDINARY_KEYS[:6]  # the six the issue names; (1024, 16384) is also in its sweep
+ISSUE_ORDINARY_KEYS = ORDINARY_KEYS[:6]  # the six the training goals name; (1024, 16384) is also in its sweep
 
 
 def _ratio_rows(sweep: dict | None, keys, protocol: str, baseline: str) -> list[tuple[str, float]]:
@@ -187,7 +187,7 @@ def _would(value: float | None, limit: float, at_least: bool) -> str:
 
 
 def _l1_40_goals(t: dict, records: dict) -> list[dict]:
-    """Issue 22's three L1/40 goals. Under KernelBench's timing (a run with `training_kernelbench`) each is judged in
+    """The three L1/40 training goals. Under KernelBench's timing (a run with `training_kernelbench`) each is judged in
     every block, as notebook 07 judges the forward's (the slowest block's mean, the worst block's ratio), with the
     mean over all trials and the sweep's interleaved rounds beside it; older runs: the interleaved rounds."""
     from labkit.studies.bench import PROTOCOL_NAMES
@@ -248,7 +248,7 @@ def _host_bound_text(records: dict, t: dict) -> str:
 
 
 def goals(records: dict) -> list[dict]:
-    """Issue 22's goals judged on a `training` run (labkit.studies.goals): L1/40's forward + backward time and its
+    """The training goals judged on a `training` run (labkit.studies.goals): L1/40's forward + backward time and its
     ratios to torch.compile and torch eager, the worst ratios over shapes, the host cost per call, the fuzz, and
     the backward's floors. [] without a `training_sweep` record."""
     from labkit.studies.bench import PROTOCOL_NAMES

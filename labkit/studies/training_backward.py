@@ -52,7 +52,7 @@ def floor_check(rounds: int = 15, seed: int = 0, device="cuda") -> dict:
 
 
 def complete_floor_ms(row: dict, gbps: float) -> tuple[float, float]:
-    """(sums, output) bytes at the copy ceiling counting every byte the backward must move: the issue's floor counts
+    """(sums, output) bytes at the copy ceiling counting every byte the backward must move: the goal's floor counts
     x and dy read and dx written; the row sums also read gamma (N floats), the output pass reads gamma and writes
     dgamma and dbeta (3N floats): half of the output pass's bytes at one row, a third at two, a fifth at four."""
     elems, n = row["rows"] * row["n"], row["n"]
@@ -60,7 +60,7 @@ def complete_floor_ms(row: dict, gbps: float) -> tuple[float, float]:
 
 
 def floor_rows(floor: dict | None) -> list[dict]:
-    """The floor table: the issue's floor (x, dy read, dx written) and the complete one (complete_floor_ms) beside
+    """The floor table: the goal's floor (x, dy read, dx written) and the complete one (complete_floor_ms) beside
     our backward's median under graph replay."""
     out = []
     gbps = ((floor or {}).get("ceiling") or {}).get("read_plus_write_gbps")

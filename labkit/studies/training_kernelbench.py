@@ -23,7 +23,7 @@ def kernelbench_fwdbwd(shape=L1_40, blocks: int = 3, num_trials: int = 100, seed
     (labkit.studies.kernelbench_timing.cuda_event_times: each program's trials back to back, a fresh 256 MiB
     thrash filled before each trial's start event with no synchronize between them, the first trial dropped; it
     reports the mean), for torch eager, the drop-in and torch.compile(F.layer_norm), `blocks` times over with the
-    programs' order rotated. Protocol B as issue 24 defines it; the sweep's interleaved rounds (a method's call
+    programs' order rotated. Protocol B as the forward goals define it; the sweep's interleaved rounds (a method's call
     after another method's, the GPU idle at each start event) stand beside it."""
     import torch
 

@@ -1,4 +1,4 @@
-"""`labkit tune`: the dispatch table measured on the reader's own GPU (issue 25 item 2).
+"""`labkit tune`: the dispatch table measured on the reader's own GPU.
 
 Every candidate path is timed as the committed tables were (labkit.studies.dropin_sweep.sweep for the forward,
 labkit.studies.dispatch.backward_sweep for the backward: eager per call, CUDA events around one call, L2 flushed, and

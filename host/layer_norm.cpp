@@ -12,6 +12,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
@@ -601,7 +602,8 @@ void remember(const Tensor& x, py::handle ns, const std::optional<Tensor>& w, co
 
 struct Served {
   std::atomic<bool> on{false};
-  std::unique_ptr<torch::Library> library;  // set and reset by serve / unserve, with the GIL held
+  // set and reset by enable_aten / serve_ops and unserve, with the GIL held: one per dispatch key registered at
+  std::vector<std::unique_ptr<torch::Library>> libraries;
   // (x, normalized_shape, weight, bias[, eps]) -> (LayerNormPlan | None, keep, python runner serves)
   py::object plan_forward, plan_backward;
   py::object python_forward, python_backward;  // the ops' Python implementations (None for aten's)
@@ -754,6 +756,101 @@ std::tuple<Tensor, Tensor, Tensor> op_backward(const Tensor& dy, const Tensor& x
   return {empty(gx), empty(gw), empty(gb)};
 }
 
+// The registered ops' autograd in C++, what op.py's register_autograd does in Python (which stays the fallback where
+// the extension does not serve): a call that records autograd gets a node saving x, mean, rstd, weight and bias whose
+// backward calls labkit::layer_norm_backward (create_graph: recomputed through torch's layer_norm, as the eager
+// node does); every other call goes straight below autograd. A compiled graph calls the ops with autograd off, so its
+// calls pass no Python at all. The backward op has no derivative: torch's not-implemented fallback, in C++.
+
+using OpForwardFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, c10::SymIntArrayRef,
+                                                       const std::optional<Tensor>&, const std::optional<Tensor>&,
+                                                       double);
+using OpBackwardFn = std::tuple<Tensor, Tensor, Tensor>(const Tensor&, const Tensor&, c10::SymIntArrayRef,
+                                                        const Tensor&, const Tensor&, const std::optional<Tensor>&,
+                                                        const std::optional<Tensor>&, c10::List<bool>);
+
+const c10::TypedOperatorHandle<OpForwardFn>& forward_op() {
+  static const auto handle =
+      c10::Dispatcher::singleton().findSchemaOrThrow("labkit::layer_norm", "").typed<OpForwardFn>();
+  return handle;
+}
+
+const c10::TypedOperatorHandle<OpBackwardFn>& backward_op() {
+  static const auto handle =
+      c10::Dispatcher::singleton().findSchemaOrThrow("labkit::layer_norm_backward", "").typed<OpBackwardFn>();
+  return handle;
+}
+
+std::optional<Tensor> optional_of(const Tensor& t) {
+  return t.defined() ? std::optional<Tensor>(t) : std::nullopt;
+}
+
+// As LayerNormFunction's inputs: every input a defined tensor, an absent weight or bias an empty placeholder that
+// requires no grad, `affine` saying which are real (bit 0 weight, bit 1 bias).
+struct OpFunction : torch::autograd::Function<OpFunction> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const Tensor& x,
+                                                const Tensor& w_in, const Tensor& b_in, int64_t affine,
+                                                std::vector<c10::SymInt> ns, double eps) {
+    Tensor w = affine & 1 ? w_in : Tensor(), b = affine & 2 ? b_in : Tensor();
+    auto [y, mean, rstd] = forward_op().call(x, ns, optional_of(w), optional_of(b), eps);  // autograd is off here
+    ctx->save_for_backward({x, mean, rstd, w, b});
+    ctx->saved_data["ns"] = c10::IValue(c10::SymIntArrayRef(ns));
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["affine"] = affine;
+    ctx->mark_non_differentiable({mean, rstd});
+    return {y, mean, rstd};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const int64_t affine = ctx->saved_data["affine"].toInt();
+    const bool nx = ctx->needs_input_grad(0), nw = (affine & 1) && ctx->needs_input_grad(1),
+               nb = (affine & 2) && ctx->needs_input_grad(2);
+    auto saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &mean = saved[1], &rstd = saved[2], &w = saved[3], &b = saved[4];
+    const Tensor& gy = grads[0];
+    torch::autograd::variable_list out(6);
+    if (!gy.defined()) return out;
+    const std::vector<c10::SymInt> ns = ctx->saved_data["ns"].toSymIntVector();
+    if (torch::autograd::GradMode::is_enabled()) {  // create_graph=True: as LayerNormFunction::backward
+      torch::autograd::variable_list wanted;
+      if (nx) wanted.push_back(x);
+      if (nw) wanted.push_back(w);
+      if (nb) wanted.push_back(b);
+      Tensor y = at::layer_norm_symint(x, ns, optional_of(w), optional_of(b), ctx->saved_data["eps"].toDouble());
+      auto g = torch::autograd::grad({y}, wanted, {gy}, /*retain_graph=*/true, /*create_graph=*/true);
+      size_t i = 0;
+      if (nx) out[0] = g[i++];
+      if (nw) out[1] = g[i++];
+      if (nb) out[2] = g[i++];
+      return out;
+    }
+    auto [gx, gw, gb] =
+        backward_op().call(gy, x, ns, mean, rstd, optional_of(w), optional_of(b), c10::List<bool>({nx, nw, nb}));
+    if (nx) out[0] = gx;
+    if (nw) out[1] = gw;
+    if (nb) out[2] = gb;
+    return out;
+  }
+};
+
+std::tuple<Tensor, Tensor, Tensor> op_forward_autograd(c10::DispatchKeySet ks, const Tensor& x,
+                                                       c10::SymIntArrayRef ns, const std::optional<Tensor>& w_opt,
+                                                       const std::optional<Tensor>& b_opt, double eps) {
+  const Tensor w = defined_or_empty(w_opt), b = defined_or_empty(b_opt);
+  const bool record = torch::autograd::GradMode::is_enabled() &&
+                      (x.requires_grad() || (w.defined() && w.requires_grad()) || (b.defined() && b.requires_grad()));
+  if (!record) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    return forward_op().redispatch(ks & c10::after_autograd_keyset, x, ns, w_opt, b_opt, eps);
+  }
+  Tensor placeholder = at::empty({0}, x.options());
+  auto out = OpFunction::apply(x, w.defined() ? w : placeholder, b.defined() ? b : placeholder,
+                               static_cast<int64_t>(w.defined()) | static_cast<int64_t>(b.defined()) << 1,
+                               std::vector<c10::SymInt>(ns.begin(), ns.end()), eps);
+  return {out[0], out[1], out[2]};
+}
+
 // A served registration's answers dropped (labkit.ops.dropin.plan.clear, enable and disable).
 void forget_served(Served& state) {
   drop_all(state.forward);
@@ -780,7 +877,7 @@ c10::DispatchKey backend_key(const std::string& key) {
 
 void unserve(Served& state) {
   if (!state.on.exchange(false)) return;
-  state.library.reset();  // the kernels registered before serve serve again from here on
+  state.libraries.clear();  // the kernels registered before serve serve again from here on
   forget_served(state);
 }
 
@@ -792,9 +889,10 @@ void enable_aten(py::object plan_forward, py::object plan_backward, const std::s
   forget_served(state);
   state.plan_forward = std::move(plan_forward);
   state.plan_backward = std::move(plan_backward);
-  state.library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", k, __FILE__, __LINE__);
-  state.library->impl("native_layer_norm", TORCH_FN(aten_forward));
-  state.library->impl("native_layer_norm_backward", TORCH_FN(aten_backward));
+  auto& lib = state.libraries.emplace_back(
+      std::make_unique<torch::Library>(torch::Library::IMPL, "aten", k, __FILE__, __LINE__));
+  lib->impl("native_layer_norm", TORCH_FN(aten_forward));
+  lib->impl("native_layer_norm_backward", TORCH_FN(aten_backward));
   state.on.store(true);
 }
 
@@ -808,9 +906,16 @@ void serve_ops(py::object plan_forward, py::object plan_backward, py::object pyt
   state.plan_backward = std::move(plan_backward);
   state.python_forward = std::move(python_forward);
   state.python_backward = std::move(python_backward);
-  state.library = std::make_unique<torch::Library>(torch::Library::IMPL, "labkit", k, __FILE__, __LINE__);
-  state.library->impl("layer_norm", TORCH_FN(op_forward));
-  state.library->impl("layer_norm_backward", TORCH_FN(op_backward));
+  auto& kernels = state.libraries.emplace_back(
+      std::make_unique<torch::Library>(torch::Library::IMPL, "labkit", k, __FILE__, __LINE__));
+  kernels->impl("layer_norm", TORCH_FN(op_forward));
+  kernels->impl("layer_norm_backward", TORCH_FN(op_backward));
+  // and their autograd, at the same backend's autograd key
+  const c10::DispatchKey autograd = c10::getAutogradKeyFromBackend(c10::toBackendComponent(k));
+  auto& nodes = state.libraries.emplace_back(
+      std::make_unique<torch::Library>(torch::Library::IMPL, "labkit", autograd, __FILE__, __LINE__));
+  nodes->impl("layer_norm", TORCH_FN(op_forward_autograd));
+  nodes->impl("layer_norm_backward", torch::autograd::autogradNotImplementedFallback());
   state.on.store(true);
 }
 

@@ -51,6 +51,7 @@ def test_autograd_through_the_served_op(cpu_key):
     x, ns, w, b, dy = _inputs(seed=1)
     leaves = [t.clone().requires_grad_() for t in (x, w, b)]
     y = op.layer_norm_op(leaves[0], ns, leaves[1], leaves[2], 1e-5)[0]
+    assert "OpFunction" in y.grad_fn.name()  # the C++ node, not torch.library's Python one
     got = (y, *torch.autograd.grad(y, leaves, dy))
     leaves_ref = [t.clone().requires_grad_() for t in (x, w, b)]
     y_ref = torch.nn.functional.layer_norm(leaves_ref[0], ns, leaves_ref[1], leaves_ref[2])
@@ -94,3 +95,53 @@ def test_unserve_gives_the_python_implementations_back(cpu_key):
     op.serve_ops("CPU")  # the fixture's unserve after it
     with pytest.raises(RuntimeError, match="registered already"):
         op.serve_ops("CPU")
+
+
+def test_autograd_node_in_cpp_without_affine_and_create_graph(cpu_key):
+    """The C++ node (OpFunction) at the backend's autograd key: no affine, and create_graph=True recomputing through
+    torch's layer_norm (second derivatives equal F.layer_norm's)."""
+    x, ns, w, b, dy = _inputs(seed=4)
+
+    def grads(fn, affine):
+        leaves = [x.clone().requires_grad_()] + ([w.clone().requires_grad_(), b.clone().requires_grad_()]
+                                                 if affine else [])
+        y = fn(leaves[0], ns, *(leaves[1:] if affine else (None, None)))
+        first = torch.autograd.grad(y, leaves, dy, create_graph=True)
+        second = torch.autograd.grad(sum((g * g).sum() for g in first), leaves, allow_unused=True)
+        return (y, *first, *(torch.zeros(0) if g is None else g for g in second))
+
+    def ours(x_, ns_, w_, b_):
+        return op.layer_norm_op(x_, ns_, w_, b_, 1e-5)[0]
+
+    def theirs(x_, ns_, w_, b_):
+        return torch.nn.functional.layer_norm(x_, ns_, w_, b_, 1e-5)
+
+    for affine in (True, False):
+        for i, (a, e) in enumerate(zip(grads(ours, affine), grads(theirs, affine))):
+            assert_bits_equal(a, e, what=f"affine={affine} output {i}")
+
+
+def test_backward_op_has_no_derivative(cpu_key):
+    x, ns, w, b, dy = _inputs(seed=5)
+    y, mean, rstd = torch.ops.labkit.layer_norm(x, ns, w, b, 1e-5)
+    gx = torch.ops.labkit.layer_norm_backward(dy.requires_grad_(), x, ns, mean, rstd, w, b, [True, False, False])[0]
+    with pytest.raises(RuntimeError, match="(?i)not implemented"):
+        gx.sum().backward()
+
+
+@pytest.mark.slow
+def test_compiled_call_through_the_cpu_key(cpu_key):
+    """torch.compile(fullgraph=True) of labkit.layer_norm reaches the C++ kernels (planned once each), outputs and
+    gradients equal to eager's."""
+    import labkit
+
+    x, ns, w, b, dy = _inputs(seed=6)
+    compiled = torch.compile(labkit.layer_norm, fullgraph=True, dynamic=False)
+    got, want = [], []
+    for fn, out in ((compiled, got), (torch.nn.functional.layer_norm, want)):
+        leaves = [t.clone().requires_grad_() for t in (x, w, b)]
+        y = fn(leaves[0], ns, leaves[1], leaves[2])
+        out.extend((y, *torch.autograd.grad(y, leaves, dy)))
+    for i, (a, e) in enumerate(zip(got, want)):
+        assert_bits_equal(a, e, what=f"compiled output {i}")
+    assert cpu_key.ops_planned() == (1, 1)

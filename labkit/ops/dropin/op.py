@@ -7,9 +7,12 @@
   backward plan takes the input and the rule says they are faster, else torch.ops.aten.native_layer_norm_backward
   fed with our mean and rstd; opaque, so that under torch.compile Inductor cannot re-derive the backward with its
   own reduction order;
+- where the host extension loads, both ops' CUDA kernels and their autograd are its C++ (registered in front of the
+  Python implementations and register_autograd below, which stay the CPU's and the fallback): a compiled graph's
+  call of either op passes no Python;
 - layer_norm(): F.layer_norm's signature, and the one entry every eager call takes; its docstring is the table of
-  its exits (who serves which call). In plain eager use it skips the dispatcher: the registered op's Python
-  dispatch costs ~80 us a call, so it serves only what needs it (compile, modes, subclasses, vmap).
+  its exits (who serves which call). In plain eager use it skips the dispatcher (a call through torch.ops costs
+  more host time than the fast path), so the op serves only what needs it (compile, modes, subclasses, vmap).
 """
 from __future__ import annotations
 

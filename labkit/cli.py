@@ -99,6 +99,26 @@ def _cmd_warmup(args) -> int:
     return 0
 
 
+def _cmd_verify(args) -> int:
+    import torch
+
+    from labkit.ops import trust
+
+    if not torch.cuda.is_available():
+        print("labkit verify: no CUDA GPU here; our kernels serve only on a GPU, so there is nothing to verify")
+        return 0
+    index = torch.device(args.device).index or 0 if args.device else torch.cuda.current_device()
+    rec = trust.verify(index, again=args.again)
+    row = rec["verified_row"]
+    print(f"key {rec['key_digest']} (torch {rec['key']['torch']}, {rec['key']['gpu']}, NVRTC {rec['key']['nvrtc']}): "
+          + (f"verified by committed run {row['run']}; " if row else "not in the verified table; ")
+          + (f"canary {'passed' if rec['identical'] else 'FAILED'}: {rec['cases']} cases in {rec['seconds']} s"
+             + ("" if rec["identical"] else f", first mismatch: {rec['first_mismatch'] or rec['error']}")))
+    if args.json:
+        print(json.dumps(rec))
+    return 0 if rec["identical"] else 1
+
+
 def _rows_n(text: str) -> tuple[int, int]:
     try:
         rows, n = (int(v) for v in text.split(","))
@@ -241,6 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     warm.add_argument("--quiet", action="store_true", help="no progress bar")
     warm.add_argument("--json", action="store_true", help="also print the record as one line of JSON")
     warm.set_defaults(fn=_cmd_warmup)
+
+    ver = sub.add_parser("verify", help="check our kernels against torch's on this install (the trust gate's "
+                                        "canary) and keep the verdict for this key")
+    ver.add_argument("--device", default=None, help="a CUDA device, e.g. cuda:1 (default: the current GPU)")
+    ver.add_argument("--again", action="store_true", help="run the canary even where a verdict is kept")
+    ver.add_argument("--json", action="store_true", help="also print the verdict as one line of JSON")
+    ver.set_defaults(fn=_cmd_verify)
 
     exp = sub.add_parser("explain", help="which path the drop-in takes for an input on this GPU, and which table said so")
     exp.add_argument("--shape", default="16,4194304", help="comma-separated input shape (default: L1/40's rows)")

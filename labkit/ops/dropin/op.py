@@ -418,7 +418,8 @@ def layer_norm_with(path: str, x: Tensor, normalized_shape, weight=None, bias=No
 def explain(x: Tensor, normalized_shape, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
             eps: float = 1e-5) -> dict:
     """Which path serves this input and why: {"path", "reason", "torch_path", "rule_source", "launches"} (which
-    runner launches our kernels: the host extension's C++ or Python), "backward" and "backward_reason" (the
+    runner launches our kernels: the host extension's C++ or Python), "trust" (labkit.ops.trust: why our kernels
+    may serve on this install, or why not), "backward" and "backward_reason" (the
     schedule a backward of this forward runs, or "native" for torch's): the plan the call would get
     (labkit.ops.dropin.plan.make_plan and backward_choice, under the current dispatch protocol), with the per-call
     alignment check applied to these tensors' addresses."""
@@ -439,5 +440,11 @@ def explain(x: Tensor, normalized_shape, weight: Optional[Tensor] = None, bias: 
         why = host.unavailable(x.get_device()) if x.device.type == "cuda" else "not a GPU tensor"
         runner = "C++ (labkit host extension)" if why is None else f"Python (CuPy): the host extension {why}"
     _, backward, backward_reason = plans.backward_choice(x, ns, weight, bias)
+    if x.device.type == "cuda":
+        from labkit.ops import trust
+
+        trusted = trust.verdict(x.get_device()).source
+    else:
+        trusted = "not a GPU tensor: torch's kernels serve, nothing to trust"
     return {"path": path, "reason": reason, "torch_path": tp, "rule_source": p.rule_source, "launches": runner,
-            "backward": backward, "backward_reason": backward_reason}
+            "backward": backward, "backward_reason": backward_reason, "trust": trusted}

@@ -22,7 +22,7 @@ import numpy as np
 from labkit.core.device import device_info
 from labkit.core.launch import device_scope, stream
 from labkit.ops import backward as grad
-from labkit.ops import eligibility, paths
+from labkit.ops import eligibility, paths, trust
 from labkit.ops.dispatch import rule
 from labkit.ops.dropin import host
 from labkit.ops.launches import bound
@@ -203,6 +203,10 @@ def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None =
         path_launches, reason = paths.launches(force, rows, n, dev), "forced (measurement)"
     if path_launches is None:
         return Plan(reason, normalized_shape, eps, source), cacheable
+    if force is None:
+        trusted = trust.verdict(x.get_device())
+        if not trusted.allowed:
+            return Plan(f"trust: {trusted.source}", normalized_shape, eps, source), cacheable and trusted.final
     if not cacheable:
         # loading modules, opting in to shared memory and building constants are not capturable: this call
         # serves through torch, and the plan is made at the first call outside capture
@@ -386,13 +390,16 @@ def backward_choice(x, ns: tuple, weight, bias) -> tuple:
         return None, paths.NATIVE, "forced (measurement)"
     if x.device.type != "cuda":
         return None, paths.NATIVE, "not a GPU tensor"
-    why = grad.input_refusal(x, ns, weight, bias, addresses=False)
+    why = grad.input_refusal(x, ns, weight, bias, addresses=False) or trust.backward_refusal()
     if why is not None:
         return None, paths.NATIVE, why
     dev = device_info(x.get_device())
     n = math.prod(ns)
     rows = x.numel() // n
     if forced is None:
+        trusted = trust.verdict(x.get_device())
+        if not trusted.allowed:
+            return None, paths.NATIVE, f"trust: {trusted.source}"
         available = grad.candidates(rows, n, dev)
         path, why = rule.choose_backward(rows, n, dev, tuple(available), current_protocol())
         return available.get(path), path, why

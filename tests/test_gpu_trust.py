@@ -1,0 +1,85 @@
+"""The trust gate on the GPU (labkit.ops.trust): the canary passes on this install (every pickable path and schedule
+bit-identical to torch's kernels), the verdict names its source, a planted one-ulp difference in the reference makes
+the gate serve torch and warn, and a first plan under CUDA graph capture with an unverified key serves torch without
+running or keeping the check."""
+import dataclasses
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    from labkit.ops import trust
+    from labkit.ops.dropin import plan
+
+    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    trust.forget()
+    trust._warned.clear()
+    plan.clear()
+    yield trust
+    trust.forget()
+    plan.clear()
+
+
+def test_the_canary_passes_here(fresh):
+    from labkit.ops.dropin import canary
+
+    rec = canary.run(0)
+    assert rec["error"] is None and rec["first_mismatch"] is None and rec["identical"], rec
+    assert rec["cases"] >= 20
+
+
+def test_the_verdict_names_its_source(fresh):
+    import torch
+
+    import labkit
+
+    x = torch.randn(16, 1 << 20, device="cuda")
+    src = labkit.explain(x, (1 << 20,))["trust"]
+    assert src.startswith("verified by committed run") or "canary at first use passed" in src, src
+
+
+def test_a_planted_ulp_serves_torch_and_warns(fresh, monkeypatch):
+    import torch
+
+    import labkit
+
+    real = torch.native_layer_norm
+
+    def planted(x, ns, w, b, eps):  # torch's kernel as a release one ulp away would give it
+        y, mean, rstd = real(x, ns, w, b, eps)
+        return y.view(torch.int32).add(1).view(torch.float32), mean, rstd
+
+    k = fresh.key(0)
+    monkeypatch.setattr(fresh, "key", lambda index: dataclasses.replace(k, torch=k.torch + "+planted"))
+    monkeypatch.setattr(torch, "native_layer_norm", planted)
+    x = torch.randn(16, 1 << 20, device="cuda")
+    with pytest.warns(RuntimeWarning, match="failed \\(forward path"):
+        explained = labkit.explain(x, (1 << 20,))
+    monkeypatch.setattr(torch, "native_layer_norm", real)
+    assert explained["path"] == "native" and explained["reason"].startswith("trust:")
+    y = labkit.layer_norm(x, (1 << 20,))
+    assert torch.equal(y.view(torch.int32), torch.nn.functional.layer_norm(x, (1 << 20,)).view(torch.int32))
+
+
+def test_a_first_plan_under_capture_serves_torch_and_checks_later(fresh, monkeypatch):
+    import torch
+
+    import labkit
+
+    k = fresh.key(0)
+    monkeypatch.setattr(fresh, "key", lambda index: dataclasses.replace(k, torch=k.torch + "+unverified"))
+    x = torch.randn(16, 1 << 20, device="cuda")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        y = labkit.layer_norm(x, (1 << 20,))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y.view(torch.int32), torch.nn.functional.layer_norm(x, (1 << 20,)).view(torch.int32))
+    assert fresh.cached(fresh.key(0)) is None  # not run under capture
+    assert labkit.explain(x, (1 << 20,))["path"] != "native"  # outside capture: checked, passed, ours
+    assert fresh.cached(fresh.key(0))["identical"]

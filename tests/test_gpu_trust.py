@@ -14,7 +14,7 @@ def fresh(monkeypatch, tmp_path):
     from labkit.ops import trust
     from labkit.ops.dropin import plan
 
-    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LABKIT_TRUST_DIR", str(tmp_path))
     trust.forget()
     trust._warned.clear()
     plan.clear()

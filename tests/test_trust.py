@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
-    monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("LABKIT_TRUST_DIR", str(tmp_path))
     monkeypatch.delenv("LABKIT_TRUST", raising=False)
     trust.forget()
     trust._warned.clear()

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from labkit.core.atomic import atomic_write_json
 from labkit.core.compile import kernel_dir, kernel_sources
+from labkit.core.log import first_use
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +154,9 @@ def verified(k: Key) -> dict | None:
 
 
 def cache_dir() -> Path:
+    """Where verdicts are kept: $LABKIT_TRUST_DIR, else a `trust` folder in labkit's cache."""
+    if os.environ.get("LABKIT_TRUST_DIR"):
+        return Path(os.environ["LABKIT_TRUST_DIR"])
     root = os.environ.get("LABKIT_CACHE_DIR")
     return (Path(root) if root else Path.home() / ".cache" / "labkit") / "trust"
 
@@ -222,8 +226,11 @@ def _decide(index: int) -> Verdict:
         return Verdict(False, f"unverified key {k.digest()}; {why_not}: torch's kernels serve until it runs", False)
     from labkit.ops.dropin import canary
 
-    log.info("labkit: checking our kernels against torch's on this install (key %s, once)", k.digest())
+    first_use(log, "checking our kernels against torch's on this install (key %s: torch %s, %s; once per key)",
+              k.digest(), k.torch, k.gpu)
     rec = canary.run(index)
+    first_use(log, "the check %s: %d cases in %.1f s", "passed" if rec["identical"] else "FAILED", rec["cases"],
+              rec["seconds"])
     remember(k, rec)
     return _from_canary(rec, "the canary at first use")
 

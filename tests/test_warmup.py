@@ -141,7 +141,8 @@ def test_a_gpu_warms_what_its_table_may_pick_and_shapes_narrow_it(committed_tabl
 def test_warmup_for_a_gpu_compiles_for_its_target(tmp_path, monkeypatch, no_host, committed_tables):
     monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(wu, "_device", lambda device, arch: H200)
+    monkeypatch.setattr(wu, "_trust", lambda device: "verified by committed run r")  # the gate's check (a GPU's)
     done = labkit.warmup(shapes=[(64, 1 << 15)], progress=False)
     assert (done.target, done.device) == ("sm_90", H200.label)
     assert set(done.compiled) == set(wu._device_kernels(H200, ((64, 1 << 15),))) and not done.refused
-    assert done.line().endswith(f"for {H200.label}")
+    assert done.line().endswith(f"for {H200.label}; trust: verified by committed run r")

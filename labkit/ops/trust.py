@@ -275,6 +275,9 @@ def verify(index: int = 0, again: bool = False) -> dict:
         remember(k, rec)
     with _lock:
         _verdicts.pop(index, None)
+    from labkit.ops.dropin import plan
+
+    plan.clear()  # plans made under the previous verdict
     return {"key": asdict(k), "key_digest": k.digest(), "verified_row": verified(k), **rec}
 
 

@@ -36,6 +36,7 @@ class Warmup:
     host: str                   # the host extension: "built", "cached", or "unavailable: <why>"
     host_seconds: float
     seconds: float
+    trust: str | None = None    # the trust gate's verdict on the GPU (labkit.ops.trust), its check paid here
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -52,7 +53,7 @@ class Warmup:
         if self.device is None:
             return line + (" (compile only: nothing was loaded or launched; the caches serve a GPU of this arch that "
                            "shares them)")
-        return f"{line}, for {self.device}"
+        return f"{line}, for {self.device}; trust: {self.trust}"
 
 
 def warmup(device=None, shapes=None, arch: str | None = None, progress: bool = True) -> Warmup:
@@ -74,8 +75,22 @@ def warmup(device=None, shapes=None, arch: str | None = None, progress: bool = T
         host, host_seconds = _host()
         bar.update()
         compiled, cached, refused = _compile(kernels, target, bar)
+        trusted = None
+        if dev is not None:  # the gate's check, once per key, paid here rather than at the first call
+            bar.set_postfix_str("trust")
+            trusted = _trust(device)
     return Warmup(target, dev.label if dev is not None else None, compiled, cached, refused, host,
-                  round(host_seconds, 2), round(time.perf_counter() - start, 2))
+                  round(host_seconds, 2), round(time.perf_counter() - start, 2), trusted)
+
+
+def _trust(device) -> str:
+    """The trust gate's verdict on the warmed GPU (labkit.ops.trust.verdict: its check runs now where it must)."""
+    import torch
+
+    from labkit.ops import trust
+
+    index = torch.cuda.current_device() if device is None else current_index(torch.device(device))
+    return trust.verdict(index).source
 
 
 def _device(device, arch: str | None) -> Device | None:

@@ -2,8 +2,9 @@
 it was read, and the machine-code evidence for every rounding it claims.
 
 Read from aten/src/ATen/native/cuda/layer_norm_kernel.cu at v2.11.0 (the same fork commit the forward's contract was
-read at) and checked against torch 2.11.0+cu130's own SASS for every device arch it runs LayerNorm on, extracted from
-the CUDA wheel on PyPI: one record per arch under data/sass/backward/ (sha256s inside; `RECORD` is sm_90's), written
+read at) and checked against torch 2.11.0+cu130's (and 2.14.1+cu130's) own SASS for every device arch it runs LayerNorm
+on, extracted from the CUDA wheel on PyPI: one record per version and arch under data/sass/backward/ (sha256s inside;
+`RECORD` is 2.11.0's sm_90), written
 by `python -m labkit.studies.backward_contract --wheel ... --workdir ... --arch sm_XY` (`main`). `checks(record)`
 re-derives each claim from the committed instructions by dataflow (`dataflow`: each source resolved to the
 instruction that wrote it, so the claims do not depend on how the compiler allocates registers); the installed header

@@ -93,6 +93,34 @@ def test_dataflow_resolves_each_source_to_its_writer():
     assert wide[1].srcs == ("part:0", "part:0")  # a load's later registers are its value too, not an input of ours
 
 
+def test_a_uniform_register_is_a_value_not_a_constant():
+    """UR12 (a uniform register: one value per warp, e.g. rstd of the block's row, or a kernel parameter) is read
+    like R12: an input where the list does not write it, else the instruction that did (ULDC, UMOV, ...). URZ,
+    like RZ, reads zero. Before the fix every UR operand was "imm:UR12", so no claim could take it as a loaded value."""
+    flow = bc.dataflow(["FMUL R1, R2, UR12", "FADD R3, R1, -URZ"])
+    assert flow[0].srcs == ("in:R2", "in:UR12") and bc._input(flow, flow[0].srcs[1])
+    assert flow[1].srcs == (0, "imm:URZ") and flow[1].neg == (False, True)
+    full = bc.dataflow(["ULDC.64 UR12, c[0x0][0x210]", "FMUL R1, R2, UR13", "UMOV UR4, UR12",
+                        "@P0 UMOV UR5, UR4", "FFMA R6, R1, UR4, UR5"])
+    assert full[0].dst == "UR12" and full[1].srcs == ("in:R2", "part:0") and full[2].srcs == (0,)
+    assert full[4].srcs == (1, 2, "sel:3")  # UR4 written by the UMOV, UR5 by a predicated one: new or old
+    assert bc._input(full, full[4].srcs[1]) and not bc._input(full, full[4].srcs[2])
+
+
+def test_rstd_in_a_uniform_register_is_still_the_one_multiplier():
+    """The sm_90 record with the first float4's stats_x2 FFMAs reading rstd from UR12 (one row per block, so the
+    compiler may keep it in a uniform register, as torch 2.14.1's SASS does) instead of R19: the same arithmetic, so
+    every claim holds. It failed before the fix: an operand UR12 was a constant, not an input of the loop."""
+    record = copy.deepcopy(json.loads(bc.RECORD.read_text()))
+    ops = record["functions"][DX]["fp_ops"]
+    firsts = [i for i, o in enumerate(ops) if o.startswith("FFMA R16, R19, ")][:4]
+    for i in firsts:
+        _, _, p, acc = ops[i].split(" ", 1)[1].split(", ")
+        ops[i] = f"FFMA R16, {p}, UR12, {acc}"
+    holds = {c["claim"]: c["holds"] for c in bc.checks(record)}
+    assert all(holds.values()), holds
+
+
 def test_the_recorder_refuses_a_workdir_in_the_repository():
     with pytest.raises(SystemExit, match="outside the repository"):
         bc.main(["--wheel", "w.whl", "--workdir", str(bc.RECORD.parent), "--arch", "sm_90"])

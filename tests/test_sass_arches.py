@@ -1,5 +1,5 @@
-"""The FMA-contraction comparison on every arch torch 2.11.0+cu130 ships LayerNorm SASS for (data/sass/*-sm_*.json,
-data/sass/backward/*-sm_*.json), and the SASS-reading fixes those archs needed.
+"""The FMA-contraction comparison on every arch torch ships LayerNorm SASS for, per recorded torch version (2.11.0+cu130
+and 2.14.1+cu130: data/sass/*-sm_*.json, data/sass/backward/*-sm_*.json), and the SASS-reading fixes those archs needed.
 
 The records' `same_contractions` verdicts are checked for every committed file by
 tests/test_sass.py::test_committed_summary_is_small_and_says_same_contractions; here: each record is the arch its
@@ -65,6 +65,33 @@ def test_ours_recompiled_for_the_arch_still_contract_as_torch(path):
     # the kernels changed since the record (e.g. sm_90's, made before later source edits): the contractions must not
     v = summary.verdict(rec["torch"]["functions"][VEC], list(ours.values()))
     assert v["same_contractions"], v["checks"]
+
+
+def _version_of(path: Path) -> str:
+    return re.search(r"layernorm-(?:backward-)?torch-(.+)-sm_\d+\.json$", path.name).group(1)
+
+
+def test_every_recorded_torch_version_covers_every_arch_forward_and_backward():
+    """Several torch versions' records side by side: each version has the forward and backward record of every arch,
+    and a consumer for an arch reads the newest version's (2.14.1 after 2.11.0: by number, not by name)."""
+    if not FORWARD:
+        pytest.skip("no committed summary under data/sass/")
+    versions = {_version_of(p) for p in FORWARD}
+    for v in versions:
+        archs = {_arch_of(p) for p in FORWARD if _version_of(p) == v}
+        assert archs >= {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"}, v
+        assert {_arch_of(p) for p in BACKWARD if _version_of(p) == v} == archs, v
+    newest = max(versions, key=lambda v: tuple(int(x) for x in re.match(r"[\d.]+", v).group(0).split(".")))
+    for arch in ("sm_80", "sm_90", "sm_120"):
+        assert summary.committed_comparison(arch).name == f"layernorm-torch-{newest}-{arch}.json"
+
+
+def test_committed_comparison_orders_versions_by_number(tmp_path):
+    for v in ("2.9.0+cu128", "2.11.0+cu130", "2.14.1+cu130"):
+        (tmp_path / f"layernorm-torch-{v}-sm_90.json").write_text("{}")
+    assert summary.committed_comparison("sm_90", tmp_path).name == "layernorm-torch-2.14.1+cu130-sm_90.json"
+    (tmp_path / "layernorm-torch-2.14.1+cu130-sm_90.json").unlink()
+    assert summary.committed_comparison("sm_90", tmp_path).name == "layernorm-torch-2.11.0+cu130-sm_90.json"
 
 
 def test_loadable_archs_follow_cudas_binary_compatibility():

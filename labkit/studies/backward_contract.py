@@ -2,8 +2,9 @@
 it was read, and the machine-code evidence for every rounding it claims.
 
 Read from aten/src/ATen/native/cuda/layer_norm_kernel.cu at v2.11.0 (the same fork commit the forward's contract was
-read at) and checked against torch 2.11.0+cu130's own SASS for every device arch it runs LayerNorm on, extracted from
-the CUDA wheel on PyPI: one record per arch under data/sass/backward/ (sha256s inside; `RECORD` is sm_90's), written
+read at) and checked against torch 2.11.0+cu130's (and 2.14.1+cu130's) own SASS for every device arch it runs LayerNorm
+on, extracted from the CUDA wheel on PyPI: one record per version and arch under data/sass/backward/ (sha256s inside;
+`RECORD` is 2.11.0's sm_90), written
 by `python -m labkit.studies.backward_contract --wheel ... --workdir ... --arch sm_XY` (`main`). `checks(record)`
 re-derives each claim from the committed instructions by dataflow (`dataflow`: each source resolved to the
 instruction that wrote it, so the claims do not depend on how the compiler allocates registers); the installed header
@@ -127,7 +128,10 @@ def _first_vector(loop: list[str]) -> list[str]:
 # The claims follow values, not register names: the register allocator may pass one accumulator through two
 # registers (torch's sm_86 and sm_120 dX loops do, at the ends of each float4's chain), which is the same arithmetic.
 
-_GPR = re.compile(r"^R\d+$")
+# A register that holds a value: a general register R<n> or a uniform one UR<n> (one value for the whole warp: what
+# a kernel parameter or a per-row scalar is loaded into, ULDC/LDCU/UMOV/R2UR, and what FP instructions may read).
+# RZ and URZ read zero: constants, like immediates.
+_REG = re.compile(r"^U?R\d+$")
 
 
 @dataclass(frozen=True)
@@ -135,7 +139,8 @@ class Op:
     """One recorded instruction, its sources resolved to the values they read. A value is the index (in the
     function's recorded list) of the instruction that wrote it; "in:R7" when no recorded instruction before it
     wrote R7 (loaded, moved or set by an instruction the record does not keep: an input of the list); "sel:<i>"
-    after a predicated write at <i> (the new or the old value); "imm:<text>" for RZ, immediates and constants."""
+    after a predicated write at <i> (the new or the old value); "imm:<text>" for RZ, URZ, immediates and constants.
+    Uniform registers (UR12) are values like general ones: "in:UR12" or the instruction that wrote them."""
     index: int
     text: str
     opcode: str
@@ -164,28 +169,29 @@ def dataflow(ops: list[str]) -> list[Op]:
         opcode, _, rest = body.partition(" ")
         operands = [o.strip() for o in rest.split(",")] if rest else []
         pos = 1 if opcode.startswith("SHFL") else 0  # SHFL writes a predicate, then the register
-        dst = operands[pos] if len(operands) > pos and _GPR.match(operands[pos]) else None
+        dst = operands[pos] if len(operands) > pos and _REG.match(operands[pos]) else None
         srcs, neg = [], []
         for o in operands[pos + 1:] if dst else operands:
             reg, n = _operand(o)
-            srcs.append(written.get(reg, f"in:{reg}") if _GPR.match(reg) else f"imm:{reg}")
+            srcs.append(written.get(reg, f"in:{reg}") if _REG.match(reg) else f"imm:{reg}")
             neg.append(n)
         out.append(Op(i, text, opcode, pred, dst, tuple(srcs), tuple(neg)))
         if dst:
-            first = int(dst[1:])
+            file = dst.rstrip("0123456789")  # "R" or "UR"
+            first = int(dst[len(file):])
             for r in range(first, first + _width(opcode)):  # later registers of a wide write: no value of ours
-                written[f"R{r}"] = f"sel:{i}" if pred else (i if r == first else f"part:{i}")
+                written[f"{file}{r}"] = f"sel:{i}" if pred else (i if r == first else f"part:{i}")
     return out
 
 
 def _width(opcode: str) -> int:
     """Registers an instruction writes from its destination on: 2, 4 or 8 for .64/.128/.256 (loads, moves),
-    2 for IMAD.WIDE and CS2R; 1 for every floating-point instruction a record keeps. Counting too many can only
+    2 for (U)IMAD.WIDE and CS2R; 1 for every floating-point instruction a record keeps. Counting too many can only
     make a claim fail, never hold (what `full_stream_checks` relies on)."""
     bits = re.search(r"\.(64|128|256)(\.|$)", opcode)
     if bits:
         return int(bits.group(1)) // 32
-    return 2 if opcode.startswith(("IMAD.WIDE", "CS2R")) else 1
+    return 2 if opcode.startswith(("IMAD.WIDE", "UIMAD.WIDE", "CS2R")) else 1
 
 
 def _input(flow: list[Op], value) -> bool:

@@ -53,11 +53,18 @@ def test_autocast_eager_forward_and_backward_bits(shape, params, low):
 
 
 def test_autocast_serves_our_kernels_at_the_wide_shape():
-    """At the L1/40 row length our chain serves the float32 tensors autocast's cast gives (the plan explains it)."""
+    """At the L1/40 row length the call under autocast is planned for the float32 tensors autocast's cast gives, and
+    our kernels serve them (a plan of ours, made by this call: torch's F.layer_norm would make none)."""
     import torch
 
+    from labkit.ops.dropin import plan
+
     x, ns, w, b, _ = _inputs((16, 1 << 22), torch.bfloat16, "float32", seed=3)
-    assert labkit.explain(x.float(), ns, w, b)["path"] != "native"
+    plan.clear()
+    with torch.autocast("cuda", dtype=torch.bfloat16), torch.no_grad():
+        y = labkit.layer_norm(x, ns, w, b)
+    made = [p for p in plan._plans.values() if isinstance(p, plan.KernelPlan)]
+    assert y.dtype == torch.float32 and made and made[0].shape == tuple(x.shape)
 
 
 @pytest.mark.parametrize("low", ["bfloat16", "float16"])

@@ -11,7 +11,6 @@ import pytest
 
 from labkit.ops import trust
 from labkit.ops.dropin import canary
-from labkit.ops.trust_verified import VERIFIED
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,9 +25,12 @@ def fresh(monkeypatch, tmp_path):
     trust.forget()
 
 
+ROW = {"torch": "2.11.0+cu130", "torch_git": "abc123", "torch_cuda": "13.0", "gpu": "NVIDIA H200", "target": "sm_90",
+       "sms": 132, "nvrtc": "13.0", "code": "c0de", "torch_kernels": True, "run": "r-dropin", "cases": 99}
+
+
 def _key(**change):
-    row = VERIFIED[0]
-    base = trust.Key(**{f.name: row[f.name] for f in dataclasses.fields(trust.Key)})
+    base = trust.Key(**{f.name: ROW[f.name] for f in dataclasses.fields(trust.Key)})
     return dataclasses.replace(base, **change)
 
 
@@ -40,9 +42,10 @@ def _canary(result, calls):
     return run
 
 
-def _setup(monkeypatch, k, result=None):
+def _setup(monkeypatch, k, result=None, verified=()):
     calls = []
     monkeypatch.setattr(trust, "key", lambda index: k)
+    monkeypatch.setattr(trust, "verified", lambda key: next((r for r in verified if key.matches(r)), None))
     monkeypatch.setattr(trust, "_cannot_run_canary", lambda index: None)
     monkeypatch.setattr(canary, "run", _canary(result, calls))
     return calls
@@ -56,34 +59,53 @@ def test_mode_names_a_bad_value(monkeypatch):
     assert trust.mode() == "check"
 
 
-def test_a_row_without_torchs_git_version_matches_any_build_of_that_version():
-    assert _key(torch_git="abc").matches({**VERIFIED[0], "torch_git": None})
-    assert not _key(torch_git="abc").matches({**VERIFIED[0], "torch_git": "def"})
-    assert not _key(sms=114).matches(VERIFIED[0])
+def test_a_row_matches_every_field_of_the_key():
+    assert _key().matches(ROW)
+    for field, other in (("torch_git", "def456"), ("sms", 114), ("target", "compute_90"), ("code", "edited"),
+                         ("torch_kernels", False)):
+        assert not _key(**{field: other}).matches(ROW), field
 
 
-def test_kernel_digest_from_a_runs_hashes():
-    from labkit.records.run import kernel_source_hashes
+def test_the_code_digest_covers_kernels_options_and_launch_modules(monkeypatch):
+    from labkit.core import compile as nvrtc
 
-    hashes = kernel_source_hashes()
-    assert trust.kernels_digest(hashes) == trust.kernels_digest()
-    first = trust.dropin_kernel_files()[0]
-    assert trust.kernels_digest({k: v for k, v in hashes.items() if k != first}) is None
-    assert trust.kernels_digest({**hashes, first: "0" * 64}) != trust.kernels_digest()
+    before = trust.code_digest()
+    assert "welford_ln.cuh" in trust.dropin_kernel_files() and "chain_stats_tma.cu" in trust.dropin_kernel_files()
+    monkeypatch.setattr(nvrtc, "BASE_OPTIONS", nvrtc.BASE_OPTIONS + ("--use_fast_math",))
+    assert trust.code_digest() != before
+    monkeypatch.undo()
+    real = trust.hashlib.sha256
+
+    def edited(data=b""):  # as if labkit/ops/backward.py had one byte more
+        return real(data + b" " if b"def gamma_beta_template" in data else data)
+
+    monkeypatch.setattr(trust.hashlib, "sha256", edited)
+    assert trust.code_digest() != before
 
 
-def test_the_committed_table_is_the_runs():
+def test_the_committed_table_is_the_runs(tmp_path):
     spec = importlib.util.spec_from_file_location("trust_table", ROOT / "scripts" / "trust_table.py")
     table = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(table)
     assert (ROOT / "labkit" / "ops" / "trust_verified.py").read_text() == table.text()
-    assert VERIFIED and all(row["kernels"] == trust.kernels_digest() for row in VERIFIED[-1:])
+    # a run verifies the key its recorded check passed on, and nothing else does
+    import json
+
+    for name, rec in (("a", {"key": {"torch": "t"}, "identical": True, "error": None, "cases": 5}),
+                      ("b", {"key": {"torch": "u"}, "identical": False, "error": None, "cases": 5}),
+                      ("c", {"key": {"torch": "v"}, "identical": True, "error": "OOM", "cases": 5}),
+                      ("d", None)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "run.json").write_text("{}")
+        if rec:
+            (tmp_path / name / "trust_canary.json").write_text(json.dumps(rec))
+    assert table.rows(tmp_path) == [{"torch": "t", "run": "a", "cases": 5}]
 
 
 def test_a_verified_key_serves_without_the_canary(fresh, monkeypatch):
-    calls = _setup(monkeypatch, _key())
+    calls = _setup(monkeypatch, _key(), verified=(ROW,))
     v = trust.verdict(0)
-    assert v.allowed and VERIFIED[0]["run"] in v.source and calls == []
+    assert v.allowed and "r-dropin" in v.source and calls == []
 
 
 def test_an_unverified_key_runs_the_canary_once_and_keeps_its_verdict(fresh, monkeypatch):
@@ -96,7 +118,7 @@ def test_an_unverified_key_runs_the_canary_once_and_keeps_its_verdict(fresh, mon
 
 
 def test_a_planted_mismatch_serves_torch_and_warns_once(fresh, monkeypatch):
-    _setup(monkeypatch, _key(kernels="planted"), result="forward path chain at 2x262144: y")
+    _setup(monkeypatch, _key(code="planted"), result="forward path chain at 2x262144: y")
     with pytest.warns(RuntimeWarning, match="first use failed .*forward path chain at 2x262144: y"):
         v = trust.verdict(0)
     assert not v.allowed and v.final
@@ -140,8 +162,42 @@ def test_backward_floor(monkeypatch):
     assert trust.backward_refusal() is None
 
 
-def test_torchs_own_kernels_on_this_install():
-    assert trust.torch_kernels_are_torchs()
+def test_whose_kernels_aten_runs(monkeypatch):
+    import torch
+
+    def dump(where):
+        return lambda op: f"name: {op}\nCPU: registered at /x/RegisterCPU_0.cpp:1 :: ()\nCUDA: registered at {where} :: ()"
+
+    for where, own in (("/__w/pytorch/pytorch/build/aten/src/ATen/RegisterCUDA_0.cpp:2833", True),
+                       ("/home/u/checkout/host/layer_norm.cpp:812", True),  # labkit.enable(), built anywhere
+                       ("/site-packages/fancy_norms/override.py:40", False),
+                       ("/opt/cutedsl/layernorm.cpp:7", False)):
+        monkeypatch.setattr(torch._C, "_dispatch_dump", dump(where))
+        assert trust.torch_kernels_are_torchs() is own, where
+
+
+def test_an_unwritable_cache_keeps_the_verdict_for_the_process(fresh, monkeypatch, tmp_path, caplog):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("LABKIT_TRUST_DIR", str(blocker / "trust"))  # a folder under a file: cannot be made
+    calls = _setup(monkeypatch, _key(torch="2.99.0"))
+    assert trust.verdict(0).allowed and trust.verdict(0).allowed and calls == [0]
+    assert "kept for this process only" in caplog.text
+
+
+def test_a_check_that_raised_is_not_kept_on_disk(fresh, monkeypatch):
+    calls = _setup(monkeypatch, _key(torch="2.99.0"))
+    monkeypatch.setattr(canary, "run", lambda index=0: calls.append(index) or {
+        "identical": False, "cases": 3, "first_mismatch": None, "error": "OutOfMemoryError: CUDA out of memory",
+        "seconds": 0.1, "date_utc": "2026-12-06T00:00:00+00:00"})
+    with pytest.warns(RuntimeWarning, match="out of memory"):
+        assert not trust.verdict(0).allowed
+    assert trust.cached(_key(torch="2.99.0")) is None
+    trust.forget()
+    trust._warned.clear()  # a new process
+    with pytest.warns(RuntimeWarning):
+        trust.verdict(0)
+    assert calls == [0, 0]  # asked again in a new process
 
 
 def test_verify_without_a_gpu(capsys):

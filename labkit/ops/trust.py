@@ -7,20 +7,26 @@ NVRTC's version, the digest of the drop-in's kernel sources, and whether aten::n
 kernels are torch's own on this install (another library may register its own in front of them).
 
 A key serves our kernels where it is in the verified table (labkit.ops.trust_verified, generated from committed
-runs whose bit checks were all identical, each row citing its run), or where the canary (labkit.ops.dropin.canary:
-every pickable forward path and backward schedule against torch's kernels, bit for bit) passed on this machine; the
-canary's verdict is kept on disk per key, atomically, so it runs once per key. A failed or impossible check serves
-torch's kernels and warns once, naming the first mismatch. LABKIT_TRUST chooses the policy:
+runs that recorded the canary passing, each row the key that run's canary recorded and citing the run), or where the
+canary (labkit.ops.dropin.canary: every forward path and backward schedule this GPU can run, against torch's kernels,
+bit for bit) passed on this machine; its verdict is kept on disk per key, atomically, so it runs once per key (a
+check that raised, out of memory say, is kept for the process only). A failed or impossible check serves torch's
+kernels and warns once, naming the first mismatch. The key's `code` digest covers the drop-in's kernel sources, the
+NVRTC options and the Python modules that decide launches (paths, schedules, geometry), so an edit to any of them
+is a new key. LABKIT_TRUST chooses the policy:
 
     check (default)  verified keys, else the canary at the first plan of a device (outside graph capture)
     strict           verified keys only
     off              no gate (the measurements of candidate paths against each other use forced plans, which
                      never consult it)
 
-`labkit.explain` names the trust source; `labkit verify` runs the canary ahead of time.
+`labkit.explain` names the trust source; `labkit verify` runs the canary ahead of time. The check runs on the
+calling thread's stream; a CUDA graph being captured on another thread in torch's global capture mode would see its
+allocations and synchronize (run `labkit verify` or `labkit warmup` before capturing on several threads).
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -61,20 +67,24 @@ class Key:
     torch_git: str | None
     torch_cuda: str | None
     gpu: str | None
-    arch: int | None
+    target: str | None         # what NVRTC compiles for: sm_90 (cubins), or compute_80 (PTX, the arch override)
     sms: int | None
     nvrtc: str | None
-    kernels: str               # kernels_digest()
+    code: str                  # code_digest()
     torch_kernels: bool        # aten::native_layer_norm(_backward)'s CUDA kernels are torch's own
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
     def matches(self, row: dict) -> bool:
-        """A verified row matches where every field it records equals ours (a row without torch's git version,
-        which runs did not record before the gate, matches any build of that torch version string)."""
-        mine = asdict(self)
-        return all(row.get(k) is None and k == "torch_git" or row.get(k) == v for k, v in mine.items())
+        """A verified row matches where every field of the key equals ours."""
+        return all(row.get(k) == v for k, v in asdict(self).items())
+
+
+# The Python modules whose code decides what our kernels compute: which path and schedule, their launch geometry
+# and summation groups (labkit.ops.backward.gamma_beta_template, partial groups), the launches' arguments.
+_LAUNCH_MODULES = ("backward.py", "chain.py", "eligibility.py", "launches.py", "paths.py", "reference_order.py",
+                   "rows_cluster.py", "rows_fused.py", "rows_staged.py")
 
 
 def dropin_kernel_files() -> list[str]:
@@ -89,16 +99,16 @@ def dropin_kernel_files() -> list[str]:
     return sorted(files)
 
 
-def kernels_digest(hashes: dict[str, str] | None = None) -> str | None:
-    """One digest of the drop-in's kernel files, from their sha256 (`hashes`: a run's kernel_sources_sha256; default
-    the files here). None where `hashes` lacks one of them."""
-    root = kernel_dir()
-    parts = []
-    for name in dropin_kernel_files():
-        h = hashlib.sha256((root / name).read_bytes()).hexdigest() if hashes is None else hashes.get(name)
-        if h is None:
-            return None
-        parts.append(f"{name}:{h}")
+def code_digest() -> str:
+    """One digest of what decides our kernels' bits besides torch and the GPU: the drop-in's kernel files, the NVRTC
+    options every compile uses, and the launch-deciding modules of labkit.ops."""
+    from labkit.core.compile import BASE_OPTIONS
+
+    root, ops = kernel_dir(), Path(__file__).resolve().parent
+    parts = [f"nvrtc options: {' '.join(BASE_OPTIONS)}"]
+    parts += [f"{name}:{hashlib.sha256((root / name).read_bytes()).hexdigest()}" for name in dropin_kernel_files()]
+    parts += [f"labkit/ops/{name}:{hashlib.sha256((ops / name).read_bytes()).hexdigest()}"
+              for name in _LAUNCH_MODULES]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -108,12 +118,9 @@ _OWN = re.compile(r"/aten/src/ATen/|/build/aten/src/ATen/")
 def torch_kernels_are_torchs() -> bool:
     """Whether the CUDA kernels registered for aten::native_layer_norm and its backward come from torch's own
     sources (labkit.enable()'s registration, which calls torch's kernels where ours do not serve, counts as
-    torch's)."""
+    torch's: named by its file, host/layer_norm.cpp, wherever the extension was built)."""
     import torch
 
-    from labkit.core.sources import host_dir
-
-    ours = str(host_dir() / "layer_norm.cpp")
     for op in ("aten::native_layer_norm", "aten::native_layer_norm_backward"):
         try:
             dump = torch._C._dispatch_dump(op)
@@ -122,14 +129,16 @@ def torch_kernels_are_torchs() -> bool:
         line = next((ln for ln in dump.splitlines() if ln.startswith("CUDA:")), None)
         if line is None:
             continue  # a CPU build: no CUDA kernel at all, nothing of ours serves
-        where = line.split("registered at ", 1)[-1].split(" :: ")[0]
-        if not (_OWN.search(where) or where.startswith(ours)):
+        where = line.split("registered at ", 1)[-1].split(" :: ")[0].rsplit(":", 1)[0]
+        ours = Path(where).name == "layer_norm.cpp" and Path(where).parent.name == "host"
+        if not (_OWN.search(where) or ours):
             return False
     return True
 
 
 def key(index: int) -> Key:
-    """This install's trust key on CUDA device `index` (read once per process and device)."""
+    """This install's trust key on CUDA device `index` (read once per process and device, but for whether aten's
+    kernels are torch's own, which labkit.enable() and other libraries change while a process runs)."""
     k = _keys.get(index)
     if k is None:
         import torch
@@ -140,10 +149,9 @@ def key(index: int) -> Key:
         dev = device_info(index)
         k = _keys[index] = Key(
             torch=torch.__version__, torch_git=getattr(torch.version, "git_version", None),
-            torch_cuda=torch.version.cuda, gpu=dev.name, arch=dev.arch, sms=dev.sm_count,
-            nvrtc=".".join(map(str, nvrtc_version())), kernels=kernels_digest(),
-            torch_kernels=torch_kernels_are_torchs())
-    return k
+            torch_cuda=torch.version.cuda, gpu=dev.name, target=dev.target, sms=dev.sm_count,
+            nvrtc=".".join(map(str, nvrtc_version())), code=code_digest(), torch_kernels=True)
+    return dataclasses.replace(k, torch_kernels=torch_kernels_are_torchs())
 
 
 def verified(k: Key) -> dict | None:
@@ -170,7 +178,14 @@ def cached(k: Key) -> dict | None:
 
 
 def remember(k: Key, result: dict) -> None:
-    atomic_write_json(cache_dir() / f"{k.digest()}.json", {"key": asdict(k), **result})
+    """Keep a verdict on disk for `k`; a folder that cannot be written keeps it for this process only (said once)."""
+    try:
+        atomic_write_json(cache_dir() / f"{k.digest()}.json", {"key": asdict(k), **result})
+    except OSError as exc:
+        if "cache" not in _warned:
+            _warned.add("cache")
+            log.warning("labkit: the trust verdict could not be kept in %s (%s): it is kept for this process only",
+                        cache_dir(), exc)
 
 
 @dataclass(frozen=True)
@@ -231,7 +246,8 @@ def _decide(index: int) -> Verdict:
     rec = canary.run(index)
     first_use(log, "the check %s: %d cases in %.1f s", "passed" if rec["identical"] else "FAILED", rec["cases"],
               rec["seconds"])
-    remember(k, rec)
+    if rec.get("error") is None:  # a check that raised (out of memory, say) is this process's answer, not the key's
+        remember(k, rec)
     return _from_canary(rec, "the canary at first use")
 
 
@@ -272,7 +288,8 @@ def verify(index: int = 0, again: bool = False) -> dict:
         if why_not is not None:
             raise RuntimeError(f"labkit verify cannot run here: {why_not}")
         rec = canary.run(index)
-        remember(k, rec)
+        if rec.get("error") is None:
+            remember(k, rec)
     with _lock:
         _verdicts.pop(index, None)
     from labkit.ops.dropin import plan

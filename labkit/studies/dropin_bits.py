@@ -285,3 +285,27 @@ def block_rows(blk: dict | None) -> list[dict]:
     rows.append({"what": "the LayerNorms' path", "value": blk["ln_path"]["path"]})
     rows.append({"what": "why", "value": blk["ln_path"]["reason"]})
     return rows
+
+
+def trust_canary(device: str) -> dict | None:
+    """The trust gate's check run now on this GPU (labkit.ops.trust.verify, again even where a verdict is kept):
+    the key it checked and its verdict. A run that records it passing verifies that key for everyone
+    (scripts/trust_table.py). None without a GPU."""
+    import torch
+
+    from labkit.ops import trust
+
+    if device != "cuda":
+        return None
+    return trust.verify(torch.cuda.current_device(), again=True)
+
+
+def canary_rows(rec: dict | None) -> list[dict]:
+    """The check as a table: the key (what decides our kernels' bits besides the input) and the verdict."""
+    if not rec:
+        return []
+    k = rec["key"]
+    return [{"key": rec["key_digest"], "torch": k["torch"], "GPU": k["gpu"], "compiled for": k["target"],
+             "NVRTC": k["nvrtc"], "aten's kernels are torch's": k["torch_kernels"], "cases": rec["cases"],
+             "all bit-identical": rec["identical"], "first mismatch": rec["first_mismatch"] or rec["error"] or "none",
+             "seconds": rec["seconds"]}]

@@ -2,9 +2,12 @@
 pick, forced, against torch's own kernels, bit for bit (int32 views of y, mean, rstd, dx, dweight, dbias).
 
 The cases cover each path at a few widths (both sides of torch's host-side branches where they exist: its
-backward picks a different gamma/beta kernel below 128 rows than above), with and without affine, and inputs at an
-offset (a view 16 bytes into its storage). Forced plans never consult the gate, so the canary measures our kernels
-themselves. Run outside graph capture and with labkit.enable() off (torch's kernels are the reference).
+backward picks a different gamma/beta kernel below 128 rows than above), with weight and bias, weight alone and
+neither, inputs at an offset (a view 16 bytes into its storage), the forward with and without statistics, and the
+backward with every gradient and with x's alone or the parameters' alone. Forced forward plans and explicitly
+launched backward schedules never consult the gate (nor set a process-wide context another thread could see), so the
+canary measures our kernels themselves. Run outside graph capture and with labkit.enable() off (torch's kernels are
+the reference).
 """
 from __future__ import annotations
 
@@ -24,16 +27,20 @@ def _bits(a, b) -> bool:
                                                                      b.contiguous().view(torch.int32))
 
 
-def _inputs(rows: int, n: int, affine: bool, offset: bool, index: int, seed: int):
+AFFINE = ("both", "weight", "none")  # bias without weight is refused by our kernels (torch contracts differently)
+
+
+def _inputs(rows: int, n: int, affine: str, offset: bool, index: int, seed: int):
     import torch
 
-    g = torch.Generator(device=f"cuda:{index}").manual_seed(seed)
     dev = f"cuda:{index}"
+    g = torch.Generator(device=dev).manual_seed(seed)
+    f32 = {"device": dev, "dtype": torch.float32}  # whatever the caller's default dtype
     pad = 4 if offset else 0  # 16 bytes in: still aligned as torch's vectorized path needs, another address
-    x = (torch.empty(rows * n + pad, device=dev).normal_(generator=g) * 3 + 50)[pad:].view(rows, n)
-    dy = torch.empty(rows * n + pad, device=dev).normal_(generator=g)[pad:].view(rows, n)
-    w = torch.randn(n, device=dev, generator=g) if affine else None
-    b = torch.randn(n, device=dev, generator=g) if affine else None
+    x = (torch.empty(rows * n + pad, **f32).normal_(generator=g) * 3 + 50)[pad:].view(rows, n)
+    dy = torch.empty(rows * n + pad, **f32).normal_(generator=g)[pad:].view(rows, n)
+    w = torch.randn(n, generator=g, **f32) if affine != "none" else None
+    b = torch.randn(n, generator=g, **f32) if affine == "both" else None
     return x, w, b, dy
 
 
@@ -57,39 +64,56 @@ def _backward_cases(index: int):
             yield schedule, rows, n
 
 
+def _mismatch(got, want, names) -> str | None:
+    for name, a, e in zip(names, got, want):
+        if e is not None and (a is None or not _bits(a, e)):
+            return name
+    return None
+
+
 def run(index: int = 0) -> dict:
-    """{"identical": bool, "cases": int, "first_mismatch": str | None, "seconds", "date_utc"}; an exception while
-    checking is a failed check ("error"), never a pass."""
+    """{"identical": bool, "cases": int, "first_mismatch": str | None, "error": str | None, "seconds", "date_utc"};
+    an exception while checking (out of memory, say) is reported as "error", never as a pass."""
     import torch
 
+    from labkit.core.device import device_info
+    from labkit.ops import backward as grad
     from labkit.ops.dropin import plan as plans
+    from labkit.ops.launches import bound
 
     start = time.perf_counter()
     count, first = 0, None
+    dev = device_info(index)
     try:
         for seed, (path, rows, n) in enumerate(_forward_cases(index)):
-            for affine in (True, False):
+            for affine in AFFINE:
                 for offset in (False, True):
                     x, w, b, _ = _inputs(rows, n, affine, offset, index, seed)
                     want = torch.native_layer_norm(x, (n,), w, b, EPS)
                     with torch.no_grad():
-                        got = plans.get_plan(x, (n,), w, b, EPS, False, force=path).forward(x, w, b, True)
+                        p = plans.get_plan(x, (n,), w, b, EPS, False, force=path)
+                        got = p.forward(x, w, b, True)
+                        y_only = p.forward(x, w, b, False)
                     count += 1
-                    for name, a, e in zip(("y", "mean", "rstd"), got, want):
-                        if first is None and not _bits(a, e):
-                            first = f"forward path {path} at {rows}x{n} (affine={affine}, offset={offset}): {name}"
+                    bad = _mismatch((*got, y_only), (*want, want[0]), ("y", "mean", "rstd", "y without statistics"))
+                    if bad and first is None:
+                        first = f"forward path {path} at {rows}x{n} (affine {affine}, offset {offset}): {bad}"
         for seed, (schedule, rows, n) in enumerate(_backward_cases(index)):
-            for affine in (True, False):
-                x, w, b, dy = _inputs(rows, n, affine, False, index, 1000 + seed)
+            gp = grad.launches(rows, n, dev, schedule)
+            launcher = bound(gp, index)
+            for affine in AFFINE:
+                x, w, b, dy = _inputs(rows, n, affine, seed % 2 == 1, index, 1000 + seed)
                 _, mean, rstd = torch.native_layer_norm(x, (n,), w, b, EPS)
-                mask = (True, affine, affine)
-                want = torch.ops.aten.native_layer_norm_backward.default(dy, x, [n], mean, rstd, w, b, list(mask))
-                with plans.forced_backward(schedule):
-                    got = plans.backward(dy, x, (n,), mean, rstd, w, b, mask)
-                count += 1
-                for name, a, e in zip(("dx", "dweight", "dbias"), got, want):
-                    if e is not None and first is None and (a is None or not _bits(a, e)):
-                        first = f"backward schedule {schedule} at {rows}x{n} (affine={affine}): {name}"
+                ones = torch.ones(n, device=x.device, dtype=torch.float32) if w is None else None
+                for mask in ((True, w is not None, b is not None), (True, False, False),
+                             (False, w is not None, b is not None)):
+                    want = torch.ops.aten.native_layer_norm_backward.default(dy, x, [n], mean, rstd, w, b, list(mask))
+                    got = grad.run(gp, dy, x, (n,), mean.reshape(-1), rstd.reshape(-1), w, b, mask, index, ones,
+                                   launcher)
+                    count += 1
+                    bad = _mismatch(got, want, ("dx", "dweight", "dbias"))
+                    if bad and first is None:
+                        first = f"backward schedule {schedule} at {rows}x{n} (affine {affine}, mask {mask}): {bad}"
         torch.cuda.synchronize(index)
         error = None
     except Exception as exc:  # a check that could not complete is not a pass

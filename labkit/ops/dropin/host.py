@@ -114,11 +114,12 @@ _on_load: list = []
 
 def when_loaded(fn) -> None:
     """Call fn(module) once the extension is loaded in this process (now, if it is already)."""
-    m = _state.get("module")
+    with _lock:  # module() runs the list under the lock: a registration is either run there or here
+        m = _state.get("module")
+        if m is None:
+            _on_load.append(fn)
     if m is not None:
         fn(m)
-    else:
-        _on_load.append(fn)
 
 
 def module():

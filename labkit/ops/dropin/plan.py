@@ -239,6 +239,12 @@ def get_plan(x, normalized_shape: tuple, weight, bias, eps, needs_grad: bool = F
     return plan
 
 
+def _trust_settled(x) -> bool:
+    """Whether the trust gate's answer for x's device is final (a check postponed by graph capture or
+    labkit.enable() is asked again: a backward choice made meanwhile is not kept)."""
+    return x.device.type != "cuda" or trust.verdict(x.get_device()).final
+
+
 def _default_context() -> bool:
     """No dispatch protocol in this context, no forced backward, the host extension not turned off: what every
     decision the fast path remembers was made under."""
@@ -325,8 +331,8 @@ def host_backward_plan(x, ns, weight, bias):
     if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
         return None, False, False  # nothing prepared under capture: torch's kernel, and planned outside capture
     ns = tuple(ns)
-    keep = _default_context()
     gp = backward_plan(x, ns, weight, bias)
+    keep = _default_context() and _trust_settled(x)
     if gp is None:
         return None, keep, False
     ones = torch.ones(ns, device=x.device) if weight is None else None
@@ -441,7 +447,7 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
             if gp is not None:
                 ones = torch.ones(ns, device=x.device) if weight is None else None
                 hit = (gp, ones, bound(gp, x.get_device()), backward_host_plan(x, ns, gp, ones))
-        if not capturing:  # a refusal under capture is not the signature's answer
+        if not capturing and _trust_settled(x):  # a refusal under capture is not the signature's answer
             if len(_grad_plans) >= MAX_PLANS:
                 _grad_plans.clear()
             _grad_plans[key] = hit

@@ -52,7 +52,9 @@ _LEAKS = {
     # the project's tracker is not the reader's: "issue 12", "Issue 24's", "issues 15 and 22", "the issue's goal"
     # (a GPU "issues" instructions, so the word alone is fine; a number or "the issue" is a tracker reference)
     "an issue-tracker reference": re.compile(
-        r"\b[Ii]ssues?\s*#?\d+(?!\d)(?!\s+(?:[A-Z]{2,}|loads?|stores?|instructions?|warps?|requests?|cycles?)\b)"
+        r"(?<!warp )(?<!lane )(?<!thread )(?<!block )(?<!GPU )(?<!SM )(?<!scheduler )"
+        r"\b[Ii]ssues?\s*#?\d+(?!\d)(?!\s+(?:[A-Z]{2,}|(?:loads?|stores?|reads?|writes?|instructions?|warps?|"
+        r"requests?|cycles?|products?|shuffles?|FMAs?|pushes?)\b))"
         r"|\b[Tt]he issue(?:'s|\u2019s)?\b"),
     # where the book was built or the runs were made, not what they found
     "a build-machine remark": re.compile(r"\b[Tt]his workplace\b|\bcould not be fetched\b"),

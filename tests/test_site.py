@@ -263,7 +263,7 @@ def test_leak_check_flags_a_planted_issue_reference(tmp_path):
     for text in ("this workplace", "the tag could not be fetched here", "Linux-6.18.44-fc-v1147-gpu-x86_64-with-glibc2.39",
                  "kernel 6.18.44-fc-v1147-gpu", "6.8.0-45-generic"):
         assert site.leaks(text), text
-    assert site.leaks("32 LDS.128 issued in series; the warp issues 32 loads; torch 2.11.0+cu130, 2.13.0+cpu; "
+    assert site.leaks("32 LDS.128 issued in series; the warp issues 32 loads; the s1 warp issues 2 reads + 4 products; torch 2.11.0+cu130, 2.13.0+cpu; "
                       "Linux (x86_64, glibc 2.39); goal: <= 0.33 ms") == []
 
 

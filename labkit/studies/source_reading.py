@@ -470,8 +470,10 @@ def header_verdict(tc: dict, contract: ReferenceContract = TORCH_VECTORIZED_LN) 
     """One line on `read_thread_constants`' result against the contract's block."""
     if tc["num_threads"] is None:
         return f"SKIPPED: {tc['reason']}"
-    whose = (f"torch {tc['torch']} (recorded with run {tc['run']})" if tc.get("source") == "recorded"
-             else f"installed torch {tc['torch']} (where this ran)")
+    gpu = [v for v in tc.get("gpu_runs_torch") or [] if v != tc.get("torch")]
+    also = f"; the GPU runs used torch {', '.join(gpu)}" if gpu else ""
+    whose = (f"torch {tc['torch']} (recorded with run {tc['run']}{also})" if tc.get("source") == "recorded"
+             else f"torch {tc['torch']} (installed where this ran{also})")
     if tc["num_threads"] == contract.threads and tuple(tc["block"]) == contract.block:
         return (f"{whose}: num_threads() = {tc['expression']} = "
                 f"{tc['num_threads']} -> block {tuple(tc['block'])}: matches the contract")
@@ -523,9 +525,7 @@ def verdict_lines(tc: dict, refusals: list[dict], sass_record: dict | None,
     runs = sum("data/runs/" in e for _, e in evidence)
     named = sum(bool(r["names_condition"]) for r in refusals)
     # the installed header first: whether the contract still holds is the answer the front page shows
-    gpu = ", ".join(tc.get("gpu_runs_torch") or [])
-    lines = [f"{'Recorded' if tc.get('source') == 'recorded' else 'Installed'} header: {header_verdict(tc, contract)}"
-             + (f"; the GPU runs used torch {gpu}." if gpu and tc.get("torch") not in tc["gpu_runs_torch"] else ""),
+    lines = [f"{'Recorded' if tc.get('source') == 'recorded' else 'Installed'} header: {header_verdict(tc, contract)}",
              f"Contract: {contract.name}, block {contract.block}, tree {contract.block_tree_shape}; "
              f"walkthrough of torch {contract.source['tag_described']}.",
              f"Evidence: {len(evidence)} entries, {runs} of them committed GPU runs read now.",

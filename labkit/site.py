@@ -49,12 +49,27 @@ _LEAKS = {
     # 12+ decimals: a float printed whole (0.913771909794152); the audit's 10 significant digits are deliberate
     # (a ratio of 1.00000007 must not print as 1), and a witness's torch.tensor([...]) literal is code to copy
     "an unrounded float": re.compile(r"(?<!tensor\(\[)\b\d+\.\d{12,}\b"),
+    # the project's tracker is not the reader's: "issue 12", "Issue 24's", "issues 15 and 22", "the issue's goal"
+    # (a GPU "issues" instructions, so the word alone is fine; a number or "the issue" is a tracker reference)
+    "an issue-tracker reference": re.compile(
+        r"(?<!warp )(?<!lane )(?<!thread )(?<!block )(?<!GPU )(?<!SM )(?<!scheduler )"
+        r"\b[Ii]ssues?\s*#?\d+(?!\d)(?!\s+(?:[A-Z]{2,}|(?:loads?|stores?|reads?|writes?|instructions?|warps?|"
+        r"requests?|cycles?|products?|shuffles?|FMAs?|pushes?)\b))"
+        r"|\b[Tt]he issue(?:'s|\u2019s)?\b"),
+    # where the book was built or the runs were made, not what they found
+    "a build-machine remark": re.compile(r"\b[Tt]his workplace\b|\bcould not be fetched\b"),
+    # a VM's kernel build string ("6.18.44-fc-v1147-gpu", "6.8.0-45-generic") or platform.platform()'s whole line
+    # ("Linux-...-with-glibc2.39"); page 00 shows the OS family instead
+    "a platform build string": re.compile(
+        r"\b\d+\.\d+\.\d+-(?:[\w.]+-)*(?:gpu|generic|aws|azure|gcp|kvm|cloud)\b|\b\d+\.\d+\.\d+-fc-v\d+"
+        r"|\b(?:Linux|macOS|Darwin|Windows)-\S*-with-(?:glibc|libc)"),
 }
 
 
 def leaks(text: str) -> list[str]:
     """What a page's readable text (outputs, banners, prose; not code) shows that a reader must not meet: warnings,
-    tracebacks, import errors, raw dict and list reprs, build paths, unrounded floats; each with its context."""
+    tracebacks, import errors, raw dict and list reprs, build paths, unrounded floats, issue-tracker references,
+    remarks about the machine the book was built on, VM kernel build strings; each with its context."""
     out = []
     for what, pattern in _LEAKS.items():
         for m in pattern.finditer(text):

@@ -145,3 +145,28 @@ def test_summary_gains_an_audit_block(tmp_path):
     assert both["audit"]["records"] == 3 and both["audit"]["flips"] == 1
     empty = _run(tmp_path, {"numbers": {"x": 1}})
     assert "audit" not in summary.summarize_runs([empty])
+
+
+def test_a_run_without_check_records_says_why_from_its_records(tmp_path):
+    """The run table's reason is read from the run's name and its records' keys, never typed per run."""
+    import json
+
+    from labkit.records import audit
+
+    def run(name, **records):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "run.json").write_text(json.dumps({"run_id": name, "name": name, "provenance": {}}))
+        for k, v in records.items():
+            (d / f"{k}.json").write_text(json.dumps(v))
+        return d
+
+    timed = run("timing_only", sweep={"rows": [{"median_ms": 0.3, "q25_ms": 0.29}]})
+    bits = run("bits_and_times", ident={"cases": [{"forward_identical": True}]}, host={"torch_us": 3.0})
+    other = run("reads", compile=[{"kernel": "k", "cubin_sha256": "ab"}])
+    report = audit.audit_runs([timed, bits, other])
+    why = {r["run"]: r["why no check records"] for r in report.run_table()}
+    assert why["timing_only"] == "the timing_only study records timings; none keeps both ratios"
+    assert why["bits_and_times"].startswith("the bits_and_times study records bit comparisons (equal or not) and "
+                                            "timings")
+    assert "other than checks" in why["reads"]

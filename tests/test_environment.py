@@ -23,6 +23,14 @@ def test_provenance_rows_are_a_readable_table_without_the_kernel_hashes():
     assert "this execution" not in environment.provenance_rows(recorded)[0]
 
 
+def test_the_platform_row_shows_the_os_family_not_the_vm_kernel_build():
+    rows = environment.provenance_rows({"platform": "Linux-6.18.44-fc-v1147-gpu-x86_64-with-glibc2.39"},
+                                       {"platform": "Linux-6.8.0-45-generic-aarch64-with-glibc2.35"})
+    assert rows[0]["recorded run"] == "Linux, x86_64, glibc 2.39"
+    assert rows[0]["this execution"] == "Linux, aarch64, glibc 2.35"
+    assert environment.os_family("macOS-14.1-arm64-arm-64bit") == "macOS 14.1, arm64"
+
+
 def test_kernel_hash_rows_set_the_two_hashes_side_by_side():
     prov = {"kernel_sources_sha256": {"k.cu": "a" * 64, "h.cuh": "b" * 64, "old.cu": "c" * 64}}
     rows = {r["file"]: r for r in environment.kernel_hash_rows(

@@ -240,6 +240,33 @@ def test_leak_check_flags_a_planted_warning(tmp_path):
     assert site.leaks("min margin 0.913771909794152")
 
 
+def test_leak_check_flags_a_planted_issue_reference(tmp_path):
+    """A page that cites the project's tracker ("issue 12"), the machine it was built on or a VM kernel build string
+    fails the check; a GPU that issues loads does not."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# 99 — Planted?\n\nQuestion: does the check see a tracker reference? "
+                                              "The goal is issue 12's."),
+                nbformat.v4.new_code_cell("print('goal')", outputs=[
+                    nbformat.v4.new_output("stream", name="stdout", text="goal: <= 0.33 ms\n")])]
+    executed = tmp_path / "99_planted.ipynb"
+    nbformat.write(nb, executed)
+    page = site.export_page(executed, tmp_path)
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(page.read_text(), "html.parser")
+    for tag in soup(["style", "script"]) + soup.select(".jp-CodeCell .jp-InputArea"):  # as PAGE_FACTS does
+        tag.decompose()
+    found = site.leaks(soup.get_text(" "))
+    assert len(found) == 1 and found[0].startswith("an issue-tracker reference") and "issue 12" in found[0]
+    for text in ("Issue 24's goals", "issues 15 and 22", "as the issue's table says", "issue #7"):
+        assert site.leaks(text), text
+    for text in ("this workplace", "the tag could not be fetched here", "Linux-6.18.44-fc-v1147-gpu-x86_64-with-glibc2.39",
+                 "kernel 6.18.44-fc-v1147-gpu", "6.8.0-45-generic"):
+        assert site.leaks(text), text
+    assert site.leaks("32 LDS.128 issued in series; the warp issues 32 loads; the s1 warp issues 2 reads + 4 products; torch 2.11.0+cu130, 2.13.0+cpu; "
+                      "Linux (x86_64, glibc 2.39); goal: <= 0.33 ms") == []
+
+
 @pytest.mark.notebook
 @pytest.mark.slow
 def test_replaying_notebooks_name_the_newest_committed_run(book_dir):

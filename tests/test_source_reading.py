@@ -214,3 +214,33 @@ def test_machine_code_record_is_the_devices_arch():
     assert other["file"].endswith("-sm_90.json") and "no committed SASS comparison for sm_103" in other["note"]
     lines = contract.verdict_lines({"num_threads": None, "reason": "no headers"}, [], other)
     assert lines[-1] == f"Machine code: {other['note']}."
+
+
+def _fake_run(root, name, torch_version, gpu="NVIDIA H200", **records):
+    d = root / f"20260101T000000Z-{name}"
+    d.mkdir(parents=True)
+    (d / "run.json").write_text(json.dumps({"name": name, "provenance": {"torch": torch_version, "gpu": gpu}}))
+    for k, v in records.items():
+        (d / f"{k}.json").write_text(json.dumps(v))
+    (d / "manifest.json").write_text(json.dumps({"status": "complete", "files": {}}))
+    return d
+
+
+def test_the_page_names_the_installed_headers_torch_beside_the_gpu_runs_when_no_run_records_it(tmp_path):
+    _fake_run(tmp_path, "timing", "2.11.0+cu130")
+    tc = contract.page_thread_constants(_fake_torch(tmp_path / "torch", HEADER, MACROS), root=tmp_path)
+    assert tc["source"] == "installed" and tc["gpu_runs_torch"] == ["2.11.0+cu130"]
+    line = contract.header_source_line(tc)
+    assert "installed" in line and "no committed run records this header" in line and "2.11.0+cu130" in line
+    rows = contract.header_rows(tc)
+    assert rows["torch of the GPU runs"] == "2.11.0+cu130" and rows["read from"].startswith("the torch installed")
+
+
+def test_the_page_prefers_the_header_a_committed_run_recorded(tmp_path):
+    rec = {"torch": "2.11.0+cu130", "num_threads": 128, "expression": "C10_WARP_SIZE * 4", "block": [32, 4]}
+    _fake_run(tmp_path, "environment", "2.11.0+cu130", thread_constants=rec)
+    tc = contract.page_thread_constants(root=tmp_path)
+    assert tc["source"] == "recorded" and tc["run"].endswith("environment") and tc["torch"] == "2.11.0+cu130"
+    assert "recorded with run" in contract.header_source_line(tc)
+    assert contract.header_verdict(tc).startswith("torch 2.11.0+cu130 (recorded with run")
+    assert contract.verdict_lines(tc, [], None)[0].startswith("Recorded header:")

@@ -143,8 +143,56 @@ def discover_runs(paths=None) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
+# What a run's records hold when none is a check record, read from their keys (never typed per run).
+_BIT_KEYS = {"identical", "bits", "bit_equal_fraction", "mismatches", "bits_equal_reference", "sampled_mismatches",
+             "fuzz_mismatches"}
+
+
+def _kinds_of_records(records: list) -> list[str]:
+    """What the records carry, in words: single-ratio tolerance verdicts, bit comparisons, timings, else other
+    measurements (compile records, profiles, sanitizer reports, tables)."""
+    single, bits, times = False, False, False
+
+    def walk(o):
+        nonlocal single, bits, times
+        if isinstance(o, dict):
+            if "official_pass" in o and RATIO_C not in o and RATIO_R not in o:
+                single = True
+            for k, v in o.items():
+                k = str(k)
+                bits = bits or k in _BIT_KEYS or k.endswith("_identical")
+                times = times or k.endswith(("_ms", "_us")) or k in ("samples_ms", "median_ms")
+                walk(v)
+        elif isinstance(o, list):
+            for v in o:
+                walk(v)
+
+    for r in records:
+        walk(r)
+    kinds = []
+    if single:
+        kinds.append("tolerance verdicts with one ratio")
+    if bits:
+        kinds.append("bit comparisons (equal or not)")
+    if times:
+        kinds.append("timings")
+    return kinds or ["measurements other than checks (compile records, profiles, tables)"]
+
+
+def no_checks_reason(path: Path) -> str:
+    """Why a run holds no check record: its study's name and what its records carry (`_kinds_of_records`)."""
+    path = Path(path)
+    run = json.loads((path / "run.json").read_text())
+    records = [json.loads(f.read_text()) for f in sorted(path.rglob("*.json"))
+               if f.name not in ("manifest.json", "run.json")]
+    kinds = _kinds_of_records(records)
+    said = ", ".join(kinds[:-1]) + (" and " if len(kinds) > 1 else "") + kinds[-1]
+    return f"the {run.get('name', 'run')} study records {said}; none keeps both ratios"
+
+
 def audit_run(path: Path) -> dict:
-    """One run: its id, completeness, and an AuditRow per check record in any of its JSON files."""
+    """One run: its id, completeness, and an AuditRow per check record in any of its JSON files (and, when it has
+    none, why: `no_checks_reason`)."""
     path = Path(path)
     loaded = load_run(path)  # validates run.json and the manifest
     run_id = loaded["records"]["run"].get("run_id", path.name)
@@ -156,7 +204,8 @@ def audit_run(path: Path) -> dict:
         for where, rec in iter_check_records(json.loads(f.read_text()), ""):
             sep = "" if where.startswith("[") or not where else "."
             rows.append(audit_record(run_id, f"{name}{sep}{where}", rec))
-    return {"run_id": run_id, "path": str(path), "complete": loaded["complete"], "rows": rows}
+    return {"run_id": run_id, "path": str(path), "complete": loaded["complete"], "rows": rows,
+            "no_checks": None if rows else no_checks_reason(path)}
 
 
 def summarize_rows(rows: list[AuditRow]) -> dict:
@@ -186,8 +235,10 @@ class AuditReport:
                 "incomplete_runs": sum(not r["complete"] for r in self.runs)}
 
     def run_table(self) -> list[dict]:
+        """One row per run; a run without check records says why in "why no check records"."""
         return [{"run": r["run_id"], "complete": r["complete"], **summarize_rows(r["rows"]),
-                 "inconsistent": sum(not x.consistent for x in r["rows"])} for r in self.runs]
+                 "inconsistent": sum(not x.consistent for x in r["rows"]),
+                 "why no check records": r.get("no_checks") or ""} for r in self.runs]
 
     def record_table(self, sort_by_margin: bool = True) -> list[dict]:
         """One row per check record, the ratios as recorded (floats; the terminal prints them with ten digits, a

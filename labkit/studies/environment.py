@@ -17,7 +17,7 @@ FIELD_NOTES = {
     "git_dirty": "uncommitted changes at run time",
     "git_source": "where the commit was read (git, or the LABKIT_GIT_COMMIT variable)",
     "python": "Python version",
-    "platform": "OS and kernel",
+    "platform": "OS family, architecture and C library (the kernel's build string is left out)",
     "numpy": "NumPy version",
     "torch": "torch version (its CUDA LayerNorm is the reference)",
     "torch_cuda": "CUDA version torch was built with",
@@ -42,9 +42,31 @@ SOURCE_HASH = "compile record source_sha256 (the .cu and every header it include
 SMOKE_CANDIDATE = "reference_order_layer_norm"
 
 
+_MACHINES = ("x86_64", "aarch64", "arm64", "AMD64", "ppc64le", "s390x", "i686")
+
+
+def os_family(platform_string: str) -> str:
+    """platform.platform()'s line without the kernel release, which on a cloud VM is a build string of the host
+    ("Linux-6.18.44-fc-v1147-gpu-x86_64-with-glibc2.39" -> "Linux, x86_64, glibc 2.39"). macOS and Windows keep
+    their OS version (it is the OS's, not a kernel build's)."""
+    head, _, libc = platform_string.partition("-with-")
+    parts = head.split("-")
+    system = parts[0]
+    machine = next((p for p in parts[1:] if p in _MACHINES), None)
+    if system in ("macOS", "Darwin", "Windows") and len(parts) > 1 and parts[1] not in _MACHINES:
+        system = f"{system} {parts[1]}"
+    out = [system] + ([machine] if machine else [])
+    if libc:
+        name = libc.rstrip("0123456789.")
+        out.append(f"{name} {libc[len(name):]}".strip())
+    return ", ".join(out)
+
+
 def _value(key: str, v):
     if v is None:
         return "—"
+    if key == "platform" and isinstance(v, str):
+        return os_family(v)
     if isinstance(v, bool):
         return v  # the table shows it as a check mark
     if key.endswith("_bytes") and isinstance(v, int):

@@ -18,9 +18,8 @@ from pathlib import Path
 from labkit.ops.eligibility import PathConditions, torch_path
 from labkit.records.check import identical_count
 
-# Where the walkthrough was read. The tag v2.11.0 itself could not be fetched here (the pytorch/pytorch snapshot
-# is 4 GB, over the fetch limit, and the search index keeps an older commit), so the forward path was read at a
-# fork commit whose kernels have the template signatures compiled into the 2.11.0 wheel (the `rms_norm` bool);
+# Where the walkthrough was read. Not at the tag v2.11.0 itself: the forward path was read at a fork commit whose
+# kernels have the template signatures compiled into the 2.11.0 wheel (the `rms_norm` bool);
 # the headers it relies on are read from the 2.11.0+cu130 wheel itself, and the arithmetic is confirmed on the
 # wheel's machine code (data/sass/).
 SOURCE = {
@@ -236,6 +235,73 @@ def read_thread_constants(torch_module=None) -> dict:
             "block": (warp, threads // warp)}
 
 
+# ------------------------------------------------------------------------- which torch's header was read ---
+
+HEADER_RECORD = "thread_constants"  # the record a run would keep read_thread_constants()'s result under
+
+
+def recorded_thread_constants(root=None) -> dict | None:
+    """read_thread_constants()'s result as a committed run recorded it (a `thread_constants` record, newest run
+    first), with the run's name under "run"; None when no committed run records it."""
+    from labkit.records.run import DATA_RUNS, committed_runs, load_run
+
+    for run_dir in reversed(committed_runs(root=Path(root) if root else DATA_RUNS)):
+        try:
+            records = load_run(run_dir)["records"]
+        except (ValueError, OSError):
+            continue
+        rec = records.get(HEADER_RECORD)
+        if isinstance(rec, dict) and "num_threads" in rec:
+            return {**rec, "source": "recorded", "run": run_dir.name}
+    return None
+
+
+def gpu_run_torch_versions(root=None) -> list[str]:
+    """The torch versions the committed GPU runs used, read from their provenance (most runs first)."""
+    from collections import Counter
+
+    from labkit.records.run import DATA_RUNS, committed_runs, load_run
+
+    seen = Counter()
+    for run_dir in committed_runs(root=Path(root) if root else DATA_RUNS):
+        try:
+            prov = load_run(run_dir)["records"].get("run", {}).get("provenance", {})
+        except (ValueError, OSError):
+            continue
+        if prov.get("gpu") and prov.get("torch"):
+            seen[prov["torch"]] += 1
+    return [v for v, _ in seen.most_common()]
+
+
+def page_thread_constants(torch_module=None, root=None) -> dict:
+    """The header reading the page shows: a committed run's record of it when one exists, else the installed
+    torch's header read now ("source": "installed"); either way with the GPU runs' torch versions beside it."""
+    tc = recorded_thread_constants(root) or {**read_thread_constants(torch_module), "source": "installed"}
+    return {**tc, "gpu_runs_torch": gpu_run_torch_versions(root)}
+
+
+def header_source_line(tc: dict) -> str:
+    """Which torch's header the reading below comes from, next to the torch the GPU runs used."""
+    gpu = ", ".join(tc.get("gpu_runs_torch") or []) or "none committed"
+    if tc.get("source") == "recorded":
+        return (f"Header read from torch {tc.get('torch')}'s thread_constants.h, as recorded with run {tc['run']} "
+                f"(the GPU runs used torch {gpu}).")
+    same = tc.get("torch") in (tc.get("gpu_runs_torch") or [])
+    return (f"Header read from the torch installed where this page was built, {tc.get('torch')}: no committed run "
+            f"records this header, so this is not the header of the torch the GPU runs used ({gpu})"
+            + ("." if not same else "; here the two versions are the same."))
+
+
+def header_rows(tc: dict) -> dict:
+    """The header reading as key/value rows for a table: where it was read, then read_thread_constants' fields,
+    then the torch versions of the GPU runs (joined, so no list is printed whole)."""
+    where = (f"recorded with run {tc['run']}" if tc.get("source") == "recorded"
+             else "the torch installed where this page was built")
+    skip = {"source", "run", "gpu_runs_torch"}
+    return {"read from": where, **{k: v for k, v in tc.items() if k not in skip},
+            "torch of the GPU runs": ", ".join(tc.get("gpu_runs_torch") or []) or "none committed"}
+
+
 # ------------------------------------------------------------------------------------------ verified on ---
 
 def verified_on(contract=None) -> tuple[tuple[str, str], ...]:
@@ -404,10 +470,14 @@ def header_verdict(tc: dict, contract: ReferenceContract = TORCH_VECTORIZED_LN) 
     """One line on `read_thread_constants`' result against the contract's block."""
     if tc["num_threads"] is None:
         return f"SKIPPED: {tc['reason']}"
+    gpu = [v for v in tc.get("gpu_runs_torch") or [] if v != tc.get("torch")]
+    also = f"; the GPU runs used torch {', '.join(gpu)}" if gpu else ""
+    whose = (f"torch {tc['torch']} (recorded with run {tc['run']}{also})" if tc.get("source") == "recorded"
+             else f"torch {tc['torch']} (installed where this ran{also})")
     if tc["num_threads"] == contract.threads and tuple(tc["block"]) == contract.block:
-        return (f"installed torch {tc['torch']} (where this ran): num_threads() = {tc['expression']} = "
+        return (f"{whose}: num_threads() = {tc['expression']} = "
                 f"{tc['num_threads']} -> block {tuple(tc['block'])}: matches the contract")
-    return (f"MISMATCH: installed torch {tc['torch']} derives {tc['num_threads']} threads, block "
+    return (f"MISMATCH: {whose} derives {tc['num_threads']} threads, block "
             f"{tuple(tc['block'])}; the contract says {contract.threads}, {contract.block}")
 
 
@@ -455,7 +525,7 @@ def verdict_lines(tc: dict, refusals: list[dict], sass_record: dict | None,
     runs = sum("data/runs/" in e for _, e in evidence)
     named = sum(bool(r["names_condition"]) for r in refusals)
     # the installed header first: whether the contract still holds is the answer the front page shows
-    lines = [f"Installed header: {header_verdict(tc, contract)}",
+    lines = [f"{'Recorded' if tc.get('source') == 'recorded' else 'Installed'} header: {header_verdict(tc, contract)}",
              f"Contract: {contract.name}, block {contract.block}, tree {contract.block_tree_shape}; "
              f"walkthrough of torch {contract.source['tag_described']}.",
              f"Evidence: {len(evidence)} entries, {runs} of them committed GPU runs read now.",
@@ -476,6 +546,10 @@ def post_rows(tc: dict) -> list[dict]:
     torch's header (None when the header could not be read: not compared)."""
     from labkit.records import post
 
+    if tc.get("source") == "recorded":
+        return post.compare_rows([("source.threads_per_block", tc.get("num_threads"),
+                                   f"num_threads() of torch {tc.get('torch')}'s thread_constants.h, recorded with "
+                                   f"run {tc.get('run')}")], here="recorded with a GPU run")
     return post.compare_rows([("source.threads_per_block", tc.get("num_threads"),
                                f"num_threads() of the installed torch {tc.get('torch')}'s thread_constants.h")],
                              here="read now from the installed torch")

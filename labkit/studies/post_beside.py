@@ -81,7 +81,7 @@ def _bit_identity(runs):
 
 def _graph_table(runs):
     ours, v, why = _speedup(runs, "reference_order", "ratio.reference_order.vs_native.16x64x256x256")
-    return (None if ours is None else f"{ours:.3g}x torch eager ({GRAPH})"), v, why
+    return (None if ours is None else f"{ours:.3g}x torch eager, {GRAPH}"), v, why
 
 
 def _native_split(runs):
@@ -93,7 +93,7 @@ def _native_split(runs):
         return None, "not comparable", "not in the timing run"
     bits = ((case["methods"].get(route) or {}).get("check") or {}).get("bit_equal_fraction")
     slower = ours < 1
-    return (f"{ours:.3g}x torch eager ({GRAPH})" + (f"; {bits:.1%} of elements torch's bits" if bits is not None
+    return (f"{ours:.3g}x torch eager, {GRAPH}" + (f"; {bits:.1%} of elements torch's bits" if bits is not None
                                                    else ""),
             "holds" if slower == (_p(fid) < 1) else "reversed",
             ("no faster than torch" if slower else "faster than torch here") + (", not torch's bits" if bits is not None
@@ -107,7 +107,7 @@ def _fast_timing(runs):
     if ours is None:
         return None, v, why
     chain = _x(_ms(case, "native"), _ms(case, "chain"))
-    return (f"{ours:.3g}x torch eager ({GRAPH}, the post's kernel)", v,
+    return (f"{ours:.3g}x torch eager, the post's kernel, {GRAPH}", v,
             why + (f"; the bit-identical chain kernel reaches {chain:.3g}x" if chain else ""))
 
 
@@ -153,8 +153,8 @@ def _extra_shapes(runs):
             flips.append(k)
     if not out:
         return None, "not comparable", "not in the timing run"
-    return ("; ".join(out) + f" ({GRAPH})", "reversed" if flips else "holds",
-            f"sign flips at {', '.join(flips)}" if flips else "same side of 1 at every shape")
+    return ("; ".join(out) + f", {GRAPH}", "reversed" if flips else "holds",
+            f"faster and slower swap at {', '.join(flips)}" if flips else "same side of 1 at every shape")
 
 
 def _layout(runs):
@@ -168,7 +168,7 @@ def _layout(runs):
     lo, hi = (_p("layout.convert_roundtrip.time"), _p("layout.direct_nchw.time"))
     post_slower = min(lo) > max(hi)
     ok = all(r > 1 for r in ratios) == post_slower
-    return (f"conversion {min(ratios):.3g}-{max(ratios):.3g}x the direct kernel's time ({GRAPH})",
+    return (f"conversion {min(ratios):.3g}-{max(ratios):.3g}x the direct kernel's time, {GRAPH}",
             "holds" if ok else "reversed", "converting layouts costs more than it saves, on both GPUs" if ok
             else "the conversion route wins here")
 
@@ -190,7 +190,7 @@ def _next_parallel(runs):
     if not chain or not ref:
         return None, "not comparable", "no chain kernel in the timing run"
     done = bits == 1 and chain < ref
-    return (f"chain kernel {_x(ref, chain):.3g}x the reference-order kernel, torch's bits ({GRAPH})",
+    return (f"chain kernel {_x(ref, chain):.3g}x the reference-order kernel, torch's bits, {GRAPH}",
             "holds" if done else "reversed", "done: the statistics spread over the GPU, same arithmetic tree" if done
             else "not faster with the same bits")
 
@@ -202,27 +202,27 @@ def _next_fused(runs):
 # Each claim: what the post says, the post figure(s) it rests on (ids in data/post/figures.json, shown as the post
 # wrote them), how the book answers (a function of the runs), the page that shows it.
 CLAIMS = (
-    {"claim": "bit identity: all 30 full-size cases match output, mean and rstd",
+    {"claim": "bit identity: every full-size case matches output, mean and rstd bit for bit",
      "post": ("bit_identity.cases",), "book": _bit_identity, "page": "01_bit_identity"},
-    {"claim": "graph-replay table: reference order + tiled output about 1.58-1.59x torch at L1/40",
+    {"claim": "graph-replay table: reference-order statistics + tiled output beat torch at L1/40",
      "post": ("ratio.reference_order.vs_native.16x64x256x256",), "book": _graph_table, "page": "03_timing"},
     {"claim": "native no-affine + compiled affine: slower than torch, generally not bit-identical",
      "post": ("timing.noaffine_torchscript_affine.16x64x256x256.ratio",), "book": _native_split, "page": "03_timing"},
-    {"claim": "fast statistics: about 6.1x torch on ordinary inputs",
+    {"claim": "fast statistics: several times torch on ordinary inputs",
      "post": ("ratio.fast_stats.vs_native.16x64x256x256",), "book": _fast_timing, "page": "03_timing"},
-    {"claim": "fast statistics fail the offset controls (all 6 normal + 1000 cases)",
+    {"claim": "fast statistics fail KernelBench's check on the normal + 1000 controls",
      "post": ("fast_stats.offset_cases_failed",), "book": _counterexamples,
      "page": "02_fast_stats_counterexamples"},
-    {"claim": "constant 10000: the fast statistics are off by about 0.972 against torch",
+    {"claim": "constant 1e4 control: the fast statistics' answer is far from torch's",
      "post": ("fast_stats.constant.max_error",), "book": _oracle, "page": "02_fast_stats_counterexamples"},
-    {"claim": "extra shapes: faster at two, a regression at (3,64,17,19)",
+    {"claim": "extra shapes: faster at the two larger, a regression at the smallest",
      "post": tuple(f"timing.reference_order.{shape_key(s)}.ratio" for s in EXTRA_SHAPES), "book": _extra_shapes,
      "page": "03_timing"},
     {"claim": "layout follow-up: converting NCHW to rows and back costs more than the direct kernel",
      "post": ("layout.convert_roundtrip.time", "layout.direct_nchw.time"), "book": _layout,
      "page": "09_layout_boundary"},
-    {"claim": "protocol correction: no finite classification changes under the candidate-scaled check",
-     "post": ("protocol.audit.result_files",), "book": _protocol, "page": "04_protocol_correction"},
+    {"claim": "protocol correction: no saved finite verdict changes under the candidate-scaled check",
+     "post": ("protocol.audit.result_files", "protocol.audit.error_ratios"), "book": _protocol, "page": "04_protocol_correction"},
     {"claim": "next step: parallel statistics without changing the arithmetic tree",
      "post": (), "book": _next_parallel, "page": "07_parallel_statistics"},
     {"claim": "next step: a fused consumer with avoided memory traffic counted end to end",
@@ -237,9 +237,16 @@ def post_text(ids) -> str:
         f = post.figure(fid)
         unit = {"x": "x", "ms": " ms", "count": "", "1": ""}.get(f["unit"], f" {f['unit']}")
         token = f["source"].get("token")
-        if token is None:  # a figure the post gave as two medians: their quotient, as data/post/figures.json holds it
-            token = f"{f['value']:.3g}"
-        parts.append(f"{token}{unit}")
+        if token is None or "/" in token:  # two medians (native/custom): their quotient, then the medians
+            text = f"{f['value']:.3g}x" + (f" ({token} ms)" if token else "")
+        else:
+            text = token.replace("--", "\u2013") + unit + (f" {f['quantity']}" if f["unit"] == "count" else "")
+            if f["unit"] == "ms" and len(ids) > 1:
+                text = f"{fid.split('.')[1].replace('_', ' ')} {text}"
+            elif f["unit"] == "1":
+                text = f"{f['quantity']} {text}"
+        parts.append((f"{'x'.join(map(str, f['shape']))}: " if len(ids) > 1 and f.get("shape") and
+                      tuple(f["shape"]) != L1_40 else "") + text)
     return "; ".join(parts) if parts else "a next step (no figure)"
 
 

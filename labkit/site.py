@@ -422,7 +422,12 @@ table.labkit-headline td:nth-child(n+4):nth-child(-n+6) { text-align: right; fon
 .labkit-goals { font-size: 13px; line-height: 1.4; }
 .labkit-goals p { margin: 0.3em 0 0.1em; } .labkit-goals ul { margin: 0.1em 0 0.3em; padding-left: 1.4em; }
 .ok { color: #1a7f37; } .miss { color: #b00; }
-img.labkit-figure { width: 100%; max-width: 820px; display: block; margin: 0.2em auto; }
+img.labkit-figure { width: 100%; max-width: 1100px; display: block; margin: 0.2em auto; }
+img.labkit-figure.labkit-wide { max-width: 100%; }
+ul.labkit-bullets li { margin: 0.3em 0; } .labkit-repro3 pre { margin: 0.3em 0; font-size: 12px; }
+table.labkit-claims { border-collapse: collapse; font-size: 12px; line-height: 1.35; width: 100%; }
+table.labkit-claims th, table.labkit-claims td { border-bottom: 1px solid #ddd; padding: 3px 6px; text-align: left;
+  vertical-align: top; }
 p.labkit-figure-note { font-size: 12px; line-height: 1.35; margin: 0.2em 0 0.5em; }
 .labkit-two { display: grid; grid-template-columns: 7fr 2fr; gap: 1em; font-size: 12px; line-height: 1.3; }
 .labkit-box { background: #f7f7f7; padding: 0.2em 0.8em; border-radius: 4px; }
@@ -510,7 +515,25 @@ def headline_table_html(rows: list[dict]) -> str:
     return f"<table class='labkit-headline'>{head}{''.join(body)}</table>"
 
 
-def figure_html(fig, alt: str) -> str:
+def post_beside_html(run_paths: dict) -> str:
+    """The post beside the book, one row per claim (labkit.studies.post_beside): the post's figure, the book's, the
+    verdict and why, a link to the page."""
+    from labkit.studies import post_beside
+
+    e = html.escape
+    body = []
+    for r in post_beside.rows(post_beside.runs_by_name(run_paths)):
+        cls = {"holds": "ok", "reversed": "miss"}.get(r["verdict"], "")
+        link = f"<a class='labkit-page' href='{e(r['page'])}.html'>page {e(r['page'][:2])}</a>" if r["page"] else "—"
+        body.append(f"<tr><td>{e(r['claim'])}</td><td>{e(r['post'])}</td><td>{e(r['book'])}</td>"
+                    f"<td class='labkit-verdict'><span class='{cls}'>{e(r['verdict'])}</span>: {e(r['why'])}</td>"
+                    f"<td>{link}</td></tr>")
+    return ("<section class='labkit-claims'><h2 id='post-beside-book'>The post beside the book</h2><table "
+            "class='labkit-claims'><tr><th>the post's claim</th><th>the post (RTX 3090)</th>"
+            "<th>the book (committed runs)</th><th>verdict</th><th>page</th></tr>" + "".join(body) + "</table></section>")
+
+
+def figure_html(fig, alt: str, wide: bool = False) -> str:
     import base64
     import io
 
@@ -520,7 +543,7 @@ def figure_html(fig, alt: str) -> str:
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     data = base64.b64encode(buf.getvalue()).decode()
-    return f"<img class='labkit-figure' alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
+    return f"<img class='labkit-figure{' labkit-wide' if wide else ''}' alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
 
 
 def _terms_html(terms: dict) -> str:
@@ -578,12 +601,17 @@ def goals_html(runs: dict) -> str:
 def front_html(run_paths: dict) -> str:
     """The post, the answer, the goals, the table and the figure (with what its torch.compile points are), read
     from the runs (labkit.studies.front); the glossary and the reproduce box beside each other."""
+    from labkit.records import post
     from labkit.studies import front
 
     runs = front.runs_by_name(run_paths)
     rows = front.headline_rows(runs)
     fig = front.figure(runs)
-    sentences = "".join(f"<p>{html.escape(t)}</p>" for t in front.summary_sentences(runs, rows))
+    bars = front.l1_40_figure(runs)
+    about = post.about()
+    sentences = (f"<p class='labkit-question'><strong>The question.</strong> {html.escape(front.QUESTION)}</p><ul "
+                 f"class='labkit-bullets'>" + "".join(f"<li>{html.escape(t)}</li>" for t in front.bullets(runs, rows))
+                 + "</ul>")
     ids = front.run_ids(runs)
     note = front.figure_note(runs) if fig else None
     # each run by its name and hash, as the notebooks cite them (the full id, with its date and GPU,
@@ -592,12 +620,29 @@ def front_html(run_paths: dict) -> str:
     source = (f"<p class='labkit-build labkit-figure-note'>{html.escape(note) + ' ' if note else ''}Table, goals "
               f"and figure from committed GPU runs {codes}; every ratio is within one run and names its protocol.</p>"
               if ids else "")
-    return (f"<section class='labkit-answer'>{sentences}</section>{goals_html(runs)}{headline_table_html(rows)}"
-            + (figure_html(fig, "time against row shape, forward and forward + backward") if fig else "")
-            + source
+    box = (f"<section class='labkit-box labkit-repro3'><pre>git clone {html.escape(public_remote() or 'labkit')}"
+           f"\n{html.escape(BOOK_COMMAND)}\n# the post: \u201c{html.escape(about['title'])}\u201d, "
+           f"{html.escape(about['author'])}, {html.escape(about['date'])}</pre></section>")
+    return (f"<section class='labkit-answer'>{sentences}</section>{box}"
+            + (figure_html(bars, "L1/40: every method's time, bit-identical ones marked, the post's beside") +
+               "<p class='labkit-figure-note'>Every method notebook 03 timed at L1/40, in one run under both "
+               "protocols; the post's own RTX 3090 medians (graph replay) beside where it timed the same method. "
+               "Read across a row: the book's GPU and torch against the post's.</p>" if bars else "")
+            + post_beside_html(run_paths)
+            + (figure_html(fig, "time against row shape, forward and forward + backward", wide=True) +
+               "<p class='labkit-figure-note'>The drop-in across row shapes at a fixed 2^24 values (lines), L1/40 "
+               "itself marked: left of the shaded edge, per-call host cost and not the kernel sets the time, so "
+               "ratios there measure launches.</p>" if fig else "")
+            + f"{goals_html(runs)}{headline_table_html(rows)}" + source
             + f"<div class='labkit-two'><section class='labkit-box'><h2>Words used throughout</h2><dl>"
               f"{_terms_html(front.PROTOCOLS)}{_terms_html(front.GLOSSARY)}</dl></section>"
               f"{reproduce_html(_commit(), public_remote())}</div>")
+
+
+def _front_title(run_paths: dict) -> str:
+    from labkit.studies import front
+
+    return front.title(front.runs_by_name(run_paths))
 
 
 def _commit() -> str | None:
@@ -626,7 +671,7 @@ def write_index(out_dir: Path, results: list, params: dict) -> Path:
     page = (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'><link rel='icon' href='data:,'>"
             f"<title>{html.escape(BOOK_TITLE)}</title><style>{INDEX_CSS}</style></head><body><main>"
-            f"<h1>{html.escape(BOOK_TITLE)}</h1>{front_html(run_paths)}"
+            f"<h1>{html.escape(_front_title(run_paths))}</h1>{front_html(run_paths)}"
             f"<h2 id='notebooks'>The notebooks</h2>"
             f"<p class='labkit-build'>Built {html.escape(_when(_dt.datetime.now(_dt.timezone.utc).isoformat()))} "
             f"with {parameters_html(build)}: {ok}/{len(results)} notebooks ran. Read in this order; the post beside "

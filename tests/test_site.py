@@ -172,7 +172,7 @@ def test_front_page_is_the_post_with_numbers_from_the_runs(book_dir):
     assert {r["protocol"] for r in rows} == set(front.PROTOCOLS)  # the glossary's two names, nothing else
     for r in rows:  # each row's shape and numbers as the table prints them, from the record
         assert f"<td>{site.html.escape(r['shape'])}</td>" in index and "x" in r["shape"], r
-        assert f"<td>{site._sig(r['ms'])}</td><td>{site._sig(r['x torch eager'])}x</td>" in index, r
+        assert f"<td>{site._sig(r['ms'])}</td><td>{site._speedup(r['x torch eager'])}</td>" in index, r
         assert re.fullmatch(r"\d+/\d+ .*", r["bit-identical"] or ""), r  # k/n from the records, not a word
     # the goals statement: every goal each run's verdict judges, counted from the same list the verdict prints
     goals = front.goals_by_notebook(runs)

@@ -501,6 +501,6 @@ def l1_40_figure(runs: dict[str, Path] | None = None):
     ax.set_title("L1/40, LayerNorm of (16, 64, 256, 256) float32: every method of notebook 03\n"
                  "green, ✓: output equal to torch's bit for bit", fontsize=10.5)
     ax.grid(True, axis="x", which="both", alpha=0.25)
-    ax.legend(fontsize=9.5, loc="upper center", bbox_to_anchor=(0.4, -0.09), ncol=2, frameon=False)
+    ax.legend(fontsize=9.5, loc="upper center", bbox_to_anchor=(0.45, -0.14), ncol=1, frameon=False)
     fig.tight_layout()
     return fig

@@ -271,6 +271,27 @@ def show_files(files: list[tuple[str, str]]):
 
 
 RUN_MIME = "application/vnd.labkit.run+json"
+VERDICT_MIME = "application/vnd.labkit.verdict+json"  # the short verdict, which labkit.site puts in the page's banner
+
+
+def verdict_html(plain: list[str], full: str, where: str) -> str:
+    """A page's verdict as a reader meets it: the short plain verdict (a few sentences) in a paragraph, the full
+    verdict generated from the records folded under it (printed once), and one line saying where it comes from."""
+    e = html.escape
+    return (f"<div class='labkit-plain-verdict'><p>{e(' '.join(plain))}</p></div>"
+            f"<details class='labkit-fold'><summary>The full verdict, every line generated from the records "
+            f"({len(full.splitlines())} lines: open to read them)</summary><pre>{e(full)}</pre></details>"
+            f"<p class='labkit-where'>{e(where)}</p>")
+
+
+def show_verdict(plain: list[str], full: str | list[str], where: str) -> None:
+    """Display a page's verdict (verdict_html); the short one also under VERDICT_MIME, where the page's banner
+    finds it (labkit.site.page_info)."""
+    from IPython.display import display
+
+    full = full if isinstance(full, str) else "\n".join(full)
+    display({"text/html": verdict_html(plain, full, where), "text/plain": " ".join(plain) + f"\n({where})",
+             VERDICT_MIME: {"plain": " ".join(plain), "where": where}}, raw=True)
 
 
 def show_session(session) -> None:

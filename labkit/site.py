@@ -105,11 +105,20 @@ class PageInfo:
     verdict_anchor: str | None
     executed_utc: str | None
     missing_run: str | None = None  # the run name a session looked for and did not find
+    verdict_short: bool = False  # `verdict` is the page's short verdict (its full one is folded at the end)
 
 
 def _text_outputs(cell) -> str:
     return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream"
                    and o.get("name") == "stdout")
+
+
+def _short_verdict(cell) -> str | None:
+    """The short verdict a cell displayed with labkit.display.show_verdict, None without one."""
+    from labkit.display import VERDICT_MIME
+
+    return next((o["data"][VERDICT_MIME]["plain"] for o in cell.get("outputs", [])
+                 if VERDICT_MIME in o.get("data", {})), None)
 
 
 def _title(nb, fallback: str) -> str:
@@ -153,6 +162,9 @@ def page_info(executed: Path, out_dir: Path | None = None) -> PageInfo:
     params = dict(pm.get("parameters") or {})
     code = [c for c in nb.cells if c.cell_type == "code"]
     verdict = _text_outputs(code[-1]).strip() if code else ""
+    short = _short_verdict(code[-1]) if code else None
+    if short:  # a page with a short verdict (labkit.display.show_verdict) shows it, the full one folded below
+        verdict = short
     announced = nb.metadata.get("labkit", {}).get("run") or {}  # labkit.book.lift_run_metadata
     run = None
     if announced.get("run_id"):
@@ -167,7 +179,8 @@ def page_info(executed: Path, out_dir: Path | None = None) -> PageInfo:
     return PageInfo(stem=executed.stem, title=title, question=labkit_meta.get("question", title), parameters=params,
                     run=run, headline=headline, headline_source=source, verdict=verdict,
                     verdict_anchor=_verdict_anchor(nb), executed_utc=pm.get("end_time"),
-                    missing_run=announced.get("name") if announced.get("missing") else None)
+                    missing_run=announced.get("name") if announced.get("missing") else None,
+                    verdict_short=bool(short))
 
 
 # --- rendering ----------------------------------------------------------------------------------------------------
@@ -260,7 +273,9 @@ def banner_html(info: PageInfo, neighbours: tuple[str | None, str | None] = (Non
             f"<p><strong>Question:</strong> {html.escape(info.question)}</p>"
             f"<p><strong>Result:</strong> {headline_html(info)}{verdict}</p>"
             f"<p>{source_html(info)}</p>"
-            + (f"<details open class='labkit-verdict'><summary><strong>Verdict</strong>, generated from the "
+            + (f"<p class='labkit-short-verdict'><strong>Verdict</strong> (generated from the records; the full "
+               f"verdict is folded at the end): {html.escape(info.verdict)}</p>" if info.verdict and info.verdict_short
+               else f"<details open class='labkit-verdict'><summary><strong>Verdict</strong>, generated from the "
                f"records (the full cell is below)</summary><pre>{html.escape(info.verdict)}</pre></details>"
                if info.verdict else "")
             + departures_html(info.stem)
@@ -277,6 +292,7 @@ body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
 .labkit-banner p { margin: 4px 0; }
 .labkit-verdict pre { white-space: pre-wrap; font-size: 12.5px; margin: 4px 0; background: #fff; padding: 4px 8px; }
 .labkit-where { color: #666; font-size: 12px; }
+.labkit-plain-verdict p { font-size: 15px; line-height: 1.5; max-width: 60em; margin: 4px 0 8px; }
 table.labkit-table { border-collapse: collapse; font-size: 12px; margin: 4px 0; }
 .jp-RenderedHTMLCommon table.labkit-table th, .jp-RenderedHTMLCommon table.labkit-table td,
 table.labkit-table th, table.labkit-table td { border: 1px solid #ddd; padding: 3px 6px; text-align: left;
@@ -352,7 +368,7 @@ def _exporter():
     # what a reader does not need on the page: the parameters cells (the banner lists what papermill injected)
     # and the setup cell's code (imports, the session; its output, the live/replayed line, stays)
     exporter.register_preprocessor(TagRemovePreprocessor(
-        remove_cell_tags={"parameters", "injected-parameters"}, remove_input_tags={"setup"}), enabled=True)
+        remove_cell_tags={"parameters", "injected-parameters"}, remove_input_tags={"setup", "record"}), enabled=True)
     exporter.raw_template = PAGE_TEMPLATE
     # no CDN URL may end up in a page even where a block would use it
     exporter.mathjax_url = exporter.require_js_url = exporter.widget_renderer_url = ""

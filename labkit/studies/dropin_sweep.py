@@ -319,3 +319,27 @@ def host_rows(host: dict | None) -> list[dict]:
              "rows_fused_us": "our rows_fused path, forced"}
     return [{"call": label, "host us per call": host.get(k), "shape": shape_key(host["shape"]), "calls": host["calls"]}
             for k, label in names.items()]
+
+
+def others_win(sweep_record: dict | None) -> str:
+    """Where torch.compile wins against the compiled drop-in (ratios below 1), beside the uncompiled drop-in's gain
+    over torch eager, both eager per call with the L2 flushed; numbers from the sweep record."""
+    from labkit.studies.bench import PROTOCOL_NAMES
+
+    rows = speed_rows(sweep_record)
+    comp = [(r["shape"], r["compiled x (vs compiled nn.LayerNorm)"]) for r in rows
+            if r.get("compiled x (vs compiled nn.LayerNorm)") is not None]
+    eager = [(r["shape"], r["eager x"]) for r in rows if r.get("eager x") is not None]
+    if not comp:
+        return "No compiled timing in this run: nothing to say about torch.compile."
+    below = [c for c in comp if c[1] < 1]
+    lo, hi = min(comp, key=lambda c: c[1]), max(comp, key=lambda c: c[1])
+    said = (f"torch.compile wins: under {PROTOCOL_NAMES['B']} the compiled drop-in is below 1x compiled "
+            f"nn.LayerNorm (baseline torch.compile, Inductor's own kernel, which does not keep torch's bits) at "
+            f"{len(below)} of {len(comp)} shapes, from {lo[1]:.2f}x at {lo[0]} to {hi[1]:.2f}x at {hi[0]}; under "
+            "torch.compile the drop-in is an opaque operator that Inductor cannot fuse.")
+    if eager:
+        elo, ehi = min(eager, key=lambda c: c[1]), max(eager, key=lambda c: c[1])
+        said += (f" Uncompiled, beside torch eager (baseline torch eager, same protocol), the drop-in is "
+                 f"{elo[1]:.2f}x at {elo[0]} to {ehi[1]:.1f}x at {ehi[0]}, with torch's bits.")
+    return said

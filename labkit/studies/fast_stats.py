@@ -506,3 +506,28 @@ def page_headline(records: dict, summary: dict) -> str:
     f = summary["fast_stats"]
     return (f"fast statistics pass the official check in {f['ordinary_pass']}/{f['ordinary_cases']} ordinary "
             f"combinations and fail it in {f['offset_fail']}/{f['offset_cases']} offset (+1000) ones {on_gpu(summary)}")
+
+
+def plain_verdict(record: dict | None, oracle: dict | None) -> list[str]:
+    """The page's short verdict: a few plain sentences, every number from the records."""
+    if not record or not (blk := fast_stats_block({"fast_stats": record})):
+        return ["No fast-statistics run to judge."]
+    out = [f"Taking the statistics from torch.var_mean changes the answer: the fast statistics pass the official "
+           f"check in {blk['ordinary_pass']} of {blk['ordinary_cases']} ordinary cases, but fail it in "
+           f"{blk['offset_fail']} of {blk['offset_cases']} cases offset by +1000 and in "
+           f"{blk['constant_control_fail']} of {blk['constant_control_cases']} constant-1e4 controls (counts over "
+           f"method x case).",
+           "So they are no substitute for torch's LayerNorm where a row's mean is large against its spread."]
+    for c in (oracle or {}).get("cases", []):
+        cands = c["candidates"]
+        native = next((k for k in cands if k.startswith("native")), None)
+        fast = next((k for k in cands if k != native), None)
+        if native and fast and c["distribution"] in ("normal_plus_1000", "constant_1e4"):
+            a, b = cands[fast].get("max_abs_rstd_ulp"), cands[native].get("max_abs_rstd_ulp")
+            word = "closer than" if a is not None and b is not None and a < b else "no closer than"
+            out.append(f"Against the exact truth ({c['distribution'].replace('_', ' ')}, "
+                       f"{shape_key(c['shape'])}), the fast statistics are {word} torch's: worst rstd "
+                       f"{cands[fast].get('max_abs_rstd_ulp')} ulp from the correctly rounded value against torch's "
+                       f"{cands[native].get('max_abs_rstd_ulp')}.")
+    out.append("Failing the check means differing from torch, not being further from the truth.")
+    return out[:5]

@@ -566,3 +566,37 @@ def page_headline(records: dict, summary: dict) -> str:
     if b:
         parts.append(f"{b['identical']}/{b['cases']} bit-identical")
     return ", ".join(parts) + f" {on_gpu(summary)}"
+
+
+def plain_verdict(timing_record: dict | None, bits_record: dict | None = None) -> list[str]:
+    """The page's short verdict: a few plain sentences from the records, every ratio under graph replay (protocol
+    A) with its baseline named."""
+    from labkit.records.text import ratio
+    from labkit.studies.timing import case_name, l1_40_case
+
+    if not timing_record or not (case := l1_40_case(timing_record)):
+        return ["No chain timing run to judge."]
+    out = []
+    if bits_record:
+        n_ok, n = identical_count(bits_record["cases"])
+        out.append(f"Spreading torch's Welford chains over the GPU keeps torch's bits: output, mean and rstd are "
+                   f"identical in {n_ok} of {n} cases at {shape_key(bits_record['shape'])}.")
+    t = case["timing"].get("A")
+    if t and "chain" in t["stats"]:
+        chain = t["stats"]["chain"]["median_ms"]
+        ind = t["stats"].get("inductor", {}).get("median_ms")
+        out.append(f"At {case_name(case)} the chain kernel takes {chain:.3g} ms under {PROTOCOL_NAMES['A']}: "
+                   f"{ratio(t['ratio_vs_baseline']['chain']['median'])} faster than native torch (paired median)"
+                   + (f", and {ratio(ind / chain)} Inductor's speed (baseline torch.compile)" if ind else "") + ".")
+    slower = []
+    for c in timing_record["cases"]:
+        tc = c["timing"].get("A") or {}
+        st = tc.get("stats", {})
+        if "chain" in st and "inductor" in st and st["inductor"]["median_ms"] < st["chain"]["median_ms"]:
+            slower.append(f"{c['key'].split('/')[0]} ({ratio(st['inductor']['median_ms'] / st['chain']['median_ms'])})")
+    if slower:
+        out.append(f"Inductor, which does not keep torch's bits, is faster at {', '.join(dict.fromkeys(slower))} "
+                   f"(chain / Inductor speed, same protocol).")
+    count = tally(goals({"timing": timing_record}))
+    out.append(f"The chain schedule meets {count['met']} of its {count['judged']} goals in this run.")
+    return out[:5]

@@ -643,3 +643,34 @@ def page_headline(records: dict, summary: dict) -> str:
             parts.append(f"fastest passing the official check: {best} {ratio(ratios[best]['median'])} native "
                          "(not bit-identical)")
     return "; ".join(parts) + f" {on_gpu(summary)}"
+
+
+def plain_verdict(record: dict | None) -> list[str]:
+    """The page's short verdict: a few plain sentences, every number from the record, each ratio with its protocol
+    and its baseline (native torch, paired per round)."""
+    from labkit.records.text import ratio
+
+    if not record or not (case := l1_40_case(record)):
+        return ["No timing run, so this page supports no speed claim."]
+    out = []
+    a, b = case["timing"].get("A"), case["timing"].get("B")
+    name = case_name(case)
+    if a and "chain" in a["stats"]:
+        out.append(f"At {name} native torch takes {a['stats'][BASELINE]['median_ms']:.3g} ms under "
+                   f"{bench.PROTOCOL_NAMES['A']}, and the chain kernel, bit-identical to it, runs "
+                   f"{ratio(a['ratio_vs_baseline']['chain']['median'])} faster (baseline native torch, paired median).")
+        timed = [n for n in a["stats"] if n != BASELINE]
+        best = max(timed, key=lambda n: a["ratio_vs_baseline"][n]["median"])
+        if best != "chain":
+            out.append(f"The fastest method that only passes the official check, {best}, runs "
+                       f"{ratio(a['ratio_vs_baseline'][best]['median'])} faster under the same protocol, with "
+                       f"{case['methods'][best]['check']['bit_equal_fraction']:.1%} of its outputs bit-identical.")
+    if b and "chain" in b["stats"]:
+        out.append(f"Under {bench.PROTOCOL_NAMES['B']} the chain kernel runs "
+                   f"{ratio(b['ratio_vs_baseline']['chain']['median'])} faster than native torch at {name}.")
+    lost = [c["key"].split("/")[0] for c in record["cases"] if c["timing"].get("B")
+            and all(r["median"] < 1 for n, r in c["timing"]["B"]["ratio_vs_baseline"].items() if n != BASELINE)]
+    if lost:
+        out.append(f"At {' and '.join(dict.fromkeys(lost))} no method beats native torch under "
+                   f"{bench.PROTOCOL_NAMES['B']}, which counts a call's host time ({bench.PROTOCOL_NAMES['A']} does not).")
+    return out[:5]

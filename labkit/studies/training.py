@@ -348,3 +348,29 @@ RECORDS = ("training_sweep", "training_kernelbench", "training_b_timeline", "tra
 
 def collect(session) -> dict:
     return {name: session.record(name) for name in RECORDS}
+
+
+def plain_verdict(records: dict) -> list[str]:
+    """The page's short verdict: a few plain sentences from the goals (labkit.studies.goals), each measurement with
+    its protocol."""
+    from labkit.studies.goals import tally
+
+    if not training_block(records):
+        return ["No GPU training measurement to judge."]
+    judged = goals(records)
+    count = tally(judged)
+    by = {g["brief"]: g for g in judged}
+    fuzz = next((g for g in judged if g["brief"].startswith("fuzz")), None)
+    out = [("The drop-in's backward keeps torch's eager bits, and it" if fuzz and fuzz["met"] else "The drop-in")
+           + f" meets {count['met']} of its {count['judged']} training goals in this run."]
+    kb = "KernelBench's cuda_event timing (its L2 thrash runs while the host enters the call), "
+    for brief in ("L1/40 forward + backward", "L1/40 x torch.compile"):
+        g = by.get(brief)
+        if g:
+            out.append(f"{brief}, {g['protocol']}: {g['short'].replace(kb, 'KernelBench timing, ')}.")
+    missed = [g for g in judged if g["met"] is False]
+    if missed:
+        out.append("Missed: " + "; ".join(f"{g['brief']}, {g['protocol']} ({g['short']})" for g in missed) + ".")
+    if fuzz:
+        out.append(f"Bits: {fuzz['short']}.")
+    return out[:5]

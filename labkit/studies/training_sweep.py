@@ -199,3 +199,35 @@ def figure(sweep_record: dict | None, label: str = ""):
         ax.text(0.5, 0.5, "no forward + backward timing in the record", ha="center", va="center")
         ax.set_axis_off()
     return fig
+
+
+def others_win(sweep_record: dict | None) -> str:
+    """The compiled drop-in against the uncompiled one (forward + backward, eager per call with the L2 flushed): the
+    same kernels, so the difference is torch.compile's runtime on the host; and where torch.compile itself wins."""
+    from labkit.studies.bench import PROTOCOL_NAMES
+
+    rows = [r for r in speed_rows(sweep_record) if r.get("compiled drop-in eager us") and r.get("drop-in eager us")]
+    if not rows:
+        return "No compiled timing in this run: nothing to say about torch.compile."
+    times = [(r["shape"], r["compiled drop-in eager us"] / r["drop-in eager us"]) for r in rows]
+    lo, hi = min(times, key=lambda t: t[1]), max(times, key=lambda t: t[1])
+    mid = sorted(t[1] for t in times)[len(times) // 2]
+    l140 = next((t for t in times if t[0] == "16x64x256x256"), None)
+    said = (f"Under {PROTOCOL_NAMES['B']}, forward + backward, the compiled drop-in takes "
+            + (f"{l140[1]:.2f}x the uncompiled drop-in's time at L1/40 and " if l140 else "")
+            + f"{mid:.2f}x at the median of {len(times)} shapes ({lo[1]:.2f}x at {lo[0]} to {hi[1]:.2f}x at {hi[0]}). "
+            "It runs the same kernels (the drop-in is an opaque operator: Inductor fuses nothing around it and "
+            "keeps its bits), so the difference is host time in torch.compile's runtime.")
+    loses = [(r["shape"], r["x torch.compile (eager)"]) for r in rows
+             if r.get("x torch.compile (eager)") is not None and r["x torch.compile (eager)"] < 1]
+    wins = [(r["shape"], r["x torch.compile (eager)"]) for r in rows
+            if r.get("x torch.compile (eager)") is not None and r["x torch.compile (eager)"] >= 1]
+    if loses:
+        said += (" torch.compile (Inductor's fused kernel, not torch's bits) beats the uncompiled drop-in "
+                 f"(ratio torch.compile / drop-in, same protocol) at {len(loses)} of {len(loses) + len(wins)} shapes: "
+                 + ", ".join(f"{s} {v:.2f}x" for s, v in loses) + ".")
+    if wins:
+        best = max(wins, key=lambda t: t[1])
+        said += (f" The uncompiled drop-in beats torch.compile (ratio torch.compile / drop-in, same protocol) at "
+                 f"{len(wins)} of {len(loses) + len(wins)} shapes, up to {best[1]:.2f}x at {best[0]}.")
+    return said

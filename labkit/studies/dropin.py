@@ -85,6 +85,53 @@ def verdict_lines(records: dict, source: str) -> list[str]:
     return lines
 
 
+def plain_verdict(records: dict) -> list[str]:
+    """The page's short verdict: a few plain sentences, every number from the records, each ratio with its protocol
+    and its baseline; the goals missed said one by one."""
+    from labkit.records.text import ratio
+    from labkit.studies.bench import PROTOCOL_NAMES
+    from labkit.studies.goals import tally
+
+    s = dropin_block(records)
+    if not s:
+        return ["No GPU measurement of the drop-in, so this page makes no speed claim."]
+    eager, graph = PROTOCOL_NAMES["B"], PROTOCOL_NAMES["A"]
+    judged = goals(records)
+    count = tally(judged)
+    bits = f"forward {s['forward_identical']}, backward {s['backward_identical']}, under torch.compile " \
+           f"{s['compiled_identical']}"
+    same = all(a == b for a, b in (v.split("/") for v in (s["forward_identical"], s["backward_identical"],
+                                                          s["compiled_identical"])))
+    out = [(f"The drop-in gives torch's eager bits at every input checked ({bits})" if same
+            else f"The drop-in's outputs match torch's bits in {bits} of the inputs checked")
+           + f", and it meets {count['met']} of its {count['judged']} goals in this run."]
+    speed = lambda r, base: f"{ratio(r)} faster than {base}" if r >= 1 else f"at {ratio(r)} {base}'s speed"  # noqa
+    if s["l1_40_eager_ratio"] is not None and s["eager_worst_ratio"] is not None:
+        out.append(f"Its forward at L1/40 runs {speed(s['l1_40_eager_ratio'], 'torch eager')} under {eager}; "
+                   f"over the shapes where torch eager takes {DROPIN_NATIVE_FLOOR_MS * 1e3:.0f} us or more, its "
+                   f"slowest is {speed(s['eager_worst_ratio'], 'torch eager')} (at {s['eager_worst_shape']}, same "
+                   "protocol).")
+    pw = peers_worst(records.get("dropin_peers"))
+    for g in (g for g in judged if g["met"] is False):
+        if g["goal"].startswith("ordinary shapes vs the faster"):
+            out.append(f"At {pw['vs_peer_shape']} it runs at {pw['vs_peer']:.3g}x the speed of the faster of "
+                       f"torch.compile and Liger under {graph}, against a goal of {PEER_GOAL}x.")
+        elif g["goal"].startswith("ordinary shapes vs torch eager"):
+            out.append(f"At {pw['vs_native_shape']} it runs {speed(pw['vs_native'], 'torch eager')} under {graph}, "
+                       f"against a goal of {PEER_NATIVE_GOAL}x.")
+        elif g["goal"] == "host per call":
+            out.append(f"Its host time per call, {s['host_us_per_call']:.1f} us against torch's "
+                       f"{s['torch_host_us_per_call']:.1f} us, misses the goal of at most 10 us.")
+        elif g["goal"].startswith("1-4 rows"):
+            protocol = "eager" if g["protocol"] == eager else "graph"
+            r, at = floor_worst(records.get("dropin_floor"), protocol)
+            out.append(f"At {at} it takes {ratio(r)} the time its bytes need (its floor) under {g['protocol']}, "
+                       f"over the goal of {1 + FLOOR_SLACK:.2f}x.")
+        else:
+            out.append(f"{g['goal'][:1].upper()}{g['goal'][1:]}, {g['protocol']}: {g['short']} (goal {g['target']}).")
+    return out[:5]
+
+
 # --- what the notebook shows on any machine ----------------------------------------------------------------------
 
 RECORDS = ("dropin_block", "dropin_identity", "dropin_host", "dropin_sweep", "dropin_peers", "dropin_floor",

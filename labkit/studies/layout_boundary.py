@@ -291,6 +291,58 @@ def verdict_lines(timing_record: dict | None, correctness_record: dict | None, p
     return lines
 
 
+def plain_verdict(timing_record: dict | None, correctness_record: dict | None) -> list[str]:
+    """The page's short verdict: a few plain sentences, the answer first, every number from the records, each ratio
+    with its protocol and its baseline (eager torch, paired median, or the direct kernel's median)."""
+    from labkit.records.text import ratio
+
+    if not timing_record and not correctness_record:
+        return ["No layout-boundary run, so this page makes no speed or correctness claim about the kernels."]
+    out = []
+    graph = bench.PROTOCOL_NAMES["A"]
+    fams = [f for f in (timing_record or {}).get("families", []) if "skipped" not in f]
+    ms = [route_ms(f) for f in fams]
+    ms = [m for m in ms if set(ROUTES) <= set(m)]
+    if ms:
+        fastest = {min(ROUTES, key=m.get) for m in ms}
+        conv = [m["conversion"] / m["direct_nchw"] for m in ms]
+        span = ratio(min(conv)) if ratio(min(conv)) == ratio(max(conv)) else f"{ratio(min(conv))} to {ratio(max(conv))}"
+        names = {"rows": "the rows kernel on native channels-last", "direct_nchw": "the direct NCHW kernel",
+                 "conversion": "converting to rows and back"}
+        out.append((f"Of our three routes, {names[fastest.pop()]} is the fastest in every family" if len(fastest) == 1
+                    else "No one route of ours is the fastest in every family")
+                   + f" under {graph}, and converting to rows and back per call "
+                   + ("costs the most" if min(conv) > 1 else "is not always the slowest")
+                   + f": {span} the direct NCHW kernel's time.")
+    rows = correctness_rows(correctness_record)
+    if rows:
+        per = {k: [r for r in rows if r["kernel"] == k] for k in ROUTES}
+        ident = {k: (sum(r["bit-identical"] for r in v), sum(r["cases"] for r in v)) for k, v in per.items()}
+        passed = sum(r["official pass"] for v in per.values() for r in v)
+        n = sum(r["cases"] for v in per.values() for r in v)
+        out.append(f"The direct NCHW kernels give eager torch's bits in {ident['direct_nchw'][0]} of "
+                   f"{ident['direct_nchw'][1]} ordinary cases, the rows kernel in {ident['rows'][0]} of "
+                   f"{ident['rows'][1]}; {passed} of {n} route checks pass the official tolerance check.")
+    for p in ("A", "B"):
+        gains = [(f["family"], f["timing"][p]["ratio_vs_baseline"]["direct_nchw"]["median"]) for f in fams
+                 if "direct_nchw" in f.get("timing", {}).get(p, {}).get("ratio_vs_baseline", {})]
+        if gains:
+            shape = "x".join(map(str, fams[0]["shape"]))
+            lead = (f"Under {bench.PROTOCOL_NAMES[p]} at {shape} the direct NCHW kernel runs at " if p == "A" else
+                    f"Under {bench.PROTOCOL_NAMES[p]} it runs at ")
+            out.append(lead + ", ".join(f"{ratio(r)} ({fam})" for fam, r in gains)
+                       + " eager torch's speed (paired median; above 1x is faster).")
+    beaten = [p for p in ("A", "B") if fams and all(
+        "compile" in (st := f["timing"].get(p, {}).get("stats", {})) and any(r in st for r in OUR_ROUTES)
+        and st["compile"]["median_ms"] < min(st[r]["median_ms"] for r in OUR_ROUTES if r in st) for f in fams)]
+    if beaten:
+        bits = all((f["methods"].get("compile", {}).get("check") or {}).get("bit_equal_fraction", 1) < 1 for f in fams)
+        out.append("Yet torch.compile" + (", which does not keep eager's bits," if bits else "")
+                   + " is faster than every route of ours in every family under "
+                   + " and ".join(bench.PROTOCOL_NAMES[p] for p in beaten) + ".")
+    return out[:5]
+
+
 # --- the run's summary and headline (labkit.studies.catalog dispatches here) -------------------------------------
 
 RUN_NAME = "layout_boundary"

@@ -330,8 +330,8 @@ def plain_verdict(timing_record: dict | None, correctness_record: dict | None) -
             shape = "x".join(map(str, fams[0]["shape"]))
             lead = (f"Under {bench.PROTOCOL_NAMES[p]} at {shape} the direct NCHW kernel runs at " if p == "A" else
                     f"Under {bench.PROTOCOL_NAMES[p]} it runs at ")
-            out.append(lead + ", ".join(f"{ratio(r)} ({fam})" for fam, r in gains)
-                       + " eager torch's speed (paired median; above 1x is faster).")
+            out.append(lead + ", ".join(f"{ratio(r)} ({fam})" for fam, r in gains) + " eager torch's speed (paired "
+                       + ("median; above 1x is faster)." if p == "A" else "median)."))
     beaten = [p for p in ("A", "B") if fams and all(
         "compile" in (st := f["timing"].get(p, {}).get("stats", {})) and any(r in st for r in OUR_ROUTES)
         and st["compile"]["median_ms"] < min(st[r]["median_ms"] for r in OUR_ROUTES if r in st) for f in fams)]

@@ -49,15 +49,17 @@ _LEAKS = {
     # 12+ decimals: a float printed whole (0.913771909794152); the audit's 10 significant digits are deliberate
     # (a ratio of 1.00000007 must not print as 1), and a witness's torch.tensor([...]) literal is code to copy
     "an unrounded float": re.compile(r"(?<!tensor\(\[)\b\d+\.\d{12,}\b"),
-    # the project's tracker is not the reader's: "issue 12", "Issue 24's", "issues 15 and 22", "the issue's goal"
-    # (a GPU "issues" instructions, so the word alone is fine; a number or "the issue" is a tracker reference)
+    # the project's tracker is not the reader's: the word followed by a number (with or without "#", singular or
+    # plural), or preceded by "the" (a GPU "issues" instructions, so the word alone is fine); tests/test_site.py
+    # plants examples
     "an issue-tracker reference": re.compile(
         r"(?<!warp )(?<!lane )(?<!thread )(?<!block )(?<!GPU )(?<!SM )(?<!scheduler )"
         r"\b[Ii]ssues?\s*#?\d+(?!\d)(?!\s+(?:[A-Z]{2,}|(?:loads?|stores?|reads?|writes?|instructions?|warps?|"
         r"requests?|cycles?|products?|shuffles?|FMAs?|pushes?)\b))"
         r"|\b[Tt]he issue(?:'s|\u2019s)?\b"),
     # where the book was built or the runs were made, not what they found
-    "a build-machine remark": re.compile(r"\b[Tt]his workplace\b|\bcould not be fetched\b"),
+    # (spelled with a character class so that the project's own word check does not flag this pattern itself)
+    "a build-machine remark": re.compile(r"\b[Tt]his work[p]lace\b|\bcould not be fetched\b"),
     # a VM's kernel build string ("6.18.44-fc-v1147-gpu", "6.8.0-45-generic") or platform.platform()'s whole line
     # ("Linux-...-with-glibc2.39"); page 00 shows the OS family instead
     "a platform build string": re.compile(

@@ -13,6 +13,7 @@ from pathlib import Path
 from labkit.records import post
 from labkit.records.run import load_run
 from labkit.studies.bench import PROTOCOL_NAMES
+from labkit.studies.timing import paired
 from labkit.tasks import EXTRA_SHAPES, L1_40, shape_key
 
 GRAPH, EAGER = PROTOCOL_NAMES["A"], PROTOCOL_NAMES["B"]
@@ -27,6 +28,8 @@ def _recs(runs: dict, name: str) -> dict:
 
 
 def _case(runs, shape=L1_40, affine="random_normal"):
+    """The timing run's case at `shape` with random affine parameters (a trained LayerNorm's are not 1 and 0; with
+    them the affine step is exact and the native-split route would keep torch's bits by construction)."""
     key = f"{shape_key(shape)}/{affine}"
     return next((c for c in (_recs(runs, "timing").get("timing") or {}).get("cases", []) if c["key"] == key), None)
 
@@ -55,7 +58,7 @@ def _ptok(fid):
 def _speedup(runs, method, fid, post_method_word="", shape=L1_40):
     """A post speedup vs torch (graph replay) beside the timing run's paired ratio under graph replay."""
     case = _case(runs, shape)
-    ours = _x(_ms(case, "native"), _ms(case, method))
+    ours = paired(case, "A", "native", method)
     pv = _p(fid)
     pv = pv[0] if isinstance(pv, list) else pv
     if ours is None:
@@ -88,7 +91,7 @@ def _native_split(runs):
     case = _case(runs)
     fid = "timing.noaffine_torchscript_affine.16x64x256x256.ratio"
     route = "noaffine_traced_affine" if _ms(case, "noaffine_traced_affine") else "noaffine_torchscript_affine"
-    ours = _x(_ms(case, "native"), _ms(case, route))
+    ours = paired(case, "A", "native", route)
     if ours is None:
         return None, "not comparable", "not in the timing run"
     bits = ((case["methods"].get(route) or {}).get("check") or {}).get("bit_equal_fraction")
@@ -106,7 +109,7 @@ def _fast_timing(runs):
     ours, v, why = _speedup(runs, route, "ratio.fast_stats.vs_native.16x64x256x256")
     if ours is None:
         return None, v, why
-    chain = _x(_ms(case, "native"), _ms(case, "chain"))
+    chain = paired(case, "A", "native", "chain")
     return (f"{ours:.3g}x torch eager, the post's kernel, {GRAPH}", v,
             why + (f"; the bit-identical chain kernel reaches {chain:.3g}x" if chain else ""))
 
@@ -190,7 +193,8 @@ def _next_parallel(runs):
     if not chain or not ref:
         return None, "not comparable", "no chain kernel in the timing run"
     done = bits == 1 and chain < ref
-    return (f"chain kernel {_x(ref, chain):.3g}x the reference-order kernel, torch's bits, {GRAPH}",
+    return (f"chain kernel {paired(case, 'A', 'reference_order', 'chain'):.3g}x the reference-order kernel, torch's "
+            f"bits, {GRAPH}",
             "holds" if done else "reversed", "done: the statistics spread over the GPU, same arithmetic tree" if done
             else "not faster with the same bits")
 

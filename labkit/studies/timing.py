@@ -618,6 +618,17 @@ def l1_40_case(timing_record: dict) -> dict | None:
     return (at_shape or cases or [None])[0]
 
 
+def paired(case: dict | None, protocol: str, num: str, den: str) -> float | None:
+    """num's time over den's in one timing case, per round of the run, median: the ratio every page reports (above
+    1: den is faster). None where either was not timed under that protocol."""
+    import numpy as np
+
+    samples = ((((case or {}).get("timing") or {}).get(protocol) or {}).get("samples_ms") or {})
+    if not samples.get(num) or not samples.get(den):
+        return None
+    return float(np.median(np.asarray(samples[num]) / np.asarray(samples[den])))
+
+
 def case_name(case: dict) -> str:
     return "L1/40" if case["key"].split("/")[0] == tasks.shape_key(tasks.L1_40) else case["key"].split("/")[0]
 

@@ -83,3 +83,28 @@ def test_a_first_plan_under_capture_serves_torch_and_checks_later(fresh, monkeyp
     assert fresh.cached(fresh.key(0)) is None  # not run under capture
     assert labkit.explain(x, (1 << 20,))["path"] != "native"  # outside capture: checked, passed, ours
     assert fresh.cached(fresh.key(0))["identical"]
+
+
+def test_enable_settles_the_gate_before_standing_in_front_of_torch(fresh, monkeypatch):
+    """labkit.enable() runs the check first (once its kernels replace torch's, the check would have no reference and
+    be postponed): under enable, an unverified key's first call is served by our kernels."""
+    import torch
+
+    import labkit
+    from labkit.ops.dropin import aten
+
+    k = fresh.key(0)
+    monkeypatch.setattr(fresh, "key", lambda index: dataclasses.replace(k, torch=k.torch + "+unverified-enable"))
+    x = torch.randn(16, 1 << 20, device="cuda")
+    try:
+        labkit.enable()
+        assert fresh.cached(fresh.key(0))["identical"]
+        if labkit.explain(x, (1 << 20,))["path"] == "native":
+            pytest.skip("this GPU's table gives the chain shape to torch's kernel")
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            torch.nn.functional.layer_norm(x, (1 << 20,))
+            torch.cuda.synchronize()
+        names = " ".join(e.key for e in prof.key_averages())
+        assert "chain" in names and "vectorized_layer_norm_kernel" not in names, names
+    finally:
+        aten.disable()

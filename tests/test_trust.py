@@ -209,3 +209,14 @@ def test_verify_without_a_gpu(capsys):
         pytest.skip("a GPU is here")
     assert cli.main(["verify"]) == 0
     assert "no CUDA GPU" in capsys.readouterr().out
+
+
+def test_a_postponed_check_is_said_once(fresh, monkeypatch, caplog):
+    import logging
+
+    calls = _setup(monkeypatch, _key(torch="2.99.0"))
+    monkeypatch.setattr(trust, "_cannot_run_canary", lambda index: "the check runs outside CUDA graph capture")
+    with caplog.at_level(logging.INFO, logger="labkit"):
+        trust.verdict(0)
+        trust.verdict(0)
+    assert caplog.text.count("is postponed") == 1 and calls == []

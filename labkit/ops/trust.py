@@ -238,6 +238,10 @@ def _decide(index: int) -> Verdict:
         return _from_canary(rec, f"the canary on this machine ({rec.get('date_utc', 'date unknown')})")
     why_not = _cannot_run_canary(index)
     if why_not is not None:
+        if why_not not in _warned:  # said once: torch's kernels serve meanwhile, which the user did not ask for
+            _warned.add(why_not)
+            first_use(log, "the check of this install (key %s) is postponed: %s; torch's kernels serve until it runs",
+                      k.digest(), why_not)
         return Verdict(False, f"unverified key {k.digest()}; {why_not}: torch's kernels serve until it runs", False)
     from labkit.ops.dropin import canary
 

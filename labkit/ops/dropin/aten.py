@@ -38,10 +38,25 @@ def enable(key: str = "CUDA") -> None:
         raise RuntimeError(f"labkit.enable() needs the host extension, which {host.unavailable()}")
     if m.aten_enabled():
         raise RuntimeError("labkit.enable() is on already (labkit.disable() turns it off)")
+    if key == "CUDA":
+        _settle_trust()
     with warnings.catch_warnings():
         # the dispatcher warns that a registered kernel is overridden: that is what enable asks for
         warnings.filterwarnings("ignore", message="(?s).*Overriding a previously registered kernel")
         m.enable_aten(plans.host_forward_plan, plans.host_backward_plan, key)
+
+
+def _settle_trust() -> None:
+    """The trust gate's verdict for every visible GPU, decided before our kernels stand in front of torch's: its
+    check compares against torch's own kernels, which it could not reach once they are replaced (it would be
+    postponed, and torch's kernels would serve every call until then)."""
+    import torch
+
+    from labkit.ops import trust
+
+    if torch.cuda.is_available() and not torch.cuda.is_current_stream_capturing():
+        for index in range(torch.cuda.device_count()):
+            trust.verdict(index)
 
 
 def disable() -> None:

@@ -214,23 +214,28 @@ def test_the_reproduce_box_names_the_repository_and_never_a_local_path(monkeypat
     assert "From a clone of the <code>labkit</code> repository at commit" in site.reproduce_html("0123456789ab", None)
 
 
-def test_leak_check_flags_a_planted_warning(tmp_path):
-    """A page whose output carries a warning (or a traceback, an import error, a build path) fails the check."""
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# 99 — Planted?\n\nQuestion: does the check see a warning? "
-                                              "Seeds [0, 1, 2] in prose."),
-                nbformat.v4.new_code_cell("x = ['eager', 'torchscript']  # code: not prose", outputs=[
-                    nbformat.v4.new_output("stream", name="stderr",
-                                           text="/tmp/x.py:3: DeprecationWarning: planted\n")])]
-    executed = tmp_path / "99_planted.ipynb"
-    nbformat.write(nb, executed)
-    page = site.export_page(executed, tmp_path)
+def _planted_page_leaks(tmp_path, prose: str, code: str, output) -> list[str]:
+    """What the leak check finds on a one-notebook page exported as the book exports it: `prose` in markdown, a code
+    cell with `output`; read as PAGE_FACTS reads a page (no styles, scripts or code inputs)."""
     from bs4 import BeautifulSoup
 
-    soup = BeautifulSoup(page.read_text(), "html.parser")
-    for tag in soup(["style", "script"]) + soup.select(".jp-CodeCell .jp-InputArea"):  # as PAGE_FACTS does
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# 99 — Planted?\n\n{prose}"),
+                nbformat.v4.new_code_cell(code, outputs=[output])]
+    executed = tmp_path / "99_planted.ipynb"
+    nbformat.write(nb, executed)
+    soup = BeautifulSoup(site.export_page(executed, tmp_path).read_text(), "html.parser")
+    for tag in soup(["style", "script"]) + soup.select(".jp-CodeCell .jp-InputArea"):
         tag.decompose()
-    found = site.leaks(soup.get_text(" "))
+    return site.leaks(soup.get_text(" "))
+
+
+def test_leak_check_flags_a_planted_warning(tmp_path):
+    """A page whose output carries a warning (or a traceback, an import error, a build path) fails the check."""
+    found = _planted_page_leaks(tmp_path, "Question: does the check see a warning? Seeds [0, 1, 2] in prose.",
+                                "x = ['eager', 'torchscript']  # code: not prose",
+                                nbformat.v4.new_output("stream", name="stderr",
+                                                       text="/tmp/x.py:3: DeprecationWarning: planted\n"))
     assert any(f.startswith("a warning") for f in found) and any(f.startswith("a build path") for f in found)
     # rendered markdown is read (its list is found); the code cell's input is not (its list is not)
     lists = [f for f in found if f.startswith("a raw list")]
@@ -243,20 +248,9 @@ def test_leak_check_flags_a_planted_warning(tmp_path):
 def test_leak_check_flags_a_planted_issue_reference(tmp_path):
     """A page that cites the project's tracker ("issue 12"), the machine it was built on or a VM kernel build string
     fails the check; a GPU that issues loads does not."""
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell("# 99 — Planted?\n\nQuestion: does the check see a tracker reference? "
-                                              "The goal is issue 12's."),
-                nbformat.v4.new_code_cell("print('goal')", outputs=[
-                    nbformat.v4.new_output("stream", name="stdout", text="goal: <= 0.33 ms\n")])]
-    executed = tmp_path / "99_planted.ipynb"
-    nbformat.write(nb, executed)
-    page = site.export_page(executed, tmp_path)
-    from bs4 import BeautifulSoup
-
-    soup = BeautifulSoup(page.read_text(), "html.parser")
-    for tag in soup(["style", "script"]) + soup.select(".jp-CodeCell .jp-InputArea"):  # as PAGE_FACTS does
-        tag.decompose()
-    found = site.leaks(soup.get_text(" "))
+    found = _planted_page_leaks(tmp_path, "Question: does the check see a tracker reference? The goal is issue 12's.",
+                                "print('goal')", nbformat.v4.new_output("stream", name="stdout",
+                                                                        text="goal: <= 0.33 ms\n"))
     assert len(found) == 1 and found[0].startswith("an issue-tracker reference") and "issue 12" in found[0]
     for text in ("Issue 24's goals", "issues 15 and 22", "as the issue's table says", "issue #7"):
         assert site.leaks(text), text

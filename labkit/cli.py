@@ -107,7 +107,9 @@ def _cmd_verify(args) -> int:
     if not torch.cuda.is_available():
         print("labkit verify: no CUDA GPU here; our kernels serve only on a GPU, so there is nothing to verify")
         return 0
-    index = torch.device(args.device).index or 0 if args.device else torch.cuda.current_device()
+    from labkit.core.device import current_index
+
+    index = current_index(torch.device(args.device or "cuda"))
     rec = trust.verify(index, again=args.again)
     row = rec["verified_row"]
     print(f"key {rec['key_digest']} (torch {rec['key']['torch']}, {rec['key']['gpu']}, NVRTC {rec['key']['nvrtc']}): "

@@ -54,22 +54,15 @@ def _rel(p) -> str:
 
 
 def static() -> dict:
-    from labkit.ops import paths
-
     py = [Path(p) for p in _modules_loaded()]
     # the committed dispatch tables are imported at a GPU's first plan, not at import
     py += [p for p in sorted((ROOT / "labkit/ops/dispatch/tables").glob("*.py")) if p not in py]
     host = sorted((ROOT / "host").glob("*.[ch]*"))
-    names = set()
-    for m in paths.PATHS.values():
-        names.update(m.KERNELS)
-    try:  # the backward's schedules
-        from labkit.ops import backward
+    from labkit.core.compile import kernel_dir
+    from labkit.ops import trust
 
-        names.update(getattr(backward, "KERNELS", ()))
-    except ImportError:
-        pass
-    kernels = sorted(_with_headers(names))
+    # every forward path's and backward schedule's kernel files with their headers (the trust key hashes the same)
+    kernels = [kernel_dir() / name for name in trust.dropin_kernel_files()]
     groups = {"python": py, "host": host, "kernels": kernels}
     return {k: {"files": len(v), "lines": sum(_lines(p) for p in v), "list": [_rel(p) for p in v]}
             for k, v in groups.items()}

@@ -65,7 +65,11 @@ def serve_ops(key: str = "CUDA") -> None:
     """Register the host extension's kernels for both ops at `key` (CUDA when it loads; CPU in the tests) in front
     of the Python implementations: a call of the op (a compiled graph's) then reaches our launches with no Python,
     planned as the Python implementation plans (host/layer_norm.cpp, "the registered ops")."""
-    host.module().serve_ops(plans.host_forward_plan, plans.host_backward_plan, _forward_impl, _backward_impl, key)
+    _serve(host.module(), key)
+
+
+def _serve(m, key: str) -> None:
+    m.serve_ops(plans.host_forward_plan, plans.host_backward_plan, _forward_impl, _backward_impl, key)
 
 
 def unserve_ops() -> None:
@@ -77,7 +81,7 @@ def unserve_ops() -> None:
 
 def _serve_when_loaded(m) -> None:
     if torch.version.cuda is not None:  # a CPU build of torch has no CUDA key to serve
-        m.serve_ops(plans.host_forward_plan, plans.host_backward_plan, _forward_impl, _backward_impl, "CUDA")
+        _serve(m, "CUDA")
 
 
 host.when_loaded(_serve_when_loaded)

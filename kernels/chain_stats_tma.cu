@@ -1,4 +1,5 @@
-// Chain-parallel reference-order LayerNorm statistics, one warp of chains per block, fed by tensor-map TMA.
+// Chain-parallel reference-order LayerNorm statistics, one warp of chains per block, fed by tensor-map TMA (sm_90)
+// or by a cp.async ring (sm_80-89, which have no tensor maps or bulk copies).
 //
 // Contract kept: torch's vectorized-path statistics bit for bit (see chain_stats.cu for why spreading the
 // chains keeps the bits). Why this variant: a warp's data is a 512-byte segment every 2048 bytes, and one
@@ -6,6 +7,11 @@
 // segment, warp, step, row) fetches TMA_STEPS strided segments per copy (64 by default), so each block issues
 // one copy per TMA_STEPS steps. The producer warp writes each stage's reciprocals next to its data, so the
 // push loop reads only shared memory.
+//
+// Below sm_90 (chain_stats_ring): the same ring, the same consumer, the same layout of a stage in shared memory;
+// each producer lane copies its 16 bytes of every step's segment with cp.async and the stage's barrier completes
+// when every lane's copies have landed. The load scheme is not the chain's floor (the dependent pushes are), and
+// the order of the pushes, hence the bits, does not depend on it.
 //
 // Why the consumer is pipelined by step, not by stage: one warp issues both its shared-memory reads and its
 // dependent pushes, in order. Reading a whole stage before pushing it put 32 LDS.128 (about 4 issue cycles
@@ -40,9 +46,16 @@ static_assert(kSteps % kAhead == 0, "a stage must hold a whole number of prefetc
 #define CHAIN_VARIANT 0  // 1 = loads only, 2 = chains only: stage-breakdown experiments, never results
 #endif
 
+#if __CUDA_ARCH__ >= 900
+#define CHAIN_TMA 1
 // Arrivals that complete a full[] phase (besides the TMA bytes): every producer lane when the lanes also store
 // the stage's reciprocals, else lane 0 alone.
 constexpr unsigned kFullArrivals = CHAIN_VARIANT == 0 ? 32 : 1;
+#else
+#define CHAIN_TMA 0
+// Every producer lane arrives once its copies have landed, and once more after its reciprocal stores.
+constexpr unsigned kFullArrivals = CHAIN_VARIANT == 0 ? 64 : 32;
+#endif
 
 __device__ __forceinline__ void push4(WelfordLN& s, const float4& v, const float4& r) {
 #if CHAIN_VARIANT == 1
@@ -108,10 +121,30 @@ __device__ __forceinline__ void consume_slot(WelfordLN& s, float4 (&qv)[kAhead],
     parity = next_parity;
 }
 
+#if !CHAIN_TMA
+// sm_80: the producer lane's share of stage `st`: its 16 bytes of each step's 512-byte segment of warp w's chains,
+// zeros past the row's last step (the consumer never pushes those), then one arrival once they have landed.
+__device__ __forceinline__ void ring_copy_stage(unsigned char* dst, const float* __restrict__ x, int n, int w,
+                                                int row, int st, int steps, int lane, unsigned long long* full) {
+    const float* src = x + (size_t)row * n + 128 * w + 4 * lane;
+    for (int k = 0; k < kSteps; ++k) {
+        const int step = st * kSteps + k;
+        const bool real = step < steps;
+        cp_async16(dst + 512 * k + 16 * lane, src + (size_t)512 * (real ? step : 0), real ? 16u : 0u);
+    }
+    cp_async_arrive(full);
+}
+#endif
+
 // grid: (4, rows) — blockIdx.x is torch's warp index, blockIdx.y the row; block: 64 threads (warp 0 runs the
 // chains, warp 1 produces). Dynamic shared memory: kStages * (kStageBytes + kRecBytes).
+#if CHAIN_TMA
 extern "C" __global__ void __launch_bounds__(64) chain_stats_tma(
     const __grid_constant__ TensorMap128 map,  // x as [rows][steps][4 warps][128 floats], innermost first
+#else
+extern "C" __global__ void __launch_bounds__(64) chain_stats_ring(
+    const float* __restrict__ x,               // [rows, n], 16-byte aligned
+#endif
     float* __restrict__ warp_state,            // [rows, 4, 3] scratch: each warp's merged (mean, m2, count)
     unsigned* __restrict__ row_done,           // [rows] zero on entry; the last block resets it to zero
     float* __restrict__ mean,                  // [rows]
@@ -134,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(64) chain_stats_tma(
             mbar_init(&full[i], kFullArrivals);
             mbar_init(&empty[i], 32);  // the consumer warp's lanes
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_init_fence();
     }
     __syncthreads();
 
@@ -153,20 +186,34 @@ extern "C" __global__ void __launch_bounds__(64) chain_stats_tma(
             // model that chain and reported every reciprocal read (kernels/sanitize/tma_ring.cu: ring_ok).
             if (lane != 0) mbar_arrive(&full[slot]);
 #endif
+#if CHAIN_TMA
             if (lane == 0) {
                 // A partial last stage still lands whole: the map's step dimension ends there, and TMA fills
                 // out-of-range steps with zeros and counts their bytes.
                 mbar_expect_tx(&full[slot], kStageBytes);
                 tensor_copy_4d(ring + slot * kStageBytes, &map, 0, w, st * kSteps, row, &full[slot]);
             }
+#else
+#if CHAIN_VARIANT == 0
+            mbar_arrive(&full[slot]);  // lane 0 too: here no expect_tx arrival stands for it
+#endif
+            ring_copy_stage(ring + slot * kStageBytes, x, n, w, row, st, steps, lane, &full[slot]);
+#endif
         }
 #endif
 #if CHAIN_VARIANT != 2
         // Complete the barrier after the last stage without data: the consumer waits on it unconditionally.
+#if CHAIN_TMA
         if ((kFullArrivals == 32 || lane == 0) && stages > 0) {
             mbar_wait(&empty[stages % kStages], ((stages / kStages) & 1) ^ 1);
             mbar_arrive(&full[stages % kStages]);
         }
+#else
+        if (stages > 0) {
+            mbar_wait(&empty[stages % kStages], ((stages / kStages) & 1) ^ 1);
+            for (unsigned i = 0; i < kFullArrivals / 32; ++i) mbar_arrive(&full[stages % kStages]);
+        }
+#endif
 #endif
         return;
     }

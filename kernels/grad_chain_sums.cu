@@ -158,7 +158,7 @@ __device__ __forceinline__ void grad_chain_sums(
             mbar_init(&full[i], 1);    // the producer's expect_tx arrive, then the copies' bytes
             mbar_init(&empty[i], 32);  // the consumer warp's lanes, each after its own reads
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_init_fence();
     }
     __syncthreads();
 
@@ -525,7 +525,7 @@ __device__ __forceinline__ void grad_chain_sums_split(
             mbar_init(&full[i], 1);
             mbar_init(&empty[i], 64);  // both consumer warps' lanes
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_init_fence();
     }
     __syncthreads();
 

@@ -4,22 +4,39 @@
         --attach $OUT/override_tests.log
 
 into a run named "arch_override" (labkit.studies.arch_override: the device as the plans see it, what the drop-in
-serves before and after `labkit tune`, the forward and backward fuzz against torch, the tune's table, which is also
-attached). The GPU tests under the same override go first (their log is attached: `python -m pytest -m gpu`).
+serves before and after `labkit tune`, the chain below sm_90 (bits, a drawn matrix, L1/40 timing), the forward and
+backward fuzz against torch, the tune's table, which is also attached). A second process without the override times
+the same GPU's own sm_90 chain into the same run (`chain_timing_native`). The GPU tests under the same override go first (their log is attached: `python -m pytest -m gpu`).
 Curate the run into data/runs; notebook 08 shows it.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from labkit.records.run import Run  # noqa: E402
 from labkit.studies import arch_override  # noqa: E402
+
+
+def native_chain_timing() -> dict:
+    """arch_override.chain_timing in a process without LABKIT_ARCH: the GPU's own sm_90 kernels (the override is
+    read once per process)."""
+    env = {k: v for k, v in os.environ.items() if k != "LABKIT_ARCH"}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "timing.json"
+        code = ("import json, sys; from labkit.studies import arch_override as a; "
+                "json.dump(a.chain_timing(), open(sys.argv[1], 'w'))")
+        subprocess.run([sys.executable, "-c", code, str(out)], env=env, check=True,
+                       cwd=Path(__file__).resolve().parent.parent)
+        return json.loads(out.read_text())
 
 
 def main(argv=None) -> int:
@@ -36,6 +53,7 @@ def main(argv=None) -> int:
                      device="cuda")
     done = arch_override.run(run, args.fuzz_cases, args.training_cases, args.budget_s, log=print)
     run.write("summary", done)
+    run.write("chain_timing_native", native_chain_timing())
     tuned = run.path / "tuned_table.json"  # the table the rule read after the tune, as it was written
     shutil.copy(done["table"], tuned)
     run.add_file(tuned)

@@ -29,10 +29,12 @@ def _has_cuda() -> bool:
 HAS_CUDA = _has_cuda()
 
 
-# Path, schedule and blocking names whose kernels need sm_90 (the chain's bulk copies and mbarrier transactions,
-# the backward's chain sums fed by tensor maps): a GPU test parametrized by one of them, or marked sm90, is skipped
-# on a GPU that runs below sm_90 (another arch, or the H200 under LABKIT_ARCH=compute_80), saying why.
-SM90_NAMES = {"chain", "tma", "chain_tma", "chain_w4", "chain_w1", "grad_chain"}
+# Names whose kernels need sm_90's bulk copies, tensor maps or clusters, whatever else the GPU plans: a GPU test
+# parametrized by one of them, or marked sm90, is skipped below sm_90 (another arch, or the H200 under
+# LABKIT_ARCH=compute_80), saying why. Names that need the chain path planned on this GPU (below sm_90 its cp.async
+# rings; not where no ring fits, e.g. sm_120's 99 KiB per block): skipped where the chain is not offered.
+BULK_NAMES = {"tma", "w1", "w4", "chain_tma", "chain_w4", "chain_w1"}
+CHAIN_NAMES = {"chain": "forward", "grad_chain": "backward"}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -46,19 +48,25 @@ def pytest_collection_modifyitems(config, items):
 
     from labkit.core.device import device_info
 
-    from labkit.ops import paths
+    from labkit.ops import backward, paths
 
     device = device_info(torch.cuda.current_device())
-    if "chain" in paths.candidates(16, 1 << 22, device):
-        return
-    # below sm_90 the chain's instructions are missing; on sm_120 its rings do not fit 99 KiB per block
-    skip = pytest.mark.skip(reason=f"needs the chain path (sm_90 bulk copies, mbarriers, tensor maps, and room for its "
-                                   f"rings), or the H200's table that picks it; this GPU is {device.label}")
+    offered = {"forward": "chain" in paths.candidates(16, 1 << 22, device),
+               "backward": "chain" in backward.candidates(16, 1 << 22, device)}
+    bulk = device.arch >= 90 and offered["forward"]
+    no_bulk = pytest.mark.skip(reason=f"needs sm_90's bulk copies, tensor maps or clusters (and room for their "
+                                      f"rings); this GPU is {device.label}")
     for item in items:
+        if "gpu" not in item.keywords:
+            continue
         spec = getattr(item, "callspec", None)
         named = {v for v in spec.params.values() if isinstance(v, str)} if spec else set()
-        if "gpu" in item.keywords and ("sm90" in item.keywords or named & SM90_NAMES):
-            item.add_marker(skip)
+        if not bulk and ("sm90" in item.keywords or named & BULK_NAMES):
+            item.add_marker(no_bulk)
+        for name in named & set(CHAIN_NAMES):
+            if not offered[CHAIN_NAMES[name]]:
+                item.add_marker(pytest.mark.skip(reason=f"needs the chain path's {CHAIN_NAMES[name]}, which this GPU "
+                                                        f"({device.label}) is not offered"))
 
 
 @pytest.fixture

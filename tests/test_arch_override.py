@@ -6,7 +6,7 @@ import pytest
 
 from labkit.core import compile as kc
 from labkit.core.device import ARCH_SMEM_OPTIN, Device, overridden
-from labkit.ops import backward, paths
+from labkit.ops import backward, chain, paths
 from labkit.ops.rows_fused import rows_counted, rows_counted_block
 
 H200 = Device("NVIDIA H200", 90, 132, 227 * 1024, 65535)
@@ -50,12 +50,15 @@ def test_kernels_compile_to_ptx_for_the_override_and_are_cached_apart(cache_dir)
 
 
 def test_under_the_override_the_plans_offer_the_portable_paths_only():
+    """Below sm_90: the portable paths, and the chain (its cp.async ring) where its chains are equal (N % 512 == 0)."""
     d = overridden(H200, "compute_80")
     for rows, n in ((16, 1 << 22), (4096, 768), (1, 1 << 24), (3, 1000)):
         portable = ({"reference_order", "rows_fused"} | ({"rows_counted"} if n <= rows_counted.MAX_N else set())
-                    | ({"rows_counted_block"} if n <= rows_counted_block.MAX_N else set()))
+                    | ({"rows_counted_block"} if n <= rows_counted_block.MAX_N else set())
+                    | ({"chain"} if n % 512 == 0 else set()))
         assert set(paths.candidates(rows, n, d)) == portable
-        assert set(backward.candidates(rows, n, d)) == {"rows", "split"}
+        assert {"rows", "split"} <= set(backward.candidates(rows, n, d))
+    assert chain.launches(16, 1 << 22, d).stats.function == "chain_stats_ring"
     assert "chain" in paths.candidates(16, 1 << 22, H200) and "chain" in backward.candidates(16, 1 << 22, H200)
 
 
@@ -64,7 +67,7 @@ def test_a_notebook_the_gpu_cannot_measure_replays_the_committed_run_and_says_wh
     from labkit.studies import parallel_stats
     from labkit.ops import chain
 
-    assert parallel_stats.NEEDS_ARCH == chain.MIN_ARCH
+    assert parallel_stats.NEEDS_ARCH == chain.BULK_ARCH
     monkeypatch.setattr(session, "lacking", lambda arch, why, path=None: f"this GPU, X (sm_90) running as "
                                                                          f"compute_80, lacks what it measures: {why}")
     s = session.RunSession.open("parallel_stats", "cuda", tmp_path, {}, None, needs_arch=90, why="bulk copies")

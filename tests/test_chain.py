@@ -10,6 +10,7 @@ from labkit.ops import chain, rows_fused
 H200 = Device("NVIDIA H200", 90, 132, 232448, 65535)   # limits as cudaGetDeviceProperties reports them there
 SMALL_SMEM = Device("sm_90 with 99 KiB per block", 90, 132, 101376, 65535)
 A100 = Device("NVIDIA A100", 80, 108, 166912, 65535)
+RTX3090 = Device("NVIDIA GeForce RTX 3090", 86, 82, 101376, 65535)
 
 
 def test_schedule_without_a_table_is_the_waves_rule():
@@ -33,7 +34,22 @@ def test_schedule_with_the_h200_table_follows_its_scores():
 def test_blocking_choice():
     assert chain.choose_blocking(64 * 256 * 256, H200) == "tma"
     assert chain.choose_blocking(64 * 17 * 19, H200) == "w4"  # ragged chains
-    assert chain.choose_blocking(64 * 256 * 256, Device("no tensor maps", 89, 128, 101376, 65535)) == "w4"
+    assert chain.choose_blocking(64 * 256 * 256, Device("no tensor maps", 89, 128, 101376, 65535)) == "ring"
+    assert chain.choose_blocking(64 * 17 * 19, A100) == "w4"  # which launches() then refuses below sm_90
+
+
+@pytest.mark.parametrize("device,stages", [(A100, 8), (RTX3090, 5), (Device("sm_89, 99 KiB", 89, 128, 101376, 65535), 5)])
+def test_ring_below_sm90_fits_the_devices_shared_memory(device, stages):
+    """Below sm_90 the chain statistics take the cp.async ring: the tma kernel's consumer and layout, fed by
+    pointer, with as many 32-step stages as the device's opt-in shared memory holds beside the static barriers."""
+    p = chain.launches(16, 64 * 256 * 256, device)
+    assert (p.blocking, p.stats.kernel, p.stats.function, p.stats.grid) == ("ring", "chain_stats_tma",
+                                                                          "chain_stats_ring", (4, 16))
+    assert p.tensor_map is None and not p.reciprocals
+    assert p.stats.options == chain.TmaConfig(chain.RING_STEPS, stages, 8).options
+    assert p.stats.shared_mem + chain.STATIC_SMEM <= device.smem_optin_bytes
+    assert [type(a).__name__ for a in p.program(0).steps[1].args[:2]] == ["Ptr", "Ptr"]  # x, then the scratch
+    assert chain.schedule_launches(16, 64 * 256 * 256, device).path in ("chain", "rows_fused")
 
 
 def test_plan_is_the_launch_description():
@@ -50,8 +66,14 @@ def test_plan_is_the_launch_description():
 def test_plan_refuses_what_the_device_cannot_run():
     with pytest.raises(ValueError, match="grid.y, which holds at most 65535"):
         chain.launches(65536, 1024, H200)
-    with pytest.raises(ValueError, match="need sm_90"):
-        chain.launches(1, 1 << 20, A100)
+    with pytest.raises(ValueError, match="need sm_80"):
+        chain.launches(1, 1 << 20, Device("sm_75", 75, 40, 65536, 65535))
+    with pytest.raises(ValueError, match="w4 blocking needs sm_90"):
+        chain.launches(1, 64 * 17 * 19, A100)  # ragged chains: whole-row blocks, bulk copies
+    with pytest.raises(ValueError, match="ring blocking is built below sm_90"):
+        chain.launches(1, 1 << 20, H200, chain.ChainSettings("chain", "ring"))
+    with pytest.raises(ValueError, match="two stages"):
+        chain.launches(1, 1 << 20, Device("sm_80, 32 KiB", 80, 108, 32768, 65535))
     with pytest.raises(ValueError, match="the device allows 101376"):
         chain.launches(1, 1 << 20, SMALL_SMEM)  # the tma ring needs 198 KiB
     with pytest.raises(ValueError, match="shared memory"):
@@ -74,9 +96,14 @@ def test_cpu_tensors_refused():
 
 
 @pytest.mark.parametrize("variant", ["0", "1", "2"])
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80", "sm_86", "sm_89"])
 @pytest.mark.slow
-def test_tma_kernel_and_stage_variants_compile_for_sm90(variant, cache_dir):
-    assert compile_kernel("chain_stats_tma", "sm_90", (f"-DCHAIN_VARIANT={variant}",)).cubin.startswith(b"\x7fELF")
+def test_tma_kernel_and_stage_variants_compile(arch, variant, cache_dir):
+    """sm_90 builds the tensor-map kernel, sm_80-89 the cp.async ring (one entry point per target)."""
+    from labkit.sass.elf import resource_usage
+
+    cubin = compile_kernel("chain_stats_tma", arch, (f"-DCHAIN_VARIANT={variant}",)).cubin
+    assert {u.function for u in resource_usage(cubin)} == {"chain_stats_tma" if arch == "sm_90" else "chain_stats_ring"}
 
 
 def test_tma_config_defaults_are_the_kernels():

@@ -1,7 +1,8 @@
 """Chain-parallel reference-order LayerNorm: torch's statistics contract with the chains spread over the GPU.
 
-Each (row, warp) pair's 32 Welford chains run in their own block, fed by tensor-map copies
-(kernels/chain_stats_tma.cu; kernels/chain_stats.cu where chains are ragged or the device has no tensor maps),
+Each (row, warp) pair's 32 Welford chains run in their own block, fed by tensor-map copies on sm_90
+(kernels/chain_stats_tma.cu; kernels/chain_stats.cu where chains are ragged) or by a cp.async ring below sm_90 (the
+same file's chain_stats_ring: same consumer, same order, same bits),
 merge in torch's tree, then kernels/affine_columns.cu writes the output. `chain_layer_norm` also serves many rows,
 through labkit.ops.rows_fused (torch's per-row arithmetic, x kept in registers), where the dispatch rule says that is faster: both keep the
 bits.
@@ -23,9 +24,11 @@ from labkit.ops.launches import Scratch, execute
 
 PATH = "chain"
 KERNELS = ("chain_stats_tma", "chain_stats", "affine_columns")
-MIN_ARCH = 90  # mbarrier transaction counts and bulk copies (both blockings)
+MIN_ARCH = 80  # shared-memory mbarriers and cp.async (the ring blocking); tma, w1 and w4 need sm_90
+BULK_ARCH = 90  # bulk and tensor-map copies, mbarrier transaction counts: the tma, w1 and w4 blockings
+KERNEL_MIN_ARCH = {"chain_stats": BULK_ARCH}  # w1/w4; chain_stats_tma.cu builds its ring entry point below sm_90
 SCHEDULES = ("auto", "chain", "rows_fused")
-BLOCKING_NAMES = ("tma", "w1", "w4")
+BLOCKING_NAMES = ("tma", "ring", "w1", "w4")
 STEPS_PER_STAGE = 8  # must match kernels/chain_stats.cu
 BLOCKS_PER_ROW = 4   # one block per warp of a row's 128 chains (tma, w1) or one per row (w4: 4 warps a block)
 AFFINE_THREADS = 256  # must match kernels/affine_columns.cu's launch bounds
@@ -54,7 +57,8 @@ BLOCKINGS = {"w1": ChainBlocking("chain_stats_w1", 1, 16), "w4": ChainBlocking("
 
 @dataclass(frozen=True)
 class TmaConfig:
-    """Compile-time shape of kernels/chain_stats_tma.cu's ring (its defaults are the kernel's own)."""
+    """Compile-time shape of kernels/chain_stats_tma.cu's ring (its defaults are the kernel's own), fed by tensor
+    maps (tma) or cp.async (ring)."""
 
     steps: int = 64  # steps per stage = one tensor copy; the tensor map's box has this many steps
     stages: int = 6  # ring depth
@@ -83,8 +87,9 @@ class ChainSettings:
 
     schedule: "auto" (the dispatch rule, labkit.ops.dispatch), "chain" (few long rows) or "rows_fused" (many rows).
     blocking: for the chain schedule, "auto" or one of BLOCKING_NAMES ("tma": one warp of chains per block fed by
-        tensor-map copies, needs N % 512 == 0 and tensor maps; "w4": whole-row blocks; "w1": per-step copies).
-    tma: the tma blocking's ring (default: the kernel's own).
+        tensor-map copies, needs N % 512 == 0 and sm_90; "ring": the same below sm_90, fed by cp.async; "w4":
+        whole-row blocks; "w1": per-step copies; w1 and w4 need sm_90).
+    tma: the tma or ring blocking's ring (default: the kernel's own for tma, `ring_config(device)` for ring).
     options: extra -D flags for the statistics kernel (the stage-breakdown variants, CHAIN_VARIANT).
     """
 
@@ -104,9 +109,27 @@ DEFAULT_SETTINGS = ChainSettings()
 
 
 def choose_blocking(n: int, device: Device) -> str:
-    """The tensor-map kernel needs equal-length chains (N % 512 == 0) and a device with tensor maps; otherwise
-    whole-row blocks with contiguous copies, which handle ragged chains."""
-    return "tma" if n % 512 == 0 and device.tensor_maps else "w4"
+    """chain_stats_tma.cu needs equal-length chains (N % 512 == 0): fed by tensor maps where the device has them,
+    by its cp.async ring where it does not; ragged chains take whole-row blocks with bulk copies (sm_90)."""
+    if n % 512 == 0:
+        return "tma" if device.tensor_maps else "ring"
+    return "w4"
+
+
+RING_STEPS = 32      # steps per stage of the cp.async ring: 16.5 KiB stages, so small GPUs still hold several
+RING_MAX_STAGES = 8  # 132 KiB in flight per block where shared memory allows (an SM runs one such block)
+STATIC_SMEM = 1024   # headroom for the kernel's static shared memory (its barriers) within the opt-in limit
+
+
+def ring_config(device: Device) -> TmaConfig:
+    """The cp.async ring's shape on `device`: RING_STEPS steps a stage, as many stages as its shared memory holds
+    (at most RING_MAX_STAGES, at least 2); ValueError where two do not fit."""
+    stage = TmaConfig(RING_STEPS, 2, 8).smem_bytes // 2
+    stages = min(RING_MAX_STAGES, (device.smem_optin_bytes - STATIC_SMEM) // stage)
+    if stages < 2:
+        raise ValueError(f"the ring blocking needs two stages of {stage} bytes of shared memory per block, the "
+                         f"device allows {device.smem_optin_bytes}")
+    return TmaConfig(RING_STEPS, stages, 8)
 
 
 MAX_PUSHES = 4 * -(-(eligibility.MAX_NORMALIZED // 4) // 128)  # longest chain torch's vectorized path allows
@@ -120,7 +143,7 @@ class ChainLaunches:
     stats: Kernel                        # grid (4 // warps per block, rows)
     output: Kernel                       # a thread per float4 column over all rows, last columns first
     tensor_map: TensorMapGeometry | None  # tma: x as [rows][steps][4 warps][128 floats]
-    reciprocals: bool                    # w1/w4 read the device's reciprocal table
+    reciprocals: bool                    # w1/w4 read the device's reciprocal table (tma and ring compute theirs)
     scratch: Scratch                     # per-warp states [rows, 4, 3] floats, then per-row counters [rows], zeroed
     path: str = PATH
 
@@ -130,8 +153,10 @@ class ChainLaunches:
         done = Ptr("scratch", self.scratch.zeroed_at)
         if self.tensor_map is not None:
             head = (Map("x", self.tensor_map),)
-        else:
+        elif self.reciprocals:
             head = (Ptr("x"), U64(reciprocal_table(device_index).data_ptr()))
+        else:  # the ring: its producer computes the reciprocals as the tma kernel's does
+            head = (Ptr("x"),)
         return Program(FORWARD_SLOTS, (
             Memset("scratch", self.scratch.zeroed_at, self.scratch.zeroed_bytes, "stats"),
             Launch(self.stats, head + (Ptr("scratch"), done, Ptr("mean"), Ptr("rstd"), I32(self.n), EPS), "stats"),
@@ -145,30 +170,38 @@ class ChainLaunches:
 def launches(rows: int, n: int, device: Device, settings: ChainSettings = DEFAULT_SETTINGS) -> ChainLaunches:
     """The chain schedule's launches for rows x N on `device`; ValueError where they cannot run there."""
     if device.arch < MIN_ARCH:
-        raise ValueError(f"the chain kernels need sm_{MIN_ARCH} (mbarrier transactions, bulk copies), device is "
+        raise ValueError(f"the chain kernels need sm_{MIN_ARCH} (shared-memory barriers, cp.async), device is "
                          f"{device.arch_name}")
     if rows > device.max_grid_y:
         raise ValueError(f"the chain schedule puts rows in grid.y, which holds at most {device.max_grid_y} "
                          f"(got rows={rows})")
     blocking = choose_blocking(n, device) if settings.blocking == "auto" else settings.blocking
-    if blocking == "tma" and choose_blocking(n, device) != "tma":
-        raise ValueError(f"the tma blocking needs N % 512 == 0 (equal-length chains) and tensor maps, got N={n} "
-                         f"on {device.arch_name}")
+    if blocking in ("tma", "ring") and n % 512 != 0:
+        raise ValueError(f"the {blocking} blocking needs N % 512 == 0 (equal-length chains), got N={n}")
+    if blocking != "ring" and device.arch < BULK_ARCH:
+        raise ValueError(f"the {blocking} blocking needs sm_{BULK_ARCH} (bulk copies, mbarrier transactions), device "
+                         f"is {device.arch_name}" + (": N % 512 == 0 takes the ring" if n % 512 == 0 else ""))
+    geometry = None
     if blocking == "tma":
         tma = settings.tma or TmaConfig()
         stats = Kernel("chain_stats_tma", "chain_stats_tma", (BLOCKS_PER_ROW, rows), (64,), tma.smem_bytes,
                        tma.options + settings.options)
         geometry = TensorMapGeometry((128, 4, n // 512, rows), (512, 2048, 4 * n), (128, 1, tma.steps, 1))
+    elif blocking == "ring":
+        if device.tensor_maps:  # the ring is chain_stats_tma.cu's entry point below sm_90 only (one per target)
+            raise ValueError(f"the ring blocking is built below sm_{BULK_ARCH}; {device.arch_name} takes tma")
+        ring = settings.tma or ring_config(device)
+        stats = Kernel("chain_stats_tma", "chain_stats_ring", (BLOCKS_PER_ROW, rows), (64,), ring.smem_bytes,
+                       ring.options + settings.options)
     else:
         b = BLOCKINGS[blocking]
         stats = Kernel("chain_stats", b.function, (BLOCKS_PER_ROW // b.warps, rows), (b.threads,), b.smem_bytes,
                        settings.options)
-        geometry = None
     if stats.shared_mem > device.smem_optin_bytes:
         raise ValueError(f"the {blocking} blocking needs {stats.shared_mem} bytes of shared memory per block, the "
                          f"device allows {device.smem_optin_bytes}")
     output = Kernel("affine_columns", "affine_columns", (-(-(n // 4) // AFFINE_THREADS),), (AFFINE_THREADS,))
-    return ChainLaunches(rows, n, blocking, stats, output, geometry, geometry is None,
+    return ChainLaunches(rows, n, blocking, stats, output, geometry, blocking in BLOCKINGS,
                          Scratch(52 * rows, zeroed_at=48 * rows, zeroed_bytes=4 * rows))
 
 

@@ -1,6 +1,7 @@
 """The kernel paths our LayerNorm can take, by name: what the drop-in dispatches between and what the dispatch
 measurement times. Each is an op module (or, for an entry point of another path's kernel file, an object such as
-rows_fused.rows_counted) exporting PATH, KERNELS (its kernels/*.cu files), MIN_ARCH and launches(rows, n, device).
+rows_fused.rows_counted) exporting PATH, KERNELS (its kernels/*.cu files), MIN_ARCH and launches(rows, n, device),
+and KERNEL_MIN_ARCH where one of its files needs a later arch than the path (the chain's w1/w4 blockings).
 Adding a path is adding it here; "native" (torch's own kernel) is not a path of ours.
 """
 from __future__ import annotations
@@ -46,10 +47,15 @@ def public_function(path: str):
     return getattr(owner, f"{path}_layer_norm", None)
 
 
-def kernels(path: str) -> tuple[str, ...]:
-    return () if path == NATIVE else PATHS[path].KERNELS
+def kernels(path: str, arch: int | None = None) -> tuple[str, ...]:
+    """`path`'s kernel files; with `arch`, those built for it."""
+    if path == NATIVE:
+        return ()
+    m = PATHS[path]
+    floor = getattr(m, "KERNEL_MIN_ARCH", {})
+    return tuple(k for k in m.KERNELS if arch is None or arch >= floor.get(k, m.MIN_ARCH))
 
 
 def candidate_kernels(arch: int) -> tuple[str, ...]:
     """Every kernel file of every path built for `arch`: what a measurement there could make the rule pick."""
-    return tuple(k for m in PATHS.values() if arch >= m.MIN_ARCH for k in m.KERNELS)
+    return tuple(k for name, m in PATHS.items() if arch >= m.MIN_ARCH for k in kernels(name, arch))

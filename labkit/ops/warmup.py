@@ -151,7 +151,7 @@ def _device_kernels(dev: Device, shapes: tuple[tuple[int, int], ...] | None) -> 
     forward, grad = (), ()
     for rows, n in shapes:
         path, _ = rule.choose(rows, n, dev, tuple(paths.candidates(rows, n, dev)), protocol)
-        forward += paths.kernels(path)
+        forward += paths.kernels(path, dev.arch)
         schedule, _ = rule.choose_backward(rows, n, dev, tuple(backward.candidates(rows, n, dev)), protocol)
         grad = backward.KERNELS if schedule != paths.NATIVE else grad
     return tuple(dict.fromkeys(forward + grad))

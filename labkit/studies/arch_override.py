@@ -3,15 +3,21 @@ labkit.core.device), so that the paths an sm_80 GPU is offered run end to end wi
 SM count stays 132, torch's own kernel stays its sm_90 code, and the machine code of ours is what the driver's JIT
 makes of compute_80 PTX (sm_86/89's 99 KiB of shared memory would need compute_86/89). Kernels reach the
 driver as compute_80 PTX and are JIT-compiled by it, tensor maps are off, shared memory is capped at sm_80's; the
-chain path is then not planned, and the drop-in has no committed table for the device until `labkit tune` measures
-one. scripts/arch_override.py runs `run` into a run named "arch_override"; the records are read back by
-`rows`/`verdict_lines` (notebook 08).
+chain statistics then take their cp.async ring (labkit.ops.chain), and the drop-in has no committed table for the
+device until `labkit tune` measures one. scripts/arch_override.py runs `run` into a run named "arch_override"; the
+records are read back by `served_rows`/`verdict_lines` (notebook 08) and `chain_rows`/`chain_lines` (notebook 07:
+the chain below sm_90, with the same GPU's sm_90 chain timed by a process without the override, `chain_timing`).
 """
 from __future__ import annotations
 
 import time
 
+from labkit.tasks import L1_40
+
 SHAPES = ((16, 1 << 22), (1, 1 << 24), (64, 65536), (4096, 768), (8192, 4096), (32768, 2048), (3, 1000))
+CHAIN_SEEDS = (0, 1, 2)  # notebook 01's matrix at L1/40: 3 seeds x 2 affines x 5 distributions
+# GPUs the chain's floors are projected onto (an estimate, not a measurement): SMs, DRAM GB/s, boost clock GHz
+ESTIMATED = {"RTX 3090 (sm_86)": (82, 936.0, 1.695), "A100 80GB SXM (sm_80)": (108, 2039.0, 1.41)}
 
 
 def device_record() -> dict:
@@ -54,6 +60,62 @@ def served(shapes=SHAPES, seed: int = 0) -> list[dict]:
     return out
 
 
+def chain_matrix(cases: int = 60, seed: int | None = None, max_numel: int = 1 << 26) -> dict:
+    """The chain schedule forced on shapes, distributions and eps drawn here, none of them a test's: rows 1-64,
+    N a multiple of 512 (equal chains, what the tma and ring blockings take) up to 2^24, x = scale * (normal or
+    uniform) + offset over six decades, eps log-uniform in [1e-7, 1e-1]; y, mean and rstd against
+    torch.native_layer_norm as int32 views. `seed` defaults to the clock's, recorded."""
+    import random
+    import time as _time
+
+    import torch
+
+    from labkit.studies import parallel_stats
+    from labkit.studies.identity import compare_to_native
+
+    seed = int(_time.time()) if seed is None else seed
+    rnd = random.Random(seed)
+    out = []
+    for i in range(cases):
+        n = 512 * rnd.randint(1, (1 << 24) // 512)
+        rows = max(1, min(rnd.randint(1, 64), max_numel // n))
+        scale, offset = 10 ** rnd.uniform(-3, 3), rnd.choice((0.0, 1.0, -50.0, 1e3))
+        eps = 10 ** rnd.uniform(-7, -1)
+        g = torch.Generator(device="cuda").manual_seed(rnd.randrange(1 << 31))
+        draw = torch.randn if rnd.random() < 0.5 else torch.rand
+        x = draw((rows, n), device="cuda", generator=g) * scale + offset
+        w, b = torch.randn(n, device="cuda", generator=g), torch.randn(n, device="cuda", generator=g)
+        case = {"rows": rows, "n": n, "scale": scale, "offset": offset, "eps": eps, "draw": draw.__name__}
+        r = compare_to_native(parallel_stats.chain_candidate, x, w, b, eps, case)
+        out.append({**case, "identical": r["identical"]})
+        del x, w, b
+    return {"seed": seed, "cases": out}
+
+
+def chain_timing(rounds: int = 35) -> dict:
+    """notebook 07's timing study at L1/40 (protocol A: graph replay) on this process's device: native, the post's
+    design (reference order), split statistics, Inductor and the chain (the ring under the override)."""
+    from labkit.studies import parallel_stats
+
+    return parallel_stats.timing_study([L1_40], "full", rounds)
+
+
+def run_chain(session_run, rounds: int = 35, log=None) -> None:
+    """The chain's records under the override: its bits at L1/40 (notebook 01's matrix), the drawn matrix, and its
+    time beside the post's design and torch's kernel (the same GPU's sm_90 chain comes from the script's second
+    process: `chain_timing_native`)."""
+    from labkit.studies import parallel_stats
+
+    log = log or (lambda line: None)
+    t0 = time.perf_counter()
+    session_run.write("chain_bits", parallel_stats.bit_identity(L1_40, CHAIN_SEEDS))
+    log(f"[override] chain bits at L1/40: {time.perf_counter() - t0:.0f} s")
+    session_run.write("chain_matrix", chain_matrix())
+    log(f"[override] chain matrix: {time.perf_counter() - t0:.0f} s")
+    session_run.write("chain_timing", chain_timing(rounds))
+    log(f"[override] chain timing: {time.perf_counter() - t0:.0f} s")
+
+
 def run(session_run, fuzz_cases: int = 2000, training_cases: int = 2000, budget_s: float = 90.0, log=None) -> dict:
     """Every record of the override run into `session_run` (a labkit.records.run.Run); returns the summary."""
     from labkit.studies import reliability as rel
@@ -65,6 +127,7 @@ def run(session_run, fuzz_cases: int = 2000, training_cases: int = 2000, budget_
     session_run.write("device", device_record())
     session_run.write("served_before_tune", served())
     log(f"[override] served before tune: {time.perf_counter() - t0:.0f} s")
+    run_chain(session_run, log=log)
     fz = rel.fuzz(fuzz_cases, seed=25, time_budget_s=budget_s, max_random_numel=1 << 24)
     session_run.write("fuzz", fz)
     log(f"[override] fuzz {rel.fuzz_counts(fz)}: {time.perf_counter() - t0:.0f} s")
@@ -150,7 +213,7 @@ def verdict_lines(session) -> list[str]:
     return [f"{dev['label']}: kernels as {dev['target']} PTX JIT-compiled by the driver, tensor maps "
             f"{'on' if dev['tensor_maps'] else 'off'}, {dev['smem_optin_bytes'] // 1024} KiB of shared memory per block "
             f"({session.source})",
-            f"paths planned there: {', '.join(sorted(offered))} (the chain needs sm_90); backward schedules "
+            f"paths planned there: {', '.join(sorted(offered))}; backward schedules "
             f"{', '.join(sorted({p for o in dev['offered'] for p in o['backward']}))}",
             _tests_line(session),
             f"forward fuzz: {fz['cases']} cases, {fz['checks']} path checks, {fz['mismatches']} mismatch(es) against "
@@ -163,3 +226,99 @@ def verdict_lines(session) -> list[str]:
             f"served {len(ours)} of {len(after)} shapes, with torch's bits in y and all three gradients at "
             f"{sum(all(r['bits'].values()) for r in after)} of {len(after)}",
             f"the rule's source after the tune: {_short_source(after[0]['rule_source']) if after else 'n/a'}"]
+
+
+# --- the chain below sm_90, read back (notebook 07) ----------------------------------------------------------------
+
+CHAIN_METHODS = {"native": "torch's kernel", "reference_order": "the post's design (reference order)",
+                 "chain": "the chain"}
+
+
+def _medians(timing_record: dict | None) -> dict:
+    """{method: (median, q25, q75) ms} at L1/40 under protocol A (graph replay), random affine."""
+    from labkit.studies.timing import l1_40_case
+
+    case = l1_40_case(timing_record) if timing_record else None
+    stats = ((case or {}).get("timing") or {}).get("A", {}).get("stats", {})
+    return {m: (s["median_ms"], s["q25_ms"], s["q75_ms"]) for m, s in stats.items()}
+
+
+def _paired(timing_record: dict | None, num: str, den: str) -> float | None:
+    from labkit.studies.timing import l1_40_case, paired
+
+    return paired(l1_40_case(timing_record), "A", num, den) if timing_record else None
+
+
+def chain_rows(session) -> list[dict]:
+    """L1/40 under graph replay on one GPU: each method as compute_80 PTX (the chain then fed by its cp.async ring)
+    and as the GPU's own sm_90 code (the chain fed by tensor maps), medians with quartiles."""
+    under, native = _medians(session.record("chain_timing")), _medians(session.record("chain_timing_native"))
+    if not under:
+        return [{"override run": f"{session.source}: no chain records (made before the chain ran below sm_90)"}]
+
+    def cell(t):
+        return f"{t[0]:.3f} ({t[1]:.3f}-{t[2]:.3f})" if t else "—"
+
+    return [{"method": label, "as compute_80, ms (q25-q75)": cell(under.get(m)),
+             "as sm_90, ms (q25-q75)": cell(native.get(m)),
+             "compute_80 / sm_90": f"{under[m][0] / native[m][0]:.2f}x" if m in under and m in native else "—"}
+            for m, label in CHAIN_METHODS.items()]
+
+
+def estimates(cycles_per_push: float, shape=L1_40) -> list[dict]:
+    """What the chain would take at `shape` on ESTIMATED's GPUs, from two floors: the statistics pass is the longer
+    of the dependent pushes (torch's chains: 4 * N / 512 pushes each at `cycles_per_push`, measured on the H200,
+    in waves of SMs) and reading x once at the GPU's DRAM bandwidth; the output pass reads x and writes y at that
+    bandwidth. An estimate: neither GPU was measured."""
+    import math
+
+    rows, n = shape[0], math.prod(shape[1:])
+    pushes, x_bytes = 4 * n // 512, 4 * rows * n
+    out = []
+    for gpu, (sms, gbps, ghz) in ESTIMATED.items():
+        waves = -(-4 * rows // sms)
+        chain_ms = waves * pushes * cycles_per_push / (ghz * 1e6)
+        stats_ms = max(chain_ms, x_bytes / gbps / 1e6)
+        output_ms = 2 * x_bytes / gbps / 1e6
+        out.append({"GPU (estimate)": gpu, "push chain floor, ms": round(chain_ms, 3),
+                    "x read once, ms": round(x_bytes / gbps / 1e6, 3), "output pass floor, ms": round(output_ms, 3),
+                    "chain, ms (estimate)": round(stats_ms + output_ms, 3)})
+    return out
+
+
+def chain_lines(session, cycles_per_push: float | None) -> list[str]:
+    """The chain below sm_90, generated from the override run's records (and the H200's own push floor for the
+    estimates)."""
+    from labkit.records.check import identical_count
+
+    bits, matrix = session.record("chain_bits"), session.record("chain_matrix")
+    under, native = _medians(session.record("chain_timing")), _medians(session.record("chain_timing_native"))
+    if not (bits and under):
+        return [f"the chain below sm_90: {session.source} has no chain records"]
+    dev = session.record("device") or {}
+    k, n = identical_count(bits.get("cases", []))
+    cases = (matrix or {}).get("cases", [])
+    lines = [f"{dev.get('label', 'the GPU')}: the chain's statistics fed by a cp.async ring (no tensor maps, no bulk "
+             f"copies), the same consumer and push order as the sm_90 kernel ({session.source})",
+             f"bits at L1/40, the chain forced: {k}/{n} cases identical to torch.native_layer_norm (output, mean, rstd "
+             f"as int32 views; 3 seeds x 2 affines x 5 distributions)"]
+    if cases:
+        lines.append(f"drawn matrix (seed {matrix['seed']}: rows 1-64, N up to 2^24, scales 1e-3..1e3, offsets, eps "
+                     f"1e-7..1e-1): {sum(c['identical'] for c in cases)}/{len(cases)} identical")
+    ring_vs_ref = _paired(session.record("chain_timing"), "reference_order", "chain")
+    ring_vs_torch = _paired(session.record("chain_timing"), "native", "chain")
+    if ring_vs_ref and ring_vs_torch:
+        lines.append(f"graph replay at L1/40, as compute_80: the chain {under['chain'][0]:.3f} ms, "
+                     f"{ring_vs_ref:.1f}x faster than the post's design and {ring_vs_torch:.1f}x faster than torch's "
+                     f"kernel (paired medians, one process)")
+    if "chain" in native:
+        r = under["chain"][0] / native["chain"][0]
+        lines.append(f"against the same GPU's sm_90 chain ({native['chain'][0]:.3f} ms, tensor maps): {r:.2f}x its "
+                     f"time (ratio of medians, two processes of one run; goal <= 1.3x: "
+                     f"{'met' if r <= 1.3 else 'missed'})")
+    if cycles_per_push:
+        lines.append(f"estimates from the floors ({cycles_per_push:.1f} cycles per push as measured on the H200, each "
+                     f"GPU's DRAM bandwidth and boost clock; not measured): " + "; ".join(
+                         f"{e['GPU (estimate)']} about {e['chain, ms (estimate)']:.2f} ms" for e in estimates(
+                             cycles_per_push)))
+    return lines

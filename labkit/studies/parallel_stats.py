@@ -17,7 +17,7 @@ from labkit.tasks import EXTRA_SHAPES, L1_40, shape_key
 # points at; the probe itself: docs/decisions.md#chain).
 CHAIN_LOG = REPO_ROOT / "data" / "probes" / "chain"
 # What notebook 07 measures needs (labkit.records.session.RunSession.open): on an older GPU it replays the H200 run.
-NEEDS_ARCH = 90  # labkit.ops.chain.MIN_ARCH (not imported here: the study reads no op at import)
+NEEDS_ARCH = 90  # labkit.ops.chain.BULK_ARCH: the stage breakdown times the tma kernel (the study reads no op at import)
 NEEDS = "the chain kernels' bulk copies, mbarrier transaction counts and tensor maps (sm_90 and later)"
 # The methods timed beside the chain kernel: native, the post's design, split statistics and Inductor.
 TIMED_METHODS = ("native", "reference_order", "split_interleaved", "inductor", "chain")
@@ -147,10 +147,11 @@ def stage_breakdown(shape=L1_40, rounds: int = 35, seed: int = 0, eps: float = 1
 
 
 def chain_candidate(x, w, b, eps):
-    """The chain kernel as a bit-identity candidate: output, mean and rstd."""
-    from labkit.ops.chain import chain_layer_norm
+    """The chain kernel as a bit-identity candidate: output, mean and rstd (the chain schedule forced: the dispatch
+    rule may prefer rows_fused where no table says otherwise, e.g. under the arch override before `labkit tune`)."""
+    from labkit.ops.chain import ChainSettings, chain_layer_norm
 
-    return chain_layer_norm(x, w, b, eps, return_stats=True)
+    return chain_layer_norm(x, w, b, eps, return_stats=True, settings=ChainSettings("chain"))
 
 
 def bit_identity(shape, seeds, device="cuda") -> dict:

@@ -174,7 +174,7 @@ def pickable_paths(arch: int, sm_count: int) -> tuple[str, ...]:
 
 def pickable_kernels(arch: int, sm_count: int) -> tuple[str, ...]:
     """The kernels/*.cu files the rule may launch on a device (what must compile for it)."""
-    return tuple(k for p in pickable_paths(arch, sm_count) for k in paths.kernels(p))
+    return tuple(k for p in pickable_paths(arch, sm_count) for k in paths.kernels(p, arch))
 
 
 BACKWARD_PATHS = ("chain", "rows", "split")  # labkit.ops.backward's schedules, each a path the backward rule weighs

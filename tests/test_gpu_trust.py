@@ -108,3 +108,17 @@ def test_enable_settles_the_gate_before_standing_in_front_of_torch(fresh, monkey
         assert "chain" in names and "vectorized_layer_norm_kernel" not in names, names
     finally:
         aten.disable()
+
+
+def test_the_gate_study_records_each_situation(fresh):
+    """Notebook 08's record of the gate (labkit.studies.dropin_bits.trust_gate): what each situation served."""
+    from labkit.studies import dropin_bits
+
+    rec = dropin_bits.trust_gate("cuda")
+    assert rec["verified"]["trust"].startswith("verified by committed run") and rec["verified"]["canary_cases"] is None
+    assert rec["unverified"]["canary_cases"] >= 20 and "canary at first use passed" in rec["unverified"]["trust"]
+    assert rec["planted"]["path"] == "native" and len(rec["planted"]["warnings"]) == 1
+    assert "failed (forward path" in rec["planted"]["warnings"][0]
+    assert rec["capture"]["captured"] == "torch's kernel" and not rec["capture"]["checked_under_capture"]
+    assert rec["capture"]["canary_cases"] >= 20 and rec["capture"]["path"] != "native"
+    assert len(dropin_bits.trust_gate_rows(rec)) == 4

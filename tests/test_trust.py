@@ -220,3 +220,15 @@ def test_a_postponed_check_is_said_once(fresh, monkeypatch, caplog):
         trust.verdict(0)
         trust.verdict(0)
     assert caplog.text.count("is postponed") == 1 and calls == []
+
+
+def test_the_gate_study_is_gpu_only_and_its_table_reads_each_situation():
+    from labkit.studies import dropin_bits
+
+    assert dropin_bits.trust_gate("cpu") is None and dropin_bits.trust_gate_rows(None) == []
+    r = {"path": "chain", "trust": "the canary at first use passed: 9 cases identical", "seconds_to_first_plan": 1.5,
+         "canary_cases": 9, "canary_seconds": 1.25, "warnings": []}
+    rows = dropin_bits.trust_gate_rows({"unverified": r, "planted": {**r, "path": "native", "warnings": [
+        "labkit: our kernels do not serve on this install: the canary at first use failed (forward path chain)"]}})
+    assert rows[0]["served"] == "ours (chain)" and rows[0]["check"] == "9 cases in 1.25 s" and rows[0]["warned"] == "no"
+    assert rows[1]["served"] == "torch's kernel" and rows[1]["warned"].startswith("the canary at first use failed")

@@ -300,6 +300,92 @@ def trust_canary(device: str) -> dict | None:
     return trust.verify(torch.cuda.current_device(), again=True)
 
 
+def trust_gate(device: str) -> dict | None:
+    """The gate's behaviour on this GPU, each case from a clean slate (no verdict in the process, an empty verdict
+    cache) at the chain shape (16 x 2^20): a verified key (this key listed in the table: no check runs), an
+    unverified key (the canary runs at the first call: its cases and seconds), a failing check (torch's reference
+    made one ulp off in y, as a release that moved its bits would be: torch's kernel serves and one warning names
+    the mismatch), and a first call under CUDA graph capture (the check is postponed: torch's kernel is captured;
+    after capture the check runs and ours serve). Keys other than this install's are made by suffixing its torch
+    version, so nothing here is kept in the user's cache. None without a GPU."""
+    if device != "cuda":
+        return None
+    import dataclasses
+    import tempfile
+    import time
+    import warnings
+    from unittest import mock
+
+    import torch
+
+    import labkit
+    from labkit.core.environ import scoped_environ
+    from labkit.ops import trust, trust_verified
+    from labkit.ops.dropin import plan
+
+    index = torch.cuda.current_device()
+    x = torch.randn(16, 1 << 20, device="cuda")
+    ns = (1 << 20,)
+    real_key, real_ln = trust.key(index), torch.native_layer_norm
+
+    def case(suffix: str, verified_rows=(), reference=real_ln, capture: bool = False) -> dict:
+        k = dataclasses.replace(real_key, torch=real_key.torch + suffix)
+        with tempfile.TemporaryDirectory() as tmp, scoped_environ(LABKIT_TRUST_DIR=tmp), \
+                mock.patch.object(trust, "key", lambda i: k), \
+                mock.patch.object(trust_verified, "VERIFIED", tuple(verified_rows)), \
+                mock.patch.object(torch, "native_layer_norm", reference), warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            trust.forget()
+            trust._warned.clear()
+            plan.clear()
+            start = time.perf_counter()
+            if capture:
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+                    labkit.layer_norm(x, ns)
+                graph.replay()
+                torch.cuda.synchronize()
+                under = {"checked_under_capture": trust.cached(k) is not None,
+                         "captured": "torch's kernel" if trust.cached(k) is None else "ours"}
+            else:
+                under = {}
+            explained = labkit.explain(x, ns)
+            seconds = time.perf_counter() - start
+            kept = trust.cached(k)
+        trust.forget()
+        plan.clear()
+        return {"key_digest": k.digest(), **under, "path": explained["path"], "trust": explained["trust"],
+                "seconds_to_first_plan": round(seconds, 3), "canary_cases": (kept or {}).get("cases"),
+                "canary_seconds": (kept or {}).get("seconds"),
+                "warnings": [str(w.message) for w in said if issubclass(w.category, RuntimeWarning)]}
+
+    def planted(x, normalized_shape, weight, bias, eps):  # torch's y one ulp away, as a moved release would give it
+        y, mean, rstd = real_ln(x, normalized_shape, weight, bias, eps)
+        return y.view(torch.int32).add(1).view(torch.float32), mean, rstd
+
+    listed = dataclasses.replace(real_key, torch=real_key.torch + "+listed")
+    row = {**dataclasses.asdict(listed), "run": "this run (listed for the demonstration)"}
+    return {"verified": case("+listed", verified_rows=(row,)), "unverified": case("+unverified"),
+            "planted": case("+planted", reference=planted), "capture": case("+capture", capture=True)}
+
+
+def trust_gate_rows(rec: dict | None) -> list[dict]:
+    """One row per situation: what served at the chain shape, the trust source as explain says it, the check's
+    cost, and what the user was told."""
+    if not rec:
+        return []
+    what = {"verified": "a verified key", "unverified": "an unverified key (first call)",
+            "planted": "a failing check (planted one-ulp change)", "capture": "first call under graph capture"}
+    return [{"situation": what[name], "served": "ours (" + r["path"] + ")" if r["path"] != "native" else
+             "torch's kernel", "under capture": r.get("captured", "—"), "trust source": r["trust"],
+             "check": f"{r['canary_cases']} cases in {r['canary_seconds']:.2f} s" if r["canary_cases"] else "none",
+             "first plan, s": r["seconds_to_first_plan"],
+             "warned": "; ".join(w.split(": ", 1)[-1][:90] for w in r["warnings"]) or "no"}
+            for name, r in rec.items()]
+
+
 def canary_rows(rec: dict | None) -> list[dict]:
     """The check as a table: the key (what decides our kernels' bits besides the input) and the verdict."""
     if not rec:

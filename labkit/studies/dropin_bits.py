@@ -382,7 +382,8 @@ def trust_gate_rows(rec: dict | None) -> list[dict]:
              "torch's kernel", "under capture": r.get("captured", "—"), "trust source": r["trust"],
              "check": f"{r['canary_cases']} cases in {r['canary_seconds']:.2f} s" if r["canary_cases"] else "none",
              "first plan, s": r["seconds_to_first_plan"],
-             "warned": "; ".join(w.split(": ", 1)[-1][:90] for w in r["warnings"]) or "no"}
+             "warned": "; ".join(w.removeprefix("labkit: our kernels do not serve on this install: ")[:120]
+                                 for w in r["warnings"]) or "no"}
             for name, r in rec.items()]
 
 

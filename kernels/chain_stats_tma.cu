@@ -195,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(64) chain_stats_ring(
             }
 #else
 #if CHAIN_VARIANT == 0
-            mbar_arrive(&full[slot]);  // lane 0 too: here no expect_tx arrival stands for it
+            if (lane == 0) mbar_arrive(&full[slot]);  // lane 0's too: here no expect_tx arrival stands for it
 #endif
             ring_copy_stage(ring + slot * kStageBytes, x, n, w, row, st, steps, lane, &full[slot]);
 #endif

@@ -36,8 +36,8 @@ def test_warmup_compiles_cold_then_finds_the_cache(tmp_path, monkeypatch, caplog
     monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
     caplog.set_level(logging.INFO, logger="labkit")
     cold = labkit.warmup(arch="sm_80", progress=False)
-    assert set(cold.compiled) | set(cold.refused) == set(wu._arch_kernels("sm_80")) and not cold.cached
-    assert set(cold.refused) == {"grad_chain_sums"}  # tensor maps: sm_90 (the backward's chain schedule)
+    assert set(cold.compiled) == set(wu._arch_kernels("sm_80")) and not cold.cached
+    assert not cold.refused  # the backward's chain sums too (a cp.async ring below sm_90)
     assert sorted(line.split(" in ")[0] for line in _compiled_lines(caplog)) == \
         sorted(f"NVRTC compiled {k} for sm_80" for k in cold.compiled)
     assert cold.host == "unavailable: turned off (LABKIT_HOST=0)" and cold.device is None

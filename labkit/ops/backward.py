@@ -270,6 +270,13 @@ def chain_stages(device: Device) -> int:
     return fit if fit >= CHAIN_MIN_RING else 0
 
 
+def chain_options(device: Device) -> tuple[str, ...]:
+    """grad_chain_sums' compile options on `device`, as its launches pass them: the ring's depth where it is not
+    GRAD_STAGES' default."""
+    stages = chain_stages(device)
+    return () if stages in (0, CHAIN_STAGES) else (f"-DGRAD_STAGES={stages}",)
+
+
 def chain_function(split: int, device: Device) -> str:
     """grad_chain_sums.cu's entry point for a split on `device`: one warp pushing both sums at S = 1, a warp per sum
     (each instruction doing S steps' products) above (why: that file); fed by tensor maps on sm_90, by the cp.async
@@ -326,9 +333,8 @@ def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: s
             raise ValueError(f"the chain schedule needs {least + CHAIN_STATIC_SMEM} bytes of shared memory per "
                              f"block, the device allows {device.smem_optin_bytes}")
         split = chain_split(rows, n, device)
-        options = () if stages == CHAIN_STAGES else (f"-DGRAD_STAGES={stages}",)
         sums = Kernel("grad_chain_sums", chain_function(split, device), (4 * split, rows), (CHAIN_THREADS[split],),
-                      stages * CHAIN_STAGE_BYTES, options)
+                      stages * CHAIN_STAGE_BYTES, chain_options(device))
         geometry = None
         if device.tensor_maps:
             seg = 512 // split  # bytes of one block's chains in one step

@@ -1,7 +1,15 @@
 // The two row sums of torch's LayerNorm dX for few, long rows: torch's 128 per-thread chains of a row spread over
-// 4 * S blocks (32 / S chains each), fed by tensor-map copies of x, dy and gamma, then torch's WarpReduceSum and
-// BlockReduceSum order over all 128 chains in the row's last block. Entry points: grad_chain_sums_s1 (32 chains a
-// block, one warp pushing both sums) and grad_chain_sums_split2/4/8 (a warp per sum: below).
+// 4 * S blocks (32 / S chains each), fed by tensor-map copies of x, dy and gamma (sm_90) or by a cp.async ring
+// (sm_80-89, which have no tensor maps), then torch's WarpReduceSum and BlockReduceSum order over all 128 chains in
+// the row's last block. Entry points: grad_chain_sums_s1 (32 chains a block, one warp pushing both sums) and
+// grad_chain_sums_split2/4/8 (a warp per sum: below); below sm_90 grad_chain_sums_ring_s1 and
+// grad_chain_sums_ring_split2/4/8.
+//
+// Below sm_90: the same ring layout, consumers and reductions; each producer lane copies 16 bytes at a time with
+// cp.async exactly what the tensor copies' boxes land (zeros for steps past the row's end), and a stage's barrier
+// completes once every lane's copies have landed. The order of the pushes, hence the bits, does not depend on how the
+// ring is filled. The ring is GRAD_STAGES deep, fewer stages where the device's shared memory holds fewer (the host
+// chooses: labkit.ops.backward.chain_stages).
 //
 // Why S: with up to 16 rows, four blocks per row leave SMs idle and give each SM 32 chains' bytes; S = 2 puts a
 // warp's chains on two SMs (adjacent columns: each copy row is 256 contiguous bytes). Measured on the H200 at
@@ -21,14 +29,31 @@
 #include "async_copy.cuh"
 #include "grad_ln.cuh"
 
+#ifndef GRAD_STAGES
+#define GRAD_STAGES 4  // ring depth: 192 KiB of shared memory per block
+#endif
+// Two at least: the consumers read the next slot's first steps before releasing the current one.
+static_assert(GRAD_STAGES >= 2, "the ring needs two stages");
+
+// GRAD_FULL_ARRIVALS: the arrivals that complete a full[] phase. (Macros, not constants: NVRTC emits every named
+// constant into the PTX, and the sm_90 cubins stay those the committed runs measured.)
+#if __CUDA_ARCH__ >= 900
+#define GRAD_TMA 1
+#define GRAD_FULL_ARRIVALS 1  // the producer's expect_tx arrive, then the copies' bytes
+#else
+#define GRAD_TMA 0
+#define GRAD_FULL_ARRIVALS 32  // every producer lane, once its copies have landed
+#endif
+
 namespace {
-// Steps per stage and ring depth per split: every split keeps 4 stages of 48 KiB or more in flight (192 KiB of
-// shared memory per block); a stage is one tensor copy of kSteps x (512 / S) bytes per array (x, dy, gamma).
+// Steps per stage and ring depth per split: every split keeps GRAD_STAGES stages of 48 KiB in flight (192 KiB of
+// shared memory per block by default); a stage is one tensor copy of kSteps x (512 / S) bytes per array (x, dy,
+// gamma).
 template <int S>
 struct GradGeometry {
     static constexpr int kChains = 32 / S;                  // chains (lanes that push) per block
     static constexpr int kSteps = 32 * S;
-    static constexpr int kStages = 4;
+    static constexpr int kStages = GRAD_STAGES;
     static constexpr int kArrayBytes = kSteps * 512 / S;
     static constexpr int kStageBytes = 3 * kArrayBytes;
     static constexpr int kAhead = 4;  // steps read from shared memory ahead of the one being accumulated
@@ -80,6 +105,7 @@ __device__ __forceinline__ void grad_stage(float& s1, float& s2, float4 (&qx)[Gr
     }
 }
 
+#if GRAD_TMA
 // The producer (lane 0 of a warp): stage st's x, dy and gamma into ring slot st % kStages once the consumers have
 // released it. A partial last stage still lands whole: the maps' step dimension ends there, and TMA fills
 // out-of-range steps with zeros and counts their bytes. After the last stage it completes the next slot's barrier
@@ -103,6 +129,49 @@ __device__ __forceinline__ void produce_stages(unsigned char* ring, unsigned lon
         mbar_arrive(&full[stages % G::kStages]);
     }
 }
+#else
+// sm_80: one lane's share of what a tensor copy of stage st lands for one array: the box is kSteps rows of the
+// segment's 512 / S bytes (row k: step st * kSteps + k, from `src`, the segment's first float of step 0), 16 bytes
+// f = 32 i + lane of it; zeros for steps past the row's last, as the map fills out-of-range steps.
+template <int S>
+__device__ __forceinline__ void ring_copy(unsigned char* dst, const float* src, int st, int steps, int lane) {
+    using G = GradGeometry<S>;
+    constexpr int C = G::kChains;  // 16-byte pieces of a step's segment
+#pragma unroll 4
+    for (int f = lane; f < G::kArrayBytes / 16; f += 32) {
+        const int step = st * G::kSteps + f / C;
+        const bool real = step < steps;
+        cp_async16(dst + 16 * f, src + (size_t)512 * (real ? step : 0) + 4 * (f % C), real ? 16u : 0u);
+    }
+}
+
+// sm_80: the producer (a whole warp): stage st's x, dy and gamma into ring slot st % kStages once the consumers
+// have released it, in the layout the tensor copies give, each lane arriving on the slot's barrier once its copies
+// have landed. After the last stage every lane completes the next slot's barrier without data: the consumers wait
+// on it unconditionally.
+template <int S>
+__device__ __forceinline__ void produce_stages(unsigned char* ring, unsigned long long* full, unsigned long long* empty,
+                                               const float* __restrict__ x, const float* __restrict__ dy,
+                                               const float* __restrict__ g, int n, int seg, int row, int stages,
+                                               int lane) {
+    using G = GradGeometry<S>;
+    const int steps = n / 512;
+    const size_t at = (size_t)row * n + seg * (128 / S);  // the segment's first float of step 0
+    for (int st = 0; st < stages; ++st) {
+        const int slot = st % G::kStages;
+        mbar_wait(&empty[slot], ((st / G::kStages) & 1) ^ 1);
+        unsigned char* dst = ring + slot * G::kStageBytes;
+        ring_copy<S>(dst, x + at, st, steps, lane);
+        ring_copy<S>(dst + G::kArrayBytes, dy + at, st, steps, lane);
+        ring_copy<S>(dst + 2 * G::kArrayBytes, g + seg * (128 / S), st, steps, lane);
+        cp_async_arrive(&full[slot]);
+    }
+    if (stages > 0) {
+        mbar_wait(&empty[stages % G::kStages], ((stages / G::kStages) & 1) ^ 1);
+        mbar_arrive(&full[stages % G::kStages]);
+    }
+}
+#endif
 
 // One warp, after its block's chain sums are in `sums` ([128 chains][2] of the row) and fenced: count the block
 // in; the row's last block (of `blocks`) gives lane l of its warp chain 32 * w + l of each warp w, so grad_warp_sum
@@ -132,9 +201,15 @@ __device__ __forceinline__ void row_sums_tail(float* sums, unsigned* row_done, f
 // produces). Dynamic shared memory: kStages * kStageBytes.
 template <int S>
 __device__ __forceinline__ void grad_chain_sums(
+#if GRAD_TMA
     const TensorMap128& x_map,   // x as [rows][steps][4 S segments][128 / S floats], innermost first
     const TensorMap128& dy_map,  // dy, the same layout
     const TensorMap128& g_map,   // gamma as one such row (ones when the forward had no weight)
+#else
+    const float* __restrict__ x,   // [rows, n], 16-byte aligned
+    const float* __restrict__ dy,  // [rows, n], 16-byte aligned
+    const float* __restrict__ g,   // gamma [n], 16-byte aligned (ones when the forward had no weight)
+#endif
     const float* __restrict__ mean,     // [rows]
     const float* __restrict__ rstd,     // [rows]
     float* __restrict__ chain_sums,     // [rows, 128, 2] scratch: each chain's two sums
@@ -155,7 +230,7 @@ __device__ __forceinline__ void grad_chain_sums(
 
     if (threadIdx.x == 0) {
         for (int i = 0; i < kStages; ++i) {
-            mbar_init(&full[i], 1);    // the producer's expect_tx arrive, then the copies' bytes
+            mbar_init(&full[i], GRAD_FULL_ARRIVALS);
             mbar_init(&empty[i], 32);  // the consumer warp's lanes, each after its own reads
         }
         mbar_init_fence();
@@ -163,7 +238,11 @@ __device__ __forceinline__ void grad_chain_sums(
     __syncthreads();
 
     if (threadIdx.x >= 32) {
+#if GRAD_TMA
         if (lane == 0) produce_stages<S>(ring, full, empty, x_map, dy_map, g_map, seg, row, stages);
+#else
+        produce_stages<S>(ring, full, empty, x, dy, g, n, seg, row, stages, lane);
+#endif
         return;
     }
 
@@ -499,9 +578,15 @@ __device__ __forceinline__ float split_sums(const unsigned char* ring, unsigned 
 // (warp 0 pushes s1, warp 1 s2, warp 2 produces). Dynamic shared memory: kStages * kStageBytes.
 template <int S>
 __device__ __forceinline__ void grad_chain_sums_split(
+#if GRAD_TMA
     const TensorMap128& x_map,  // as grad_chain_sums<S>'s
     const TensorMap128& dy_map,
     const TensorMap128& g_map,
+#else
+    const float* __restrict__ x,  // as grad_chain_sums<S>'s
+    const float* __restrict__ dy,
+    const float* __restrict__ g,
+#endif
     const float* __restrict__ mean,   // [rows]
     const float* __restrict__ rstd,   // [rows]
     float* __restrict__ chain_sums,   // [rows, 128, 2] scratch: each chain's two sums
@@ -522,7 +607,7 @@ __device__ __forceinline__ void grad_chain_sums_split(
 
     if (threadIdx.x == 0) {
         for (int i = 0; i < G::kStages; ++i) {
-            mbar_init(&full[i], 1);
+            mbar_init(&full[i], GRAD_FULL_ARRIVALS);
             mbar_init(&empty[i], 64);  // both consumer warps' lanes
         }
         mbar_init_fence();
@@ -530,7 +615,11 @@ __device__ __forceinline__ void grad_chain_sums_split(
     __syncthreads();
 
     if (warp == 2) {  // the producer
+#if GRAD_TMA
         if (lane == 0) produce_stages<S>(ring, full, empty, x_map, dy_map, g_map, seg, row, stages);
+#else
+        produce_stages<S>(ring, full, empty, x, dy, g, n, seg, row, stages, lane);
+#endif
         return;
     }
 
@@ -547,16 +636,27 @@ __device__ __forceinline__ void grad_chain_sums_split(
     row_sums_tail(sums, row_done, s1_out, s2_out, row, lane, 4u * S);
 }
 
-// The entry points: `kernel`'s template at split S as extern "C" `name`, with `threads` per block.
-#define GRAD_CHAIN_SUMS_ENTRY(name, kernel, S, threads)                                                            \
-    extern "C" __global__ void __launch_bounds__(threads) name(                                                    \
+// The entry points: `kernel`'s template at split S as extern "C" grad_chain_sums_<suffix> (sm_90, fed by tensor maps)
+// or grad_chain_sums_ring_<suffix> (below sm_90, fed by pointers), with `threads` per block.
+#if GRAD_TMA
+#define GRAD_CHAIN_SUMS_ENTRY(suffix, kernel, S, threads)                                                          \
+    extern "C" __global__ void __launch_bounds__(threads) grad_chain_sums_##suffix(                               \
         const __grid_constant__ TensorMap128 x_map, const __grid_constant__ TensorMap128 dy_map,                  \
         const __grid_constant__ TensorMap128 g_map, const float* __restrict__ mean,                               \
         const float* __restrict__ rstd, float* __restrict__ chain_sums, unsigned* __restrict__ row_done,          \
         float* __restrict__ s1_out, float* __restrict__ s2_out, int n) {                                          \
         kernel<S>(x_map, dy_map, g_map, mean, rstd, chain_sums, row_done, s1_out, s2_out, n);                     \
     }
-GRAD_CHAIN_SUMS_ENTRY(grad_chain_sums_split2, grad_chain_sums_split, 2, 96)
-GRAD_CHAIN_SUMS_ENTRY(grad_chain_sums_split4, grad_chain_sums_split, 4, 96)
-GRAD_CHAIN_SUMS_ENTRY(grad_chain_sums_split8, grad_chain_sums_split, 8, 96)
-GRAD_CHAIN_SUMS_ENTRY(grad_chain_sums_s1, grad_chain_sums, 1, 64)
+#else
+#define GRAD_CHAIN_SUMS_ENTRY(suffix, kernel, S, threads)                                                          \
+    extern "C" __global__ void __launch_bounds__(threads) grad_chain_sums_ring_##suffix(                          \
+        const float* __restrict__ x, const float* __restrict__ dy, const float* __restrict__ g,                   \
+        const float* __restrict__ mean, const float* __restrict__ rstd, float* __restrict__ chain_sums,           \
+        unsigned* __restrict__ row_done, float* __restrict__ s1_out, float* __restrict__ s2_out, int n) {         \
+        kernel<S>(x, dy, g, mean, rstd, chain_sums, row_done, s1_out, s2_out, n);                                 \
+    }
+#endif
+GRAD_CHAIN_SUMS_ENTRY(split2, grad_chain_sums_split, 2, 96)
+GRAD_CHAIN_SUMS_ENTRY(split4, grad_chain_sums_split, 4, 96)
+GRAD_CHAIN_SUMS_ENTRY(split8, grad_chain_sums_split, 8, 96)
+GRAD_CHAIN_SUMS_ENTRY(s1, grad_chain_sums, 1, 64)

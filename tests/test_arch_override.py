@@ -1,7 +1,7 @@
 """The arch override (LABKIT_ARCH=compute_XY, issue 25 item 4) on the CPU: it only goes down to an arch whose limits
 are known, it takes tensor maps away and caps shared memory at that arch's, kernels compile to PTX for it (cached
-apart from cubins), and the paths' launches then offer exactly the portable paths. Its run on the H200 is the GPU
-part."""
+apart from cubins), and the paths' launches then offer exactly the portable paths (the backward's chain schedule
+among them: its cp.async ring). Its run on the H200 is the GPU part."""
 import pytest
 
 from labkit.core import compile as kc
@@ -57,7 +57,8 @@ def test_under_the_override_the_plans_offer_the_portable_paths_only():
                     | ({"rows_counted_block"} if n <= rows_counted_block.MAX_N else set())
                     | ({"chain"} if n % 512 == 0 else set()))
         assert set(paths.candidates(rows, n, d)) == portable
-        assert {"rows", "split"} <= set(backward.candidates(rows, n, d))
+        # the backward's chain sums on their cp.async ring where N % 512 == 0
+        assert set(backward.candidates(rows, n, d)) == {"rows", "split"} | ({"chain"} if n % 512 == 0 else set())
     assert chain.launches(16, 1 << 22, d).stats.function == "chain_stats_ring"
     assert "chain" in paths.candidates(16, 1 << 22, H200) and "chain" in backward.candidates(16, 1 << 22, H200)
 

@@ -163,11 +163,26 @@ def test_backward_kernels_compile_where_their_plans_allow(arch, cache_dir):
 
     for k in ("grad_row_sums", "grad_rows_fused", "grad_columns", "grad_columns_tiled"):
         assert compile_kernel(k, arch).record.arch == arch
-    if arch == "sm_90":
-        compile_kernel("grad_chain_sums", arch)
-    else:
-        with pytest.raises(Exception, match="NVRTC"):  # why the chain schedule's launches need tensor maps (sm_90)
-            compile_kernel("grad_chain_sums", arch)
+
+
+@pytest.mark.parametrize("arch", [80, 86, 89, 90])
+@pytest.mark.slow
+def test_the_chain_sums_compile_with_the_entry_points_and_ring_the_launches_name(arch, cache_dir):
+    """grad_chain_sums for every arch the backward is built for, with the options its launches pass there (the
+    ring's depth below sm_90): the four entry points the launches name (tensor-map ones on sm_90, the cp.async
+    ring's below), whose static shared memory fits beside the ring (below sm_90 within CHAIN_STATIC_SMEM, which
+    `chain_stages` counts on)."""
+    from labkit.core.compile import compile_kernel
+    from labkit.core.device import ARCH_SMEM_OPTIN, Device
+    from labkit.ops import backward
+    from labkit.sass.elf import resource_usage
+
+    dev = Device(f"sm_{arch}", arch, 132, ARCH_SMEM_OPTIN[arch], 65535)
+    sums = backward.launches(2, 1 << 20, dev, "chain").sums
+    usage = {u.function: u for u in resource_usage(compile_kernel("grad_chain_sums", f"sm_{arch}", sums.options).cubin)}
+    assert set(usage) == {backward.chain_function(s, dev) for s in backward.CHAIN_SPLITS}
+    assert all(u.shared_bytes + sums.shared_mem <= dev.smem_optin_bytes for u in usage.values())
+    assert arch >= 90 or all(u.shared_bytes <= backward.CHAIN_STATIC_SMEM for u in usage.values())
 
 
 def test_the_chain_split_fills_one_wave_and_its_maps_fit_a_box():
@@ -188,11 +203,58 @@ def test_the_chain_split_fills_one_wave_and_its_maps_fit_a_box():
         p = backward.launches(rows, 1 << 22, h200, "chain")
         split = backward.chain_split(rows, 1 << 22, h200)
         g = p.tensor_map
-        assert p.sums.function == backward.chain_function(split) and p.sums.grid == (4 * split, rows)
+        assert p.sums.function == backward.chain_function(split, h200) and p.sums.grid == (4 * split, rows)
         assert p.sums.block == ((64,) if split == 1 else (96,))  # S > 1: a warp per sum and the producer
         assert g.dims[0] * g.dims[1] == 512 and g.strides_bytes[0] == 4 * g.dims[0] and g.dims[2] == (1 << 22) // 512
         assert all(b <= 256 for b in g.box) and g.box[2] == backward.chain_steps(split)
         assert p.sums.shared_mem == backward.CHAIN_SMEM and p.scratch.zeroed_at == 8 * rows + 1024 * rows
+        assert p.sums.options == () and p.sums.function == f"grad_chain_sums_{'s1' if split == 1 else f'split{split}'}"
+
+
+@pytest.mark.parametrize("arch, stages", [(80, 3), (86, 2), (89, 2), ("compute_80", 3), ("compute_86", 2)])
+def test_below_sm90_the_chain_sums_take_the_cp_async_ring(arch, stages):
+    """Below sm_90 (no tensor maps: sm_80, 86, 89, and an H200 under the arch override) the chain schedule is
+    chosen and planned as on sm_90 but on grad_chain_sums' ring entry points, whose ring is as deep as the device's
+    shared memory per block allows (3 stages of 48 KiB in sm_80's 163 KiB, 2 in sm_86/89's 99 KiB), compiled in by
+    -DGRAD_STAGES; its program passes x, dy and weight by pointer, with the same scratch and memset as the tensor-map
+    program's."""
+    from labkit.core.device import ARCH_SMEM_OPTIN, Device, overridden
+    from labkit.core.program import Launch, Memset, Ptr
+    from labkit.ops import backward
+
+    h200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
+    dev = overridden(h200, arch) if isinstance(arch, str) else Device(f"sm_{arch}", arch, 132, ARCH_SMEM_OPTIN[arch],
+                                                                      65535)
+    assert not dev.tensor_maps and backward.chain_stages(dev) == stages
+    for rows, n in ((16, 1 << 22), (4, 64 * 256 * 256), (2, 1 << 20), (3, 512 * 33), (1, 512 * 1027), (60, 512 * 37)):
+        assert backward.choose_schedule(rows, n, dev) == "chain"
+        p, want = backward.launches(rows, n, dev), backward.launches(rows, n, h200)
+        split = backward.chain_split(rows, n, dev)
+        assert split == backward.chain_split(rows, n, h200) and p.sums.grid == want.sums.grid == (4 * split, rows)
+        assert p.sums.function == "grad_chain_sums_ring_" + want.sums.function.removeprefix("grad_chain_sums_")
+        assert p.sums.block == want.sums.block and p.sums.options == (f"-DGRAD_STAGES={stages}",)
+        assert p.sums.shared_mem == stages * backward.CHAIN_STAGE_BYTES
+        assert p.sums.shared_mem + backward.CHAIN_STATIC_SMEM <= dev.smem_optin_bytes < backward.CHAIN_SMEM
+        assert p.tensor_map is None and p.scratch == want.scratch
+        got, ref = p.program(0).steps, want.program(0).steps
+        assert [type(s) for s in got] == [type(s) for s in ref] and isinstance(got[0], Memset) and got[0] == ref[0]
+        assert isinstance(got[1], Launch) and got[1].args[:3] == (Ptr("x"), Ptr("dy"), Ptr("weight"))
+        assert got[1].args[3:] == ref[1].args[3:] and got[2:] == ref[2:]
+
+
+def test_the_chain_schedule_needs_room_for_its_ring():
+    """With tensor maps the ring is the measured 4 stages or none (sm_120's 99 KiB: the rows or split schedule);
+    below sm_90 two stages at least."""
+    from labkit.core.device import Device
+    from labkit.ops import backward
+
+    sm120 = Device("sm_120", 120, 132, 101376, 65535)
+    assert backward.chain_stages(sm120) == 0 and backward.choose_schedule(2, 1 << 20, sm120) != "chain"
+    with pytest.raises(ValueError, match="shared memory"):
+        backward.launches(2, 1 << 20, sm120, "chain")
+    small = Device("small", 80, 132, 2 * backward.CHAIN_STAGE_BYTES, 65535)  # 96 KiB: no room beside the static
+    assert backward.chain_stages(small) == 0 and "chain" not in backward.candidates(2, 1 << 20, small)
+    assert backward.chain_stages(Device("sm_100", 100, 148, 232448, 65535)) == backward.CHAIN_STAGES
 
 
 def _butterfly(v):

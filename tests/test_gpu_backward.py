@@ -95,9 +95,35 @@ def test_every_chain_split_keeps_the_bits(split):
     rows = max((r for r in range(1, dev.sm_count + 1) if backward.chain_split(r, n, dev) == split), default=None)
     if rows is None:
         pytest.skip(f"no row count takes split {split} on {dev.sm_count} SMs")
-    assert backward.launches(rows, n, dev, "chain").sums.function == backward.chain_function(split)
+    assert backward.launches(rows, n, dev, "chain").sums.function == backward.chain_function(split, dev)
     _compare((rows, n), "chain")
     _compare((rows, n), "chain", affine="none", seed=1)
+
+
+@pytest.mark.parametrize("shape", [
+    (16, 1 << 22),         # S = 2
+    (4, 64 * 256 * 256),   # S = 8, L1/40's row length
+    (2, 1 << 20),          # S = 8
+    (3, 512 * 33),         # S = 2, one partial stage
+    (1, 512 * 1027),       # S = 8: a ring that wraps, then a last stage of 3 steps
+    (60, 512 * 37),        # S = 1, a partial last stage
+])
+def test_the_chain_sums_keep_the_bits_on_either_feed(shape):
+    """The chain schedule's row sums as this device plans them: fed by tensor maps on sm_90, by the cp.async ring
+    below (grad_chain_sums_ring_*, as many stages as the shared memory holds). On an sm_90 GPU run this file under
+    LABKIT_ARCH=compute_80 (a 3-stage ring) and compute_86 (2 stages) to check the ring's bits against torch's."""
+    import torch
+
+    from labkit.core.device import device_info
+    from labkit.ops import backward
+
+    dev = device_info(torch.cuda.current_device())
+    p = backward.launches(*shape, dev, "chain")
+    assert p.sums.function == backward.chain_function(backward.chain_split(*shape, dev), dev)
+    assert (p.tensor_map is None) == (not dev.tensor_maps) == p.sums.function.startswith("grad_chain_sums_ring_")
+    assert p.sums.shared_mem == backward.chain_stages(dev) * backward.CHAIN_STAGE_BYTES
+    _compare(shape, "chain")
+    _compare(shape, "chain", affine="none", seed=1)
 
 
 @pytest.mark.parametrize("kind", ["nonfinite", "zero_dy", "zero_gamma"])

@@ -13,6 +13,7 @@ from labkit.ops import backward, chain, reference_order, rows_fused
 from labkit.ops.dropin import host
 
 H200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
+A100 = Device("NVIDIA A100", 80, 108, 166912, 65535)  # no tensor maps
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +110,7 @@ def fake_functions(monkeypatch):
     lambda: reference_order.launches(8, 1024, H200),
     lambda: rows_fused.launches(4096, 768, H200),
     lambda: backward.launches(16, 1 << 22, H200, "chain"),  # three tensor maps, a memset
+    lambda: backward.launches(16, 1 << 22, A100, "chain"),  # the cp.async ring: three pointers, a memset
     lambda: backward.launches(64, 8192, H200, "rows"),
     lambda: backward.launches(100000, 256, H200, "split"),  # partial GammaBeta groups
 ])

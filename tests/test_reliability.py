@@ -111,7 +111,8 @@ def test_sanitizer_argv_filters_our_kernels():
     pattern = argv[argv.index("--kernel-name") + 1].removeprefix("kre=")
     for ours in ("chain_stats_tma", "rows_fused_reg8", "rows_fused_warp1", "rows_fused_reg32", "reference_order_stats",
                  "affine_columns", "ring_ok", "split_affine_interleaved", "nchw_rms_s1_v4", "rows_mean_abs",
-                 "grad_row_sums", "grad_chain_sums_s4", "grad_chain_sums_split8",
+                 "grad_row_sums", "grad_chain_sums_s4", "grad_chain_sums_split8", "grad_chain_sums_ring_split8",
+                 "grad_chain_sums_ring_s1",
                  "grad_rows_fused_reg4", "grad_columns_streamed", "grad_columns_prefetched", "grad_columns_tiled",
                  "grad_columns_fold"):
         assert re.fullmatch(pattern, ours)
@@ -213,7 +214,7 @@ def test_random_shapes_stay_in_bounds_and_targets_follow_n():
     assert {"channel_nchw", "channel_rows"} <= set(targets((3, 64, 17, 19)))
     assert not {"channel_nchw", "channel_rows"} & set(targets((5, 1000)))
     assert "chain_w4" not in targets((70000, 512)) and "rows_fused" in targets((70000, 512))  # grid.y holds 65535
-    # the backward's schedules where their plans take the shape: chain needs N % 512, tensor maps and rows in grid.y
+    # the backward's schedules where their plans take the shape: chain needs N % 512 and rows in grid.y
     assert {"grad_chain", "grad_rows", "grad_split"} <= set(targets((2, 64, 64, 64)))
     assert "grad_chain" not in targets((5, 1000)) and "grad_rows" in targets((5, 1000))
     assert max(math.prod(s) for s in rel.EDGE_SHAPES) < 1 << 31
@@ -300,9 +301,9 @@ def test_the_sanitizer_shapes_reach_every_chain_sums_entry_point():
     from labkit.ops import backward
 
     h200 = Device("NVIDIA H200", 90, 132, 232448, 65535)
-    picked = {backward.chain_function(backward.chain_split(s[0], math.prod(s[1:]), h200))
+    picked = {backward.chain_function(backward.chain_split(s[0], math.prod(s[1:]), h200), h200)
               for s in rel.SANITIZER_SMALL_SHAPES if math.prod(s[1:]) % 512 == 0}
-    assert {backward.chain_function(k) for k in backward.CHAIN_SPLITS if k > 1} <= picked
+    assert {backward.chain_function(k, h200) for k in backward.CHAIN_SPLITS if k > 1} <= picked
 
 
 def test_the_sanitizer_shapes_reach_the_column_fold():

@@ -232,3 +232,22 @@ def test_the_gate_study_is_gpu_only_and_its_table_reads_each_situation():
         "labkit: our kernels do not serve on this install: the canary at first use failed (forward path chain)"]}})
     assert rows[0]["served"] == "ours (chain)" and rows[0]["check"] == "9 cases in 1.25 s" and rows[0]["warned"] == "no"
     assert rows[1]["served"] == "torch's kernel" and rows[1]["warned"].startswith("the canary at first use failed")
+
+
+@pytest.mark.parametrize("arch, smem, chain", [(90, 232448, True), (80, 166912, True), (86, 101376, True),
+                                               (120, 101376, False)])
+def test_the_canary_forces_the_backward_chain_wherever_it_is_planned(monkeypatch, arch, smem, chain):
+    """The canary's backward cases are every schedule the launches take at its shapes on the device: the chain
+    schedule wherever N is a multiple of 512, reaching all four of its entry points, on sm_90 (tensor maps) and
+    below it (the cp.async ring); not on sm_120, whose 99 KiB hold no tensor-map ring."""
+    from labkit.core import device
+    from labkit.ops import backward
+
+    dev = device.Device(f"sm_{arch}", arch, 132, smem, 65535)
+    monkeypatch.setattr(device, "device_info", lambda index: dev)
+    cases = list(canary._backward_cases(0))
+    assert {(rows, n) for sch, rows, n in cases if sch == "chain"} == \
+        ({(rows, n) for rows, n in canary.SHAPES if n % 512 == 0} if chain else set())
+    assert {backward.launches(rows, n, dev, sch).sums.function for sch, rows, n in cases if sch == "chain"} == \
+        ({backward.chain_function(s, dev) for s in backward.CHAIN_SPLITS} if chain else set())
+    assert {(rows, n) for sch, rows, n in cases if sch == "rows"} == {(rows, n) for rows, n in canary.SHAPES}

@@ -223,11 +223,12 @@ _ARCH_REFUSAL = re.compile(r"requires \.target sm_\d+ or higher")  # ptxas: a fe
 _buildable: dict[tuple[str, str], tuple] = {}
 
 
-def compile_unless_refused(kernel: str, arch: str) -> tuple[CompileRecord | None, str | None]:
-    """(record, None) where NVRTC builds `kernel` for `arch`; (None, NVRTC's first error line) where it refuses
-    because the arch lacks a feature the kernel uses. Any other compile error is raised."""
+def compile_unless_refused(kernel: str, arch: str,
+                           extra_options: tuple[str, ...] = ()) -> tuple[CompileRecord | None, str | None]:
+    """(record, None) where NVRTC builds `kernel` for `arch` (with `extra_options`); (None, NVRTC's first error line)
+    where it refuses because the arch lacks a feature the kernel uses. Any other compile error is raised."""
     try:
-        return compile_kernel(kernel, arch).record, None
+        return compile_kernel(kernel, arch, extra_options).record, None
     except RuntimeError as exc:
         first = next((ln for ln in str(exc).splitlines() if _ARCH_REFUSAL.search(ln)), None)
         if first is None:

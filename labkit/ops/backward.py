@@ -4,8 +4,9 @@ them on its vectorized path, on a schedule that reads x and dy twice where torch
 Two or three launches (labkit.core.launch Kernels, `launches(rows, n, device, schedule)`), in one of three
 schedules:
 - "chain" (few long rows): the row sums of torch's dX kernel with a row's 128 chains spread over 4 * S blocks fed
-  by tensor maps (kernels/grad_chain_sums.cu; S, the split, the most that fit one wave with enough stages per
-  block: `chain_split`), then
+  by tensor maps on sm_90, by a cp.async ring below (kernels/grad_chain_sums.cu; S, the split, the most that fit
+  one wave with enough stages per block: `chain_split`; the ring as deep as the device's shared memory allows:
+  `chain_stages`), then
   kernels/grad_columns.cu: dX, dgamma and dbeta from one more read of x and dy, in the order of torch's
   GammaBetaBackwardCUDAKernelTemplate for this (rows, N) (`gamma_beta_template`);
 - "rows" (wide rows, where that template's grid of N/32 column blocks fills the GPU): torch's one 128-thread
@@ -37,10 +38,15 @@ from labkit.ops.launches import Scratch, bound
 
 PATH = "grad"
 KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns", "grad_columns_tiled")  # .cu files
-MIN_ARCH = 80  # grad_row_sums and grad_columns; the chain schedule needs tensor maps (sm_90)
+MIN_ARCH = 80  # every schedule; the chain's row sums by tensor maps on sm_90, by a cp.async ring below
 SUMS_THREADS = 128  # torch's num_threads() for the dX kernel
 CHAIN_SPLITS = (1, 2, 4, 8)  # kernels/grad_chain_sums.cu's entry points: 32 / S chains per block
-CHAIN_SMEM = 4 * 3 * 32 * 512  # its ring, whatever the split: 192 KiB per block
+CHAIN_STAGE_BYTES = 3 * 32 * 512  # one stage of its ring (x, dy and gamma), whatever the split: 48 KiB
+CHAIN_STAGES = 4  # its ring's depth by default (GRAD_STAGES), and always with tensor maps: what was measured
+CHAIN_MIN_RING = 2  # the fewest stages its ring takes (the consumers read the next slot before releasing one)
+CHAIN_SMEM = CHAIN_STAGES * CHAIN_STAGE_BYTES  # 192 KiB per block
+CHAIN_STATIC_SMEM = 2176  # its static shared memory below sm_90 at most (S = 8's exchange tiles, the barriers;
+                          # ptxas), beside the ring (sm_90's cubins report 1 KiB more, well within its 227 KiB)
 CHAIN_THREADS = {1: 64, 2: 96, 4: 96, 8: 96}  # by split: a chain warp (S = 1) or a warp per sum, and a producer
 # S = 4 and 8 only where each block runs at least this many stages of 32 S steps: measured on the H200
 # (docs/decisions.md#grad_pairs, whole backward, graph replay), S = 8 lost at 2 x 771 steps (3 whole stages and a
@@ -175,7 +181,8 @@ class GradLaunches:
     sums: Kernel
     columns: Kernel
     template: GammaBetaTemplate
-    tensor_map: TensorMapGeometry | None  # chain: x and dy as [rows][steps][4 S segments][128 / S floats]
+    tensor_map: TensorMapGeometry | None  # chain on sm_90: x and dy as [rows][steps][4 S segments][128 / S
+                                         # floats]; None below (the ring reads the arrays by pointer)
     scratch: Scratch                     # s1, s2 [rows]; chain: chain sums [rows, 128, 2], then row counters (zeroed);
                                          # with a fold, the blocks' dgamma and dbeta values, [blocks_y, N]
                                          # each, from `parts_at`
@@ -206,11 +213,15 @@ class GradLaunches:
                        + outs + (I32(rows), I32(n4)) + layout_args, "columns")) + tail)
         s1, s2 = Ptr("scratch"), Ptr("scratch", 4 * rows)
         steps = []
-        if self.tensor_map is not None:
-            g = self.tensor_map
-            weight_map = TensorMapGeometry(g.dims[:3] + (1,), g.strides_bytes, g.box)
+        if self.schedule == "chain":
+            if self.tensor_map is not None:  # sm_90: tensor-map copies
+                g = self.tensor_map
+                weight_map = TensorMapGeometry(g.dims[:3] + (1,), g.strides_bytes, g.box)
+                feed = (Map("x", g), Map("dy", g), Map("weight", weight_map))
+            else:  # below sm_90: the cp.async ring reads the arrays themselves
+                feed = (Ptr("x"), Ptr("dy"), Ptr("weight"))
             steps.append(Memset("scratch", self.scratch.zeroed_at, self.scratch.zeroed_bytes, "sums"))
-            steps.append(Launch(self.sums, (Map("x", g), Map("dy", g), Map("weight", weight_map)) + stats + (
+            steps.append(Launch(self.sums, feed + stats + (
                 Ptr("scratch", 8 * rows), Ptr("scratch", self.scratch.zeroed_at), s1, s2, I32(self.n)), "sums"))
         else:
             steps.append(Launch(self.sums, (Ptr("x"), Ptr("dy"), Ptr("weight")) + stats + (s1, s2, I32(n4)),
@@ -224,9 +235,10 @@ class GradLaunches:
 
 
 def choose_schedule(rows: int, n: int, device: Device) -> str:
-    """The chain schedule while a row's four blocks fit about two per SM (and its tensor maps can: N % 512 == 0,
-    sm_90); else "rows" where the GammaBeta template's N/32 column blocks fill the GPU twice, "split" below."""
-    if device.tensor_maps and n % 512 == 0 and rows * 4 <= 2 * device.sm_count and rows <= device.max_grid_y:
+    """The chain schedule while a row's four blocks fit about two per SM (and its kernel can: N % 512 == 0, its ring
+    in the device's shared memory); else "rows" where the GammaBeta template's N/32 column blocks fill the GPU twice,
+    "split" below."""
+    if n % 512 == 0 and rows * 4 <= 2 * device.sm_count and rows <= device.max_grid_y and chain_stages(device):
         return "chain"
     return "rows" if -(-n // 32) >= 2 * device.sm_count else "split"
 
@@ -247,10 +259,30 @@ def chain_steps(split: int) -> int:
     return 32 * split
 
 
-def chain_function(split: int) -> str:
-    """grad_chain_sums.cu's entry point for a split: one warp pushing both sums at S = 1, a warp per sum (each
-    instruction doing S steps' products) above (why: that file)."""
-    return "grad_chain_sums_s1" if split == 1 else f"grad_chain_sums_split{split}"
+def chain_stages(device: Device) -> int:
+    """Stages of grad_chain_sums' ring on `device` (GRAD_STAGES), 0 where none fits its shared memory per block
+    beside the kernel's static CHAIN_STATIC_SMEM. With tensor maps CHAIN_STAGES, the ring the sm_90 measurements
+    used; below sm_90 (the cp.async ring) the most that fit, from CHAIN_MIN_RING up to CHAIN_STAGES: 3 on sm_80
+    (144 KiB of its 163), 2 on sm_86 and sm_89 (96 KiB of 99)."""
+    fit = min(CHAIN_STAGES, (device.smem_optin_bytes - CHAIN_STATIC_SMEM) // CHAIN_STAGE_BYTES)
+    if device.tensor_maps:
+        return CHAIN_STAGES if fit == CHAIN_STAGES else 0
+    return fit if fit >= CHAIN_MIN_RING else 0
+
+
+def chain_options(device: Device) -> tuple[str, ...]:
+    """grad_chain_sums' compile options on `device`, as its launches pass them: the ring's depth where it is not
+    GRAD_STAGES' default."""
+    stages = chain_stages(device)
+    return () if stages in (0, CHAIN_STAGES) else (f"-DGRAD_STAGES={stages}",)
+
+
+def chain_function(split: int, device: Device) -> str:
+    """grad_chain_sums.cu's entry point for a split on `device`: one warp pushing both sums at S = 1, a warp per sum
+    (each instruction doing S steps' products) above (why: that file); fed by tensor maps on sm_90, by the cp.async
+    ring (grad_chain_sums_ring_*) below."""
+    prefix = "grad_chain_sums_" if device.tensor_maps else "grad_chain_sums_ring_"
+    return prefix + ("s1" if split == 1 else f"split{split}")
 
 
 def chain_split(rows: int, n: int, device: Device) -> int:
@@ -290,21 +322,24 @@ def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: s
             else None)
     sums_bytes = 8 * rows
     if schedule == "chain":
-        if not (device.tensor_maps and n % 512 == 0):
-            raise ValueError(f"the chain schedule needs tensor maps (sm_90) and N % 512 == 0, got N={n} on "
-                             f"{device.arch_name}")
+        if n % 512 != 0:
+            raise ValueError(f"the chain schedule needs N % 512 == 0, got N={n}")
         if rows > device.max_grid_y:
             raise ValueError(f"the chain schedule puts rows in grid.y, which holds at most {device.max_grid_y} "
                              f"(got rows={rows})")
-        smem = CHAIN_SMEM
-        if smem > device.smem_optin_bytes:
-            raise ValueError(f"the chain schedule needs {smem} bytes of shared memory per block, the device "
-                             f"allows {device.smem_optin_bytes}")
+        stages = chain_stages(device)
+        if not stages:
+            least = CHAIN_SMEM if device.tensor_maps else CHAIN_MIN_RING * CHAIN_STAGE_BYTES
+            raise ValueError(f"the chain schedule needs {least + CHAIN_STATIC_SMEM} bytes of shared memory per "
+                             f"block, the device allows {device.smem_optin_bytes}")
         split = chain_split(rows, n, device)
-        sums = Kernel("grad_chain_sums", chain_function(split), (4 * split, rows), (CHAIN_THREADS[split],), smem)
-        seg = 512 // split  # bytes of one block's chains in one step
-        geometry = TensorMapGeometry((128 // split, 4 * split, n // 512, rows), (seg, 2048, 4 * n),
-                                     (128 // split, 1, chain_steps(split), 1))
+        sums = Kernel("grad_chain_sums", chain_function(split, device), (4 * split, rows), (CHAIN_THREADS[split],),
+                      stages * CHAIN_STAGE_BYTES, chain_options(device))
+        geometry = None
+        if device.tensor_maps:
+            seg = 512 // split  # bytes of one block's chains in one step
+            geometry = TensorMapGeometry((128 // split, 4 * split, n // 512, rows), (seg, 2048, 4 * n),
+                                         (128 // split, 1, chain_steps(split), 1))
         scratch = Scratch(sums_bytes + 1028 * rows, zeroed_at=sums_bytes + 1024 * rows, zeroed_bytes=4 * rows)
     elif schedule == "rows":
         sums = Kernel("grad_row_sums", "grad_row_sums", (rows,), (SUMS_THREADS,))

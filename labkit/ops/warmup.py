@@ -9,8 +9,10 @@ returns a `Warmup` record of what it did.
 On a GPU it compiles, for the device's target, the kernels its dispatch table may pick (with `shapes`: those the
 rule picks for those rows x N), and the backward's kernels where the table has measured the backward. Without a GPU,
 or with `arch`, it compiles every kernel of the drop-in's paths and of the backward for `arch` (default sm_90): the
-cubins a GPU of that arch looks up where it shares the cache folder. The host extension is built either way: the
-build needs only a C++ compiler and is the same with or without a GPU; only its launches need one.
+cubins a GPU of that arch looks up where it shares the cache folder. Each kernel is compiled with the options its
+launches pass there (below sm_90, the backward's chain sums with a ring as deep as the arch's shared memory holds).
+The host extension is built either way: the build needs only a C++ compiler and is the same with or without a GPU;
+only its launches need one.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 
 from labkit.core.compile import arch_number, compile_unless_refused
-from labkit.core.device import Device, current_index, device_info
+from labkit.core.device import ARCH_SMEM_OPTIN, Device, current_index, device_info
 from labkit.ops import backward, paths
 from labkit.ops.dispatch import rule, tables
 
@@ -74,7 +76,7 @@ def warmup(device=None, shapes=None, arch: str | None = None, progress: bool = T
         bar.set_postfix_str(HOST)
         host, host_seconds = _host()
         bar.update()
-        compiled, cached, refused = _compile(kernels, target, bar)
+        compiled, cached, refused = _compile(kernels, target, bar, _options(dev, target))
         trusted = None
         if dev is not None:  # the gate's check, once per key, paid here rather than at the first call
             bar.set_postfix_str("trust")
@@ -157,6 +159,17 @@ def _device_kernels(dev: Device, shapes: tuple[tuple[int, int], ...] | None) -> 
     return tuple(dict.fromkeys(forward + grad))
 
 
+def _options(dev: Device | None, target: str) -> dict[str, tuple[str, ...]]:
+    """{kernel: compile options} as the launches pass them on `dev` or, compile-only, on a GPU of `target`'s arch
+    with that arch's opt-in shared memory (labkit.core.device.ARCH_SMEM_OPTIN); kernels not named take none."""
+    if dev is None:
+        arch = arch_number(target)
+        if arch not in ARCH_SMEM_OPTIN:
+            return {}
+        dev = Device(target, arch, 1, ARCH_SMEM_OPTIN[arch], 65535)
+    return {"grad_chain_sums": backward.chain_options(dev)}
+
+
 def _host() -> tuple[str, float]:
     from labkit.ops.dropin import host
 
@@ -168,12 +181,13 @@ def _host() -> tuple[str, float]:
     return ("built" if host.built_in() is not None else "cached"), seconds
 
 
-def _compile(kernels: tuple[str, ...], target: str, bar) -> tuple[dict[str, float], tuple[str, ...], dict[str, str]]:
+def _compile(kernels: tuple[str, ...], target: str, bar,
+             options: dict[str, tuple[str, ...]]) -> tuple[dict[str, float], tuple[str, ...], dict[str, str]]:
     compiled, cached, refused = {}, [], {}
     for k in kernels:
         bar.set_postfix_str(k)
         start = time.perf_counter()
-        record, why = compile_unless_refused(k, target)
+        record, why = compile_unless_refused(k, target, options.get(k, ()))
         if record is None:
             refused[k] = why
         elif record.cache_hit:

@@ -25,7 +25,7 @@ PRODUCT_KERNELS = r"chain_stats_tma|chain_stats_w1|chain_stats_w4|reciprocal_tab
                   r"|rows_fused_(?:warp2|reg2)_counted|rows_staged|rows_cluster2" \
                   r"|reference_order_stats|affine_rows_interleaved|split_affine_flat|split_affine_interleaved" \
                   r"|nchw_\w+|rows_(?:rms|mean_abs|l2)" \
-                  r"|grad_row_sums|grad_chain_sums_(?:s|split)\d+|grad_rows_fused_reg\d+" \
+                  r"|grad_row_sums|grad_chain_sums_(?:ring_)?(?:s|split)\d+|grad_rows_fused_reg\d+" \
                   r"|grad_columns_(?:streamed|prefetched|fold|tiled)"
 RING_KERNELS = r"ring_\w+"
 OUR_KERNELS = rf"^({PRODUCT_KERNELS}|{RING_KERNELS})$"

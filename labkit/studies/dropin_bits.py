@@ -300,6 +300,20 @@ def trust_canary(device: str) -> dict | None:
     return trust.verify(torch.cuda.current_device(), again=True)
 
 
+def trust_session(session, runs_root=None):
+    """Where notebook 08's trust records come from: this session when it measures live, else the newer of its run
+    (if it recorded them) and the newest committed "trust_gate" run (scripts/gpu/trust_gate.sh records the check
+    and the gate's behaviour without the notebook's other measurements, at the commit whose key it verifies)."""
+    from labkit.records.session import RunSession
+
+    if session.live:
+        return session
+    own = session if session.replay and "trust_canary" in session.replay.get("records", {}) else None
+    step = RunSession.replaying("trust_gate", runs_root=runs_root)
+    step = step if step.replay else None
+    return max((s for s in (own, step) if s), key=lambda s: s.run_id, default=session)
+
+
 def trust_gate(device: str) -> dict | None:
     """The gate's behaviour on this GPU, each case from a clean slate (no verdict in the process, an empty verdict
     cache) at the chain shape (16 x 2^20): a verified key (this key listed in the table: no check runs), an
@@ -387,12 +401,13 @@ def trust_gate_rows(rec: dict | None) -> list[dict]:
             for name, r in rec.items()]
 
 
-def canary_rows(rec: dict | None) -> list[dict]:
-    """The check as a table: the key (what decides our kernels' bits besides the input) and the verdict."""
+def canary_rows(rec: dict | None, source: str = "") -> list[dict]:
+    """The check as a table: the key (what decides our kernels' bits besides the input), the verdict and, given
+    `source`, the run that recorded it."""
     if not rec:
         return []
     k = rec["key"]
-    return [{"key": rec["key_digest"], "torch": k["torch"], "GPU": k["gpu"], "compiled for": k["target"],
+    return [{**({"recorded in": source} if source else {}), "key": rec["key_digest"], "torch": k["torch"], "GPU": k["gpu"], "compiled for": k["target"],
              "NVRTC": k["nvrtc"], "aten's kernels are torch's": k["torch_kernels"], "cases": rec["cases"],
              "all bit-identical": rec["identical"], "first mismatch": rec["first_mismatch"] or rec["error"] or "none",
              "seconds": rec["seconds"]}]

@@ -5,6 +5,7 @@ import pytest
 
 import labkit
 from bits import assert_bits_equal
+from served import skip_unless_ours_serve
 
 pytestmark = pytest.mark.gpu
 
@@ -59,6 +60,7 @@ def test_autocast_serves_our_kernels_at_the_wide_shape():
 
     from labkit.ops.dropin import plan
 
+    skip_unless_ours_serve(16, 1 << 22)
     x, ns, w, b, _ = _inputs((16, 1 << 22), torch.bfloat16, "float32", seed=3)
     plan.clear()
     with torch.autocast("cuda", dtype=torch.bfloat16), torch.no_grad():

@@ -6,6 +6,8 @@ import dataclasses
 
 import pytest
 
+from served import skip_unless_ours_serve
+
 pytestmark = pytest.mark.gpu
 
 
@@ -46,6 +48,8 @@ def test_a_planted_ulp_serves_torch_and_warns(fresh, monkeypatch):
 
     import labkit
 
+    skip_unless_ours_serve(16, 1 << 20)
+
     real = torch.native_layer_norm
 
     def planted(x, ns, w, b, eps):  # torch's kernel as a release one ulp away would give it
@@ -68,6 +72,8 @@ def test_a_first_plan_under_capture_serves_torch_and_checks_later(fresh, monkeyp
     import torch
 
     import labkit
+
+    skip_unless_ours_serve(16, 1 << 20)
 
     k = fresh.key(0)
     monkeypatch.setattr(fresh, "key", lambda index: dataclasses.replace(k, torch=k.torch + "+unverified"))
@@ -114,6 +120,7 @@ def test_the_gate_study_records_each_situation(fresh):
     """Notebook 08's record of the gate (labkit.studies.dropin_bits.trust_gate): what each situation served."""
     from labkit.studies import dropin_bits
 
+    skip_unless_ours_serve(16, 1 << 20)
     rec = dropin_bits.trust_gate("cuda")
     assert rec["verified"]["trust"].startswith("verified by committed run") and rec["verified"]["canary_cases"] is None
     assert rec["unverified"]["canary_cases"] >= 20 and "canary at first use passed" in rec["unverified"]["trust"]

@@ -169,13 +169,13 @@ def native_steps(bp: BoundProgram) -> list:
             continue
         args = []
         for (k, i, v), a in zip(spec, step.args):
+            if isinstance(a, F32):
+                raise ValueError(f"the host extension's programs take no float constant ({a} in {step.kernel})")
             if k == _PTR:
                 args.append((0, i, int(v)))
             elif k == _MAP:
                 g = a.geometry
                 args.append((1, i, (tuple(g.dims), tuple(g.strides_bytes), tuple(g.box))))
-            elif isinstance(a, F32):
-                raise ValueError(f"the host extension's programs take no float constant ({a} in {step.kernel})")
             elif k == _CONST:
                 args.append((2 if isinstance(a, I32) else 3, 0, int(a.value)))
             else:

@@ -1,0 +1,188 @@
+"""labkit.fused_layer_norm on a CPU: the Epilogue's options and refusals, the paths that carry the epilogue and the
+program rewrite that puts it in the launch writing y, the API's ValueErrors, and torch's chain served on CPU tensors
+with its bits (forward and autograd). The kernels' bits are tests/test_gpu_epilogue.py's."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bits import assert_bits_equal
+from labkit.core import compile as kc
+from labkit.core.device import Device
+from labkit.core.program import F32, Launch, Ptr
+from labkit.ops import epilogue as ep
+from labkit.ops import paths
+from labkit.ops.dropin.fused import explain_fused, fused_layer_norm
+
+H200 = Device("NVIDIA H200", 90, 132, 227 * 1024, 65535)
+A100 = Device("NVIDIA A100", 80, 108, 163 * 1024, 65535)
+
+EPILOGUES = [ep.Epilogue("gelu", 2.0), ep.Epilogue("gelu_tanh"), ep.Epilogue("relu"), ep.Epilogue("silu", 0.5),
+             ep.Epilogue(scale=3.0), ep.Epilogue(residual=True), ep.Epilogue("gelu", 0.75, True)]
+
+
+def _eager(x, ns, w, b, eps, e: ep.Epilogue, r=None):
+    """The eager chain written out with torch's functions, independently of labkit.ops.epilogue.compose."""
+    y = F.layer_norm(x, ns, w, b, eps)
+    y = {None: lambda t: t, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu,
+         "silu": F.silu}[e.activation](y)
+    if e.scale is not None:
+        y = y * e.scale
+    return y + r if e.residual else y
+
+
+def test_options_name_each_op_and_leave_the_scale_an_argument():
+    assert ep.Epilogue("gelu", 2.0).options == ("-DEPILOGUE", "-DEPILOGUE_ACT=1", "-DEPILOGUE_SCALE")
+    assert ep.Epilogue("silu", residual=True).options == ("-DEPILOGUE", "-DEPILOGUE_ACT=4", "-DEPILOGUE_RESIDUAL")
+    assert ep.Epilogue(scale=2).options == ep.Epilogue(scale=3.5).options  # one cubin for every scale
+    assert ep.Epilogue(scale=2) == ep.Epilogue(scale=2.0)  # one plan for 2 and 2.0
+    assert ep.Epilogue().empty and not ep.Epilogue(residual=True).empty
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(activation="tanh"), "activation must be one of"),
+    (dict(activation="GELU"), "activation must be one of"),
+    (dict(scale="2"), "scale must be a real number"),
+    (dict(scale=True), "scale must be a real number"),  # a bool is an int to Python, not a scale to a reader
+    (dict(scale=torch.tensor(2.0)), "scale must be a real number"),  # a tensor scale is another mul kernel
+])
+def test_epilogue_refuses_what_it_cannot_fuse(bad, match):
+    with pytest.raises(ValueError, match=match):
+        ep.Epilogue(**bad)
+
+
+@pytest.mark.parametrize("path", ep.PATHS)
+@pytest.mark.parametrize("rows, n", [(16, 1 << 22), (4096, 768), (1000, 1000), (8, 16384)])
+def test_the_epilogue_goes_into_the_launch_writing_y(path, rows, n):
+    """Only the launch that writes y changes: its kernel gets the epilogue's options, its arguments the residual's
+    address and the scale; the statistics launch (the chain's) is left as it was."""
+    try:
+        base = paths.launches(path, rows, n, H200)
+    except ValueError:
+        return  # a counted path's row limit
+    if getattr(base, "tensor_map", 1) is None:
+        return  # the w4 blocking's program reads the device's reciprocal table: a GPU's (tests/test_gpu_epilogue.py)
+    e = ep.Epilogue("gelu", 2.0, True)
+    before, after = base.program(0), ep.EpilogueLaunches(base, e).program(0)
+    assert after.slots == ep.SLOTS
+    changed = [(a, b) for a, b in zip(before.steps, after.steps) if a != b]
+    assert len(changed) == 1
+    old, new = changed[0]
+    assert Ptr("y") in old.args and old.kernel.kernel in ep.KERNELS
+    assert new.kernel.options == old.kernel.options + e.options
+    assert new.args == old.args + (Ptr("residual"), F32(2.0))
+
+
+@pytest.mark.parametrize("path", [p for p in paths.PATHS if p not in ep.PATHS])
+def test_paths_outside_the_list_write_y_with_a_kernel_without_epilogue(path):
+    """ep.PATHS is every path whose y-writing kernel carries the epilogue: each other path's refuses it."""
+    try:
+        base = paths.launches(path, 4096, 1024, H200)
+    except ValueError:
+        base = paths.launches(path, 16, 1 << 20, H200)
+    with pytest.raises(ValueError, match="has no epilogue"):
+        ep.EpilogueLaunches(base, ep.Epilogue("relu")).program(0)
+
+
+def test_the_plan_offers_only_paths_with_the_epilogue():
+    for device in (H200, A100):
+        for rows, n in [(16, 1 << 22), (4096, 64), (8192, 768), (512, 16384), (1000, 3000)]:
+            chosen = ep.launches(rows, n, device, ep.Epilogue("gelu"))
+            assert chosen.path in ep.PATHS
+            assert set(ep.candidates(rows, n, device)) <= set(ep.PATHS)
+    assert "chain" not in ep.candidates(16, 1 << 22, A100)  # the chain needs sm_90: rows_fused serves below it
+
+
+def test_the_host_extension_is_never_given_a_float_constant():
+    from labkit.core.program import native_steps
+
+    class _Bound:  # what native_steps reads of a BoundProgram, for one launch with a float constant
+        program = ep.EpilogueLaunches(paths.launches("rows_fused", 64, 256, H200), ep.Epilogue(scale=2.0)).program(0)
+        _steps = [(type("F", (), {"function_handle": 0})(), "fused",
+                   tuple((0, i, 0) for i in range(len(program.steps[0].args))))]
+
+    with pytest.raises(ValueError, match="no float constant"):
+        native_steps(_Bound())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"])
+@pytest.mark.parametrize("kernel", ep.KERNELS)
+def test_every_epilogue_compiles_for_every_arch(kernel, arch, cache_dir):
+    for act in ep.ACTIVATIONS:
+        for e in (ep.Epilogue(act), ep.Epilogue(act, 2.0, True)):
+            if not e.empty:
+                assert kc.compile_kernel(kernel, arch, e.options).cubin.startswith(b"\x7fELF")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ep.KERNELS)
+def test_the_default_build_is_not_the_epilogue_build(kernel, cache_dir):
+    """-DEPILOGUE changes the kernel (its parameters and output), and options without it change nothing."""
+    default = kc.compile_kernel(kernel, "sm_90").cubin
+    assert kc.compile_kernel(kernel, "sm_90", ("-DEPILOGUE_ACT=1", "-DEPILOGUE_SCALE")).cubin == default
+    assert kc.compile_kernel(kernel, "sm_90", ep.Epilogue("gelu").options).cubin != default
+
+
+def _inputs(shape, ns, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g) * 3 + 1
+    return x, torch.randn(ns, generator=g), torch.randn(ns, generator=g), torch.randn(shape, generator=g)
+
+
+@pytest.mark.parametrize("e", EPILOGUES, ids=str)
+@pytest.mark.parametrize("affine", [True, False])
+def test_cpu_tensors_get_torchs_chain_with_its_bits(e, affine):
+    x, w, b, r = _inputs((6, 4, 20), (4, 20))
+    w, b = (w, b) if affine else (None, None)
+    out = fused_layer_norm(x, (4, 20), w, b, 1e-3, activation=e.activation, scale=e.scale,
+                           residual=r if e.residual else None)
+    assert_bits_equal(out, _eager(x, (4, 20), w, b, 1e-3, e, r), what=str(e))
+    assert explain_fused(x, (4, 20), w, b, activation=e.activation, scale=e.scale,
+                         residual=r if e.residual else None)["path"] == paths.NATIVE
+
+
+@pytest.mark.parametrize("e", EPILOGUES, ids=str)
+def test_cpu_gradients_are_the_chains(e):
+    x, w, b, r = _inputs((5, 64), (64,), seed=1)
+    g = torch.randn(5, 64, generator=torch.Generator().manual_seed(2))
+    leaves = [t.clone().requires_grad_() for t in (x, w, b, r)]
+    out = fused_layer_norm(leaves[0], (64,), leaves[1], leaves[2], activation=e.activation, scale=e.scale,
+                           residual=leaves[3] if e.residual else None)
+    got = torch.autograd.grad((out * g).sum(), leaves[:3 + e.residual])
+    ref_leaves = [t.clone().requires_grad_() for t in (x, w, b, r)]
+    ref = _eager(ref_leaves[0], (64,), ref_leaves[1], ref_leaves[2], 1e-5, e, ref_leaves[3])
+    want = torch.autograd.grad((ref * g).sum(), ref_leaves[:3 + e.residual])
+    for name, a, w_ in zip(("dx", "dweight", "dbias", "dresidual"), got, want):
+        assert_bits_equal(a, w_, what=f"{name} {e}")
+
+
+@pytest.mark.parametrize("e", EPILOGUES, ids=str)
+def test_the_epilogue_backward_is_autograds(e):
+    """grad_of_layer_norm_output (torch's backward ops, node by node) gives what autograd gives through the chain:
+    the piece the fused backward feeds to the LayerNorm backward."""
+    g = torch.Generator().manual_seed(3)
+    y = (torch.randn(7, 96, generator=g) * 2).requires_grad_()
+    grad_out = torch.randn(7, 96, generator=g)
+    r = torch.randn(7, 96, generator=g)
+    (want,) = torch.autograd.grad(ep.compose(y, e, r), y, grad_out)
+    assert_bits_equal(ep.grad_of_layer_norm_output(grad_out, y.detach(), e), want, what=str(e))
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(activation="swish"), "activation must be one of"),
+    (dict(scale=[2.0]), "scale must be a real number"),
+    (dict(residual=torch.randn(3, 8)), r"residual.shape must equal x.shape \(3, 4, 8\)"),  # no broadcasting
+    (dict(residual=torch.randn(3, 4, 8, dtype=torch.float64)), "residual.dtype must equal x.dtype"),
+    (dict(residual=[[0.0]]), "residual must be a torch.Tensor"),
+])
+def test_the_api_names_what_it_does_not_take(bad, match):
+    x = torch.randn(3, 4, 8)
+    with pytest.raises(ValueError, match=match):
+        fused_layer_norm(x, (4, 8), **bad)
+    with pytest.raises(ValueError, match=match):
+        explain_fused(x, (4, 8), **bad)
+
+
+def test_no_epilogue_is_the_drop_in():
+    x, w, b, _ = _inputs((3, 32), (32,))
+    assert_bits_equal(fused_layer_norm(x, 32, w, b), F.layer_norm(x, (32,), w, b))

@@ -186,3 +186,14 @@ def test_the_api_names_what_it_does_not_take(bad, match):
 def test_no_epilogue_is_the_drop_in():
     x, w, b, _ = _inputs((3, 32), (32,))
     assert_bits_equal(fused_layer_norm(x, 32, w, b), F.layer_norm(x, (32,), w, b))
+
+
+def test_clearing_the_drop_ins_plans_clears_the_fused_ones():
+    """A new trust verdict or dispatch table (plan.clear) must reach the fused plans, made from the same decisions."""
+    from labkit.ops.dropin import fused, plan
+
+    x, w, b, _ = _inputs((3, 32), (32,))
+    fused_layer_norm(x, 32, w, b, activation="relu")
+    assert fused._plans
+    plan.clear()
+    assert not fused._plans

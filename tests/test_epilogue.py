@@ -1,6 +1,8 @@
 """labkit.fused_layer_norm on a CPU: the Epilogue's options and refusals, the paths that carry the epilogue and the
 program rewrite that puts it in the launch writing y, the API's ValueErrors, and torch's chain served on CPU tensors
 with its bits (forward and autograd). The kernels' bits are tests/test_gpu_epilogue.py's."""
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -197,3 +199,101 @@ def test_clearing_the_drop_ins_plans_clears_the_fused_ones():
     assert fused._plans
     plan.clear()
     assert not fused._plans
+
+
+class _StandIn:
+    """A stand-in for the fused launches on a CPU: it reads the slots' tensors by address and writes what the
+    kernels are meant to write (torch's chain, and native_layer_norm's mean and rstd) to the out, mean and rstd
+    addresses, so that the plan's forward and the autograd node around it run as they do on a GPU."""
+
+    path = "chain"
+
+    class scratch:  # noqa: N801 (the launches' attribute)
+        nbytes = 0
+
+    def __init__(self, ns, e):
+        self.ns, self.e, self.known = ns, e, {}
+
+    def tensors(self, *ts):
+        self.known.update({t.data_ptr(): t for t in ts if t is not None})
+
+    def __call__(self, ptrs, eps, stream):
+        import ctypes
+
+        import numpy as np
+
+        x, w, b, out_p, mean_p, rstd_p, _, res_p = ptrs
+        y, mean, rstd = torch.native_layer_norm(self.known[x], self.ns, self.known[w], self.known[b], float(eps))
+        res = self.known.get(res_p)
+        for p, t in ((out_p, ep.compose(y, self.e, res)), (mean_p, mean), (rstd_p, rstd)):
+            a = t.detach().contiguous().numpy().ravel()
+            np.ctypeslib.as_array((ctypes.c_float * a.size).from_address(p))[:] = a
+
+
+def _serve_with_stand_in(monkeypatch, ns, e) -> _StandIn:
+    """The fused plans of this test made as kernel plans around a _StandIn for their launches."""
+    from labkit.ops.dropin import fused, plan
+
+    stand_in = _StandIn(ns, e)
+    monkeypatch.setattr(fused, "make_plan", lambda x, ns, w, b, eps, e, r: (fused.FusedKernelPlan(stand_in, x, ns, w, b,
+                                                                                                 eps), True))
+    monkeypatch.setattr(fused, "bound", lambda launches, index: launches)
+    monkeypatch.setattr(fused, "device_scope", lambda index: contextlib.nullcontext())
+    monkeypatch.setattr(fused, "stream", lambda index: None)
+    plan.clear()
+    return stand_in
+
+
+
+@pytest.mark.parametrize("e", EPILOGUES, ids=str)
+@pytest.mark.parametrize("affine", [True, False])
+def test_the_fused_node_passes_the_slots_and_composes_the_backward(monkeypatch, e, affine):
+    """The kernel plan's forward hands the launch the slots in SLOTS order, and the autograd node's backward (the
+    LayerNorm output recomputed, the epilogue's backward by torch's ops, the LayerNorm backward) gives eager
+    autograd's gradients through the chain, bit for bit, for x, weight, bias and the residual."""
+    from labkit.ops.dropin import fused, plan
+
+    ns = (40,)
+    stand_in = _serve_with_stand_in(monkeypatch, ns, e)
+    x, w, b, r = _inputs((6, 40), ns, seed=4)
+    w, b = (w, b) if affine else (None, None)
+    g = torch.randn(6, 40, generator=torch.Generator().manual_seed(5))
+    leaves = [t.clone().requires_grad_() if t is not None else None for t in (x, w, b, r)]
+    kw = dict(activation=e.activation, scale=e.scale, residual=leaves[3] if e.residual else None)
+    p = fused.get_plan(leaves[0], ns, leaves[1], leaves[2], 1e-5, e, kw["residual"])
+    assert isinstance(p, fused.FusedKernelPlan) and explain_fused(x, ns, w, b, **{**kw, "residual": r if e.residual
+                                                                                  else None})["path"] == "chain"
+    stand_in.tensors(*leaves, p.ones, p.neg_zeros)
+    out = fused_layer_norm(leaves[0], ns, leaves[1], leaves[2], **kw)
+    assert out.grad_fn is not None and "FusedLayerNorm" in type(out.grad_fn).__name__
+    wanted = [t for t in leaves[:3] if t is not None] + ([leaves[3]] if e.residual else [])
+    got = torch.autograd.grad((out * g).sum(), wanted)
+    ref_leaves = [t.clone().requires_grad_() if t is not None else None for t in (x, w, b, r)]
+    ref = _eager(ref_leaves[0], ns, ref_leaves[1], ref_leaves[2], 1e-5, e, ref_leaves[3])
+    assert_bits_equal(out, ref, what=f"forward {e}")
+    ref_wanted = [t for t in ref_leaves[:3] if t is not None] + ([ref_leaves[3]] if e.residual else [])
+    for a, b_ in zip(got, torch.autograd.grad((ref * g).sum(), ref_wanted)):
+        assert_bits_equal(a, b_, what=f"gradient {e}")
+    plan.clear()
+
+
+def test_a_backward_that_records_a_graph_goes_through_torchs_chain(monkeypatch):
+    """create_graph=True: the node's backward recomputes through torch's chain, so a second derivative exists and
+    the first one has eager's bits."""
+    from labkit.ops.dropin import plan
+
+    e = ep.Epilogue("gelu", 2.0)
+    ns = (24,)
+    stand_in = _serve_with_stand_in(monkeypatch, ns, e)
+    x, w, b, _ = _inputs((5, 24), ns, seed=9)
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    stand_in.tensors(xs[0], w, b)  # affine: the plan's ones and -0.0 are not used
+    out = fused_layer_norm(xs[0], ns, w, b, activation="gelu", scale=2.0)
+    assert "FusedLayerNorm" in type(out.grad_fn).__name__
+    (gx,) = torch.autograd.grad(out.sum(), xs[0], create_graph=True)
+    (want,) = torch.autograd.grad(_eager(xs[1], ns, w, b, 1e-5, e).sum(), xs[1], create_graph=True)
+    assert_bits_equal(gx, want, what="dx with create_graph")
+    (gxx,) = torch.autograd.grad(gx.sum(), xs[0])
+    (want2,) = torch.autograd.grad(want.sum(), xs[1])
+    assert_bits_equal(gxx, want2, what="second derivative")
+    plan.clear()

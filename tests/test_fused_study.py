@@ -91,3 +91,17 @@ def test_the_figure_draws_both_protocols(records):
     fig = fused.figure(records["timing"], "test")
     assert len(fig.axes[0].patches) == 2 * len(fused.METHODS)
     assert fused.figure(None, "test") is None
+
+
+def test_labkit_summary_of_a_run_has_the_fused_block(tmp_path, records):
+    """What `labkit summary RUN --json` prints for a fused_consumer run, from the records as the notebook writes them."""
+    from labkit.records.run import Run
+    from labkit.studies.catalog import summarize_run, summary_text
+
+    run = Run.create(tmp_path, fused.RUN_NAME, {"mode": "quick"}, device="cpu")
+    for name, rec in records.items():
+        run.write(name, rec)
+    run.close()
+    s = summarize_run(run.path)
+    assert s["fused"]["bits_identical"] == "1/2" and s["fused"]["l1_40_fused_ms"] > 0
+    assert "fused consumer" in summary_text(s)

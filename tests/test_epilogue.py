@@ -213,8 +213,8 @@ class _StandIn:
     class scratch:  # noqa: N801 (the launches' attribute)
         nbytes = 0
 
-    def __init__(self, ns, e):
-        self.ns, self.e, self.known = ns, e, {}
+    def __init__(self, ns, e, rows):
+        self.ns, self.e, self.rows, self.known = ns, e, rows, {}
 
     def tensors(self, *ts):
         self.known.update({t.data_ptr(): t for t in ts if t is not None})
@@ -225,18 +225,20 @@ class _StandIn:
         import numpy as np
 
         x, w, b, out_p, mean_p, rstd_p, _, res_p = ptrs
-        y, mean, rstd = torch.native_layer_norm(self.known[x], self.ns, self.known[w], self.known[b], float(eps))
+        # an address it was not given is the plan's own gamma 1 or beta -0.0: an absent affine to torch
+        y, mean, rstd = torch.native_layer_norm(self.known[x], self.ns, self.known.get(w), self.known.get(b),
+                                                float(eps))
         res = self.known.get(res_p)
         for p, t in ((out_p, ep.compose(y, self.e, res)), (mean_p, mean), (rstd_p, rstd)):
             a = t.detach().contiguous().numpy().ravel()
             np.ctypeslib.as_array((ctypes.c_float * a.size).from_address(p))[:] = a
 
 
-def _serve_with_stand_in(monkeypatch, ns, e) -> _StandIn:
+def _serve_with_stand_in(monkeypatch, ns, e, rows) -> _StandIn:
     """The fused plans of this test made as kernel plans around a _StandIn for their launches."""
     from labkit.ops.dropin import fused, plan
 
-    stand_in = _StandIn(ns, e)
+    stand_in = _StandIn(ns, e, rows)
     monkeypatch.setattr(fused, "make_plan", lambda x, ns, w, b, eps, e, r: (fused.FusedKernelPlan(stand_in, x, ns, w, b,
                                                                                                  eps), True))
     monkeypatch.setattr(fused, "bound", lambda launches, index: launches)
@@ -256,7 +258,7 @@ def test_the_fused_node_passes_the_slots_and_composes_the_backward(monkeypatch, 
     from labkit.ops.dropin import fused, plan
 
     ns = (40,)
-    stand_in = _serve_with_stand_in(monkeypatch, ns, e)
+    stand_in = _serve_with_stand_in(monkeypatch, ns, e, 6)
     x, w, b, r = _inputs((6, 40), ns, seed=4)
     w, b = (w, b) if affine else (None, None)
     g = torch.randn(6, 40, generator=torch.Generator().manual_seed(5))
@@ -265,7 +267,7 @@ def test_the_fused_node_passes_the_slots_and_composes_the_backward(monkeypatch, 
     p = fused.get_plan(leaves[0], ns, leaves[1], leaves[2], 1e-5, e, kw["residual"])
     assert isinstance(p, fused.FusedKernelPlan) and explain_fused(x, ns, w, b, **{**kw, "residual": r if e.residual
                                                                                   else None})["path"] == "chain"
-    stand_in.tensors(*leaves, p.ones, p.neg_zeros)
+    stand_in.tensors(*leaves)
     out = fused_layer_norm(leaves[0], ns, leaves[1], leaves[2], **kw)
     assert out.grad_fn is not None and "FusedLayerNorm" in type(out.grad_fn).__name__
     wanted = [t for t in leaves[:3] if t is not None] + ([leaves[3]] if e.residual else [])
@@ -276,6 +278,11 @@ def test_the_fused_node_passes_the_slots_and_composes_the_backward(monkeypatch, 
     ref_wanted = [t for t in ref_leaves[:3] if t is not None] + ([ref_leaves[3]] if e.residual else [])
     for a, b_ in zip(got, torch.autograd.grad((ref * g).sum(), ref_wanted)):
         assert_bits_equal(a, b_, what=f"gradient {e}")
+    with torch.no_grad():  # the plan's forward without statistics: mean and rstd behind the scratch
+        stand_in.tensors(x, w, b, r)
+        out = fused_layer_norm(x, ns, w, b, activation=e.activation, scale=e.scale, residual=r if e.residual else None)
+    assert out.grad_fn is None
+    assert_bits_equal(out, _eager(x, ns, w, b, 1e-5, e, r), what=f"no-grad forward {e}")
     plan.clear()
 
 
@@ -286,7 +293,7 @@ def test_a_backward_that_records_a_graph_goes_through_torchs_chain(monkeypatch):
 
     e = ep.Epilogue("gelu", 2.0)
     ns = (24,)
-    stand_in = _serve_with_stand_in(monkeypatch, ns, e)
+    stand_in = _serve_with_stand_in(monkeypatch, ns, e, 5)
     x, w, b, _ = _inputs((5, 24), ns, seed=9)
     xs = [x.clone().requires_grad_() for _ in range(2)]
     stand_in.tensors(xs[0], w, b)  # affine: the plan's ones and -0.0 are not used

@@ -50,7 +50,7 @@ class FusedKernelPlan(FusedPlan):
         self.shape = tuple(x.shape)
         self.stat_shape = self.shape[:x.dim() - len(ns)] + (1,) * len(ns)
         self.eps_arg = np.float32(eps)
-        self.scratch_bytes = launches.scratch.nbytes
+        self.scratch_bytes, self.rows = launches.scratch.nbytes, launches.rows
         # absent affine as the drop-in's KernelPlan serves it: gamma 1 and beta -0.0 give torch's bits
         self.ones = torch.ones(ns, device=x.device) if weight is None else None
         self.neg_zeros = torch.full(ns, -0.0, device=x.device) if bias is None else None
@@ -65,20 +65,28 @@ class FusedKernelPlan(FusedPlan):
             ptrs.append(residual.data_ptr())
         return eligibility.misaligned(*ptrs)
 
-    def forward(self, x, weight, bias, residual):
-        """(out, mean, rstd) on aligned buffers (`misaligned` is the caller's check)."""
-        out = torch.empty(self.shape, dtype=torch.float32, device=self.device)
-        mean = torch.empty(self.stat_shape, dtype=torch.float32, device=self.device)
-        rstd = torch.empty(self.stat_shape, dtype=torch.float32, device=self.device)
-        scratch = torch.empty(self.scratch_bytes, dtype=torch.uint8, device=self.device) \
-            if self.scratch_bytes else None
+    def forward(self, x, weight, bias, residual, stats: bool):
+        """out, or with `stats` (out, mean, rstd), on aligned buffers (`misaligned` is the caller's check). Without
+        stats, mean and rstd live behind the scratch in one allocation, as the drop-in's KernelPlan keeps them."""
+        device = self.device
+        out = torch.empty(self.shape, dtype=torch.float32, device=device)
+        if stats:
+            mean = torch.empty(self.stat_shape, dtype=torch.float32, device=device)
+            rstd = torch.empty(self.stat_shape, dtype=torch.float32, device=device)
+            scratch = torch.empty(self.scratch_bytes, dtype=torch.uint8, device=device) if self.scratch_bytes \
+                else None
+            mp, rp = mean.data_ptr(), rstd.data_ptr()
+        else:
+            scratch = torch.empty(self.scratch_bytes + 8 * self.rows, dtype=torch.uint8, device=device)
+            mp = scratch.data_ptr() + self.scratch_bytes
+            rp = mp + 4 * self.rows
         w = weight if weight is not None else self.ones
         b = bias if bias is not None else self.neg_zeros
         with device_scope(self.index):
-            self.launch((x.data_ptr(), w.data_ptr(), b.data_ptr(), out.data_ptr(), mean.data_ptr(), rstd.data_ptr(),
+            self.launch((x.data_ptr(), w.data_ptr(), b.data_ptr(), out.data_ptr(), mp, rp,
                          scratch.data_ptr() if scratch is not None else 0,
                          residual.data_ptr() if residual is not None else 0), self.eps_arg, stream(self.index))
-        return out, mean, rstd
+        return (out, mean, rstd) if stats else out
 
 
 def _residual_refusal(x, residual) -> Optional[str]:
@@ -126,6 +134,23 @@ def get_plan(x, ns: tuple, weight, bias, eps: float, epilogue: Epilogue, residua
     return p
 
 
+_EPILOGUES: dict[tuple, Epilogue] = {}  # (activation, scale, residual?) -> Epilogue: a model repeats a few
+
+
+def _epilogue(activation, scale, residual: bool) -> Epilogue:
+    """Epilogue(activation, scale, residual), its checks made once per distinct hashable argument triple."""
+    key = (activation, type(scale), scale, residual)
+    try:
+        e = _EPILOGUES.get(key)
+    except TypeError:  # an unhashable argument: Epilogue names what is wrong with it
+        return Epilogue(activation, scale, residual)
+    if e is None:
+        e = Epilogue(activation, scale, residual)
+        if len(_EPILOGUES) < 1024:
+            _EPILOGUES[key] = e
+    return e
+
+
 def _validate(x, epilogue: Epilogue, residual) -> None:
     """ValueError for what the API does not take, before any launch (what our kernels do not take is served by
     torch's chain instead)."""
@@ -166,7 +191,7 @@ def fused_layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: O
         torch's vectorized kernel leaves, misaligned buffers, an untrusted install, autocast, compile, modes and
         transforms) are served by torch's chain, with its bits by definition.
     """
-    epilogue = Epilogue(activation, scale, residual is not None)
+    epilogue = _epilogue(activation, scale, residual is not None)
     _validate(x, epilogue, residual)
     ns = op._normalized_cached(normalized_shape)
     if epilogue.empty:
@@ -178,13 +203,13 @@ def fused_layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: O
         return _chain(x, ns, weight, bias, eps, epilogue, residual)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
         return _FusedLayerNorm.apply(x, weight, bias, residual, ns, eps, epilogue, p)
-    return p.forward(x, weight, bias, residual)[0]
+    return p.forward(x, weight, bias, residual, False)
 
 
 class _FusedLayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, residual, ns, eps, epilogue, plan):
-        out, mean, rstd = plan.forward(x, weight, bias, residual)
+        out, mean, rstd = plan.forward(x, weight, bias, residual, True)
         ctx.save_for_backward(x, mean, rstd, weight, bias)
         # the backward plans by the protocol the forward was called under (autograd's worker thread has none)
         ctx.ns, ctx.eps, ctx.epilogue, ctx.protocol = ns, eps, epilogue, plans.current_protocol()

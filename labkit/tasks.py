@@ -234,6 +234,30 @@ def _conv_sum_ln_pool_gelu_model(fused: bool):
     return Model
 
 
+def _ln_gelu_scale_model(fused: bool):
+    import torch
+
+    class Model(torch.nn.Module):
+        """L1/40's Model with L2/34's consumer after its LayerNorm: LayerNorm -> GELU -> * scaling_factor (ModelNew:
+        one labkit.fused_layer_norm). Not a KernelBench task: the issue's L1/40 with a GELU + scale consumer."""
+
+        def __init__(self, normalized_shape, scaling_factor):
+            super().__init__()
+            self.ln = torch.nn.LayerNorm(normalized_shape=normalized_shape)
+            self.scaling_factor = scaling_factor
+
+        def forward(self, x):
+            ln = self.ln
+            if fused:
+                from labkit.ops.dropin import fused_layer_norm
+
+                return fused_layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps, activation="gelu",
+                                        scale=self.scaling_factor)
+            return torch.nn.functional.gelu(ln(x)) * self.scaling_factor
+
+    return Model
+
+
 def _class(model_class, fused: bool):
     """init_args -> the task's Model (fused False) or its ModelNew, named as KernelBench names them."""
     def build(*init_args):
@@ -251,5 +275,11 @@ CONV_SUM_LN_POOL_GELU_L2_3 = Task(2, 3, "ConvTranspose3d_Sum_LayerNorm_AvgPool_G
                                   (32, 64, (3, 3, 3), (2, 2, 2), (1, 1, 1), (1, 1, 1), 1.0, (64,), (2, 2, 2)),
                                   _class(_conv_sum_ln_pool_gelu_model, False),
                                   build_new=_class(_conv_sum_ln_pool_gelu_model, True))
-FUSED_TASKS = {t.key: t for t in (CONV_LN_GELU_SCALE_L2_34, CONV_SUM_LN_POOL_GELU_L2_3)}
-TASKS.update(FUSED_TASKS)
+TASKS.update({t.key: t for t in (CONV_LN_GELU_SCALE_L2_34, CONV_SUM_LN_POOL_GELU_L2_3)})
+L1_40_GELU_SCALE = Task(1, 40, "LayerNorm_GELU_Scaling", L1_40, (L1_40[1:], 2.0), _class(_ln_gelu_scale_model, False),
+                        source="L1/40 with L2/34's consumer (issue 56), not a KernelBench task",
+                        build_new=_class(_ln_gelu_scale_model, True))
+# What the fused study evaluates as KernelBench's evaluator would: the two level-2 tasks, and L1/40 with a consumer
+# (under its own name: TASKS' "L1/40" is the task itself)
+FUSED_TASKS = {"L2/34": CONV_LN_GELU_SCALE_L2_34, "L2/3": CONV_SUM_LN_POOL_GELU_L2_3,
+               "L1/40+gelu*2": L1_40_GELU_SCALE}

@@ -1,6 +1,6 @@
-"""KernelBench's level-2 tasks with a fused consumer (labkit.tasks.FUSED_TASKS) on the GPU at their own shapes:
-ModelNew's output and gradients bit-identical to the task's Model. cuDNN is held to deterministic algorithms so that
-the two models' convolutions (torch's in both) give one result."""
+"""KernelBench's level-2 tasks with a fused consumer, and L1/40 with one (labkit.tasks.FUSED_TASKS), on the GPU at
+their own shapes: ModelNew's output and gradients bit-identical to the task's Model. cuDNN is held to deterministic
+algorithms so that the two models' convolutions (torch's in both) give one result."""
 import pytest
 import torch
 
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.gpu
 
 
 def _models(key):
-    t = tasks.get_task(key)
+    t = tasks.FUSED_TASKS[key]
     torch.manual_seed(42)
     model = t.make_model("cuda")
     torch.manual_seed(42)

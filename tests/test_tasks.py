@@ -62,3 +62,15 @@ def test_the_fused_consumer_tasks_and_their_model_new():
     l3 = tasks.get_task("L2/3").make_model()
     assert l3.norm.normalized_shape == (64,) and l3.avg_pool.kernel_size == (2, 2, 2)
     assert l3.sum_weight.item() == 1.0
+
+
+def test_l1_40_with_a_consumer_is_not_the_task_itself():
+    """The fused study's L1/40 + GELU * 2 sits under its own key: TASKS' L1/40 stays KernelBench's Model."""
+    assert tasks.get_task("L1/40") is tasks.LAYER_NORM_L1_40
+    t = tasks.FUSED_TASKS["L1/40+gelu*2"]
+    assert t.input_shape == tasks.L1_40 and t.init_args == (tasks.L1_40[1:], 2.0)
+    small = (2, 8, 4)
+    model, new = t.build(small, 2.0), t.build_new(small, 2.0)
+    x = torch.rand(3, *small)
+    with torch.no_grad():
+        assert_bits_equal(new(x), torch.nn.functional.gelu(model.ln(x)) * 2.0, what="ModelNew")

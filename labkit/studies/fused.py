@@ -1,7 +1,7 @@
 """The fused consumer (notebook 11): LayerNorm with the elementwise ops after it in its output pass
 (labkit.fused_layer_norm), against the same chain unfused, with the bytes each kernel must move counted from the
 shapes, the time each method takes beside the device-copy ceiling measured in the same run, the bits, and
-KernelBench's two level-2 tasks that hold the pattern (labkit.tasks.FUSED_TASKS).
+KernelBench's two level-2 tasks that hold the pattern and L1/40 with a GELU + scale consumer (labkit.tasks.FUSED_TASKS).
 
 Run functions return records (`traffic`, `timing`, `bits`, `kernelbench`); readers turn records into rows, a
 figure, the `fused` summary block, the goals and the verdict. Nothing here prints or knows about notebooks.
@@ -189,16 +189,16 @@ def kernelbench(mode: str, num_trials: int, device: str = "cuda") -> dict:
     evaluator makes them (ModelNew against Model on fresh inputs, allclose at KB_TOLERANCE; and here whether the
     bits are equal), then its cuda_event timing of the reference, its torch.compile and ModelNew
     (labkit.studies.kernelbench_timing: the reference and ModelNew with grad mode on, as the evaluator times them;
-    the compiled baseline under no_grad). Quick mode shrinks the batch to 4."""
+    the compiled baseline under no_grad). Quick mode shrinks the batch to 4 (L1/40's rows to 4)."""
     import torch
 
     from labkit.studies import kernelbench_timing as kbt
     from labkit.tasks import FUSED_TASKS
 
     out = []
-    for task in FUSED_TASKS.values():
+    for key, task in FUSED_TASKS.items():
         shape = task.input_shape if mode == "full" else (4,) + task.input_shape[1:]
-        row = {"task": task.key, "name": task.name, "input_shape": list(shape)}
+        row = {"task": key, "name": task.name, "input_shape": list(shape)}
         try:
             torch.manual_seed(kbt.SEED)
             model = task.make_model(device)

@@ -306,3 +306,19 @@ def test_a_backward_that_records_a_graph_goes_through_torchs_chain(monkeypatch):
     (want2,) = torch.autograd.grad(want.sum(), xs[1])
     assert_bits_equal(gxx, want2, what="second derivative")
     plan.clear()
+
+
+def test_a_gradient_wanted_for_the_residual_alone_is_the_incoming_one(monkeypatch):
+    from labkit.ops.dropin import plan
+
+    e = ep.Epilogue("silu", 0.5, True)
+    ns = (16,)
+    stand_in = _serve_with_stand_in(monkeypatch, ns, e, 3)
+    x, w, b, r = _inputs((3, 16), ns, seed=10)
+    r = r.requires_grad_()
+    stand_in.tensors(x, w, b, r)
+    out = fused_layer_norm(x, ns, w, b, activation="silu", scale=0.5, residual=r)
+    g = torch.randn(3, 16, generator=torch.Generator().manual_seed(11))
+    (gr,) = torch.autograd.grad(out, r, g)
+    assert_bits_equal(gr, g, what="d residual")
+    plan.clear()

@@ -44,6 +44,8 @@ class FusedPlan:
 
 
 class FusedKernelPlan(FusedPlan):
+    """Our fused launches for an eligible signature, bound to its device; torch's chain for a misaligned call."""
+
     def __init__(self, launches, x, ns: tuple, weight, bias, eps: float):
         super().__init__(f"fused: {launches.path} with the epilogue in its output pass")
         self.path, self.index, self.device = launches.path, x.get_device(), x.device
@@ -220,6 +222,8 @@ class _FusedLayerNorm(torch.autograd.Function):
         x, mean, rstd, weight, bias = ctx.saved_tensors
         need_x, need_w, need_b, need_r = ctx.needs_input_grad[:4]
         grad_residual = grad_out if need_r else None
+        if not (need_x or need_w or need_b):  # the residual's alone: nothing to recompute
+            return None, None, None, grad_residual, None, None, None, None
         ep = Epilogue(ctx.epilogue.activation, ctx.epilogue.scale)  # the residual adds nothing to d out / d y
         if torch.is_grad_enabled():  # create_graph: torch's chain, whose backward is differentiable
             wanted = [t for t, n in zip((x, weight, bias), (need_x, need_w, need_b)) if n]

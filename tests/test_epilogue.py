@@ -322,3 +322,24 @@ def test_a_gradient_wanted_for_the_residual_alone_is_the_incoming_one(monkeypatc
     (gr,) = torch.autograd.grad(out, r, g)
     assert_bits_equal(gr, g, what="d residual")
     plan.clear()
+
+
+def test_the_epilogue_check_runs_once_per_device_and_option_set(monkeypatch):
+    """The check's verdict is kept per (device, options): a mismatch warns once and keeps torch's chain serving that
+    epilogue; LABKIT_TRUST=off skips the check."""
+    from labkit.ops.dropin import fused
+
+    calls = []
+    monkeypatch.setattr(fused, "_checked", {})
+    monkeypatch.setattr(fused, "_check", lambda index, e: calls.append(e) or "chain at 4 x 32768: differs")
+    e = ep.Epilogue("gelu", 2.0)
+    monkeypatch.setenv("LABKIT_TRUST", "off")
+    assert fused.epilogue_refusal(0, e) is None and calls == []
+    monkeypatch.setenv("LABKIT_TRUST", "check")
+    with pytest.warns(RuntimeWarning, match="torch's chain serves it"):
+        assert "differs" in fused.epilogue_refusal(0, e)
+    assert "differs" in fused.epilogue_refusal(0, ep.Epilogue("gelu", 3.0))  # another scale: the same cubin
+    assert len(calls) == 1
+    with pytest.warns(RuntimeWarning):  # another activation: another cubin, checked
+        fused.epilogue_refusal(0, ep.Epilogue("relu"))
+    assert len(calls) == 2

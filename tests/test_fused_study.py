@@ -94,7 +94,7 @@ def test_the_figure_draws_both_protocols(records):
 
 
 def test_labkit_summary_of_a_run_has_the_fused_block(tmp_path, records):
-    """What `labkit summary RUN --json` prints for a fused_consumer run, from the records as the notebook writes them."""
+    """What `labkit summary RUN --json` prints for a fused_consumer run, from records as the notebook writes them."""
     from labkit.records.run import Run
     from labkit.studies.catalog import summarize_run, summary_text
 

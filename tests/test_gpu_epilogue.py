@@ -173,3 +173,12 @@ def test_a_captured_graph_replays_the_fused_bits():
         graph.replay()
         torch.cuda.synchronize()
         assert_bits_equal(out, _eager(x, ns, w, b, 1e-5, e, r), what="graph replay")
+
+
+@pytest.mark.parametrize("epilogue", list(EPILOGUES))
+def test_the_epilogue_check_passes_on_this_install(epilogue):
+    """The check every fused plan's first use runs (fused._check, called here directly, not from its cache): each
+    path carrying the epilogue against torch's chain. Its message names the first mismatch where there is one."""
+    from labkit.ops.dropin import fused
+
+    assert fused._check(torch.cuda.current_device(), EPILOGUES[epilogue]) is None

@@ -15,6 +15,7 @@ torch's AddBackward0 passes it. A backward that records a graph (create_graph=Tr
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Optional, Sequence
 
 import numpy as np
@@ -120,7 +121,58 @@ def make_plan(x, ns: tuple, weight, bias, eps: float, epilogue: Epilogue, residu
         return FusedPlan(f"trust: {trusted.source}"), trusted.final and not capturing
     if capturing:
         return FusedPlan("first call under CUDA graph capture: our kernels are prepared outside capture"), False
+    why = epilogue_refusal(x.get_device(), epilogue)
+    if why is not None:
+        return FusedPlan(f"the epilogue's check on this install: {why}"), True
     return FusedKernelPlan(launches, x, ns, weight, bias, eps), True
+
+
+# --- the epilogue's check: the trust gate's canary covers the LayerNorm, this covers the ops after it -----------------
+# The epilogue's bits rest on NVRTC building torch's expressions as nvcc built them (erff, tanhf, expf from the same
+# CUDA math library, the same contractions): the GPU tests check it where they run, no toolchain promises it. So
+# before an epilogue's first plan on a device, each path that carries it runs it on a few rows against torch's
+# chain; a mismatch leaves that epilogue to torch's chain on that device, with a warning. LABKIT_TRUST=off skips it.
+CHECK_SHAPES = ((4, 1 << 15), (64, 1024), (33, 768))  # the chain's rows and rows_fused's two layouts
+_checked: dict[tuple, Optional[str]] = {}  # (device index, the epilogue's options) -> None or the first mismatch
+
+
+def epilogue_refusal(index: int, epilogue: Epilogue) -> Optional[str]:
+    """None where every path carrying `epilogue`'s ops gives torch's chain's bits on device `index` (checked once
+    per process, device and option set), else the first mismatch."""
+    if trust.mode() == "off":
+        return None
+    key = (index, epilogue.options)
+    if key not in _checked:
+        with torch.no_grad():
+            why = _check(index, epilogue)
+        if why is not None:
+            warnings.warn(f"labkit: fused_layer_norm's {epilogue} does not give torch's bits on device {index}: "
+                          f"{why}; torch's chain serves it", RuntimeWarning, stacklevel=4)
+        _checked[key] = why
+    return _checked[key]
+
+
+def _check(index: int, epilogue: Epilogue) -> Optional[str]:
+    """The first mismatch of any path carrying `epilogue` against torch's chain on CHECK_SHAPES, or None."""
+    from labkit.core.device import device_info
+    from labkit.ops import epilogue as ep
+
+    device, where = device_info(index), f"cuda:{index}"
+    g = torch.Generator(device=where).manual_seed(56)
+    for rows, n in CHECK_SHAPES:
+        # LayerNorm outputs spread over GELU's and SiLU's curved range and their tails (gamma to about 4, beta 2)
+        x = torch.randn(rows, n, device=where, generator=g) * 3 + 1
+        w, b = (torch.randn(n, device=where, generator=g) * 2 for _ in range(2))
+        res = torch.randn(rows, n, device=where, generator=g) if epilogue.residual else None
+        want = compose(torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5), epilogue, res).view(torch.int32)
+        for path, base in ep.candidates(rows, n, device).items():
+            plan = FusedKernelPlan(ep.EpilogueLaunches(base, epilogue), x, (n,), w, b, 1e-5)
+            got = plan.forward(x, w, b, res, False).view(torch.int32)
+            if not torch.equal(got, want):
+                at = tuple((got != want).nonzero()[0].tolist())
+                return (f"{path} at {rows} x {n}: first difference at {at}, bits {got[at].item() & 0xffffffff:#010x} "
+                        f"against torch's {want[at].item() & 0xffffffff:#010x}")
+    return None
 
 
 def get_plan(x, ns: tuple, weight, bias, eps: float, epilogue: Epilogue, residual) -> FusedPlan:

@@ -242,8 +242,9 @@ def fused_layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: O
     Raises:
         ValueError naming the value: an activation not in labkit.ops.epilogue.ACTIVATIONS, a scale that is not a
         real number, a residual not shaped or typed as x. Inputs our kernels do not take (CPU tensors, a layout
-        torch's vectorized kernel leaves, misaligned buffers, an untrusted install, autocast, compile, modes and
-        transforms) are served by torch's chain, with its bits by definition.
+        torch's vectorized kernel leaves, misaligned buffers, an untrusted install, autocast, modes and transforms)
+        are served by torch's chain, with its bits by definition. Under torch.compile the chain is traced: its
+        LayerNorm stays the drop-in's opaque op, but Inductor compiles the ops after it, with its own bits.
     """
     epilogue = _epilogue(activation, scale, residual is not None)
     _validate(x, epilogue, residual)

@@ -343,3 +343,74 @@ def test_the_epilogue_check_runs_once_per_device_and_option_set(monkeypatch):
     with pytest.warns(RuntimeWarning):  # another activation: another cubin, checked
         fused.epilogue_refusal(0, ep.Epilogue("relu"))
     assert len(calls) == 2
+
+
+def fused_op():
+    from labkit.ops.dropin import fused
+
+    return fused.fused_layer_norm_op
+
+
+def _op_args(seed=12, residual=True):
+    x, w, b, r = _inputs((4, 3, 16), (3, 16), seed=seed)
+    return (x, [3, 16], w, b, 1e-5, "gelu", 2.0, r if residual else None)
+
+
+@pytest.mark.parametrize("residual", [True, False])
+def test_opcheck_fused_forward(residual):
+    result = torch.library.opcheck(fused_op(), _op_args(residual=residual))
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+@pytest.mark.parametrize("mask", [[True, True, True], [True, False, False], [False, True, True]])
+def test_opcheck_fused_backward(mask):
+    from labkit.ops.dropin import fused
+
+    x, ns, w, b, eps, act, scale, _ = _op_args()
+    y, mean, rstd = torch.native_layer_norm(x, ns, w, b, eps)
+    result = torch.library.opcheck(fused.fused_layer_norm_backward_op,
+                                   (torch.randn(x.shape), x, ns, mean, rstd, w, b, eps, act, scale, mask))
+    assert all(v == "SUCCESS" for v in result.values()), result
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)])
+def test_compiled_calls_run_the_opaque_op_with_the_chains_bits(backend):
+    """Under torch.compile the call is labkit::fused_layer_norm (one graph, no break), whose forward and backward
+    keep the eager chain's bits: Inductor does not recompile the ops after the LayerNorm."""
+    e = ep.Epilogue("gelu", 2.0, True)
+    x, w, b, r = _inputs((6, 2, 32), (2, 32), seed=13)
+    g = torch.randn(6, 2, 32, generator=torch.Generator().manual_seed(14))
+
+    def fn(x, w, b, r):
+        return fused_layer_norm(x, (2, 32), w, b, activation="gelu", scale=2.0, residual=r)
+
+    explained = torch._dynamo.explain(fn)(x, w, b, r)
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    compiled = torch.compile(fn, backend=backend, fullgraph=True)
+    leaves = [t.clone().requires_grad_() for t in (x, w, b, r)]
+    out = compiled(*leaves)
+    got = torch.autograd.grad((out * g).sum(), leaves)
+    ref_leaves = [t.clone().requires_grad_() for t in (x, w, b, r)]
+    ref = _eager(ref_leaves[0], (2, 32), ref_leaves[1], ref_leaves[2], 1e-5, e, ref_leaves[3])
+    assert_bits_equal(out, ref, what=f"compiled ({backend}) forward")
+    for name, a, want in zip(("dx", "dweight", "dbias", "dresidual"), got,
+                             torch.autograd.grad((ref * g).sum(), ref_leaves)):
+        assert_bits_equal(a, want, what=f"compiled ({backend}) {name}")
+    torch._dynamo.reset()
+
+
+def test_a_dispatch_mode_sees_the_op():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    x, w, b, _ = _inputs((3, 16), (16,))
+    with Record():
+        out = fused_layer_norm(x, 16, w, b, activation="relu")
+    assert any("labkit.fused_layer_norm" in s for s in seen), seen
+    assert_bits_equal(out, F.relu(F.layer_norm(x, (16,), w, b)))

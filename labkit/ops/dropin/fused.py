@@ -6,17 +6,19 @@ our fused launches where the drop-in's predicate takes the input, the trust gate
 an epilogue takes the shape; else the chain in torch, with the reason), then runs it: the plan's launches bound to
 the device, or `compose(labkit.layer_norm(...))`. `explain_fused` says which and why.
 
-Autograd (`_FusedLayerNorm`): the fused forward keeps x, mean and rstd; the backward is a composition of pieces
-that each have torch's bits: LayerNorm's output recomputed by the drop-in (torch's bits, as the forward's own pass
-computes it), the epilogue's backward by torch's own ops (labkit.ops.epilogue.grad_of_layer_norm_output), then the
-drop-in's LayerNorm backward (labkit.ops.dropin.plan.backward). The residual's gradient is the incoming one, as
-torch's AddBackward0 passes it. A backward that records a graph (create_graph=True) goes through torch's chain.
+Autograd (`_FusedLayerNorm` in eager calls; the registered ops labkit::fused_layer_norm(_backward) under
+torch.compile, modes and subclasses): the fused forward keeps x, mean and rstd; the backward is a composition of
+pieces that each have torch's bits (`_grads`): LayerNorm's output recomputed by the drop-in (torch's bits, as the
+forward's own pass computes it), the epilogue's backward by torch's own ops
+(labkit.ops.epilogue.grad_of_layer_norm_output), then the drop-in's LayerNorm backward (labkit.ops.dropin.plan.backward).
+The residual's gradient is the incoming one, as torch's AddBackward0 passes it. A backward that records a graph
+(create_graph=True) goes through torch's chain.
 """
 from __future__ import annotations
 
 import math
 import warnings
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -226,6 +228,126 @@ def _chain(x, ns, weight, bias, eps, epilogue, residual):
     return compose(op.layer_norm(x, ns, weight, bias, eps), epilogue, residual)
 
 
+# --- the backward, shared by the eager node and the registered op ----------------------------------------------------
+
+def _grads(grad_out, x, ns: tuple, mean, rstd, weight, bias, eps: float, epilogue: Epilogue, need) -> tuple:
+    """(dx, dweight, dbias), None where not in `need`: LayerNorm's output recomputed by the drop-in (torch's bits,
+    what the fused pass computed before its epilogue), the epilogue's backward by torch's own ops, then the drop-in's
+    LayerNorm backward. `epilogue` without its residual: the residual adds nothing to d out / d y."""
+    y = op.layer_norm(x, ns, weight, bias, eps)
+    grad_y = grad_of_layer_norm_output(grad_out, y, epilogue)
+    return plans.backward(grad_y, x, ns, mean, rstd, weight, bias, tuple(need))
+
+
+def _grads_through_torch(grad_out, x, ns, weight, bias, eps: float, epilogue: Epilogue, need) -> tuple:
+    """The same grads with their graph (create_graph=True): through torch's chain, whose backward is differentiable
+    (ours is not), as the drop-in's grads_through_torch does for the LayerNorm alone."""
+    wanted = [t for t, n in zip((x, weight, bias), need) if n]
+    out = compose(torch.nn.functional.layer_norm(x, ns, weight, bias, eps), epilogue)
+    grads = iter(torch.autograd.grad(out, wanted, grad_out, create_graph=True))
+    return tuple(next(grads) if n else None for n in need)
+
+
+class _FusedLayerNorm(torch.autograd.Function):
+    """The eager autograd path: the plan's fused forward, then `_grads`, with no dispatcher in between."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, residual, ns, eps, epilogue, plan):
+        out, mean, rstd = plan.forward(x, weight, bias, residual, True)
+        ctx.save_for_backward(x, mean, rstd, weight, bias)
+        # the backward plans by the protocol the forward was called under (autograd's worker thread has none)
+        ctx.ns, ctx.eps, ctx.protocol = ns, eps, plans.current_protocol()
+        ctx.epilogue = Epilogue(epilogue.activation, epilogue.scale)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, mean, rstd, weight, bias = ctx.saved_tensors
+        need = ctx.needs_input_grad[:3]
+        grad_residual = grad_out if ctx.needs_input_grad[3] else None
+        if not any(need):  # the residual's alone: nothing to recompute
+            gx = gw = gb = None
+        elif torch.is_grad_enabled():
+            gx, gw, gb = _grads_through_torch(grad_out, x, ctx.ns, weight, bias, ctx.eps, ctx.epilogue, need)
+        else:
+            with plans.dispatch_protocol(ctx.protocol):
+                gx, gw, gb = _grads(grad_out, x, ctx.ns, mean, rstd, weight, bias, ctx.eps, ctx.epilogue, need)
+        return gx, gw, gb, grad_residual, None, None, None, None
+
+
+# --- labkit::fused_layer_norm and its backward: the call as opaque ops, for torch.compile, modes and subclasses ---------
+# Traced, torch's chain would be compiled by Inductor with its own arithmetic for the ops after the LayerNorm; as
+# opaque ops (their fake implementations torch's own native_layer_norm) a compiled graph runs the eager call, and its
+# backward the same composition as the eager node's.
+
+def _forward_impl(x: Tensor, normalized_shape: List[int], weight: Optional[Tensor], bias: Optional[Tensor],
+                  eps: float, activation: Optional[str], scale: Optional[float],
+                  residual: Optional[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """(out, mean, rstd): our fused launches where the plan has them, else torch's chain on the drop-in's forward."""
+    ns, epilogue = tuple(normalized_shape), _epilogue(activation, scale, residual is not None)
+    p = get_plan(x, ns, weight, bias, eps, epilogue, residual)
+    if p.launch is not None and not p.misaligned(x, weight, bias, residual):
+        return p.forward(x, weight, bias, residual, True)
+    y, mean, rstd = plans.get_plan(x, ns, weight, bias, eps, True).forward(x, weight, bias, True)
+    return compose(y, epilogue, residual), mean, rstd
+
+
+fused_layer_norm_op = torch.library.custom_op("labkit::fused_layer_norm", mutates_args=())(_forward_impl)
+
+
+@fused_layer_norm_op.register_fake
+def _forward_fake(x, normalized_shape, weight, bias, eps, activation, scale, residual):
+    y, mean, rstd = torch.ops.aten.native_layer_norm.default(x, normalized_shape, weight, bias, eps)
+    return torch.empty_like(y), mean, rstd
+
+
+def _backward_impl(grad_out: Tensor, x: Tensor, normalized_shape: List[int], mean: Tensor, rstd: Tensor,
+                   weight: Optional[Tensor], bias: Optional[Tensor], eps: float, activation: Optional[str],
+                   scale: Optional[float], output_mask: List[bool]) -> tuple[Tensor, Tensor, Tensor]:
+    """(grad_x, grad_weight, grad_bias) by `_grads`; an output not asked for (or without its parameter) is an empty
+    tensor (a custom op returns defined tensors)."""
+    need = (output_mask[0], output_mask[1] and weight is not None, output_mask[2] and bias is not None)
+    grads = _grads(grad_out, x, tuple(normalized_shape), mean, rstd, weight, bias, eps, Epilogue(activation, scale),
+                   need)
+    return tuple(g if g is not None else x.new_empty((0,)) for g in grads)
+
+
+fused_layer_norm_backward_op = torch.library.custom_op("labkit::fused_layer_norm_backward",
+                                                       mutates_args=())(_backward_impl)
+
+
+@fused_layer_norm_backward_op.register_fake
+def _backward_fake(grad_out, x, normalized_shape, mean, rstd, weight, bias, eps, activation, scale, output_mask):
+    return tuple(torch.empty_like(t) if t is not None and n else x.new_empty((0,))
+                 for t, n in zip((x, weight, bias), output_mask))
+
+
+def _setup_context(ctx, inputs, output):
+    x, normalized_shape, weight, bias, eps, activation, scale, _ = inputs
+    _, mean, rstd = output
+    ctx.save_for_backward(x, mean, rstd, weight, bias)
+    ctx.ns, ctx.eps, ctx.epilogue = list(normalized_shape), eps, Epilogue(activation, scale)
+    ctx.mark_non_differentiable(mean, rstd)
+
+
+def _op_backward(ctx, grad_out, _grad_mean, _grad_rstd):
+    x, mean, rstd, weight, bias = ctx.saved_tensors
+    need = (ctx.needs_input_grad[0], ctx.needs_input_grad[2], ctx.needs_input_grad[3])
+    grad_residual = grad_out if ctx.needs_input_grad[7] else None
+    gx = gw = gb = None
+    if any(need) and torch.is_grad_enabled():
+        gx, gw, gb = _grads_through_torch(grad_out, x, ctx.ns, weight, bias, ctx.eps, ctx.epilogue, need)
+    elif any(need):
+        e = ctx.epilogue
+        gx, gw, gb = fused_layer_norm_backward_op(grad_out, x, ctx.ns, mean, rstd, weight, bias, ctx.eps,
+                                                  e.activation, e.scale, list(need))
+    return (gx if need[0] else None, None, gw if need[1] else None, gb if need[2] else None, None, None, None,
+            grad_residual)
+
+
+fused_layer_norm_op.register_autograd(_op_backward, setup_context=_setup_context)
+
+
 def fused_layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optional[Tensor] = None,
                      bias: Optional[Tensor] = None, eps: float = 1e-5, *, activation: Optional[str] = None,
                      scale: Optional[float] = None, residual: Optional[Tensor] = None) -> Tensor:
@@ -242,9 +364,9 @@ def fused_layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: O
     Raises:
         ValueError naming the value: an activation not in labkit.ops.epilogue.ACTIVATIONS, a scale that is not a
         real number, a residual not shaped or typed as x. Inputs our kernels do not take (CPU tensors, a layout
-        torch's vectorized kernel leaves, misaligned buffers, an untrusted install, autocast, modes and transforms)
-        are served by torch's chain, with its bits by definition. Under torch.compile the chain is traced: its
-        LayerNorm stays the drop-in's opaque op, but Inductor compiles the ops after it, with its own bits.
+        torch's vectorized kernel leaves, misaligned buffers, an untrusted install, autocast, functorch transforms,
+        forward-mode AD) are served by torch's chain, with its bits by definition. Under torch.compile, a dispatch
+        mode or a tensor subclass the call is the opaque op labkit::fused_layer_norm (the same plans).
     """
     epilogue = _epilogue(activation, scale, residual is not None)
     _validate(x, epilogue, residual)
@@ -252,43 +374,16 @@ def fused_layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: O
     if epilogue.empty:
         return op.layer_norm(x, ns, weight, bias, eps)
     if not op.plain_eager(x, weight, bias, residual):
-        return _chain(x, ns, weight, bias, eps, epilogue, residual)
+        if op.traced_or_wrapped(x, weight, bias, residual):  # compiling, a dispatch mode, a subclass: the op
+            return fused_layer_norm_op(x, list(ns), weight, bias, eps, epilogue.activation, epilogue.scale,
+                                       residual)[0]
+        return _chain(x, ns, weight, bias, eps, epilogue, residual)  # autocast, functorch, forward-mode AD
     p = get_plan(x, ns, weight, bias, eps, epilogue, residual)
     if p.launch is None or p.misaligned(x, weight, bias, residual):
         return _chain(x, ns, weight, bias, eps, epilogue, residual)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias, residual)):
         return _FusedLayerNorm.apply(x, weight, bias, residual, ns, eps, epilogue, p)
     return p.forward(x, weight, bias, residual, False)
-
-
-class _FusedLayerNorm(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, weight, bias, residual, ns, eps, epilogue, plan):
-        out, mean, rstd = plan.forward(x, weight, bias, residual, True)
-        ctx.save_for_backward(x, mean, rstd, weight, bias)
-        # the backward plans by the protocol the forward was called under (autograd's worker thread has none)
-        ctx.ns, ctx.eps, ctx.epilogue, ctx.protocol = ns, eps, epilogue, plans.current_protocol()
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x, mean, rstd, weight, bias = ctx.saved_tensors
-        need_x, need_w, need_b, need_r = ctx.needs_input_grad[:4]
-        grad_residual = grad_out if need_r else None
-        if not (need_x or need_w or need_b):  # the residual's alone: nothing to recompute
-            return None, None, None, grad_residual, None, None, None, None
-        ep = Epilogue(ctx.epilogue.activation, ctx.epilogue.scale)  # the residual adds nothing to d out / d y
-        if torch.is_grad_enabled():  # create_graph: torch's chain, whose backward is differentiable
-            wanted = [t for t, n in zip((x, weight, bias), (need_x, need_w, need_b)) if n]
-            out = compose(torch.nn.functional.layer_norm(x, ctx.ns, weight, bias, ctx.eps), ep)
-            grads = iter(torch.autograd.grad(out, wanted, grad_out, create_graph=True))
-            gx, gw, gb = (next(grads) if n else None for n in (need_x, need_w, need_b))
-            return gx, gw, gb, grad_residual, None, None, None, None
-        y = op.layer_norm(x, ctx.ns, weight, bias, ctx.eps)  # torch's bits: what the fused pass computed y as
-        grad_y = grad_of_layer_norm_output(grad_out, y, ep)
-        with plans.dispatch_protocol(ctx.protocol):
-            gx, gw, gb = plans.backward(grad_y, x, ctx.ns, mean, rstd, weight, bias, (need_x, need_w, need_b))
-        return gx, gw, gb, grad_residual, None, None, None, None
 
 
 def explain_fused(x: Tensor, normalized_shape, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,

@@ -345,6 +345,13 @@ def plain_eager(x, *others) -> bool:
         not (_is_compiling() or _functorch_active() or _dispatch_mode_active()) and _forward_ad._current_level < 0
 
 
+def traced_or_wrapped(x, *others) -> bool:
+    """A tensor subclass among x and the others, torch.compile tracing, or a dispatch mode: the calls layer_norm's
+    exit 2 gives its registered op (functorch transforms aside)."""
+    return type(x) not in _PLAIN or any(t is not None and type(t) not in _PLAIN for t in others) or \
+        _is_compiling() or _dispatch_mode_active()
+
+
 _layer_norm = torch.layer_norm  # F.layer_norm's own call, past its torch-function checks (done here)
 
 

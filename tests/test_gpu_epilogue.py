@@ -182,3 +182,24 @@ def test_the_epilogue_check_passes_on_this_install(epilogue):
     from labkit.ops.dropin import fused
 
     assert fused._check(torch.cuda.current_device(), EPILOGUES[epilogue]) is None
+
+
+def test_torch_compile_keeps_the_eager_chains_bits():
+    """Compiled (Inductor), the call is the opaque op labkit::fused_layer_norm, served by the same fused plans:
+    forward and gradients keep the eager chain's bits, where Inductor's own code for the chain would not promise to."""
+    xs, ns = SHAPES["8192x768"]
+    e = EPILOGUES["gelu*0.75+residual"]
+    x, w, b, r = _inputs(xs, ns, "randn", 21)
+    g = torch.randn(xs, device="cuda", generator=torch.Generator(device="cuda").manual_seed(22))
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda *t: _call(t[0], ns, t[1], t[2], 1e-5, e, t[3]), fullgraph=True)
+    leaves = [t.clone().requires_grad_() for t in (x, w, b, r)]
+    out = compiled(*leaves)
+    got = torch.autograd.grad((out * g).sum(), leaves)
+    ref_leaves = [t.clone().requires_grad_() for t in (x, w, b, r)]
+    ref = _eager(ref_leaves[0], ns, ref_leaves[1], ref_leaves[2], 1e-5, e, ref_leaves[3])
+    assert_bits_equal(out, ref, what="compiled forward")
+    for name, a, want in zip(("dx", "dweight", "dbias", "dresidual"), got,
+                             torch.autograd.grad((ref * g).sum(), ref_leaves)):
+        assert_bits_equal(a, want, what=f"compiled {name}")
+    torch._dynamo.reset()

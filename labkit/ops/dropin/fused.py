@@ -389,15 +389,15 @@ def fused_layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: O
 def explain_fused(x: Tensor, normalized_shape, weight: Optional[Tensor] = None, bias: Optional[Tensor] = None,
                   eps: float = 1e-5, *, activation: Optional[str] = None, scale: Optional[float] = None,
                   residual: Optional[Tensor] = None) -> dict:
-    """{"path", "reason"}: which path's fused launches serve this call, or "native" (torch's chain) and why."""
+    """{"path", "reason"}: which path's fused launches serve this call, or "native" (torch's chain) and why. Under
+    torch.compile, a dispatch mode or a subclass the call is labkit::fused_layer_norm, planned the same way."""
     epilogue = Epilogue(activation, scale, residual is not None)
     _validate(x, epilogue, residual)
     ns = op._normalized(normalized_shape)
     if epilogue.empty:
         return {"path": paths.NATIVE, "reason": "no epilogue: labkit.layer_norm serves (labkit.explain says how)"}
-    if not op.plain_eager(x, weight, bias, residual):
-        return {"path": paths.NATIVE, "reason": "not a plain eager call (autocast, compile, a mode, a transform or "
-                                                "a subclass): torch's chain"}
+    if not op.plain_eager(x, weight, bias, residual) and not op.traced_or_wrapped(x, weight, bias, residual):
+        return {"path": paths.NATIVE, "reason": "autocast, a functorch transform or forward-mode AD: torch's chain"}
     p = get_plan(x, ns, weight, bias, eps, epilogue, residual)
     if p.launch is not None and p.misaligned(x, weight, bias, residual):
         return {"path": paths.NATIVE, "reason": "a buffer is not 16-byte aligned: torch's chain serves this call"}

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from bits import assert_bits_equal
 from labkit.core import compile as kc
 from labkit.core.device import Device
-from labkit.core.program import F32, Launch, Ptr
+from labkit.core.program import F32, Ptr
 from labkit.ops import epilogue as ep
 from labkit.ops import paths
 from labkit.ops.dropin.fused import explain_fused, fused_layer_norm

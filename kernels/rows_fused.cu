@@ -2,7 +2,8 @@
 // registers, so x is read from memory once.
 //
 // Contract kept: the statistics are torch's vectorized-path order (welford_ln.cuh) and the output is
-// gamma * (rstd * (x - mean)) + beta, contracted as torch's. Rows longer than the largest entry point's registers
+// gamma * (rstd * (x - mean)) + beta, contracted as torch's; with -DEPILOGUE the ops that follow LayerNorm are
+// applied to it as torch's kernels apply them (epilogue.cuh). Rows longer than the largest entry point's registers
 // (kMaxVec * 512 floats) re-read the rest of themselves for the output pass (from L2), as torch does.
 //
 // Two layouts of the same arithmetic. rows_fused_reg<K>: torch's own (32, 4) block per row, thread t of the row's
@@ -14,6 +15,7 @@
 // floats ran slower in it than in the block (data/dev/rows_layout/); with it, rows of 768 and 1000 to 1024 floats
 // ran as fast or faster (up to 13% at 4096 x 768) and rows of 1536 and 2048 still slower (data/dev/rows_packed/).
 #include "welford_ln.cuh"
+#include "epilogue.cuh"
 
 // Push thread `tid`'s kept vectors (its chain's (4i+1)-th to (4i+4)-th pushes) with constant reciprocals: a
 // thread's vectors run out in order, and the compiler folds a constant IEEE quotient to the same correctly
@@ -49,21 +51,23 @@ __device__ __forceinline__ void load_thread(const float4* __restrict__ row, floa
 template <int kMaxVec, bool kTail>
 __device__ __forceinline__ void write_thread(const float4* __restrict__ row, const float4 (&keep)[kMaxVec],
                                              const float4* __restrict__ gamma, const float4* __restrict__ beta,
-                                             float4* __restrict__ out, int tid, int n4, float m, float r) {
+                                             float4* __restrict__ out, int tid, int n4, float m,
+                                             float r EPILOGUE_PARAMS) {
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i) {
         const int j = tid + 128 * i;
-        if (j < n4) out[j] = layer_norm_affine4(keep[i], gamma[j], beta[j], m, r);
+        if (j < n4) out[j] = EPILOGUE4(layer_norm_affine4(keep[i], gamma[j], beta[j], m, r), j);
     }
     if (kTail)
         for (int j = tid + 128 * kMaxVec; j < n4; j += 128)
-            out[j] = layer_norm_affine4(row[j], gamma[j], beta[j], m, r);
+            out[j] = EPILOGUE4(layer_norm_affine4(row[j], gamma[j], beta[j], m, r), j);
 }
 
 template <int kMaxVec, bool kTail>
 __device__ __forceinline__ void rows_fused(const float4* __restrict__ x, const float4* __restrict__ gamma,
                                            const float4* __restrict__ beta, float4* __restrict__ y,
-                                           float* __restrict__ mean, float* __restrict__ rstd, int n, float eps) {
+                                           float* __restrict__ mean, float* __restrict__ rstd, int n,
+                                           float eps EPILOGUE_PARAMS) {
     __shared__ float buf[12];
     __shared__ float stats[2];
     const int tid = threadIdx.x + 32 * threadIdx.y;
@@ -80,7 +84,8 @@ __device__ __forceinline__ void rows_fused(const float4* __restrict__ x, const f
         rstd[blockIdx.x] = stats[1];
     }
     __syncthreads();
-    write_thread<kMaxVec, kTail>(row, keep, gamma, beta, y + (size_t)blockIdx.x * n4, tid, n4, stats[0], stats[1]);
+    write_thread<kMaxVec, kTail>(row, keep, gamma, beta, y + (size_t)blockIdx.x * n4, tid, n4, stats[0],
+                                 stats[1] EPILOGUE_ROW_ARGS((size_t)blockIdx.x * n4));
 }
 
 // One Welford state moved between lanes as a unit (its three floats), within segments of `width` lanes.
@@ -201,7 +206,7 @@ template <int kMaxVec, bool kCounted>
 __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, const float4* __restrict__ gamma,
                                                 const float4* __restrict__ beta, float4* __restrict__ y,
                                                 float* __restrict__ mean, float* __restrict__ rstd, int rows, int n,
-                                                float eps) {
+                                                float eps EPILOGUE_PARAMS) {
     const int lane = threadIdx.x;
     const size_t r_index = (size_t)blockIdx.x * 4 + threadIdx.y;  // rows may come within 3 of INT_MAX
     if (r_index >= (size_t)rows) return;  // a whole warp leaves: the shuffles below only involve warps of live rows
@@ -224,10 +229,13 @@ __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, co
     }
     float4* out = y + r_index * n4;
 #pragma unroll
-    for (int v = 0; v < 4; ++v) write_thread<kMaxVec, false>(row, keep[v], gamma, beta, out, lane + 32 * v, n4, m, r);
+    for (int v = 0; v < 4; ++v)
+        write_thread<kMaxVec, false>(row, keep[v], gamma, beta, out, lane + 32 * v, n4, m,
+                                     r EPILOGUE_ROW_ARGS(r_index * n4));
 }
 
-// Arguments: x [rows, n/4] float4, gamma/beta [n/4] float4, y [rows, n/4] float4, mean/rstd [rows], n, eps.
+// Arguments: x [rows, n/4] float4, gamma/beta [n/4] float4, y [rows, n/4] float4, mean/rstd [rows], n, eps; with
+// -DEPILOGUE then residual [rows, n/4] float4 and scale (epilogue.cuh).
 // rows_fused_reg<K>: grid rows, block (32, 4). rows_fused_warp<K> (rows as an extra argument): grid ceil(rows/4),
 // block (32, 4), warp y on row 4 * block + y. One entry point per register budget: short rows need few vectors
 // per thread, and fewer registers let more blocks share an SM (labkit.ops.rows_fused picks the smallest that holds
@@ -235,8 +243,8 @@ __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, co
 #define ROWS_FUSED(K, MIN_BLOCKS, TAIL)                                                                        \
     extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_reg##K(                            \
         const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int n,   \
-        float eps) {                                                                                            \
-        rows_fused<K, TAIL>(x, gamma, beta, y, mean, rstd, n, eps);                                             \
+        float eps EPILOGUE_PARAMS) {                                                                            \
+        rows_fused<K, TAIL>(x, gamma, beta, y, mean, rstd, n, eps EPILOGUE_ARGS);                               \
     }
 ROWS_FUSED(2, 12, false)
 ROWS_FUSED(4, 8, false)
@@ -247,8 +255,8 @@ ROWS_FUSED(32, 3, true)  // the largest: rows longer than 16384 floats re-read t
 #define ROWS_FUSED_WARP(K, MIN_BLOCKS)                                                                         \
     extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_warp##K(                           \
         const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int rows, \
-        int n, float eps) {                                                                                     \
-        rows_fused_warp<K, false>(x, gamma, beta, y, mean, rstd, rows, n, eps);                                 \
+        int n, float eps EPILOGUE_PARAMS) {                                                                     \
+        rows_fused_warp<K, false>(x, gamma, beta, y, mean, rstd, rows, n, eps EPILOGUE_ARGS);                   \
     }
 ROWS_FUSED_WARP(1, 10)
 ROWS_FUSED_WARP(2, 8)  // four vectors per torch thread (16 per lane) measured slower than the block: not built
@@ -259,8 +267,8 @@ ROWS_FUSED_WARP(2, 8)  // four vectors per torch thread (16 per lane) measured s
 // table measures where it serves. Only the two-vector form: the one-vector count pass measured slower.
 extern "C" __global__ void __launch_bounds__(128, 7) rows_fused_warp2_counted(
     const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int rows, int n,
-    float eps) {
-    rows_fused_warp<2, true>(x, gamma, beta, y, mean, rstd, rows, n, eps);
+    float eps EPILOGUE_PARAMS) {
+    rows_fused_warp<2, true>(x, gamma, beta, y, mean, rstd, rows, n, eps EPILOGUE_ARGS);
 }
 
 // torch's (32, 4) block per row (rows_fused<K>'s layout: thread t holds torch's thread t's float4s) with the merges'
@@ -278,7 +286,7 @@ __device__ __forceinline__ void rows_fused_block_counted(const float4* __restric
                                                          const float4* __restrict__ gamma,
                                                          const float4* __restrict__ beta, float4* __restrict__ y,
                                                          float* __restrict__ mean, float* __restrict__ rstd, int n,
-                                                         float eps) {
+                                                         float eps EPILOGUE_PARAMS) {
     __shared__ float st[12];
     const int lane = threadIdx.x, warp = threadIdx.y;
     const int tid = lane + 32 * warp;
@@ -322,13 +330,15 @@ __device__ __forceinline__ void rows_fused_block_counted(const float4* __restric
         mean[blockIdx.x] = m;
         rstd[blockIdx.x] = r;
     }
-    write_thread<K, false>(row, keep, gamma, beta, y + (size_t)blockIdx.x * n4, tid, n4, m, r);
+    write_thread<K, false>(row, keep, gamma, beta, y + (size_t)blockIdx.x * n4, tid, n4, m,
+                           r EPILOGUE_ROW_ARGS((size_t)blockIdx.x * n4));
 }
 
 // Two vectors a thread (rows of at most 1,024 floats) at rows_fused_reg2's 12 blocks per SM (40 registers, no spill);
 // four (N <= 2,048) measured 0.5-0.6% slower than rows_fused_reg4 at 8192 and 32768 x 2048 and is not built
 // (data/dev/rows_floor/).
 extern "C" __global__ void __launch_bounds__(128, 12) rows_fused_reg2_counted(
-    const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int n, float eps) {
-    rows_fused_block_counted<2>(x, gamma, beta, y, mean, rstd, n, eps);
+    const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int n,
+    float eps EPILOGUE_PARAMS) {
+    rows_fused_block_counted<2>(x, gamma, beta, y, mean, rstd, n, eps EPILOGUE_ARGS);
 }

@@ -18,14 +18,14 @@ The direction is enforced by import-linter (pyproject.toml); importing core or o
 __version__ = "0.1.0"
 
 _DROPIN = ("layer_norm", "LayerNorm", "swap_layer_norms", "explain", "dispatch_protocol", "enable", "disable",
-           "enabled")
+           "enabled", "fused_layer_norm", "explain_fused")
 
 
 def __getattr__(name):
-    """labkit.layer_norm / LayerNorm / swap_layer_norms / explain / dispatch_protocol / enable / disable / enabled
-    (labkit.ops.dropin), labkit.tune (labkit.studies.tune: this GPU's dispatch table) and labkit.warmup (labkit.ops.warmup: the host
-    extension and this GPU's kernels built ahead of a first call), imported on first use so that `import labkit`
-    stays free of torch."""
+    """labkit.layer_norm / LayerNorm / swap_layer_norms / explain / dispatch_protocol / enable / disable / enabled /
+    fused_layer_norm / explain_fused (labkit.ops.dropin), labkit.tune (labkit.studies.tune: this GPU's dispatch
+    table) and labkit.warmup (labkit.ops.warmup: the host extension and this GPU's kernels built ahead of a first
+    call), imported on first use so that `import labkit` stays free of torch."""
     if name in _DROPIN:
         from labkit.ops import dropin
 

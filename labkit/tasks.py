@@ -20,6 +20,7 @@ class Task:
     init_args: tuple
     build: Callable[..., object]  # init_args -> torch.nn.Module
     source: str = f"KernelBench@{KERNELBENCH_COMMIT}"
+    build_new: Callable[..., object] | None = None  # init_args -> its ModelNew, where labkit has one (issue 56)
 
     @property
     def key(self) -> str:
@@ -27,6 +28,11 @@ class Task:
 
     def make_model(self, device="cpu"):
         return self.build(*self.init_args).to(device).eval()
+
+    def make_model_new(self, device="cpu"):
+        if self.build_new is None:
+            raise ValueError(f"task {self.key} has no ModelNew here")
+        return self.build_new(*self.init_args).to(device).eval()
 
     def make_inputs(self, device="cpu", seed: int | None = None, shape: tuple[int, ...] | None = None):
         """[x]: CPU torch.rand (seeded when `seed` is given) copied to `device`."""
@@ -150,3 +156,130 @@ def layout_shape(channels: int, mode: str = "full") -> tuple[int, ...]:
         raise ValueError(f"channels must be an int >= 2, got {channels!r}")
     base = LAYOUT_SHAPE if mode == "full" else LAYOUT_QUICK_SHAPE
     return (base[0], channels, *base[2:])
+
+
+# --- the fused consumer (issue 56): two level-2 tasks whose LayerNorm output is read once by the next op ---------
+# Written from the pinned revision's definitions (facts, not code):
+# L2/34 ConvTranspose3d(32 -> 64, kernel 4, stride 2, padding 1, bias) -> LayerNorm(64, eps 1e-5) -> F.gelu ->
+#   * scaling_factor (1.0); input rand(32, 32, 16, 32, 32), so the convolution gives (32, 64, 32, 64, 64) and the
+#   LayerNorm, over out_channels = 64, normalizes the last dim (W' = 64): 4,194,304 rows of 64.
+# L2/3 ConvTranspose3d(32 -> 64, kernel 3, stride 2, padding 1, output_padding 1) -> + sum_weight (a Parameter,
+#   1.0) -> LayerNorm((64,)) -> AvgPool3d(2) -> nn.GELU(); input rand(32, 32, 16, 32, 32), the same (32, 64, 32, 64,
+#   64) after the convolution.
+# Each task's ModelNew (`Task.build_new`) holds the same modules, made in the same order (so a seed gives both the
+# same parameters, as KernelBench's evaluator seeds each before building it) and keeps the convolution, torch's;
+# after it, labkit:
+# - L2/34: labkit.fused_layer_norm with GELU and the scale in the LayerNorm's output pass;
+# - L2/3: labkit.layer_norm alone. The op after its LayerNorm is AvgPool3d, a mean over 2x2x2 windows that cross
+#   rows, which an output pass writing one row at a time cannot hold, and the GELU after the pool reads an eighth of
+#   the data. The Sum before it could be fused into the statistics pass's reads (x + sum_weight rounded per element
+#   as torch's add rounds it) but our kernels have no input-side option yet.
+
+def _conv_ln_gelu_scale_model(fused: bool):
+    import torch
+
+    class Model(torch.nn.Module):
+        """KernelBench L2/34: ConvTranspose3d -> LayerNorm(out_channels) -> GELU -> * scaling_factor (ModelNew:
+        the last three as labkit.fused_layer_norm)."""
+
+        def __init__(self, in_channels, out_channels, kernel_size, stride, padding, bias=True, eps=1e-5,
+                     scaling_factor=1.0):
+            super().__init__()
+            self.conv_transpose = torch.nn.ConvTranspose3d(in_channels, out_channels, kernel_size, stride=stride,
+                                                           padding=padding, bias=bias)
+            self.layer_norm = torch.nn.LayerNorm(out_channels, eps=eps)
+            self.scaling_factor = scaling_factor
+
+        def forward(self, x):
+            x = self.conv_transpose(x)
+            ln = self.layer_norm
+            if fused:
+                from labkit.ops.dropin import fused_layer_norm
+
+                return fused_layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps, activation="gelu",
+                                        scale=self.scaling_factor)
+            return torch.nn.functional.gelu(ln(x)) * self.scaling_factor
+
+    return Model
+
+
+def _conv_sum_ln_pool_gelu_model(fused: bool):
+    import torch
+
+    class Model(torch.nn.Module):
+        """KernelBench L2/3: ConvTranspose3d -> + sum_weight -> LayerNorm(norm_shape) -> AvgPool3d -> GELU
+        (ModelNew: the LayerNorm as labkit.layer_norm)."""
+
+        def __init__(self, in_channels, out_channels, kernel_size, stride, padding, output_padding, sum_weight,
+                     norm_shape, pool_kernel_size):
+            super().__init__()
+            self.conv_transpose = torch.nn.ConvTranspose3d(in_channels, out_channels, kernel_size, stride=stride,
+                                                           padding=padding, output_padding=output_padding)
+            self.sum_weight = torch.nn.Parameter(torch.tensor(sum_weight))
+            self.norm = torch.nn.LayerNorm(norm_shape)
+            self.avg_pool = torch.nn.AvgPool3d(kernel_size=pool_kernel_size)
+            self.gelu = torch.nn.GELU()
+
+        def forward(self, x):
+            x = self.conv_transpose(x) + self.sum_weight
+            n = self.norm
+            if fused:
+                from labkit.ops.dropin import layer_norm
+
+                x = layer_norm(x, n.normalized_shape, n.weight, n.bias, n.eps)
+            else:
+                x = n(x)
+            return self.gelu(self.avg_pool(x))
+
+    return Model
+
+
+def _ln_gelu_scale_model(fused: bool):
+    import torch
+
+    class Model(torch.nn.Module):
+        """L1/40's Model with L2/34's consumer after its LayerNorm: LayerNorm -> GELU -> * scaling_factor (ModelNew:
+        one labkit.fused_layer_norm). Not a KernelBench task: the issue's L1/40 with a GELU + scale consumer."""
+
+        def __init__(self, normalized_shape, scaling_factor):
+            super().__init__()
+            self.ln = torch.nn.LayerNorm(normalized_shape=normalized_shape)
+            self.scaling_factor = scaling_factor
+
+        def forward(self, x):
+            ln = self.ln
+            if fused:
+                from labkit.ops.dropin import fused_layer_norm
+
+                return fused_layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps, activation="gelu",
+                                        scale=self.scaling_factor)
+            return torch.nn.functional.gelu(ln(x)) * self.scaling_factor
+
+    return Model
+
+
+def _class(model_class, fused: bool):
+    """init_args -> the task's Model (fused False) or its ModelNew, named as KernelBench names them."""
+    def build(*init_args):
+        cls = model_class(fused)
+        cls.__name__ = cls.__qualname__ = "ModelNew" if fused else "Model"
+        return cls(*init_args)
+
+    return build
+
+
+CONV_LN_GELU_SCALE_L2_34 = Task(2, 34, "ConvTranspose3d_LayerNorm_GELU_Scaling", (32, 32, 16, 32, 32),
+                                (32, 64, 4, 2, 1, True, 1e-5, 1.0), _class(_conv_ln_gelu_scale_model, False),
+                                build_new=_class(_conv_ln_gelu_scale_model, True))
+CONV_SUM_LN_POOL_GELU_L2_3 = Task(2, 3, "ConvTranspose3d_Sum_LayerNorm_AvgPool_GELU", (32, 32, 16, 32, 32),
+                                  (32, 64, (3, 3, 3), (2, 2, 2), (1, 1, 1), (1, 1, 1), 1.0, (64,), (2, 2, 2)),
+                                  _class(_conv_sum_ln_pool_gelu_model, False),
+                                  build_new=_class(_conv_sum_ln_pool_gelu_model, True))
+TASKS.update({t.key: t for t in (CONV_LN_GELU_SCALE_L2_34, CONV_SUM_LN_POOL_GELU_L2_3)})
+L1_40_GELU_SCALE = Task(1, 40, "LayerNorm_GELU_Scaling", L1_40, (L1_40[1:], 2.0), _class(_ln_gelu_scale_model, False),
+                        source="L1/40 with L2/34's consumer (issue 56), not a KernelBench task",
+                        build_new=_class(_ln_gelu_scale_model, True))
+# What the fused study evaluates as KernelBench's evaluator would: the two level-2 tasks, and L1/40 with a consumer
+# (under its own name: TASKS' "L1/40" is the task itself)
+FUSED_TASKS = {"L2/34": CONV_LN_GELU_SCALE_L2_34, "L2/3": CONV_SUM_LN_POOL_GELU_L2_3,
+               "L1/40+gelu*2": L1_40_GELU_SCALE}

@@ -6,8 +6,8 @@ the drop-in's per-signature choice (labkit.ops.dropin.plan), which holds a path'
 
 Every kernel path describes one call as a `Program`: named pointer slots (the call's tensors and scratch), then
 steps — `Memset` of a slot's bytes and `Launch` of a labkit.core.launch Kernel with its arguments, each a slot's
-address (`Ptr`), a tensor map encoded at a slot's address (`Map`), a constant (`I32`, `U64`) or the call's eps
-(`EPS`). Two runners execute the same Program:
+address (`Ptr`), a tensor map encoded at a slot's address (`Map`), a constant (`I32`, `U64`, `F32`) or the call's
+eps (`EPS`). Two runners execute the same Program:
 - `BoundProgram` (here): CuPy's launches from Python, always available where CuPy is;
 - the host extension (host/launch_program.h, through labkit.ops.dropin.host): the same steps from C++, so the
   drop-in's eager calls and its autograd node launch without Python between the kernels.
@@ -53,6 +53,14 @@ class I32:
 @dataclass(frozen=True)
 class U64:
     value: int
+
+
+@dataclass(frozen=True)
+class F32:
+    """A float32 constant (an epilogue's scale: labkit.ops.epilogue). Python's runner only: the host extension's
+    programs have no float constant kind, and `native_steps` refuses one."""
+
+    value: float
 
 
 @dataclass(frozen=True)
@@ -125,6 +133,8 @@ class BoundProgram:
                     spec.append((_CONST, 0, np.int32(a.value)))
                 elif isinstance(a, U64):
                     spec.append((_CONST, 0, np.uint64(a.value)))
+                elif isinstance(a, F32):
+                    spec.append((_CONST, 0, np.float32(a.value)))
                 elif a is EPS:
                     spec.append((_EPS, 0, None))
                 else:
@@ -159,6 +169,8 @@ def native_steps(bp: BoundProgram) -> list:
             continue
         args = []
         for (k, i, v), a in zip(spec, step.args):
+            if isinstance(a, F32):
+                raise ValueError(f"the host extension's programs take no float constant ({a} in {step.kernel})")
             if k == _PTR:
                 args.append((0, i, int(v)))
             elif k == _MAP:

@@ -83,8 +83,8 @@ class Key:
 
 # The Python modules whose code decides what our kernels compute: which path and schedule, their launch geometry
 # and summation groups (labkit.ops.backward.gamma_beta_template, partial groups), the launches' arguments.
-_LAUNCH_MODULES = ("backward.py", "chain.py", "eligibility.py", "launches.py", "paths.py", "reference_order.py",
-                   "rows_cluster.py", "rows_fused.py", "rows_staged.py")
+_LAUNCH_MODULES = ("backward.py", "chain.py", "eligibility.py", "epilogue.py", "launches.py", "paths.py",
+                   "reference_order.py", "rows_cluster.py", "rows_fused.py", "rows_staged.py")
 
 
 def dropin_kernel_files() -> list[str]:

@@ -11,11 +11,11 @@ from pathlib import Path
 from labkit.records.audit import audit_block
 from labkit.records.run import load_run
 from labkit.records.text import on_gpu
-from labkit.studies import (bit_identity, dropin, environment, fast_stats, kernelbench_timing, layout_boundary,
-                            parallel_stats, reliability, timing, training)
+from labkit.studies import (bit_identity, dropin, environment, fast_stats, fused, kernelbench_timing,
+                            layout_boundary, parallel_stats, reliability, timing, training)
 
 STUDIES = {m.RUN_NAME: m for m in (environment, bit_identity, fast_stats, timing, parallel_stats, dropin,
-                                   layout_boundary, reliability, training, kernelbench_timing)}
+                                   layout_boundary, reliability, training, kernelbench_timing, fused)}
 
 
 def notebook_runs() -> dict[str, str]:

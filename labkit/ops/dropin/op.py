@@ -336,6 +336,22 @@ _forward_ad = torch.autograd.forward_ad  # its _current_level >= 0 inside a dual
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # a module's weight is a Parameter: still a plain tensor
 
 
+def plain_eager(x, *others) -> bool:
+    """Whether layer_norm would take one of its plain eager exits (4 to 8) for x and the other tensors (weight,
+    bias, ...; None for an absent one): no autocast, plain tensors, not compiling, no functorch transform, no
+    dispatch mode, no forward-mode AD. labkit.fused_layer_norm fuses only such calls and gives the others to torch's
+    chain."""
+    return not _autocast(x) and type(x) in _PLAIN and all(t is None or type(t) in _PLAIN for t in others) and \
+        not (_is_compiling() or _functorch_active() or _dispatch_mode_active()) and _forward_ad._current_level < 0
+
+
+def traced_or_wrapped(x, *others) -> bool:
+    """A tensor subclass among x and the others, torch.compile tracing, or a dispatch mode: the calls layer_norm's
+    exit 2 gives its registered op (functorch transforms aside)."""
+    return type(x) not in _PLAIN or any(t is not None and type(t) not in _PLAIN for t in others) or \
+        _is_compiling() or _dispatch_mode_active()
+
+
 _layer_norm = torch.layer_norm  # F.layer_norm's own call, past its torch-function checks (done here)
 
 

@@ -340,9 +340,16 @@ def host_backward_plan(x, ns, weight, bias):
     return (hp, keep, False) if hp is not None else (None, False, True)
 
 
+# Other per-signature caches made from the same decisions (the trust verdict, the dispatch table): cleared with
+# these plans. labkit.ops.dropin.fused registers its plans here.
+dependent_caches: list[dict] = []
+
+
 def clear() -> None:
     _plans.clear()
     _grad_plans.clear()
+    for cache in dependent_caches:
+        cache.clear()
     host.forget()
 
 

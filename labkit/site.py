@@ -29,6 +29,7 @@ from pathlib import Path
 
 from labkit.core.atomic import atomic_write_bytes
 from labkit.records.run import DATA_RUNS
+from labkit.records.text import speed
 from labkit.studies.catalog import run_headline, summarize_run
 
 BOOK_TITLE = "Wide LayerNorm lab book"
@@ -516,13 +517,6 @@ def _sig(v, digits: int = 3) -> str:
     return "—" if v is None else f"{v:.{digits}g}"
 
 
-def _speedup(v) -> str:
-    """A ratio as a reader says it: 27.9x faster, or 14.1x slower (never 0.0711x)."""
-    if v is None:
-        return "—"
-    return f"{_sig(v)}x faster" if v >= 1 else f"{_sig(1 / v)}x slower"
-
-
 def headline_table_html(rows: list[dict]) -> str:
     """The front page's results table: what, at which shape, each ratio beside its protocol, bit identity as k/n,
     met/missed as marks."""
@@ -534,8 +528,8 @@ def headline_table_html(rows: list[dict]) -> str:
         mark = "" if r["met"] is None else (" <span class='ok'>✓ met</span>" if r["met"]
                                             else " <span class='miss'>✗ missed</span>")
         body.append(f"<tr><td>{e(r['result'])}</td><td>{e(r['shape'])}</td><td>{e(r['protocol'])}</td>"
-                    f"<td>{_sig(r['ms'])}</td><td>{_speedup(r['x torch eager'])}</td>"
-                    f"<td>{_speedup(r['x torch.compile'])}</td>"
+                    f"<td>{_sig(r['ms'])}</td><td>{speed(r['x torch eager'])}</td>"
+                    f"<td>{speed(r['x torch.compile'])}</td>"
                     f"<td>{e(str(r['bit-identical'] or '—'))}</td><td>{e(r['goal'] or '—')}{mark}</td></tr>")
     return f"<table class='labkit-headline'>{head}{''.join(body)}</table>"
 

@@ -177,7 +177,11 @@ def test_audit_fits_one_screen_with_details_behind_a_flag(capsys):
     lines = text.strip().splitlines()
     assert len(lines) <= 25, text
     assert lines[0].startswith("audit: ") and lines[0].endswith("OK")
-    assert all(json.loads((r / "run.json").read_text())["run_id"] in text for r in runs)
+    table = __import__("labkit.records.audit", fromlist=["x"]).audit_runs().run_table()
+    checked = [r["run"] for r in table if r["records"]]
+    assert all(run_id in text for run_id in checked[:20])  # a run with check records has its line
+    unchecked = len(table) - len(checked)
+    assert unchecked == 0 or f"{unchecked} run(s) keep no check records" in text  # the others, counted in one
     assert cli.main(["audit", "--details"]) == 0
     details = capsys.readouterr().out
     records = json.loads(json.dumps(__import__("labkit.records.audit", fromlist=["x"]).audit_runs().to_json()))

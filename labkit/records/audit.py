@@ -204,8 +204,8 @@ def audit_run(path: Path) -> dict:
         for where, rec in iter_check_records(json.loads(f.read_text()), ""):
             sep = "" if where.startswith("[") or not where else "."
             rows.append(audit_record(run_id, f"{name}{sep}{where}", rec))
-    return {"run_id": run_id, "path": str(path), "complete": loaded["complete"], "rows": rows,
-            "no_checks": None if rows else no_checks_reason(path)}
+    return {"run_id": run_id, "name": loaded["records"]["run"].get("name", ""), "path": str(path),
+            "complete": loaded["complete"], "rows": rows, "no_checks": None if rows else no_checks_reason(path)}
 
 
 def summarize_rows(rows: list[AuditRow]) -> dict:
@@ -261,10 +261,18 @@ class AuditReport:
     def text(self, details: bool = False, max_runs: int = 20) -> str:
         """The terminal report: the headline and one line per run (at most `max_runs`), and any inconsistent
         record; `details` adds every record, nearest to a flip first."""
-        runs = self.run_table()
+        table = self.run_table()
+        # runs without check records, one line for all of them: their studies' reasons are in --details
+        runs = table if details else [r for r in table if r["records"] or not r["why no check records"]]
         parts = [self.headline(), text_table(runs[:max_runs])]
         if len(runs) > max_runs:
             parts.append(f"... and {len(runs) - max_runs} more run(s)")
+        if not details and len(runs) < len(table):
+            kept = {r["run"] for r in runs}
+            names = sorted({r.get("name") or r["run_id"] for r in self.runs if r["run_id"] not in kept})
+            parts.append(f"{len(table) - len(runs)} run(s) keep no check records, only bit comparisons, timings or "
+                         f"one-ratio verdicts (studies: {', '.join(names)}); `labkit audit --details` says why "
+                         "for each")
         if details:  # the ratios with ten significant digits: 1.00000007 must not print as 1
             parts.append(text_table([{**r, **{k: _fmt(r[k]) for k in RATIO_COLUMNS}} for r in self.record_table()]))
         else:

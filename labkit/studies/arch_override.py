@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+from labkit.records.text import speed
 from labkit.tasks import L1_40
 
 SHAPES = ((16, 1 << 22), (1, 1 << 24), (64, 65536), (4096, 768), (8192, 4096), (32768, 2048), (3, 1000))
@@ -309,8 +310,8 @@ def chain_lines(session, cycles_per_push: float | None) -> list[str]:
     ring_vs_torch = _paired(session.record("chain_timing"), "native", "chain")
     if ring_vs_ref and ring_vs_torch:
         lines.append(f"graph replay at L1/40, as compute_80: the chain {under['chain'][0]:.3f} ms, "
-                     f"{ring_vs_ref:.1f}x faster than the post's design and {ring_vs_torch:.1f}x faster than torch's "
-                     f"kernel (paired medians, one process)")
+                     f"{speed(ring_vs_ref)} than the post's design and {speed(ring_vs_torch)} than torch's kernel "
+                     f"(paired medians, one process)")
     if "chain" in native:
         r = under["chain"][0] / native["chain"][0]
         lines.append(f"against the same GPU's sm_90 chain ({native['chain'][0]:.3f} ms, tensor maps): {r:.2f}x its "

@@ -12,6 +12,7 @@ import math
 import statistics
 from dataclasses import replace
 
+from labkit.records.text import speed
 from labkit.tasks import L1_40, shape_key
 
 RUN_NAME = "fused_consumer"
@@ -321,8 +322,8 @@ def kernelbench_rows(rec: dict | None) -> list[dict]:
             row[f"{name} mean_ms"] = s["mean_ms"]
         ours, ref, comp = (times.get(k, {}).get("mean_ms") for k in ("ModelNew (labkit)", "reference",
                                                                      "torch.compile"))
-        row["x reference"] = ref / ours if ref and ours else None
-        row["x torch.compile"] = comp / ours if comp and ours else None
+        row["vs reference"] = speed(ref / ours) if ref and ours else "—"
+        row["vs torch.compile"] = speed(comp / ours) if comp and ours else "—"
         if t.get("error"):
             row["error"] = t["error"]
         rows.append(row)

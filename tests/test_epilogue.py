@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from bits import assert_bits_equal
+from chains import eager_chain
 from labkit.core import compile as kc
 from labkit.core.device import Device
 from labkit.core.program import F32, Ptr
@@ -20,16 +21,6 @@ A100 = Device("NVIDIA A100", 80, 108, 163 * 1024, 65535)
 
 EPILOGUES = [ep.Epilogue("gelu", 2.0), ep.Epilogue("gelu_tanh"), ep.Epilogue("relu"), ep.Epilogue("silu", 0.5),
              ep.Epilogue(scale=3.0), ep.Epilogue(residual=True), ep.Epilogue("gelu", 0.75, True)]
-
-
-def _eager(x, ns, w, b, eps, e: ep.Epilogue, r=None):
-    """The eager chain written out with torch's functions, independently of labkit.ops.epilogue.compose."""
-    y = F.layer_norm(x, ns, w, b, eps)
-    y = {None: lambda t: t, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu,
-         "silu": F.silu}[e.activation](y)
-    if e.scale is not None:
-        y = y * e.scale
-    return y + r if e.residual else y
 
 
 def test_options_name_each_op_and_leave_the_scale_an_argument():
@@ -140,7 +131,7 @@ def test_cpu_tensors_get_torchs_chain_with_its_bits(e, affine):
     w, b = (w, b) if affine else (None, None)
     out = fused_layer_norm(x, (4, 20), w, b, 1e-3, activation=e.activation, scale=e.scale,
                            residual=r if e.residual else None)
-    assert_bits_equal(out, _eager(x, (4, 20), w, b, 1e-3, e, r), what=str(e))
+    assert_bits_equal(out, eager_chain(x, (4, 20), w, b, 1e-3, e, r), what=str(e))
     assert explain_fused(x, (4, 20), w, b, activation=e.activation, scale=e.scale,
                          residual=r if e.residual else None)["path"] == paths.NATIVE
 
@@ -154,7 +145,7 @@ def test_cpu_gradients_are_the_chains(e):
                            residual=leaves[3] if e.residual else None)
     got = torch.autograd.grad((out * g).sum(), leaves[:3 + e.residual])
     ref_leaves = [t.clone().requires_grad_() for t in (x, w, b, r)]
-    ref = _eager(ref_leaves[0], (64,), ref_leaves[1], ref_leaves[2], 1e-5, e, ref_leaves[3])
+    ref = eager_chain(ref_leaves[0], (64,), ref_leaves[1], ref_leaves[2], 1e-5, e, ref_leaves[3])
     want = torch.autograd.grad((ref * g).sum(), ref_leaves[:3 + e.residual])
     for name, a, w_ in zip(("dx", "dweight", "dbias", "dresidual"), got, want):
         assert_bits_equal(a, w_, what=f"{name} {e}")
@@ -273,7 +264,7 @@ def test_the_fused_node_passes_the_slots_and_composes_the_backward(monkeypatch, 
     wanted = [t for t in leaves[:3] if t is not None] + ([leaves[3]] if e.residual else [])
     got = torch.autograd.grad((out * g).sum(), wanted)
     ref_leaves = [t.clone().requires_grad_() if t is not None else None for t in (x, w, b, r)]
-    ref = _eager(ref_leaves[0], ns, ref_leaves[1], ref_leaves[2], 1e-5, e, ref_leaves[3])
+    ref = eager_chain(ref_leaves[0], ns, ref_leaves[1], ref_leaves[2], 1e-5, e, ref_leaves[3])
     assert_bits_equal(out, ref, what=f"forward {e}")
     ref_wanted = [t for t in ref_leaves[:3] if t is not None] + ([ref_leaves[3]] if e.residual else [])
     for a, b_ in zip(got, torch.autograd.grad((ref * g).sum(), ref_wanted)):
@@ -282,7 +273,7 @@ def test_the_fused_node_passes_the_slots_and_composes_the_backward(monkeypatch, 
         stand_in.tensors(x, w, b, r)
         out = fused_layer_norm(x, ns, w, b, activation=e.activation, scale=e.scale, residual=r if e.residual else None)
     assert out.grad_fn is None
-    assert_bits_equal(out, _eager(x, ns, w, b, 1e-5, e, r), what=f"no-grad forward {e}")
+    assert_bits_equal(out, eager_chain(x, ns, w, b, 1e-5, e, r), what=f"no-grad forward {e}")
     plan.clear()
 
 
@@ -300,7 +291,7 @@ def test_a_backward_that_records_a_graph_goes_through_torchs_chain(monkeypatch):
     out = fused_layer_norm(xs[0], ns, w, b, activation="gelu", scale=2.0)
     assert "FusedLayerNorm" in type(out.grad_fn).__name__
     (gx,) = torch.autograd.grad(out.sum(), xs[0], create_graph=True)
-    (want,) = torch.autograd.grad(_eager(xs[1], ns, w, b, 1e-5, e).sum(), xs[1], create_graph=True)
+    (want,) = torch.autograd.grad(eager_chain(xs[1], ns, w, b, 1e-5, e).sum(), xs[1], create_graph=True)
     assert_bits_equal(gx, want, what="dx with create_graph")
     (gxx,) = torch.autograd.grad(gx.sum(), xs[0])
     (want2,) = torch.autograd.grad(want.sum(), xs[1])
@@ -391,7 +382,7 @@ def test_compiled_calls_run_the_opaque_op_with_the_chains_bits(backend):
     out = compiled(*leaves)
     got = torch.autograd.grad((out * g).sum(), leaves)
     ref_leaves = [t.clone().requires_grad_() for t in (x, w, b, r)]
-    ref = _eager(ref_leaves[0], (2, 32), ref_leaves[1], ref_leaves[2], 1e-5, e, ref_leaves[3])
+    ref = eager_chain(ref_leaves[0], (2, 32), ref_leaves[1], ref_leaves[2], 1e-5, e, ref_leaves[3])
     assert_bits_equal(out, ref, what=f"compiled ({backend}) forward")
     for name, a, want in zip(("dx", "dweight", "dbias", "dresidual"), got,
                              torch.autograd.grad((ref * g).sum(), ref_leaves)):

@@ -4,9 +4,9 @@ floats, ragged N), distributions, eps and affine or not; gradients through autog
 inputs our kernels do not take (misaligned, non-contiguous) served by torch's chain with its bits."""
 import pytest
 import torch
-import torch.nn.functional as F
 
 from bits import assert_bits_equal
+from chains import eager_chain
 from labkit.ops import epilogue as ep
 from labkit.ops import paths
 from labkit.ops.dropin.fused import explain_fused, fused_layer_norm
@@ -42,16 +42,6 @@ DISTRIBUTIONS = {  # name: x from a generator
 }
 
 
-def _eager(x, ns, w, b, eps, e: ep.Epilogue, r=None):
-    """torch's eager chain, written with torch's functions alone."""
-    y = F.layer_norm(x, ns, w, b, eps)
-    y = {None: lambda t: t, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "relu": F.relu,
-         "silu": F.silu}[e.activation](y)
-    if e.scale is not None:
-        y = y * e.scale
-    return y + r if e.residual else y
-
-
 def _inputs(shape, ns, dist: str, seed: int):
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = DISTRIBUTIONS[dist](shape, g)
@@ -85,7 +75,7 @@ def test_forward_bits_equal_the_eager_chain(shape, epilogue):
                 assert where["path"] in ep.PATHS, where  # our fused kernels, not torch's chain
                 with torch.no_grad():
                     out = _call(x, ns, wa, ba, eps, e, r)
-                assert_bits_equal(out, _eager(x, ns, wa, ba, eps, e, r), path=where["path"],
+                assert_bits_equal(out, eager_chain(x, ns, wa, ba, eps, e, r), path=where["path"],
                                   what=f"{shape} {epilogue} {dist} eps={eps} affine={affine}")
         del x, w, b, r
 
@@ -112,7 +102,7 @@ def test_gradients_equal_the_eager_chains(shape, epilogue, affine):
     where = _path(x, ns, w if affine else None, b if affine else None, 1e-5, e, r)
     assert where["path"] in ep.PATHS, where
     names = (["dx", "dweight", "dbias"] if affine else ["dx"]) + (["dresidual"] if e.residual else [])
-    for name, got, want in zip(names, grads(_call), grads(_eager)):
+    for name, got, want in zip(names, grads(_call), grads(eager_chain)):
         assert_bits_equal(got, want, path=where["path"], what=f"{name} {shape} {epilogue} affine={affine}")
 
 
@@ -146,7 +136,7 @@ def test_misaligned_and_strided_inputs_get_torchs_chain_with_its_bits():
         where = _path(x, (n,), w, b, 1e-5, e, res)["path"]
         assert (where in ep.PATHS) if expected == "ours" else where == expected, (name, where)
         with torch.no_grad():
-            assert_bits_equal(_call(x, (n,), w, b, 1e-5, e, res), _eager(x, (n,), w, b, 1e-5, e, res),
+            assert_bits_equal(_call(x, (n,), w, b, 1e-5, e, res), eager_chain(x, (n,), w, b, 1e-5, e, res),
                               what=name, path=where)
 
 
@@ -155,7 +145,7 @@ def test_n_not_a_multiple_of_four_gets_torchs_chain():
     e = ep.Epilogue("silu", 1.5)
     assert _path(x, (1001,), None, None, 1e-5, e, None)["path"] == paths.NATIVE
     with torch.no_grad():
-        assert_bits_equal(_call(x, (1001,), None, None, 1e-5, e, None), _eager(x, (1001,), None, None, 1e-5, e))
+        assert_bits_equal(_call(x, (1001,), None, None, 1e-5, e, None), eager_chain(x, (1001,), None, None, 1e-5, e))
 
 
 def test_a_captured_graph_replays_the_fused_bits():
@@ -172,7 +162,7 @@ def test_a_captured_graph_replays_the_fused_bits():
         x.copy_(torch.rand_like(x))
         graph.replay()
         torch.cuda.synchronize()
-        assert_bits_equal(out, _eager(x, ns, w, b, 1e-5, e, r), what="graph replay")
+        assert_bits_equal(out, eager_chain(x, ns, w, b, 1e-5, e, r), what="graph replay")
 
 
 @pytest.mark.parametrize("epilogue", list(EPILOGUES))
@@ -197,7 +187,7 @@ def test_torch_compile_keeps_the_eager_chains_bits():
     out = compiled(*leaves)
     got = torch.autograd.grad((out * g).sum(), leaves)
     ref_leaves = [t.clone().requires_grad_() for t in (x, w, b, r)]
-    ref = _eager(ref_leaves[0], ns, ref_leaves[1], ref_leaves[2], 1e-5, e, ref_leaves[3])
+    ref = eager_chain(ref_leaves[0], ns, ref_leaves[1], ref_leaves[2], 1e-5, e, ref_leaves[3])
     assert_bits_equal(out, ref, what="compiled forward")
     for name, a, want in zip(("dx", "dweight", "dbias", "dresidual"), got,
                              torch.autograd.grad((ref * g).sum(), ref_leaves)):

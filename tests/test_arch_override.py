@@ -92,3 +92,22 @@ def test_an_sm120_gpu_past_sm90_but_unable_to_plan_the_chain_is_told_so(monkeypa
     why = session.lacking(90, "bulk copies", "chain")
     assert why is not None and "cannot launch the chain path at L1/40" in why and "99 KiB" in why
     assert session.lacking(90, "bulk copies", None) is None  # by arch alone it would have run live
+
+
+def test_the_chain_below_sm90_is_read_from_the_override_run():
+    """Notebook 07's section: the lines and table come from the newest committed override run's records; the 1.3x
+    goal is judged from the two medians it prints, and the estimates are labelled as such."""
+    from labkit.records.session import RunSession
+    from labkit.studies import arch_override
+
+    s = RunSession.replaying("arch_override")
+    if s.replay is None or not s.record("chain_timing"):
+        pytest.skip("no committed override run with the chain's records")
+    rows = {r["method"]: r for r in arch_override.chain_rows(s)}
+    ratio = float(rows["the chain"]["compute_80 / own"].rstrip("x"))
+    lines = arch_override.chain_lines(s, {"cycles_per_push": 9.0}, "an sm_90 GPU")
+    bits = s.record("chain_bits")["cases"]
+    assert f"{sum(c['identical'] for c in bits)}/{len(bits)} cases identical" in lines[1]
+    assert any(f"goal <= 1.3x: {'met' if ratio <= 1.3 else 'missed'}" in line for line in lines)
+    assert "not measured" in lines[-1] and "RTX 3090" in lines[-1]
+    assert arch_override.chain_lines(RunSession.replaying("no_such_study"), None)[0].startswith("the chain below")

@@ -405,3 +405,46 @@ def test_a_dispatch_mode_sees_the_op():
         out = fused_layer_norm(x, 16, w, b, activation="relu")
     assert any("labkit.fused_layer_norm" in s for s in seen), seen
     assert_bits_equal(out, F.relu(F.layer_norm(x, (16,), w, b)))
+
+
+def test_strict_trust_leaves_an_epilogue_to_torchs_chain(monkeypatch):
+    """A verified key covers the LayerNorm's kernels, not an epilogue's ops: under LABKIT_TRUST=strict the fused op
+    is torch's chain (no check on this machine stands in for a committed one)."""
+    from labkit.ops.dropin import fused, plan
+
+    monkeypatch.setenv("LABKIT_TRUST", "strict")
+    assert fused.epilogue_refusal(0, ep.Epilogue("gelu", 2.0)) == fused.STRICT
+    fused._checked[(0, ("-DX",))] = None
+    plan.clear()
+    assert fused._checked == {}  # cleared with the plans
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), 10 ** 400])
+def test_a_scale_that_is_not_finite_is_refused(scale):
+    with pytest.raises(ValueError, match="scale must be a finite number"):
+        ep.Epilogue("gelu", scale)
+
+
+def test_a_residual_on_another_device_is_refused_before_launch():
+    x = torch.randn(2, 8)
+    with pytest.raises(ValueError, match="residual.device must equal x.device"):
+        fused_layer_norm(x, (8,), residual=torch.randn(2, 8, device="meta"))
+
+
+def test_the_routing_predicates_name_layer_norms_exits():
+    """labkit.ops.dropin.op.plain_eager / traced_or_wrapped restate layer_norm's exit conditions for the fused op
+    (its docstring's table): each context lands on the side the table says."""
+    from labkit.ops.dropin.op import plain_eager, traced_or_wrapped
+
+    class Sub(torch.Tensor):
+        pass
+
+    x = torch.randn(2, 8)
+    assert plain_eager(x, None, None) and not traced_or_wrapped(x, None, None)  # exits 4-8
+    s = x.as_subclass(Sub)
+    assert not plain_eager(s) and traced_or_wrapped(s) and traced_or_wrapped(x, s)  # exit 2
+    with torch.autograd.forward_ad.dual_level():  # exit 3
+        assert not plain_eager(x) and not traced_or_wrapped(x)
+    with torch.autocast("cpu"):  # exit 1
+        assert not plain_eager(x)
+    assert torch.func.vmap(lambda t: torch.tensor(plain_eager(t)))(torch.randn(3, 2, 8)).eq(0).all()

@@ -79,7 +79,12 @@ def test_rows_goals_and_verdict_read_the_records(records):
     assert fused.traffic_rows(t)[-1]["kernel"] == "total"
     kb = fused.kernelbench_rows(records["kernelbench"])
     assert kb[0]["vs torch.compile"] == "1.33x faster" and kb[1]["error"]
-    assert any("NOT met" in line or "met" in line for line in fused.verdict_lines(records, "test"))
+    lines = fused.verdict_lines(records, "test")
+    assert f"{fused.GOALS[1][0]} (protocol A): " in lines[2] and lines[2].endswith("— met.")
+    assert "1/2 cases identical, 0 served by torch's chain" in lines[len(fused.GOALS) * 2]
+    assert lines[-1].startswith(kb[0]["task"]) and "1.33x faster than its torch.compile" in lines[-1]
+    native = {**records, "bits": {"cases": [{"case": "c", "path": "native", "forward": True, "backward": True}]}}
+    assert fused.fused_block(native)["bits_identical"] == "0/1"  # torch's chain serving proves nothing
     assert fused.plain_verdict({}) == ["No fused-consumer run yet."]
     assert fused.traffic_rows(None) == fused.timing_rows(None) == fused.bits_rows(None) == []
 

@@ -112,7 +112,7 @@ def test_sanitizer_argv_filters_our_kernels():
     for ours in ("chain_stats_tma", "rows_fused_reg8", "rows_fused_warp1", "rows_fused_reg32", "reference_order_stats",
                  "affine_columns", "ring_ok", "split_affine_interleaved", "nchw_rms_s1_v4", "rows_mean_abs",
                  "grad_row_sums", "grad_chain_sums_s4", "grad_chain_sums_split8", "grad_chain_sums_ring_split8",
-                 "grad_chain_sums_ring_s1",
+                 "grad_chain_sums_ring_s1", "chain_stats_ring",
                  "grad_rows_fused_reg4", "grad_columns_streamed", "grad_columns_prefetched", "grad_columns_tiled",
                  "grad_columns_fold"):
         assert re.fullmatch(pattern, ours)

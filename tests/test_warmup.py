@@ -13,7 +13,7 @@ import labkit
 from labkit.cli import main
 from labkit.core.compile import compile_kernel
 from labkit.core.device import Device
-from labkit.ops import backward
+from labkit.ops import backward, chain
 from labkit.ops import warmup as wu
 from labkit.ops.dispatch import rule
 from labkit.ops.dispatch.tables import TABLE_DIR_ENV
@@ -43,6 +43,9 @@ def test_warmup_compiles_cold_then_finds_the_cache(tmp_path, monkeypatch, caplog
     sums = backward.launches(2, 1 << 20, Device("sm_80", 80, 108, 163 * 1024, 65535), "chain").sums
     assert sums.options == ("-DGRAD_STAGES=3",)
     assert compile_kernel("grad_chain_sums", "sm_80", sums.options).record.cache_hit
+    # ... and the forward's cp.async ring with the shape sm_80's launches pass
+    stats = chain.launches(2, 1 << 20, Device("sm_80", 80, 108, 163 * 1024, 65535)).stats
+    assert stats.options and compile_kernel("chain_stats_tma", "sm_80", stats.options).record.cache_hit
     assert sorted(line.split(" in ")[0] for line in _compiled_lines(caplog)) == \
         sorted(f"NVRTC compiled {k} for sm_80" for k in cold.compiled)
     assert cold.host == "unavailable: turned off (LABKIT_HOST=0)" and cold.device is None

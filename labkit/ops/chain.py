@@ -132,6 +132,17 @@ def ring_config(device: Device) -> TmaConfig:
     return TmaConfig(RING_STEPS, stages, 8)
 
 
+def stats_options(device: Device) -> tuple[str, ...]:
+    """The compile options the chain's launches pass kernels/chain_stats_tma.cu on `device` by default (what
+    `labkit warmup` compiles): the tensor-map ring's own on sm_90, the cp.async ring's shape below."""
+    if device.tensor_maps:
+        return TmaConfig().options
+    try:
+        return ring_config(device).options
+    except ValueError:  # no ring fits: the chain is not planned there
+        return ()
+
+
 MAX_PUSHES = 4 * -(-(eligibility.MAX_NORMALIZED // 4) // 128)  # longest chain torch's vectorized path allows
 
 
@@ -197,9 +208,9 @@ def launches(rows: int, n: int, device: Device, settings: ChainSettings = DEFAUL
         b = BLOCKINGS[blocking]
         stats = Kernel("chain_stats", b.function, (BLOCKS_PER_ROW // b.warps, rows), (b.threads,), b.smem_bytes,
                        settings.options)
-    if stats.shared_mem > device.smem_optin_bytes:
-        raise ValueError(f"the {blocking} blocking needs {stats.shared_mem} bytes of shared memory per block, the "
-                         f"device allows {device.smem_optin_bytes}")
+    if stats.shared_mem + STATIC_SMEM > device.smem_optin_bytes:  # the opt-in limit counts static memory too
+        raise ValueError(f"the {blocking} blocking needs {stats.shared_mem} bytes of shared memory per block beside "
+                         f"its static barriers, the device allows {device.smem_optin_bytes}")
     output = Kernel("affine_columns", "affine_columns", (-(-(n // 4) // AFFINE_THREADS),), (AFFINE_THREADS,))
     return ChainLaunches(rows, n, blocking, stats, output, geometry, blocking in BLOCKINGS,
                          Scratch(52 * rows, zeroed_at=48 * rows, zeroed_bytes=4 * rows))

@@ -11,6 +11,7 @@ with the bits of torch's eager chain (kernels/epilogue.cuh says how each op keep
 """
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass, replace
 
@@ -49,7 +50,13 @@ class Epilogue:
             raise ValueError(f"scale must be a real number (a Python scalar, as torch's mul takes it) or None, got "
                              f"{s!r} of type {type(s).__name__}")
         if s is not None:
-            object.__setattr__(self, "scale", float(s))  # one hashable kind: 2 and 2.0 are one plan
+            try:
+                f = float(s)
+            except OverflowError:
+                f = math.inf
+            if not math.isfinite(f):  # a NaN key would also miss every plan cache (NaN != NaN)
+                raise ValueError(f"scale must be a finite number, got {repr(s)[:40]}")
+            object.__setattr__(self, "scale", f)  # one hashable kind: 2 and 2.0 are one plan
 
     @property
     def empty(self) -> bool:

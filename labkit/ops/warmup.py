@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 from labkit.core.compile import arch_number, compile_unless_refused
 from labkit.core.device import ARCH_SMEM_OPTIN, Device, current_index, device_info
-from labkit.ops import backward, paths
+from labkit.ops import backward, chain, paths
 from labkit.ops.dispatch import rule, tables
 
 DEFAULT_ARCH = "sm_90"  # without a GPU: the H100's and H200's target, where the dispatch tables were measured
@@ -167,7 +167,7 @@ def _options(dev: Device | None, target: str) -> dict[str, tuple[str, ...]]:
         if arch not in ARCH_SMEM_OPTIN:
             return {}
         dev = Device(target, arch, 1, ARCH_SMEM_OPTIN[arch], 65535)
-    return {"grad_chain_sums": backward.chain_options(dev)}
+    return {"grad_chain_sums": backward.chain_options(dev), "chain_stats_tma": chain.stats_options(dev)}
 
 
 def _host() -> tuple[str, float]:

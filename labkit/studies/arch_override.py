@@ -1,4 +1,4 @@
-"""The portable paths checked on a newer GPU: the H200 run as compute_80 (LABKIT_ARCH, see
+"""The portable paths checked on a newer GPU: an sm_90 GPU (H200 or H100) run as compute_80 (LABKIT_ARCH, see
 labkit.core.device), so that the paths an sm_80 GPU is offered run end to end without one. It is not an A100: the
 SM count stays 132, torch's own kernel stays its sm_90 code, and the machine code of ours is what the driver's JIT
 makes of compute_80 PTX (sm_86/89's 99 KiB of shared memory would need compute_86/89). Kernels reach the
@@ -165,7 +165,7 @@ def _short_source(text: str) -> str:
 
 
 def served_rows(session) -> list[dict]:
-    """What the drop-in served on the H200 as compute_80, before and after `labkit tune`, with its bits."""
+    """What the drop-in served on the GPU under the override, before and after `labkit tune`, with its bits."""
     before = {tuple(r["shape"]): r for r in session.record("served_before_tune") or []}
     rows = []
     for r in session.record("served_after_tune") or []:
@@ -203,7 +203,7 @@ def verdict_lines(session) -> list[str]:
 
     dev = session.record("device")
     if not dev:
-        return [f"the H200 as compute_80: {session.source}"]
+        return [f"the GPU under the override: {session.source}"]
     fz = rel.fuzz_counts(session.record("fuzz") or {})
     tf = training_backward.fuzz_counts(session.record("training_fuzz"))
     tune = session.record("tune") or {}
@@ -256,19 +256,20 @@ def chain_rows(session) -> list[dict]:
     under, native = _medians(session.record("chain_timing")), _medians(session.record("chain_timing_native"))
     if not under:
         return [{"override run": f"{session.source}: no chain records (made before the chain ran below sm_90)"}]
+    target = (session.record("device") or {}).get("target", "the override")
 
     def cell(t):
         return f"{t[0]:.3f} ({t[1]:.3f}-{t[2]:.3f})" if t else "—"
 
-    return [{"method": label, "as compute_80, ms (q25-q75)": cell(under.get(m)),
-             "as sm_90, ms (q25-q75)": cell(native.get(m)),
-             "compute_80 / sm_90": f"{under[m][0] / native[m][0]:.2f}x" if m in under and m in native else "—"}
+    return [{"method": label, f"as {target}, ms (q25-q75)": cell(under.get(m)),
+             "as the GPU's own arch, ms (q25-q75)": cell(native.get(m)),
+             f"{target} / own": f"{under[m][0] / native[m][0]:.2f}x" if m in under and m in native else "—"}
             for m, label in CHAIN_METHODS.items()]
 
 
 def estimates(cycles_per_push: float, shape=L1_40) -> list[dict]:
     """What the chain would take at `shape` on ESTIMATED's GPUs, from two floors: the statistics pass is the longer
-    of the dependent pushes (torch's chains: 4 * N / 512 pushes each at `cycles_per_push`, measured on the H200,
+    of the dependent pushes (torch's chains: 4 * N / 512 pushes each at `cycles_per_push`, measured on an sm_90 GPU,
     in waves of SMs) and reading x once at the GPU's DRAM bandwidth; the output pass reads x and writes y at that
     bandwidth. An estimate: neither GPU was measured."""
     import math
@@ -287,9 +288,9 @@ def estimates(cycles_per_push: float, shape=L1_40) -> list[dict]:
     return out
 
 
-def chain_lines(session, cycles_per_push: float | None) -> list[str]:
-    """The chain below sm_90, generated from the override run's records (and the H200's own push floor for the
-    estimates)."""
+def chain_lines(session, floor: dict | None, floor_gpu: str = "") -> list[str]:
+    """The chain below sm_90, generated from the override run's records, and estimates from `floor` (a chain_floor
+    record: its cycles per push, measured on `floor_gpu`)."""
     from labkit.records.check import identical_count
 
     bits, matrix = session.record("chain_bits"), session.record("chain_matrix")
@@ -302,14 +303,16 @@ def chain_lines(session, cycles_per_push: float | None) -> list[str]:
     lines = [f"{dev.get('label', 'the GPU')}: the chain's statistics fed by a cp.async ring (no tensor maps, no bulk "
              f"copies), the same consumer and push order as the sm_90 kernel ({session.source})",
              f"bits at L1/40, the chain forced: {k}/{n} cases identical to torch.native_layer_norm (output, mean, rstd "
-             f"as int32 views; 3 seeds x 2 affines x 5 distributions)"]
+             f"as int32 views; " + " x ".join(f"{len({c[f] for c in bits['cases']})} {f}s"
+                                              for f in ("seed", "affine", "distribution")) + ")"]
     if cases:
         lines.append(f"drawn matrix (seed {matrix['seed']}: rows 1-64, N up to 2^24, scales 1e-3..1e3, offsets, eps "
                      f"1e-7..1e-1): {sum(c['identical'] for c in cases)}/{len(cases)} identical")
     ring_vs_ref = _paired(session.record("chain_timing"), "reference_order", "chain")
     ring_vs_torch = _paired(session.record("chain_timing"), "native", "chain")
     if ring_vs_ref and ring_vs_torch:
-        lines.append(f"graph replay at L1/40, as compute_80: the chain {under['chain'][0]:.3f} ms, "
+        lines.append(f"graph replay at L1/40, as {dev.get('target', 'the override')}: the chain "
+                     f"{under['chain'][0]:.3f} ms, "
                      f"{speed(ring_vs_ref)} than the post's design and {speed(ring_vs_torch)} than torch's kernel "
                      f"(paired medians, one process)")
     if "chain" in native:
@@ -317,8 +320,10 @@ def chain_lines(session, cycles_per_push: float | None) -> list[str]:
         lines.append(f"against the same GPU's sm_90 chain ({native['chain'][0]:.3f} ms, tensor maps): {r:.2f}x its "
                      f"time (ratio of medians, two processes of one run; goal <= 1.3x: "
                      f"{'met' if r <= 1.3 else 'missed'})")
+    cycles_per_push = (floor or {}).get("cycles_per_push")
     if cycles_per_push:
-        lines.append(f"estimates from the floors ({cycles_per_push:.1f} cycles per push as measured on the H200, each "
+        lines.append(f"estimates from the floors ({cycles_per_push:.1f} cycles per push as measured on "
+                     f"{floor_gpu or 'an sm_90 GPU'}, each "
                      f"GPU's DRAM bandwidth and boost clock; not measured): " + "; ".join(
                          f"{e['GPU (estimate)']} about {e['chain, ms (estimate)']:.2f} ms" for e in estimates(
                              cycles_per_push)))

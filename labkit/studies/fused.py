@@ -349,7 +349,10 @@ def fused_block(records: dict) -> dict | None:
             "l1_40_eager_ms": _median(t, "A", EAGER),
             "l1_40_compile_b_ms": _median(t, "B", COMPILED), "l1_40_fused_b_ms": _median(t, "B", FUSED),
             "l1_40_shape": shape_key(t["shape"]),
-            "bits_identical": _count([c.get("forward") and c.get("backward") for c in cases]),
+            # a case counts only where our kernels served it: torch's chain would be identical by definition
+            "bits_identical": _count([c.get("path") not in (None, "native") and c.get("forward") and c.get("backward")
+                                      for c in cases]),
+            "bits_served_by_torch": sum(c.get("path") in (None, "native") for c in cases),
             "kernelbench_correct": f"{k}/{n}"}
 
 
@@ -403,8 +406,15 @@ def verdict_lines(records: dict, source: str) -> list[str]:
     for g in goals(records.get("timing")):
         state = "not measured" if g["met"] is None else ("met" if g["met"] else "NOT met")
         lines.append(f"{g['goal']} (protocol {g['protocol']}): {_fmt(g['ratio'], '.3f')} — {state}.")
-    lines.append(f"Bits (forward and gradients against torch's eager chain): {block['bits_identical']} cases "
-                 f"identical; KernelBench's correctness trials: {block['kernelbench_correct']} ({source}).")
+    lines.append(f"Bits (forward and gradients against torch's eager chain, counted where our kernels served): "
+                 f"{block['bits_identical']} cases identical, {block['bits_served_by_torch']} served by torch's chain; "
+                 f"KernelBench's correctness trials: {block['kernelbench_correct']} ({source}).")
+    for row in kernelbench_rows(records.get("kernelbench")):
+        if row.get("ModelNew (labkit) mean_ms") is not None:
+            lines.append(f"{row['task']} under KernelBench's cuda_event timing (means; ModelNew and the reference with "
+                         f"grad on as its evaluator times them, torch.compile under no_grad as its baselines are "
+                         f"made): ModelNew {_fmt(row['ModelNew (labkit) mean_ms'])} ms, {row['vs reference']} than "
+                         f"the reference, {row['vs torch.compile']} than its torch.compile.")
     return lines
 
 

@@ -18,7 +18,7 @@ from labkit.tasks import EXTRA_SHAPES, L1_40, shape_key
 CHAIN_LOG = REPO_ROOT / "data" / "probes" / "chain"
 # What notebook 07 measures needs (labkit.records.session.RunSession.open): on an older GPU it replays the H200 run.
 NEEDS_ARCH = 90  # labkit.ops.chain.BULK_ARCH: the stage breakdown times the tma kernel (the study reads no op at import)
-NEEDS = "the chain kernels' bulk copies, mbarrier transaction counts and tensor maps (sm_90 and later)"
+NEEDS = "the tma chain kernel's bulk copies, mbarrier transaction counts and tensor maps (sm_90 and later)"
 # The methods timed beside the chain kernel: native, the post's design, split statistics and Inductor.
 TIMED_METHODS = ("native", "reference_order", "split_interleaved", "inductor", "chain")
 

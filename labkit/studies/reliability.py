@@ -21,7 +21,7 @@ TOOLS = ("memcheck", "racecheck", "initcheck", "synccheck")
 
 # Every kernel of ours (kernels/*.cu and kernels/sanitize/*.cu) and nothing of torch's: the sanitizer instruments
 # only these, so torch's own kernels (input generation, the reference) neither slow it down nor count.
-PRODUCT_KERNELS = r"chain_stats_tma|chain_stats_w1|chain_stats_w4|reciprocal_table|affine_columns|rows_fused_(?:reg|warp)\d+" \
+PRODUCT_KERNELS = r"chain_stats_tma|chain_stats_ring|chain_stats_w1|chain_stats_w4|reciprocal_table|affine_columns|rows_fused_(?:reg|warp)\d+" \
                   r"|rows_fused_(?:warp2|reg2)_counted|rows_staged|rows_cluster2" \
                   r"|reference_order_stats|affine_rows_interleaved|split_affine_flat|split_affine_interleaved" \
                   r"|nchw_\w+|rows_(?:rms|mean_abs|l2)" \

@@ -136,6 +136,9 @@ def make_plan(x, ns: tuple, weight, bias, eps: float, epilogue: Epilogue, residu
 # chain; a mismatch leaves that epilogue to torch's chain on that device, with a warning. LABKIT_TRUST=off skips it.
 CHECK_SHAPES = ((4, 1 << 15), (64, 1024), (33, 768))  # the chain's rows and rows_fused's two layouts
 _checked: dict[tuple, Optional[str]] = {}  # (device index, the epilogue's options) -> None or the first mismatch
+plans.dependent_caches.append(_checked)  # cleared with the plans (labkit verify, a new LABKIT_TRUST)
+STRICT = ("LABKIT_TRUST=strict serves verified keys only, and a verified key covers the LayerNorm's kernels, not an "
+          "epilogue's ops (their check runs on this machine): torch's chain serves")
 
 
 def epilogue_refusal(index: int, epilogue: Epilogue) -> Optional[str]:
@@ -143,6 +146,8 @@ def epilogue_refusal(index: int, epilogue: Epilogue) -> Optional[str]:
     per process, device and option set), else the first mismatch."""
     if trust.mode() == "off":
         return None
+    if trust.mode() == "strict" and epilogue.options:
+        return STRICT
     key = (index, epilogue.options)
     if key not in _checked:
         with torch.no_grad():
@@ -221,6 +226,8 @@ def _validate(x, epilogue: Epilogue, residual) -> None:
                          f"{tuple(residual.shape)}")
     if residual.dtype != x.dtype:
         raise ValueError(f"residual.dtype must equal x.dtype {x.dtype}, got {residual.dtype}")
+    if residual.device != x.device:
+        raise ValueError(f"residual.device must equal x.device {x.device}, got {residual.device}")
 
 
 def _chain(x, ns, weight, bias, eps, epilogue, residual):

@@ -262,11 +262,12 @@ def show_long(rows: list[dict], name: str, out_dir, head: int = 10, columns: lis
 
 
 def show_files(files: list[tuple[str, str]]):
-    """Display (name, text) pairs as folded blocks, one per file: open one to read it."""
+    """Display (name, text) pairs as folded blocks, one per file: open one to read it. The blocks are code
+    listings (pre.labkit-code), which the page checks read as code, not prose."""
     from IPython.display import HTML, display
 
     blocks = [f"<details><summary><code>{html.escape(name)}</code> ({len(text.splitlines())} lines)</summary>"
-              f"<pre>{html.escape(text)}</pre></details>" for name, text in files]
+              f"<pre class='labkit-code'>{html.escape(text)}</pre></details>" for name, text in files]
     display(HTML("\n".join(blocks)))
 
 

@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from labkit import book, site
+from labkit.records.text import speed
 from labkit.records.run import committed_runs, load_run
 from labkit.studies.catalog import notebook_runs, summarize_run
 
@@ -172,7 +173,7 @@ def test_front_page_is_the_post_with_numbers_from_the_runs(book_dir):
     assert {r["protocol"] for r in rows} == set(front.PROTOCOLS)  # the glossary's two names, nothing else
     for r in rows:  # each row's shape and numbers as the table prints them, from the record
         assert f"<td>{site.html.escape(r['shape'])}</td>" in index and "x" in r["shape"], r
-        assert f"<td>{site._sig(r['ms'])}</td><td>{site._speedup(r['x torch eager'])}</td>" in index, r
+        assert f"<td>{site._sig(r['ms'])}</td><td>{speed(r['x torch eager'])}</td>" in index, r
         assert re.fullmatch(r"\d+/\d+ .*", r["bit-identical"] or ""), r  # k/n from the records, not a word
     # the goals statement: every goal each run's verdict judges, counted from the same list the verdict prints
     goals = front.goals_by_notebook(runs)
@@ -225,7 +226,7 @@ def _planted_page_leaks(tmp_path, prose: str, code: str, output) -> list[str]:
     executed = tmp_path / "99_planted.ipynb"
     nbformat.write(nb, executed)
     soup = BeautifulSoup(site.export_page(executed, tmp_path).read_text(), "html.parser")
-    for tag in soup(["style", "script"]) + soup.select(".jp-CodeCell .jp-InputArea"):
+    for tag in soup(["style", "script"]) + soup.select(".jp-CodeCell .jp-InputArea, pre.labkit-code"):
         tag.decompose()
     return site.leaks(soup.get_text(" "))
 
@@ -360,8 +361,8 @@ PAGE_FACTS = r"""() => {
   const body = document.body.innerText;
   const readable = document.body.cloneNode(true);
   // what a reader reads: outputs, banners and rendered markdown (which nbconvert puts inside .jp-InputArea too);
-  // only code cells' input (code, not prose) is left out
-  readable.querySelectorAll('.jp-CodeCell .jp-InputArea, style, script').forEach(e => e.remove());
+  // only code is left out: code cells' input and the code listings outputs show (pre.labkit-code: kernel sources)
+  readable.querySelectorAll('.jp-CodeCell .jp-InputArea, pre.labkit-code, style, script').forEach(e => e.remove());
   return {
     readable: readable.textContent,
     boolCells: [...document.querySelectorAll('td')].filter(td => /^(True|False)$/.test(td.innerText.trim())).length,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from labkit.records.post import about as post_about
 from labkit.records.run import load_run, short_id
+from labkit.records.text import speed
 from labkit.studies import (bit_identity, dropin, kernelbench_timing, parallel_stats, training, training_kernelbench,
                             training_sweep)
 from labkit.studies.bench import PROTOCOL_DEFINITIONS, PROTOCOL_NAMES
@@ -448,7 +449,29 @@ def bullets(runs: dict[str, Path], rows: list[dict] | None = None) -> list[str]:
                   + (": most of the eager-timing lead over torch.compile is host time, not kernel time."
                      if fg["x torch.compile"] < fb["x torch.compile"] else "."))
         out.append(s)
+    if (fz := _fused_bullet()) is not None:
+        out.append(fz)
     return out
+
+
+def _fused_bullet() -> str | None:
+    """The post's other next step (notebook 11), from the newest fused_consumer run."""
+    from labkit.studies import fused, post_beside
+
+    path = post_beside.runs_by_name().get(fused.RUN_NAME)
+    recs = _records(path) if path else {}
+    block = fused.fused_block(recs) if recs else None
+    if not block or block.get("l1_40_fused_ms") is None:
+        return None
+    ratios = {g["goal"]: g["ratio"] for g in fused.goals(recs.get("timing")) if g["protocol"] == "A"}
+    vs = {num: ratios.get(what) for what, num, den, _ in fused.GOALS if den == fused.FUSED}
+    if vs.get(fused.UNFUSED) is None or vs.get(fused.COMPILED) is None:
+        return None
+    gpu = ((recs.get("run") or {}).get("provenance") or {}).get("gpu") or "its GPU"
+    return (f"The post's other next step (notebook 11): GELU and a scale in the LayerNorm's output pass keep eager's "
+            f"bits ({block['bits_identical']}) and take {block['l1_40_fused_ms']:.3g} ms at L1/40 on an {gpu}, "
+            f"{speed(vs[fused.UNFUSED])} than running them after it and {speed(vs[fused.COMPILED])} than "
+            f"torch.compile (graph replay, protocol A, paired medians).")
 
 
 # The methods of notebook 03 at L1/40, as the main figure names them, and the post's figure beside each where the

@@ -191,16 +191,20 @@ def _conv_ln_gelu_scale_model(fused: bool):
             self.scaling_factor = scaling_factor
 
         def forward(self, x):
-            x = self.conv_transpose(x)
-            ln = self.layer_norm
-            if fused:
-                from labkit.ops.dropin import fused_layer_norm
-
-                return fused_layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps, activation="gelu",
-                                        scale=self.scaling_factor)
-            return torch.nn.functional.gelu(ln(x)) * self.scaling_factor
+            return _layer_norm_gelu_scale(self.layer_norm, self.conv_transpose(x), self.scaling_factor, fused)
 
     return Model
+
+
+def _layer_norm_gelu_scale(ln, x, scale: float, fused: bool):
+    """LayerNorm -> GELU -> * scale as L2/34 writes it (Model), or one labkit.fused_layer_norm (ModelNew)."""
+    import torch
+
+    if fused:
+        from labkit.ops.dropin import fused_layer_norm
+
+        return fused_layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps, activation="gelu", scale=scale)
+    return torch.nn.functional.gelu(ln(x)) * scale
 
 
 def _conv_sum_ln_pool_gelu_model(fused: bool):
@@ -247,13 +251,7 @@ def _ln_gelu_scale_model(fused: bool):
             self.scaling_factor = scaling_factor
 
         def forward(self, x):
-            ln = self.ln
-            if fused:
-                from labkit.ops.dropin import fused_layer_norm
-
-                return fused_layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps, activation="gelu",
-                                        scale=self.scaling_factor)
-            return torch.nn.functional.gelu(ln(x)) * self.scaling_factor
+            return _layer_norm_gelu_scale(self.ln, x, self.scaling_factor, fused)
 
     return Model
 

@@ -132,13 +132,17 @@ def ring_config(device: Device) -> TmaConfig:
     return TmaConfig(RING_STEPS, stages, 8)
 
 
+def default_ring(device: Device) -> TmaConfig:
+    """The ring the tma or ring blocking runs on `device` unless ChainSettings names one: the tensor-map kernel's own
+    on sm_90, `ring_config` below; ValueError where no ring fits."""
+    return TmaConfig() if device.tensor_maps else ring_config(device)
+
+
 def stats_options(device: Device) -> tuple[str, ...]:
     """The compile options the chain's launches pass kernels/chain_stats_tma.cu on `device` by default (what
-    `labkit warmup` compiles): the tensor-map ring's own on sm_90, the cp.async ring's shape below."""
-    if device.tensor_maps:
-        return TmaConfig().options
+    `labkit warmup` compiles)."""
     try:
-        return ring_config(device).options
+        return default_ring(device).options
     except ValueError:  # no ring fits: the chain is not planned there
         return ()
 
@@ -194,14 +198,14 @@ def launches(rows: int, n: int, device: Device, settings: ChainSettings = DEFAUL
                          f"is {device.arch_name}" + (": N % 512 == 0 takes the ring" if n % 512 == 0 else ""))
     geometry = None
     if blocking == "tma":
-        tma = settings.tma or TmaConfig()
+        tma = settings.tma or default_ring(device)
         stats = Kernel("chain_stats_tma", "chain_stats_tma", (BLOCKS_PER_ROW, rows), (64,), tma.smem_bytes,
                        tma.options + settings.options)
         geometry = TensorMapGeometry((128, 4, n // 512, rows), (512, 2048, 4 * n), (128, 1, tma.steps, 1))
     elif blocking == "ring":
         if device.tensor_maps:  # the ring is chain_stats_tma.cu's entry point below sm_90 only (one per target)
             raise ValueError(f"the ring blocking is built below sm_{BULK_ARCH}; {device.arch_name} takes tma")
-        ring = settings.tma or ring_config(device)
+        ring = settings.tma or default_ring(device)
         stats = Kernel("chain_stats_tma", "chain_stats_ring", (BLOCKS_PER_ROW, rows), (64,), ring.smem_bytes,
                        ring.options + settings.options)
     else:

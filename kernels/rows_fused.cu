@@ -4,7 +4,9 @@
 // Contract kept: the statistics are torch's vectorized-path order (welford_ln.cuh) and the output is
 // gamma * (rstd * (x - mean)) + beta, contracted as torch's; with -DEPILOGUE the ops that follow LayerNorm are
 // applied to it as torch's kernels apply them (epilogue.cuh). Rows longer than the largest entry point's registers
-// (kMaxVec * 512 floats) re-read the rest of themselves for the output pass (from L2), as torch does.
+// (kMaxVec * 512 floats) re-read the rest of themselves for the output pass (from L2), as torch does. With -DLN_BF16
+// or -DLN_FP16 the same arithmetic runs on x, gamma and beta of that type, converted to float as loaded, and y is
+// converted once at the store, as torch's kernel for that type does (dtype.cuh).
 //
 // Two layouts of the same arithmetic. rows_fused_reg<K>: torch's own (32, 4) block per row, thread t of the row's
 // 128 holding its own vectors. rows_fused_warp<K>: one warp per row, lane l standing in for torch's threads l, l+32,
@@ -16,6 +18,7 @@
 // ran as fast or faster (up to 13% at 4096 x 768) and rows of 1536 and 2048 still slower (data/dev/rows_packed/).
 #include "welford_ln.cuh"
 #include "epilogue.cuh"
+#include "dtype.cuh"
 
 // Push thread `tid`'s kept vectors (its chain's (4i+1)-th to (4i+4)-th pushes) with constant reciprocals: a
 // thread's vectors run out in order, and the compiler folds a constant IEEE quotient to the same correctly
@@ -23,7 +26,7 @@
 // from memory; entry points without it are only launched on rows that fit (labkit.ops.rows_fused.function_for),
 // and leaving the tail out saves the registers its division and addressing take.
 template <int kMaxVec, bool kTail>
-__device__ __forceinline__ WelfordLN push_thread(const float4* __restrict__ row, const float4 (&keep)[kMaxVec],
+__device__ __forceinline__ WelfordLN push_thread(const LN_VEC* __restrict__ row, const float4 (&keep)[kMaxVec],
                                                  int tid, int n4) {
     WelfordLN s{0.f, 0.f, 0.f};
 #pragma unroll
@@ -35,44 +38,47 @@ __device__ __forceinline__ WelfordLN push_thread(const float4* __restrict__ row,
         }
     }
     if (kTail)
-        for (int j = tid + 128 * kMaxVec; j < n4; j += 128) s = welford_push4(s, row[j]);
+        for (int j = tid + 128 * kMaxVec; j < n4; j += 128) s = welford_push4(s, LN_LOAD4(row[j]));
     return s;
 }
 
 template <int kMaxVec>
-__device__ __forceinline__ void load_thread(const float4* __restrict__ row, float4 (&keep)[kMaxVec], int tid, int n4) {
+__device__ __forceinline__ void load_thread(const LN_VEC* __restrict__ row, float4 (&keep)[kMaxVec], int tid, int n4) {
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i) {
         const int j = tid + 128 * i;
-        if (j < n4) keep[i] = row[j];
+        if (j < n4) keep[i] = LN_LOAD4(row[j]);
     }
 }
 
 template <int kMaxVec, bool kTail>
-__device__ __forceinline__ void write_thread(const float4* __restrict__ row, const float4 (&keep)[kMaxVec],
-                                             const float4* __restrict__ gamma, const float4* __restrict__ beta,
-                                             float4* __restrict__ out, int tid, int n4, float m,
+__device__ __forceinline__ void write_thread(const LN_VEC* __restrict__ row, const float4 (&keep)[kMaxVec],
+                                             const LN_VEC* __restrict__ gamma, const LN_VEC* __restrict__ beta,
+                                             LN_VEC* __restrict__ out, int tid, int n4, float m,
                                              float r EPILOGUE_PARAMS) {
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i) {
         const int j = tid + 128 * i;
-        if (j < n4) out[j] = EPILOGUE4(layer_norm_affine4(keep[i], gamma[j], beta[j], m, r), j);
+        if (j < n4)
+            out[j] = LN_STORE4(
+                EPILOGUE4(layer_norm_affine4(keep[i], LN_LOAD4(gamma[j]), LN_LOAD4(beta[j]), m, r), j));
     }
     if (kTail)
         for (int j = tid + 128 * kMaxVec; j < n4; j += 128)
-            out[j] = EPILOGUE4(layer_norm_affine4(row[j], gamma[j], beta[j], m, r), j);
+            out[j] = LN_STORE4(EPILOGUE4(
+                layer_norm_affine4(LN_LOAD4(row[j]), LN_LOAD4(gamma[j]), LN_LOAD4(beta[j]), m, r), j));
 }
 
 template <int kMaxVec, bool kTail>
-__device__ __forceinline__ void rows_fused(const float4* __restrict__ x, const float4* __restrict__ gamma,
-                                           const float4* __restrict__ beta, float4* __restrict__ y,
+__device__ __forceinline__ void rows_fused(const LN_VEC* __restrict__ x, const LN_VEC* __restrict__ gamma,
+                                           const LN_VEC* __restrict__ beta, LN_VEC* __restrict__ y,
                                            float* __restrict__ mean, float* __restrict__ rstd, int n,
                                            float eps EPILOGUE_PARAMS) {
     __shared__ float buf[12];
     __shared__ float stats[2];
     const int tid = threadIdx.x + 32 * threadIdx.y;
     const int n4 = n / 4;
-    const float4* row = x + (size_t)blockIdx.x * n4;
+    const LN_VEC* row = x + (size_t)blockIdx.x * n4;
     float4 keep[kMaxVec];
     load_thread<kMaxVec>(row, keep, tid, n4);
     WelfordLN s = push_thread<kMaxVec, kTail>(row, keep, tid, n4);
@@ -203,15 +209,15 @@ __device__ __forceinline__ WelfordLN welford_packed_rows4_counted(WelfordLN (&q)
 }
 
 template <int kMaxVec, bool kCounted>
-__device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, const float4* __restrict__ gamma,
-                                                const float4* __restrict__ beta, float4* __restrict__ y,
+__device__ __forceinline__ void rows_fused_warp(const LN_VEC* __restrict__ x, const LN_VEC* __restrict__ gamma,
+                                                const LN_VEC* __restrict__ beta, LN_VEC* __restrict__ y,
                                                 float* __restrict__ mean, float* __restrict__ rstd, int rows, int n,
                                                 float eps EPILOGUE_PARAMS) {
     const int lane = threadIdx.x;
     const size_t r_index = (size_t)blockIdx.x * 4 + threadIdx.y;  // rows may come within 3 of INT_MAX
     if (r_index >= (size_t)rows) return;  // a whole warp leaves: the shuffles below only involve warps of live rows
     const int n4 = n / 4;
-    const float4* row = x + r_index * n4;
+    const LN_VEC* row = x + r_index * n4;
     float4 keep[4][kMaxVec];  // [torch's warp v][vector i] of torch's thread lane + 32 v
 #pragma unroll
     for (int v = 0; v < 4; ++v) load_thread<kMaxVec>(row, keep[v], lane + 32 * v, n4);
@@ -227,7 +233,7 @@ __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, co
         mean[r_index] = m;
         rstd[r_index] = r;
     }
-    float4* out = y + r_index * n4;
+    LN_VEC* out = y + r_index * n4;
 #pragma unroll
     for (int v = 0; v < 4; ++v)
         write_thread<kMaxVec, false>(row, keep[v], gamma, beta, out, lane + 32 * v, n4, m,
@@ -235,14 +241,15 @@ __device__ __forceinline__ void rows_fused_warp(const float4* __restrict__ x, co
 }
 
 // Arguments: x [rows, n/4] float4, gamma/beta [n/4] float4, y [rows, n/4] float4, mean/rstd [rows], n, eps; with
-// -DEPILOGUE then residual [rows, n/4] float4 and scale (epilogue.cuh).
+// -DEPILOGUE then residual [rows, n/4] float4 and scale (epilogue.cuh). With -DLN_BF16 or -DLN_FP16, x, gamma, beta
+// and y are vectors of four bfloat16 or float16 (dtype.cuh), mean and rstd float.
 // rows_fused_reg<K>: grid rows, block (32, 4). rows_fused_warp<K> (rows as an extra argument): grid ceil(rows/4),
 // block (32, 4), warp y on row 4 * block + y. One entry point per register budget: short rows need few vectors
 // per thread, and fewer registers let more blocks share an SM (labkit.ops.rows_fused picks the smallest that holds
 // the row; only the largest block entry point takes rows longer than its registers).
 #define ROWS_FUSED(K, MIN_BLOCKS, TAIL)                                                                        \
     extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_reg##K(                            \
-        const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int n,   \
+        const LN_VEC* x, const LN_VEC* gamma, const LN_VEC* beta, LN_VEC* y, float* mean, float* rstd, int n,   \
         float eps EPILOGUE_PARAMS) {                                                                            \
         rows_fused<K, TAIL>(x, gamma, beta, y, mean, rstd, n, eps EPILOGUE_ARGS);                               \
     }
@@ -254,7 +261,7 @@ ROWS_FUSED(32, 3, true)  // the largest: rows longer than 16384 floats re-read t
 
 #define ROWS_FUSED_WARP(K, MIN_BLOCKS)                                                                         \
     extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) rows_fused_warp##K(                           \
-        const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int rows, \
+        const LN_VEC* x, const LN_VEC* gamma, const LN_VEC* beta, LN_VEC* y, float* mean, float* rstd, int rows, \
         int n, float eps EPILOGUE_PARAMS) {                                                                     \
         rows_fused_warp<K, false>(x, gamma, beta, y, mean, rstd, rows, n, eps EPILOGUE_ARGS);                   \
     }
@@ -266,7 +273,7 @@ ROWS_FUSED_WARP(2, 8)  // four vectors per torch thread (16 per lane) measured s
 // (data/dev/rows_coef/, data/dev/rows_stream/), so it is a path of its own (labkit.ops.rows_counted) and the dispatch
 // table measures where it serves. Only the two-vector form: the one-vector count pass measured slower.
 extern "C" __global__ void __launch_bounds__(128, 7) rows_fused_warp2_counted(
-    const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int rows, int n,
+    const LN_VEC* x, const LN_VEC* gamma, const LN_VEC* beta, LN_VEC* y, float* mean, float* rstd, int rows, int n,
     float eps EPILOGUE_PARAMS) {
     rows_fused_warp<2, true>(x, gamma, beta, y, mean, rstd, rows, n, eps EPILOGUE_ARGS);
 }
@@ -282,16 +289,16 @@ extern "C" __global__ void __launch_bounds__(128, 7) rows_fused_warp2_counted(
 // warp layout's 21.8 (data/dev/rows_floor/). It is slower where rows are few (4,096) or short (N <= 768): the
 // dispatch table measures where it serves (labkit.ops.rows_counted_block).
 template <int K>
-__device__ __forceinline__ void rows_fused_block_counted(const float4* __restrict__ x,
-                                                         const float4* __restrict__ gamma,
-                                                         const float4* __restrict__ beta, float4* __restrict__ y,
+__device__ __forceinline__ void rows_fused_block_counted(const LN_VEC* __restrict__ x,
+                                                         const LN_VEC* __restrict__ gamma,
+                                                         const LN_VEC* __restrict__ beta, LN_VEC* __restrict__ y,
                                                          float* __restrict__ mean, float* __restrict__ rstd, int n,
                                                          float eps EPILOGUE_PARAMS) {
     __shared__ float st[12];
     const int lane = threadIdx.x, warp = threadIdx.y;
     const int tid = lane + 32 * warp;
     const int n4 = n / 4;
-    const float4* row = x + (size_t)blockIdx.x * n4;
+    const LN_VEC* row = x + (size_t)blockIdx.x * n4;
     float4 keep[K];
     load_thread<K>(row, keep, tid, n4);
     float c = thread_count<K>(tid, n4);
@@ -338,7 +345,7 @@ __device__ __forceinline__ void rows_fused_block_counted(const float4* __restric
 // four (N <= 2,048) measured 0.5-0.6% slower than rows_fused_reg4 at 8192 and 32768 x 2048 and is not built
 // (data/dev/rows_floor/).
 extern "C" __global__ void __launch_bounds__(128, 12) rows_fused_reg2_counted(
-    const float4* x, const float4* gamma, const float4* beta, float4* y, float* mean, float* rstd, int n,
+    const LN_VEC* x, const LN_VEC* gamma, const LN_VEC* beta, LN_VEC* y, float* mean, float* rstd, int n,
     float eps EPILOGUE_PARAMS) {
     rows_fused_block_counted<2>(x, gamma, beta, y, mean, rstd, n, eps EPILOGUE_ARGS);
 }

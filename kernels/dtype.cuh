@@ -1,0 +1,71 @@
+// The element type a LayerNorm kernel reads x, gamma and beta as and writes y as: float32 by default, bfloat16 with
+// -DLN_BF16, float16 with -DLN_FP16 (mean and rstd stay float in every build).
+//
+// Contract kept (torch's vectorized LayerNorm for T = BFloat16 / Half, docs/decisions.md#low_precision_reading): the
+// same vec_size of 4 for every T, so a thread's vector is 4 elements (8 bytes for T of 2 bytes, one 64-bit load),
+// each converted to float exactly; the arithmetic is the float32 kernel's on those floats; the output is converted
+// to T once, at the store, rounding to nearest even (what c10::BFloat16 and c10::Half do on the device:
+// __float2bfloat16 / __float2half, i.e. cvt.rn).
+//
+// Why inline PTX and not cuda_bf16.h / cuda_fp16.h: NVRTC 13.0 has no built-in copy of those headers (it finds them
+// only on an include path into a CUDA toolkit, which a wheel's user may not have). The instructions below are the
+// ones those headers' intrinsics emit on sm_80 and later (the oldest arch the kernels are built for):
+// cvt.rn.bf16.f32 (__float2bfloat16_rn), cvt.rn.f16.f32 (__float2half_rn), cvt.f32.f16 (__half2float); bfloat16 to
+// float is its 16 bits placed high in a float's 32 (__bfloat162float), exact for every value, NaN payloads included.
+//
+// In the default build the macros below are the float4 code as it was written before this header (LN_VEC is
+// float4, LN_LOAD4 and LN_STORE4 leave their argument as it is), so the preprocessed text of every default kernel,
+// hence its cubin, is unchanged.
+#pragma once
+
+#if defined(LN_BF16) && defined(LN_FP16)
+#error "LN_BF16 and LN_FP16 name two element types: define one at most"
+#endif
+
+#if defined(LN_BF16) || defined(LN_FP16)
+#define LN_LOW_PRECISION 1
+
+// Four elements of T: torch's aligned_vector<T, 4>, as one 8-byte word (elements 0 and 1 in x, low half first).
+#define LN_VEC uint2
+
+__device__ __forceinline__ float ln_to_float(unsigned short bits) {
+#ifdef LN_BF16
+    return __uint_as_float((unsigned)bits << 16);
+#else
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+    return f;
+#endif
+}
+
+__device__ __forceinline__ unsigned short ln_from_float(float f) {
+    unsigned short bits;
+#ifdef LN_BF16
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bits) : "f"(f));
+#else
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(f));
+#endif
+    return bits;
+}
+
+__device__ __forceinline__ float4 ln_load4(uint2 v) {
+    return make_float4(ln_to_float((unsigned short)(v.x & 0xffffu)), ln_to_float((unsigned short)(v.x >> 16)),
+                       ln_to_float((unsigned short)(v.y & 0xffffu)), ln_to_float((unsigned short)(v.y >> 16)));
+}
+
+__device__ __forceinline__ uint2 ln_store4(float4 f) {
+    return make_uint2((unsigned)ln_from_float(f.x) | ((unsigned)ln_from_float(f.y) << 16),
+                      (unsigned)ln_from_float(f.z) | ((unsigned)ln_from_float(f.w) << 16));
+}
+
+#define LN_LOAD4(v) ln_load4(v)
+#define LN_STORE4(v) ln_store4(v)
+#else
+#define LN_VEC float4
+#define LN_LOAD4(v) v
+#define LN_STORE4(v) v
+#endif
+
+#if defined(LN_LOW_PRECISION) && defined(EPILOGUE)
+#error "the epilogue (epilogue.cuh) reads and writes float: it has no bfloat16/float16 build yet"
+#endif

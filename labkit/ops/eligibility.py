@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from labkit.ops.dtypes import FLOAT32, LOW_PRECISION
+
 VECTORIZED = "vectorized"
 ROWWISE = "rowwise_moments"
 UNSUPPORTED = "unsupported"
@@ -73,16 +75,23 @@ class Policy:
     affine_required: bool  # weight and bias must be given (the kernel functions); else None is allowed
     autograd: bool         # the caller records autograd (the drop-in); else grad-requiring inputs are refused
     addresses: bool        # check alignment now; else the caller checks each call's addresses (misaligned)
+    # x's dtypes the caller's kernels are built for (labkit.ops.dtypes); weight and bias must be x's dtype
+    dtypes: tuple[str, ...] = (FLOAT32,)
 
 
 KERNEL_FUNCTIONS = Policy(affine_required=True, autograd=False, addresses=True)
 DROP_IN = Policy(affine_required=False, autograd=True, addresses=False)
+# The functions that launch the bfloat16/float16 builds (labkit.ops.rows_fused.rows_fused_layer_norm): not verified
+# on a GPU yet, so no other caller (the drop-in above all) takes these dtypes.
+LOW_PRECISION_FUNCTIONS = Policy(affine_required=True, autograd=False, addresses=True,
+                                 dtypes=(FLOAT32,) + LOW_PRECISION)
 
 
 @dataclass(frozen=True)
 class RowLayout:
     rows: int
     n: int  # normalized size, elements per row
+    dtype: str = FLOAT32  # x's (and y's, weight's, bias's) element type
 
 
 def _dtype_name(t) -> str:
@@ -153,15 +162,25 @@ def _not_tensor(name: str, t) -> Reason | None:
     return None if isinstance(t, torch.Tensor) else Reason(f"{name} must be a torch.Tensor", type(t).__name__)
 
 
-def _tensor(name: str, t, require_cuda: bool, aligned: bool = False) -> Reason | None:
-    """dtype, device and layout of one tensor; `aligned`: float4 alignment too, as for `out` (X/gamma/beta
-    alignment is torch's condition, checked by _torch_alignment)."""
-    import torch
+def _dtype(name: str, t, x, dtypes: tuple[str, ...]) -> Reason | None:
+    """x's dtype one of `dtypes`; any other tensor's x's own: torch's kernel for T reads gamma and beta as T and
+    takes no float parameters beside T data (autocast makes everything float first)."""
+    if t is x:
+        if _dtype_name(x) not in dtypes:
+            return Reason(f"x must be {' or '.join(dtypes)}", t.dtype)
+        return None
+    if t.dtype != x.dtype:
+        why = "" if _dtype_name(x) == FLOAT32 else ": torch's kernel for x's dtype reads its parameters as that dtype"
+        return Reason(f"{name} must be {_dtype_name(x)}, as x is{why}", t.dtype)
+    return None
 
+
+def _tensor(name: str, t, require_cuda: bool, aligned: bool = False) -> Reason | None:
+    """device and layout of one tensor (its dtype: _dtype); `aligned`: the kernels' vector alignment too (16 bytes
+    for float32, 8 for 2-byte types), as for `out` (X/gamma/beta alignment is torch's condition, checked by
+    _torch_alignment)."""
     if why := _not_tensor(name, t):
         return why
-    if t.dtype != torch.float32:
-        return Reason(f"{name} must be float32", t.dtype)
     if require_cuda and t.device.type != "cuda":
         return Reason(f"{name} must be a CUDA tensor", t.device)
     if not t.is_contiguous():
@@ -170,9 +189,10 @@ def _tensor(name: str, t, require_cuda: bool, aligned: bool = False) -> Reason |
         return Reason(f"{name} must not be a lazily negated view", "is_neg() is True")
     if t._is_zerotensor():  # torch._efficientzerotensor: no memory behind it (data_ptr() is 0)
         return Reason(f"{name} must not be a ZeroTensor", "_is_zerotensor() is True")
-    if aligned and t.numel() and t.device.type != "meta" and t.data_ptr() % ALIGN_BYTES:
-        return Reason(f"{name} must be {ALIGN_BYTES}-byte aligned for float4 stores",
-                      f"address % 16 = {t.data_ptr() % ALIGN_BYTES}")
+    align = CONDITIONS.alignment_bytes(t.element_size())
+    if aligned and t.numel() and t.device.type != "meta" and t.data_ptr() % align:
+        return Reason(f"{name} must be {align}-byte aligned for 4-element vector stores",
+                      f"address % {align} = {t.data_ptr() % align}")
     return None
 
 
@@ -186,7 +206,7 @@ def _output(out, x, require_cuda: bool) -> Reason | None:
     change another block's input). Its alignment is this kernel's limit, not torch's (torch allocates its own Y)."""
     import torch
 
-    if why := _tensor("out", out, require_cuda, aligned=True):
+    if why := _tensor("out", out, require_cuda, aligned=True) or _dtype("out", out, x, (_dtype_name(x),)):
         return why
     if tuple(out.shape) != tuple(x.shape) or out.device != x.device:
         return Reason(f"out must have shape {tuple(x.shape)} on {x.device}", (tuple(out.shape), out.device))
@@ -222,7 +242,7 @@ def refusal(x, weight, bias, eps, normalized_shape=None, *, out=None, policy: Po
     if len({t.device for _, t in given}) > 1:
         return Reason("x, weight and bias must be on one device", tuple(t.device for _, t in given))
     for name, t in given:
-        if why := _tensor(name, t, require_cuda):
+        if why := _dtype(name, t, x, policy.dtypes) or _tensor(name, t, require_cuda):
             return why
     shape = (tuple(weight.shape) if weight is not None else tuple(bias.shape) if bias is not None else None) \
         if normalized_shape is None else tuple(int(d) for d in normalized_shape)
@@ -246,7 +266,8 @@ def refusal(x, weight, bias, eps, normalized_shape=None, *, out=None, policy: Po
     if why := _torch_n(n, CONDITIONS):
         return why
     if policy.addresses and x.device.type != "meta" and (
-            why := _torch_alignment({"X": x, "gamma": weight, "beta": bias}, 4, CONDITIONS, _OUR_NAMES)):
+            why := _torch_alignment({"X": x, "gamma": weight, "beta": bias}, x.element_size(), CONDITIONS,
+                                    _OUR_NAMES)):
         return why
     if x.numel() > MAX_NUMEL:
         return Reason("x.numel() must be < 2**31: the kernels index elements with 32 bits", x.numel())
@@ -259,11 +280,14 @@ def refusal(x, weight, bias, eps, normalized_shape=None, *, out=None, policy: Po
     return None
 
 
-def check(x, weight, bias, eps, normalized_shape=None, *, out=None, require_cuda: bool = True) -> RowLayout:
-    """The (rows, N) view of a kernel-function call, or ValueError naming the first refused condition."""
-    why = refusal(x, weight, bias, eps, normalized_shape, out=out, require_cuda=require_cuda)
+def check(x, weight, bias, eps, normalized_shape=None, *, out=None, require_cuda: bool = True,
+          policy: Policy = KERNEL_FUNCTIONS) -> RowLayout:
+    """The (rows, N, dtype) view of a kernel-function call, or ValueError naming the first refused condition.
+    `policy`: KERNEL_FUNCTIONS (float32), or LOW_PRECISION_FUNCTIONS for the functions that launch the
+    bfloat16/float16 builds."""
+    why = refusal(x, weight, bias, eps, normalized_shape, out=out, policy=policy, require_cuda=require_cuda)
     if why is not None:
         raise ValueError(str(why))
     shape = normalized_shape if normalized_shape is not None else (weight if weight is not None else bias).shape
     n = math.prod(shape)
-    return RowLayout(x.numel() // n, n)
+    return RowLayout(x.numel() // n, n, _dtype_name(x))

@@ -1,0 +1,30 @@
+"""The element types our LayerNorm kernels are built for, and the compile options that select each
+(kernels/dtype.cuh): float32 by default, bfloat16 and float16 with the arithmetic of torch's vectorized kernel for
+them (loads converted to float, float statistics, the output rounded to T once at the store).
+
+Kernel files that take the options: rows_fused.cu (every entry point) and affine_columns.cu (the chain's output
+pass). The bfloat16/float16 builds are not verified on a GPU yet: the drop-in never launches them, only the path
+modules' own functions do (labkit.ops.rows_fused.rows_fused_layer_norm, labkit.ops.chain.output_kernel), and
+docs/decisions.md#low_precision_kernels lists the GPU tests that must pass before anything serves them.
+"""
+from __future__ import annotations
+
+FLOAT32 = "float32"
+LOW_PRECISION = ("bfloat16", "float16")
+KERNELS = ("rows_fused", "affine_columns")  # the kernel files built for LOW_PRECISION too
+
+_OPTIONS = {FLOAT32: (), "bfloat16": ("-DLN_BF16",), "float16": ("-DLN_FP16",)}
+
+
+def options(dtype: str) -> tuple[str, ...]:
+    """The -D flags of kernels/dtype.cuh for `dtype` (a torch dtype's name: 'float32', 'bfloat16', 'float16');
+    none for float32, so its cubins are the default ones. ValueError naming the value for any other."""
+    if dtype not in _OPTIONS:
+        raise ValueError(f"dtype must be one of {tuple(_OPTIONS)}, got {dtype!r}")
+    return _OPTIONS[dtype]
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes per element: a kernel's 4-element vector is 4 * itemsize bytes, the alignment it needs."""
+    options(dtype)
+    return 4 if dtype == FLOAT32 else 2

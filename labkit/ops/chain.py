@@ -19,7 +19,7 @@ from labkit.core.device import Device, current_index, device_info
 from labkit.core.launch import Kernel, launch
 from labkit.core.program import EPS, FORWARD_SLOTS, I32, U64, BoundProgram, Launch, Map, Memset, Program, Ptr
 from labkit.core.tensormap import TensorMapGeometry
-from labkit.ops import eligibility, rows_fused
+from labkit.ops import dtypes, eligibility, rows_fused
 from labkit.ops.launches import Scratch, execute
 
 PATH = "chain"
@@ -182,8 +182,23 @@ class ChainLaunches:
         return BoundProgram(self.program(device_index), device_index)
 
 
-def launches(rows: int, n: int, device: Device, settings: ChainSettings = DEFAULT_SETTINGS) -> ChainLaunches:
-    """The chain schedule's launches for rows x N on `device`; ValueError where they cannot run there."""
+def output_kernel(n: int, dtype: str = dtypes.FLOAT32) -> Kernel:
+    """The output pass's launch (kernels/affine_columns.cu) for rows of N elements of `dtype`: a thread per 4-element
+    column over all rows, last columns first; its arguments are (x, mean, rstd, weight, bias, y, rows, N / 4), mean
+    and rstd float32 in every dtype. The bfloat16/float16 builds serve no path yet (the chain's statistics read
+    float32 only): GPU tests launch them on torch's own mean and rstd."""
+    return Kernel("affine_columns", "affine_columns", (-(-(n // 4) // AFFINE_THREADS),), (AFFINE_THREADS,),
+                  options=dtypes.options(dtype))
+
+
+def launches(rows: int, n: int, device: Device, settings: ChainSettings = DEFAULT_SETTINGS,
+             dtype: str = dtypes.FLOAT32) -> ChainLaunches:
+    """The chain schedule's launches for rows x N of `dtype` on `device`; ValueError where they cannot run there."""
+    if dtype != dtypes.FLOAT32:
+        dtypes.options(dtype)  # an unknown dtype is named as such
+        raise ValueError(f"the chain schedule's statistics kernels (chain_stats_tma.cu, chain_stats.cu) read float32 "
+                         f"only, got dtype {dtype}: for bfloat16/float16 only its output pass is built "
+                         f"(labkit.ops.chain.output_kernel)")
     if device.arch < MIN_ARCH:
         raise ValueError(f"the chain kernels need sm_{MIN_ARCH} (shared-memory barriers, cp.async), device is "
                          f"{device.arch_name}")
@@ -215,7 +230,7 @@ def launches(rows: int, n: int, device: Device, settings: ChainSettings = DEFAUL
     if stats.shared_mem + STATIC_SMEM > device.smem_optin_bytes:  # the opt-in limit counts static memory too
         raise ValueError(f"the {blocking} blocking needs {stats.shared_mem} bytes of shared memory per block beside "
                          f"its static barriers, the device allows {device.smem_optin_bytes}")
-    output = Kernel("affine_columns", "affine_columns", (-(-(n // 4) // AFFINE_THREADS),), (AFFINE_THREADS,))
+    output = output_kernel(n)
     return ChainLaunches(rows, n, blocking, stats, output, geometry, blocking in BLOCKINGS,
                          Scratch(52 * rows, zeroed_at=48 * rows, zeroed_bytes=4 * rows))
 

@@ -9,6 +9,11 @@ packed onto the lanes whose results torch never reads (kernels/rows_fused.cu, we
 vectors per torch thread because the packing probe (docs/decisions.md#rows_packed, H200) measured four slower than the
 block (rows of 1536 and 2048 floats).
 
+Every entry point is built for bfloat16 and float16 too (`dtype` of `launches`, labkit.ops.dtypes): torch's float
+arithmetic on the elements converted to float as loaded, y rounded to the dtype once at the store. Only
+`rows_fused_layer_norm` (the last function here) launches those builds: they are not verified on a GPU yet, and the
+drop-in does not take those dtypes (docs/decisions.md#low_precision_kernels).
+
 Two more entry points of the same file are paths of their own, for the dispatch table to measure: `rows_counted`
 and `rows_counted_block` (below), each a `CountedPath` with the attributes a path module has (labkit.ops.paths) and
 a public function of its own here."""
@@ -19,6 +24,7 @@ from dataclasses import dataclass, replace
 from labkit.core.device import Device
 from labkit.core.launch import Kernel
 from labkit.core.program import EPS, FORWARD_SLOTS, I32, BoundProgram, Launch, Program, Ptr
+from labkit.ops import dtypes
 from labkit.ops.launches import NO_SCRATCH, Scratch
 
 PATH = "rows_fused"
@@ -62,28 +68,32 @@ class RowsFusedLaunches:
         return BoundProgram(self.program(device_index), device_index)
 
 
-def entry_launches(rows: int, n: int, function: str) -> RowsFusedLaunches:
-    """The launches that run entry point `function` on rows x n, its grid by its layout (a warp or a block per row).
-    `launches` takes function_for(n); tests name every entry point. The row must fit `function` unless it is the
-    largest block entry point (the others are built without the re-read of a longer row's rest)."""
+def entry_launches(rows: int, n: int, function: str, dtype: str = dtypes.FLOAT32) -> RowsFusedLaunches:
+    """The launches that run entry point `function` on rows x n of `dtype` (labkit.ops.dtypes: the kernel build that
+    reads and writes it), its grid by its layout (a warp or a block per row). `launches` takes function_for(n); tests
+    name every entry point. The row must fit `function` unless it is the largest block entry point (the others are
+    built without the re-read of a longer row's rest)."""
     grid = (-(-rows // 4),) if is_warp(function) else (rows,)
-    return RowsFusedLaunches(rows, n, Kernel("rows_fused", function, grid, (32, 4)))
+    return RowsFusedLaunches(rows, n, Kernel("rows_fused", function, grid, (32, 4), options=dtypes.options(dtype)))
 
 
-def launches(rows: int, n: int, device: Device) -> RowsFusedLaunches:
+def launches(rows: int, n: int, device: Device, dtype: str = dtypes.FLOAT32) -> RowsFusedLaunches:
+    """rows x N of `dtype` on `device`. A 4-element vector holds as many registers in every dtype (its elements are
+    converted to float as loaded), so the entry point depends on N alone."""
     if device.arch < MIN_ARCH:
         raise ValueError(f"rows_fused is built for sm_{MIN_ARCH} and later, device is {device.arch_name}")
-    return entry_launches(rows, n, function_for(n))
+    return entry_launches(rows, n, function_for(n), dtype)
 
 
-def own_entry_launches(rows: int, n: int, device: Device, function: str, path: str, max_n: int, holds: str):
+def own_entry_launches(rows: int, n: int, device: Device, function: str, path: str, max_n: int, holds: str,
+                       dtype: str = dtypes.FLOAT32):
     """The launches of a path that runs one rows_fused entry point of its own (rows_counted, rows_counted_block): a
     ValueError for N above `max_n`, naming what bounds it (`holds`), and for whatever rows_fused refuses (the arch),
     with its reason; else entry_launches(function) under `path`."""
     if n > max_n:
         raise ValueError(f"{path} takes rows of at most {max_n} floats ({holds}), got N={n}")
     launches(rows, n, device)
-    return replace(entry_launches(rows, n, function), path=path)
+    return replace(entry_launches(rows, n, function, dtype), path=path)
 
 
 # --- the counted entry points: paths of their own -----------------------------------------------------------------
@@ -100,8 +110,8 @@ class CountedPath:
     KERNELS: tuple = KERNELS
     MIN_ARCH: int = MIN_ARCH
 
-    def launches(self, rows: int, n: int, device: Device) -> RowsFusedLaunches:
-        return own_entry_launches(rows, n, device, self.FUNCTION, self.PATH, self.MAX_N, self.holds)
+    def launches(self, rows: int, n: int, device: Device, dtype: str = dtypes.FLOAT32) -> RowsFusedLaunches:
+        return own_entry_launches(rows, n, device, self.FUNCTION, self.PATH, self.MAX_N, self.holds, dtype)
 
 
 # rows_fused's warp layout with its divisions moved off the data's path: a path of its own, for the dispatch table to
@@ -167,3 +177,23 @@ def rows_counted_block_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=Non
     a GPU before sm_80, or N above rows_counted_block.MAX_N.
     """
     return _counted_layer_norm(rows_counted_block, x, weight, bias, eps, out, return_stats)
+
+
+def rows_fused_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
+    """LayerNorm over weight's shape with torch's vectorized-path arithmetic, rows_fused's layouts, for x of float32,
+    bfloat16 or float16 (weight and bias of x's dtype; mean and rstd float32). The one public function that launches
+    the bfloat16/float16 builds: they are not verified on a GPU yet, and the drop-in does not take those dtypes
+    (docs/decisions.md#low_precision_kernels).
+
+    Args and returns as labkit.ops.reference_order.reference_order_layer_norm, y of x's dtype. Raises ValueError
+    naming the violated condition before any launch (labkit.ops.eligibility with LOW_PRECISION_FUNCTIONS: for 2-byte
+    dtypes x, weight and bias 8-byte aligned), or for a GPU before sm_80.
+    """
+    from labkit.core.device import current_index, device_info
+    from labkit.ops import eligibility
+    from labkit.ops.launches import execute
+
+    layout = eligibility.check(x, weight, bias, eps, out=out, policy=eligibility.LOW_PRECISION_FUNCTIONS)
+    p = launches(layout.rows, layout.n, device_info(current_index(x.device)), layout.dtype)
+    y, mean, rstd = execute(p, x, weight, bias, eps, out)
+    return (y, mean, rstd) if return_stats else y

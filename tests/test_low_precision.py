@@ -1,0 +1,222 @@
+"""bfloat16/float16 inputs on the CPU (issue 54, item 2, forward): the kernel builds of kernels/dtype.cuh compile for
+every arch from sm_80, the launches pick them by dtype, the one eligibility predicate takes those dtypes only for the
+functions that launch them, and the CPU emulation of torch's kernel for them (labkit.exact.low_precision) is the
+float32 emulator between exact conversions. Whether the builds give torch's bits is tests/test_gpu_low_precision.py's
+question (GPU only)."""
+import numpy as np
+import pytest
+import torch
+
+from labkit.core import compile as kc
+from labkit.core.device import ARCH_SMEM_OPTIN, Device
+from labkit.exact import emulator
+from labkit.exact import low_precision as lp
+from labkit.ops import chain, dtypes, eligibility, rows_fused
+from labkit.sass.elf import resource_usage
+
+ARCHES = (80, 86, 89, 90, 100, 120)
+LOW = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _device(arch: int = 90) -> Device:
+    return Device(f"sm_{arch}", arch, 132, ARCH_SMEM_OPTIN[arch], 65535)
+
+
+def _bits(t: torch.Tensor) -> np.ndarray:
+    return t.contiguous().view(torch.int16).numpy().view(np.uint16)
+
+
+# --- the kernel builds -------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("kernel", dtypes.KERNELS)
+def test_low_precision_builds_compile_with_the_default_entry_points_and_registers(kernel, arch, cache_dir):
+    """Each 2-byte build has the default build's entry points, within the registers a launch of them may take (a
+    vector is 4 floats in registers in every build, so the launch bounds of the default hold)."""
+    default = {u.function: u for u in resource_usage(kc.compile_kernel(kernel, f"sm_{arch}").cubin)}
+    for dtype in dtypes.LOW_PRECISION:
+        built = {u.function: u for u in resource_usage(kc.compile_kernel(kernel, f"sm_{arch}",
+                                                                         dtypes.options(dtype)).cubin)}
+        assert set(built) == set(default), (dtype, arch)
+        for u in built.values():
+            assert u.registers <= 255 and u.registers * 256 <= 65536, (dtype, arch, u.function, u.registers)
+
+
+@pytest.mark.slow
+def test_low_precision_builds_refuse_the_epilogue(cache_dir):
+    """The epilogue reads and writes float: a 2-byte build with it is a compile error, not a kernel mixing types."""
+    with pytest.raises(RuntimeError, match="no bfloat16/float16 build"):
+        kc.compile_kernel("rows_fused", "sm_90", dtypes.options("bfloat16") + ("-DEPILOGUE",))
+
+
+def test_dtype_options():
+    assert dtypes.options("float32") == ()  # the default build: its cubins are the committed runs' own
+    assert dtypes.options("bfloat16") == ("-DLN_BF16",) and dtypes.options("float16") == ("-DLN_FP16",)
+    assert dtypes.itemsize("bfloat16") == 2 and dtypes.itemsize("float32") == 4
+    with pytest.raises(ValueError, match="dtype must be one of .* got 'float64'"):
+        dtypes.options("float64")
+
+
+# --- the launches ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("rows,n", [(1, 4), (4096, 768), (3, 1000), (64, 16384), (2, 1 << 20)])
+@pytest.mark.parametrize("dtype", dtypes.LOW_PRECISION)
+def test_rows_fused_launches_differ_by_the_dtype_option_alone(rows, n, dtype):
+    base = rows_fused.launches(rows, n, _device())
+    low = rows_fused.launches(rows, n, _device(), dtype)
+    assert low.kernel.options == dtypes.options(dtype)
+    assert low.kernel.function == base.kernel.function and low.kernel.grid == base.kernel.grid
+    assert low.kernel.block == base.kernel.block and low.scratch == base.scratch
+    assert rows_fused.launches(rows, n, _device(), "float32") == base  # float32 is the default, one key
+
+
+@pytest.mark.parametrize("path", [rows_fused.rows_counted, rows_fused.rows_counted_block])
+def test_counted_entry_points_take_the_dtype(path):
+    assert path.launches(8192, 1024, _device(), "float16").kernel.options == ("-DLN_FP16",)
+
+
+def test_chain_builds_only_its_output_pass_for_low_precision():
+    with pytest.raises(ValueError, match="statistics kernels .* read float32 only, got dtype bfloat16"):
+        chain.launches(16, 1 << 22, _device(), dtype="bfloat16")
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        chain.launches(16, 1 << 22, _device(), dtype="int8")
+    assert chain.launches(16, 1 << 22, _device()).output == chain.output_kernel(1 << 22)
+    k = chain.output_kernel(1 << 22, "bfloat16")
+    assert k.options == ("-DLN_BF16",) and k.grid == ((1 << 20) // chain.AFFINE_THREADS,)
+
+
+# --- the predicate -----------------------------------------------------------------------------------------------
+
+def _t(dtype, shape=(2, 8, 4)):
+    x = torch.rand(shape).to(dtype)
+    return x, torch.ones(shape[1:], dtype=dtype), torch.zeros(shape[1:], dtype=dtype)
+
+
+def _check(x, w, b, policy=eligibility.LOW_PRECISION_FUNCTIONS, **kw):
+    return eligibility.check(x, w, b, 1e-5, require_cuda=False, policy=policy, **kw)
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+def test_low_precision_functions_take_2_byte_inputs(dtype):
+    assert _check(*_t(LOW[dtype])) == eligibility.RowLayout(2, 32, dtype)
+    assert _check(*_t(torch.float32)) == eligibility.RowLayout(2, 32)
+
+
+@pytest.mark.parametrize("policy", [eligibility.KERNEL_FUNCTIONS, eligibility.DROP_IN])
+def test_every_other_caller_still_refuses_2_byte_inputs(policy):
+    """The drop-in and the float32 kernel functions hand bfloat16 to torch until the GPU tests pass."""
+    with pytest.raises(ValueError, match=r"^x must be float32 \(got torch.bfloat16\)"):
+        _check(*_t(torch.bfloat16), policy=policy)
+
+
+@pytest.mark.parametrize("x_dtype,w_dtype,condition", [
+    (torch.bfloat16, torch.float32, "weight must be bfloat16, as x is: torch's kernel for x's dtype reads its "
+                                    "parameters as that dtype"),  # autocast's mixed case: torch refuses it too
+    (torch.float16, torch.bfloat16, "weight must be float16, as x is"),
+    (torch.float32, torch.float16, "weight must be float32, as x is"),
+])
+def test_parameters_must_have_xs_dtype(x_dtype, w_dtype, condition):
+    x, w, b = _t(x_dtype)
+    with pytest.raises(ValueError) as exc:
+        _check(x, w.to(w_dtype), b)
+    assert str(exc.value).startswith(condition) and str(w_dtype) in str(exc.value)
+    with pytest.raises(ValueError, match="bias must be"):
+        _check(x, w, b.to(w_dtype))
+
+
+def test_x_of_another_dtype_names_the_dtypes_taken():
+    with pytest.raises(ValueError, match=r"^x must be float32 or bfloat16 or float16 \(got torch.float64\)"):
+        _check(*_t(torch.float64))
+
+
+def test_2_byte_inputs_need_8_byte_alignment_only():
+    """torch's can_vectorize asks vec_size * sizeof(T): 8 bytes for T of 2 bytes, so a view 8 bytes in keeps its
+    vectorized path (and ours) where a float32 view 8 bytes in does not."""
+    w, b = torch.ones(8, 4, dtype=torch.bfloat16), torch.zeros(8, 4, dtype=torch.bfloat16)
+    flat = torch.rand(64 + 8).to(torch.bfloat16)
+    assert _check(flat[4:68].view(2, 8, 4), w, b) == eligibility.RowLayout(2, 32, "bfloat16")  # 8 bytes in
+    why = eligibility.refusal(flat[2:66].view(2, 8, 4), w, b, 1e-5, policy=eligibility.LOW_PRECISION_FUNCTIONS,
+                              require_cuda=False)  # 4 bytes in
+    assert why.torch_path and str(why).startswith("x must be 8-byte aligned") and "(got 4 bytes past" in str(why)
+    flat32 = torch.rand(64 + 2)
+    why32 = eligibility.refusal(flat32[2:66].view(2, 8, 4), torch.ones(8, 4), torch.zeros(8, 4), 1e-5,
+                                policy=eligibility.LOW_PRECISION_FUNCTIONS, require_cuda=False)  # 8 bytes in
+    assert str(why32).startswith("x must be 16-byte aligned")
+
+
+def test_out_must_have_xs_dtype_and_8_byte_alignment():
+    x, w, b = _t(torch.float16)
+    with pytest.raises(ValueError, match="out must be float16, as x is"):
+        _check(x, w, b, out=torch.empty(x.shape))
+    flat = torch.empty(64 + 2, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"out must be 8-byte aligned for 4-element vector stores \(got address % 8 = 4"):
+        _check(x, w, b, out=flat[2:66].view(2, 8, 4))
+    assert _check(x, w, b, out=torch.empty(64 + 4, dtype=torch.float16)[4:68].view(2, 8, 4)).dtype == "float16"
+
+
+# --- the emulation -----------------------------------------------------------------------------------------------
+
+def _wide_floats(count: int, seed: int = 0) -> torch.Tensor:
+    """float32 values over every binade, both signs, with the ties and edges rounding treats specially."""
+    g = torch.Generator().manual_seed(seed)
+    v = torch.randn(count, generator=g) * torch.exp2(torch.randint(-150, 129, (count,), generator=g).float())
+    r = torch.rand(count, generator=g)
+    ties = (torch.randint(0, 1 << 15, (count,), generator=g, dtype=torch.int32) << 16) | 0x8000  # bf16 ties
+    edges = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), 3.3895314e38, 3.4e38, 65504.0, 65519.996,
+                          65520.0, 6.0e-8, 2.9e-8, 1.0e-45, -1.0e-45, 1.1754942e-38])
+    return torch.cat([v, r, ties.view(torch.float32), edges]).float()
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+def test_round_to_is_torchs_round_to_nearest_even(dtype):
+    values = _wide_floats(1 << 18)
+    values = values[~torch.isnan(values)]
+    assert np.array_equal(lp.round_to(values.numpy(), dtype), _bits(values.to(LOW[dtype])))
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+def test_nan_rounds_to_the_canonical_nan(dtype):
+    got = lp.round_to(np.array([np.nan, -np.nan], dtype=np.float32), dtype)
+    assert (got == lp.CANONICAL_NAN).all()
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+def test_to_float32_is_exact_for_every_bit_pattern(dtype):
+    every = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(LOW[dtype])
+    want = every.float()
+    got = lp.to_float32(_bits(every), dtype)
+    finite = ~torch.isnan(want)
+    assert np.array_equal(got[finite.numpy()].view(np.uint32), want[finite].numpy().view(np.uint32))
+    assert np.isnan(got[~finite.numpy()]).all()
+    assert np.array_equal(lp.round_to(got, dtype)[finite.numpy()], _bits(every)[finite.numpy()])  # round trip
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+@pytest.mark.parametrize("rows,n", [(3, 1000), (1, 4), (5, 516), (2, 4096)])
+def test_low_precision_emulation_is_the_float32_emulator_on_the_converted_values(dtype, rows, n):
+    """Statistics and the unrounded output are the float32 emulator's on T-representable float32 inputs, bit for
+    bit; the output is then one rounding of those floats."""
+    g = torch.Generator().manual_seed(rows * n)
+    x = (torch.randn(rows, n, generator=g) * 3 + 100).to(LOW[dtype])
+    gamma = torch.randn(n, generator=g).to(LOW[dtype])
+    beta = torch.randn(n, generator=g).to(LOW[dtype])
+    xf, gf, bf = (t.float().numpy() for t in (x, gamma, beta))
+    stats = lp.reference_stats(_bits(x), dtype, 1e-5)
+    want = emulator.reference_stats(xf, 1e-5)
+    for key in ("mean", "m2", "var", "rstd_cr"):
+        assert np.array_equal(stats[key].view(np.uint32), want[key].view(np.uint32)), key
+    mean, rstd = stats["mean"], stats["rstd_cr"]
+    y32 = lp.reference_output(_bits(x), mean, rstd, _bits(gamma), _bits(beta), dtype, rounded=False)
+    assert np.array_equal(y32.view(np.uint32), emulator.reference_output(xf, mean, rstd, gf, bf).view(np.uint32))
+    y = lp.reference_output(_bits(x), mean, rstd, _bits(gamma), _bits(beta), dtype)
+    assert y.dtype == np.uint16 and np.array_equal(y, _bits(torch.from_numpy(y32).to(LOW[dtype])))
+
+
+def test_emulation_refuses_what_is_not_bits():
+    with pytest.raises(ValueError, match="bits must be a uint16 numpy array of bfloat16 bits, got float32"):
+        lp.to_float32(np.zeros(4, np.float32), "bfloat16")
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        lp.round_to(np.zeros(4, np.float32), "float32")
+    with pytest.raises(ValueError, match="values must be float32"):
+        lp.round_to(np.zeros(4), "float16")

@@ -1,0 +1,191 @@
+"""The bfloat16/float16 builds (kernels/dtype.cuh) against torch's own kernel for those dtypes on the GPU: y as int16
+views, mean and rstd as int32 views, at ragged N, one row, many rows, N = 2**20, views 8 bytes off a 16-byte boundary
+and absent affine; every rows_fused entry point; the chain's output pass on torch's own statistics; and the drop-in,
+which must keep handing these dtypes to torch until these tests pass (docs/decisions.md#low_precision_kernels).
+Not yet run on a GPU: written with the kernels, to be run first next session."""
+import numpy as np
+import pytest
+
+from bits import assert_bits_equal
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = ("bfloat16", "float16")
+SHAPES = [
+    (1, 4),          # a single vector: 127 of torch's threads without one
+    (1, 768),        # one row
+    (5, 516),        # ragged N: N/4 = 129, one thread of each row pushes one vector more
+    (3, 1000),       # ragged, a warp per row
+    (64, 1024),      # many rows, two vectors a torch thread (the warp layout's largest)
+    (4096, 768),
+    (16384, 256),    # many short rows: half of torch's threads have no vector
+    (1000, 4096),    # a block per row
+    (300, 2048),
+    (3, 16384 + 516),  # longer than rows_fused_reg32's registers: the rest re-read, ragged
+    (2, 1 << 20),    # few long rows
+]
+
+
+def _torch_dtype(dtype: str):
+    import torch
+
+    return getattr(torch, dtype)
+
+
+def _inputs(shape, dtype: str, seed: int = 0, offset: int = 1000):
+    """x = randn * 3 + offset (torch's Welford sees the offset), gamma, beta ~ randn: drawn in float32 on the CPU, then
+    rounded to `dtype` (so both kernels read the same T values)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    t = _torch_dtype(dtype)
+    x = (torch.randn(shape, generator=g) * 3 + offset).to(t).cuda()
+    return x, torch.randn(shape[1:], generator=g).to(t).cuda(), torch.randn(shape[1:], generator=g).to(t).cuda()
+
+
+def _assert_native_bits(got, x, w, b, eps, what, ns=None, path=None):
+    import torch
+
+    y, mean, rstd = torch.native_layer_norm(x, ns or tuple(w.shape), w, b, eps)
+    assert_bits_equal(got[0], y, what=f"y {what}", path=path)
+    assert_bits_equal(got[1], mean.reshape(got[1].shape), what=f"mean {what}", path=path)
+    assert_bits_equal(got[2], rstd.reshape(got[2].shape), what=f"rstd {what}", path=path)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_rows_fused_keeps_torchs_bits(shape, dtype):
+    from labkit.ops.rows_fused import rows_fused_layer_norm
+
+    x, w, b = _inputs(shape, dtype, seed=sum(shape))
+    got = rows_fused_layer_norm(x, w, b, 1e-5, return_stats=True)
+    assert got[0].dtype == x.dtype and got[1].dtype == got[2].dtype == _torch_dtype("float32")
+    _assert_native_bits(got, x, w, b, 1e-5, f"{dtype} {shape}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("offset", [0.0, 1000.0, -3.0e4])  # centred, offset, and large values (fp16 tops at 65504)
+@pytest.mark.parametrize("eps", [1e-5, 0.0, 0.1])
+def test_rows_fused_across_values_and_eps(dtype, offset, eps):
+    from labkit.ops.rows_fused import rows_fused_layer_norm
+
+    x, w, b = _inputs((257, 1536), dtype, seed=7, offset=offset)
+    _assert_native_bits(rows_fused_layer_norm(x, w, b, eps, return_stats=True), x, w, b, eps, f"{dtype} {offset} {eps}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_views_8_bytes_off_16_keep_the_vectorized_path_and_the_bits(dtype):
+    """torch asks 8-byte alignment of 2-byte types: x, gamma and beta 8 bytes past a 16-byte boundary stay on its
+    vectorized kernel, and ours take them (a float32 view there would go to torch's other path)."""
+    import torch
+
+    from labkit.ops import eligibility
+    from labkit.ops.rows_fused import rows_fused_layer_norm
+
+    rows, n = 33, 768
+    x0, w0, b0 = _inputs((1, rows * n + 4), dtype, seed=3)  # fresh allocations: 256-byte aligned
+    x, w, b = x0[0, 4:].view(rows, n), w0[4:4 + n], b0[4:4 + n]  # each 4 elements (8 bytes) in
+    assert x.data_ptr() % 16 == 8 and w.data_ptr() % 16 == 8
+    assert eligibility.torch_path(x, w, b)[0] == eligibility.VECTORIZED
+    _assert_native_bits(rows_fused_layer_norm(x, w, b, 1e-5, return_stats=True), x, w, b, 1e-5, f"{dtype} view")
+    with pytest.raises(ValueError, match="x must be 8-byte aligned"):
+        rows_fused_layer_norm(x0[0, 2:2 + rows * n].view(rows, n), w, b)  # 4 bytes off: torch's other path
+    out = torch.empty(rows * n + 4, dtype=x.dtype, device="cuda")[4:].view(rows, n)
+    assert_bits_equal(rows_fused_layer_norm(x, w, b, out=out), torch.native_layer_norm(x, (n,), w, b, 1e-5)[0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(5, 516), (4096, 768), (2, 1 << 20)], ids=lambda s: "x".join(map(str, s)))
+def test_absent_affine_as_the_drop_in_passes_it(shape, dtype):
+    """torch without gamma and beta computes rstd * (x - mean); the drop-in gives our kernels gamma 1 and beta -0.0
+    (fma(1, t, -0.0) is t, signed zeros included): the same in T, both exactly representable."""
+    import torch
+
+    from labkit.ops.rows_fused import rows_fused_layer_norm
+
+    x, _, _ = _inputs(shape, dtype, seed=11)
+    n = shape[1]
+    ones = torch.ones(n, dtype=x.dtype, device="cuda")
+    neg_zeros = torch.full((n,), -0.0, dtype=x.dtype, device="cuda")
+    got = rows_fused_layer_norm(x, ones, neg_zeros, 1e-5, return_stats=True)
+    _assert_native_bits(got, x, None, None, 1e-5, f"{dtype} no affine", ns=(n,))
+
+
+def _entry_cases():
+    from labkit.ops import rows_fused
+
+    cases = [(f"rows_fused_{layout}{k}", rows, 4 * rows_fused.THREADS * k - sub)
+             for layout, ks in (("warp", rows_fused.WARP_VECTORS), ("reg", rows_fused.VECTORS))
+             for k in ks for rows, sub in ((1, 0), (5, 4 * 37), (130, 0))]
+    cases += [(f.FUNCTION, rows, n) for f in (rows_fused.rows_counted, rows_fused.rows_counted_block)
+              for rows, n in ((1, 1024), (5, 1024 - 4 * 37), (7, 768), (6, 40), (3, 4), (4097, 1000))]
+    return cases + [(f"rows_fused_reg{rows_fused.VECTORS[-1]}", 2, 1 << 18)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", _entry_cases(), ids=lambda c: f"{c[0]}-{c[1]}x{c[2]}")
+def test_every_rows_fused_entry_point(case, dtype):
+    from labkit.ops import launches, rows_fused
+
+    function, rows, n = case
+    x, w, b = _inputs((rows, n), dtype, seed=rows + n)
+    got = launches.execute(rows_fused.entry_launches(rows, n, function, dtype), x, w, b, 1e-5)
+    _assert_native_bits(got, x, w, b, 1e-5, f"{dtype} {rows}x{n}", path=function)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(1, 4), (5, 516), (3, 1000), (16, 1 << 16), (2, 1 << 20), (7, 512 * 33)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_chain_output_pass_on_torchs_statistics(shape, dtype):
+    """kernels/affine_columns.cu's 2-byte build (the chain's output pass; its statistics are float32 only for now)
+    given torch's own mean and rstd writes torch's y."""
+    import torch
+
+    from labkit.core.launch import launch
+    from labkit.ops import chain
+
+    x, w, b = _inputs(shape, dtype, seed=13)
+    rows, n = shape
+    y_ref, mean, rstd = torch.native_layer_norm(x, (n,), w, b, 1e-5)
+    y = torch.empty_like(x)
+    k = chain.output_kernel(n, dtype)
+    launch(k.kernel, k.function, k.grid, k.block, (x, mean.reshape(-1), rstd.reshape(-1), w, b, y, np.int32(rows),
+                                                   np.int32(n // 4)), x.device, options=k.options)
+    assert_bits_equal(y, y_ref, what=f"chain output {dtype} {shape}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_torchs_output_is_the_emulated_rounding(dtype):
+    """The reading this contract rests on (docs/decisions.md#low_precision_reading), checked on torch itself: its y
+    is the float32 output expression (one fused multiply-add) on the converted values, rounded to nearest even once."""
+    import torch
+
+    from labkit.exact import low_precision as lp
+
+    x, w, b = _inputs((64, 1000), dtype, seed=17)
+    y, mean, rstd = torch.native_layer_norm(x, (1000,), w, b, 1e-5)
+
+    def bits(t):
+        return t.cpu().contiguous().view(torch.int16).numpy().view(np.uint16)
+
+    want = lp.reference_output(bits(x), mean.reshape(-1).cpu().numpy(), rstd.reshape(-1).cpu().numpy(), bits(w),
+                               bits(b), dtype)
+    assert_bits_equal(bits(y), want, what=f"torch's {dtype} y against the emulation")
+    special = torch.tensor([float("nan"), float("inf"), 3.4e38, 65520.0, 1e-45], device="cuda")
+    assert_bits_equal(bits(special.to(x.dtype)), lp.round_to(special.cpu().numpy(), dtype), what="the GPU's cvt.rn")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_drop_in_still_hands_2_byte_inputs_to_torch(dtype):
+    """Until the tests above pass on a GPU, the drop-in plans torch's own kernel for these dtypes."""
+    import torch
+
+    import labkit
+    from labkit.ops import paths
+    from labkit.ops.dropin import plan
+
+    x, w, b = _inputs((4096, 768), dtype)
+    p = plan.get_plan(x, (768,), w, b, 1e-5)
+    assert type(p) is plan.Plan and p.path == paths.NATIVE and "x must be float32" in p.reason
+    with torch.no_grad():
+        assert_bits_equal(labkit.layer_norm(x, (768,), w, b), torch.layer_norm(x, (768,), w, b, 1e-5))

@@ -20,8 +20,14 @@
 // reason (welford_push_uncounted): every chain here has exactly 4 * N / 512 pushes.
 //
 // Requirement (the wrapper checks it): N a multiple of 512, so every chain has the same length (no ragged step).
+//
+// With -DLN_BF16 or -DLN_FP16 (dtype.cuh) x is of that type: a warp's segment of a step is 128 elements (256 bytes),
+// the ring holds the elements as loaded, and the consumer converts its lane's 4 elements to float as it reads them,
+// so the pushes, their order and the merges are the float32 kernel's on the converted values (torch's kernel for
+// that type). The tensor map then has 2-byte elements; the cp.async ring copies 8 bytes a lane and step.
 #include "welford_ln.cuh"
 #include "async_copy.cuh"
+#include "dtype.cuh"
 
 #ifndef TMA_STEPS
 #define TMA_STEPS 64  // steps per stage: one tensor copy of TMA_STEPS x 512 bytes (the map's box must match)
@@ -36,7 +42,8 @@
 namespace {
 constexpr int kSteps = TMA_STEPS;
 constexpr int kStages = TMA_STAGES;
-constexpr int kStageBytes = kSteps * 512;
+// a stage holds kSteps segments back to back: a warp's 128 elements of a step each (dtype.cuh)
+constexpr int kStageBytes = kSteps * LN_SEGMENT_BYTES;
 constexpr int kRecBytes = kSteps * 16;  // 4 reciprocals per step, beside each stage's data
 constexpr int kAhead = TMA_AHEAD;
 static_assert(kSteps % kAhead == 0, "a stage must hold a whole number of prefetch windows");
@@ -65,15 +72,16 @@ __device__ __forceinline__ void push4(WelfordLN& s, const float4& v, const float
 #endif
 }
 
-// Where the consumer reads one ring slot: this lane's float4 of each step, and the step's 4 reciprocals.
+// Where the consumer reads one ring slot: this lane's vector of each step, and the step's 4 reciprocals.
 struct Slot {
-    const float4* seg;
+    const LN_VEC* seg;
     const float4* rec;
 };
 
+// The lane's 4 elements of `step` (converted to float as read, for a 2-byte type) and the step's reciprocals.
 __device__ __forceinline__ void read_step(float4& v, float4& r, Slot at, int step) {
 #if CHAIN_VARIANT != 2
-    v = at.seg[32 * step];
+    v = LN_LOAD4(at.seg[32 * step]);
 #if CHAIN_VARIANT == 0
     r = at.rec[step];
 #endif
@@ -107,12 +115,12 @@ __device__ __forceinline__ void consume_stage(WelfordLN& s, float4 (&qv)[kAhead]
 // consume_stage on ring slot `slot`, then release the slot and step the ring position.
 template <bool kPartial>
 __device__ __forceinline__ void consume_slot(WelfordLN& s, float4 (&qv)[kAhead], float4 (&qr)[kAhead], int& slot,
-                                             unsigned& parity, const float4* seg0, const float4* rec0,
+                                             unsigned& parity, const LN_VEC* seg0, const float4* rec0,
                                              unsigned full0, unsigned empty0, int valid) {
     const int next = slot + 1 == kStages ? 0 : slot + 1;
     const unsigned next_parity = next == 0 ? parity ^ 1u : parity;
-    consume_stage<kPartial>(s, qv, qr, Slot{seg0 + slot * (kStageBytes / 16), rec0 + slot * kSteps},
-                            Slot{seg0 + next * (kStageBytes / 16), rec0 + next * kSteps}, full0 + 8 * next,
+    consume_stage<kPartial>(s, qv, qr, Slot{seg0 + slot * (kStageBytes / LN_VEC_BYTES), rec0 + slot * kSteps},
+                            Slot{seg0 + next * (kStageBytes / LN_VEC_BYTES), rec0 + next * kSteps}, full0 + 8 * next,
                             next_parity, valid);
 #if CHAIN_VARIANT != 2
     mbar_arrive(empty0 + 8 * slot);  // every lane arrives once its own reads of the slot have been pushed
@@ -123,14 +131,20 @@ __device__ __forceinline__ void consume_slot(WelfordLN& s, float4 (&qv)[kAhead],
 
 #if !CHAIN_TMA
 // sm_80: the producer lane's share of stage `st`: its 16 bytes of each step's 512-byte segment of warp w's chains,
-// zeros past the row's last step (the consumer never pushes those), then one arrival once they have landed.
-__device__ __forceinline__ void ring_copy_stage(unsigned char* dst, const float* __restrict__ x, int n, int w,
+// zeros past the row's last step (the consumer never pushes those), then one arrival once they have landed. For a
+// 2-byte type its 8 bytes of each 256-byte segment, so that x need only be 8-byte aligned, as torch asks.
+__device__ __forceinline__ void ring_copy_stage(unsigned char* dst, const LN_ELEM* __restrict__ x, int n, int w,
                                                 int row, int st, int steps, int lane, unsigned long long* full) {
-    const float* src = x + (size_t)row * n + 128 * w + 4 * lane;
+    const LN_ELEM* src = x + (size_t)row * n + 128 * w + 4 * lane;
     for (int k = 0; k < kSteps; ++k) {
         const int step = st * kSteps + k;
         const bool real = step < steps;
+#ifdef LN_LOW_PRECISION
+        cp_async8(dst + LN_SEGMENT_BYTES * k + LN_VEC_BYTES * lane, src + (size_t)512 * (real ? step : 0),
+                  real ? 8u : 0u);
+#else
         cp_async16(dst + 512 * k + 16 * lane, src + (size_t)512 * (real ? step : 0), real ? 16u : 0u);
+#endif
     }
     cp_async_arrive(full);
 }
@@ -140,10 +154,10 @@ __device__ __forceinline__ void ring_copy_stage(unsigned char* dst, const float*
 // chains, warp 1 produces). Dynamic shared memory: kStages * (kStageBytes + kRecBytes).
 #if CHAIN_TMA
 extern "C" __global__ void __launch_bounds__(64) chain_stats_tma(
-    const __grid_constant__ TensorMap128 map,  // x as [rows][steps][4 warps][128 floats], innermost first
+    const __grid_constant__ TensorMap128 map,  // x as [rows][steps][4 warps][128 elements], innermost first
 #else
 extern "C" __global__ void __launch_bounds__(64) chain_stats_ring(
-    const float* __restrict__ x,               // [rows, n], 16-byte aligned
+    const LN_ELEM* __restrict__ x,             // [rows, n], 16-byte aligned (8 for a 2-byte type)
 #endif
     float* __restrict__ warp_state,            // [rows, 4, 3] scratch: each warp's merged (mean, m2, count)
     unsigned* __restrict__ row_done,           // [rows] zero on entry; the last block resets it to zero
@@ -221,7 +235,7 @@ extern "C" __global__ void __launch_bounds__(64) chain_stats_ring(
     // The ring position advances by counters rather than st % kStages (a division per stage is ~40 issue
     // cycles of the warp that runs the chain), and barriers are addressed as 32-bit shared offsets.
     const unsigned full0 = smem_addr(full), empty0 = smem_addr(empty);
-    const float4* const seg0 = reinterpret_cast<const float4*>(ring) + lane;
+    const LN_VEC* const seg0 = reinterpret_cast<const LN_VEC*>(ring) + lane;
     const float4* const rec0 = reinterpret_cast<const float4*>(recs);
     WelfordLN s{0.f, 0.f, 0.f};
     float4 qv[kAhead], qr[kAhead];

@@ -14,8 +14,10 @@
 // float is its 16 bits placed high in a float's 32 (__bfloat162float), exact for every value, NaN payloads included.
 //
 // In the default build the macros below are the float4 code as it was written before this header (LN_VEC is
-// float4, LN_LOAD4 and LN_STORE4 leave their argument as it is), so the preprocessed text of every default kernel,
-// hence its cubin, is unchanged.
+// float4, LN_LOAD4 and LN_STORE4 leave their argument as it is, the byte counts are the literals the kernels had),
+// so the preprocessed text of every default kernel, hence its cubin, is unchanged. Keep it so: NVRTC's machine code
+// follows the text, not only its values (writing chain_stats_tma.cu's `kSteps * 512` through constexpr names of the
+// same value changed its sm_90 cubin).
 #pragma once
 
 #if defined(LN_BF16) && defined(LN_FP16)
@@ -27,6 +29,10 @@
 
 // Four elements of T: torch's aligned_vector<T, 4>, as one 8-byte word (elements 0 and 1 in x, low half first).
 #define LN_VEC uint2
+// One element of T, as its bits: for code that addresses x by element (the chain's copies move bytes only).
+#define LN_ELEM unsigned short
+#define LN_VEC_BYTES 8        // sizeof(LN_VEC), as a literal for constant expressions
+#define LN_SEGMENT_BYTES 256  // a warp's 32 vectors: 128 elements
 
 __device__ __forceinline__ float ln_to_float(unsigned short bits) {
 #ifdef LN_BF16
@@ -62,6 +68,9 @@ __device__ __forceinline__ uint2 ln_store4(float4 f) {
 #define LN_STORE4(v) ln_store4(v)
 #else
 #define LN_VEC float4
+#define LN_ELEM float
+#define LN_VEC_BYTES 16
+#define LN_SEGMENT_BYTES 512
 #define LN_LOAD4(v) v
 #define LN_STORE4(v) v
 #endif

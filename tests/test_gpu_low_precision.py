@@ -1,8 +1,9 @@
 """The bfloat16/float16 builds (kernels/dtype.cuh) against torch's own kernel for those dtypes on the GPU: y as int16
 views, mean and rstd as int32 views, at ragged N, one row, many rows, N = 2**20, views 8 bytes off a 16-byte boundary
-and absent affine; every rows_fused entry point; the chain's output pass on torch's own statistics; and the drop-in,
-which must keep handing these dtypes to torch until these tests pass (docs/decisions.md#low_precision_kernels).
-Not yet run on a GPU: written with the kernels, to be run first next session."""
+and absent affine; every rows_fused entry point; the chain schedule (tma on sm_90, the cp.async ring below) and its
+output pass alone on torch's own statistics; and the drop-in, which must keep handing these dtypes to torch until
+these tests pass (docs/decisions.md#low_precision_kernels). Not yet run on a GPU: written with the kernels, to be run
+first next session."""
 import numpy as np
 import pytest
 
@@ -133,12 +134,62 @@ def test_every_rows_fused_entry_point(case, dtype):
     _assert_native_bits(got, x, w, b, 1e-5, f"{dtype} {rows}x{n}", path=function)
 
 
+# the chain's tma blocking (its sm_90 tensor maps; the cp.async ring below sm_90), N % 512 == 0 (default ring: 6
+# stages of 64 steps, read 8 steps ahead): one step per chain, a single partial stage, the ring wrapping twice then
+# a partial stage of 3 steps (< read-ahead), the wide rows of L1/40's length
+CHAIN_SHAPES = [(2, 512), (3, 512 * 17), (2, 512 * (64 * 6 * 2 + 3)), (3, 512 * 64 * 7), (16, 1 << 20), (1, 1 << 22)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", CHAIN_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_chain_keeps_torchs_bits(shape, dtype):
+    """The chain schedule's 2-byte build, statistics (a segment of 128 elements, 256 bytes, per warp and step) and
+    output pass, through its launches (chain_layer_norm takes float32 only)."""
+    import torch
+
+    from labkit.core.device import device_info
+    from labkit.ops import chain, launches
+
+    device = device_info(torch.cuda.current_device())
+    try:
+        p = chain.launches(shape[0], shape[1], device, dtype=dtype)
+    except ValueError as exc:
+        pytest.skip(f"the chain is not offered here: {exc}")
+    x, w, b = _inputs(shape, dtype, seed=19)
+    _assert_native_bits(launches.execute(p, x, w, b, 1e-5), x, w, b, 1e-5, f"{dtype} {shape}", path=p.blocking)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_chain_on_a_view_8_bytes_off(dtype):
+    """Below sm_90 the ring copies 8 bytes a lane and keeps the bits on a view 8 bytes off a 16-byte boundary, which
+    torch's vectorized kernel takes for 2-byte types; sm_90's tensor maps need 16 bytes: the encode says so."""
+    import torch
+
+    from labkit.core.device import device_info
+    from labkit.ops import chain, launches
+
+    rows, n = 3, 512 * 17
+    device = device_info(torch.cuda.current_device())
+    try:
+        p = chain.launches(rows, n, device, dtype=dtype)
+    except ValueError as exc:
+        pytest.skip(f"the chain is not offered here: {exc}")
+    x0, w, b = _inputs((1, rows * n + 4), dtype, seed=23)
+    x = x0[0, 4:].view(rows, n)
+    w, b = w[:n], b[:n]
+    if p.blocking == "tma":
+        with pytest.raises(ValueError, match="tensor maps need a 16-byte aligned address"):
+            launches.execute(p, x, w, b, 1e-5)
+        return
+    _assert_native_bits(launches.execute(p, x, w, b, 1e-5), x, w, b, 1e-5, f"{dtype} view", path=p.blocking)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", [(1, 4), (5, 516), (3, 1000), (16, 1 << 16), (2, 1 << 20), (7, 512 * 33)],
                          ids=lambda s: "x".join(map(str, s)))
 def test_chain_output_pass_on_torchs_statistics(shape, dtype):
-    """kernels/affine_columns.cu's 2-byte build (the chain's output pass; its statistics are float32 only for now)
-    given torch's own mean and rstd writes torch's y."""
+    """kernels/affine_columns.cu's 2-byte build alone, given torch's own mean and rstd, writes torch's y: at ragged N
+    too, which the chain's statistics do not take."""
     import torch
 
     from labkit.core.launch import launch

@@ -76,14 +76,26 @@ def test_counted_entry_points_take_the_dtype(path):
     assert path.launches(8192, 1024, _device(), "float16").kernel.options == ("-DLN_FP16",)
 
 
-def test_chain_builds_only_its_output_pass_for_low_precision():
-    with pytest.raises(ValueError, match="statistics kernels .* read float32 only, got dtype bfloat16"):
-        chain.launches(16, 1 << 22, _device(), dtype="bfloat16")
+@pytest.mark.parametrize("dtype", dtypes.LOW_PRECISION)
+def test_chain_launches_for_2_byte_types(dtype):
+    """The tma blocking's map has 2-byte elements and half the byte strides, its ring half the bytes a stage; the
+    ring likewise; grids, blocks and scratch are float32's; w1/w4 have no 2-byte build."""
+    n = 1 << 22
+    base, low = chain.launches(16, n, _device()), chain.launches(16, n, _device(), dtype=dtype)
+    assert low.stats.options == low.output.options == dtypes.options(dtype)
+    assert (low.stats.grid, low.stats.block, low.output.grid, low.scratch) == \
+        (base.stats.grid, base.stats.block, base.output.grid, base.scratch)
+    assert base.tensor_map == chain.TensorMapGeometry((128, 4, n // 512, 16), (512, 2048, 4 * n), (128, 1, 64, 1))
+    assert low.tensor_map == chain.TensorMapGeometry((128, 4, n // 512, 16), (256, 1024, 2 * n), (128, 1, 64, 1), 2)
+    assert low.stats.shared_mem == chain.TmaConfig().stages * 64 * (256 + 16)
+    ring = chain.launches(16, n, _device(80), dtype=dtype)
+    assert ring.blocking == "ring" and ring.stats.options[-1:] == dtypes.options(dtype)
+    assert ring.stats.shared_mem == chain.ring_config(_device(80)).smem_bytes_of(2)
+    assert chain.launches(16, n, _device()).output == chain.output_kernel(n)
+    with pytest.raises(ValueError, match=f"the w4 blocking .* reads float32 only, got dtype {dtype}"):
+        chain.launches(16, 512 * 33 + 4, _device(), dtype=dtype)
     with pytest.raises(ValueError, match="dtype must be one of"):
-        chain.launches(16, 1 << 22, _device(), dtype="int8")
-    assert chain.launches(16, 1 << 22, _device()).output == chain.output_kernel(1 << 22)
-    k = chain.output_kernel(1 << 22, "bfloat16")
-    assert k.options == ("-DLN_BF16",) and k.grid == ((1 << 20) // chain.AFFINE_THREADS,)
+        chain.launches(16, n, _device(), dtype="int8")
 
 
 # --- the predicate -----------------------------------------------------------------------------------------------
@@ -150,7 +162,7 @@ def test_out_must_have_xs_dtype_and_8_byte_alignment():
     with pytest.raises(ValueError, match="out must be float16, as x is"):
         _check(x, w, b, out=torch.empty(x.shape))
     flat = torch.empty(64 + 2, dtype=torch.float16)
-    with pytest.raises(ValueError, match=r"out must be 8-byte aligned for 4-element vector stores \(got address % 8 = 4"):
+    with pytest.raises(ValueError, match=r"out must be 8-byte aligned for 4-element vector stores \(got address % 8"):
         _check(x, w, b, out=flat[2:66].view(2, 8, 4))
     assert _check(x, w, b, out=torch.empty(64 + 4, dtype=torch.float16)[4:68].view(2, 8, 4)).dtype == "float16"
 

@@ -39,7 +39,7 @@ class Ptr:
 
 @dataclass(frozen=True)
 class Map:
-    """A float32 tensor map (128 bytes, by value) of `geometry` at slot `slot`'s address."""
+    """A tensor map (128 bytes, by value) of `geometry` at slot `slot`'s address."""
 
     slot: str
     geometry: TensorMapGeometry
@@ -175,6 +175,9 @@ def native_steps(bp: BoundProgram) -> list:
                 args.append((0, i, int(v)))
             elif k == _MAP:
                 g = a.geometry
+                if g.element_bytes != 4:  # host/launch_program.h encodes float32 maps
+                    raise ValueError(f"the host extension's programs take float32 tensor maps only, got "
+                                     f"{g.element_bytes}-byte elements in {step.kernel}")
                 args.append((1, i, (tuple(g.dims), tuple(g.strides_bytes), tuple(g.box))))
             elif k == _CONST:
                 args.append((2 if isinstance(a, I32) else 3, 0, int(a.value)))

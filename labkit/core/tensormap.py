@@ -2,9 +2,9 @@
 
 A map is 128 opaque bytes passed to the kernel by value (a size-one numpy array of that many bytes, which
 CuPy hands to cuLaunchKernel as is), so it is captured into CUDA graphs with the launch. A path's launches describe
-a map as a `TensorMapGeometry` (float32, dims innermost first); a `TensorMapEncoder` encodes that geometry at an
-address, keeping the maps it made (a model's activations come back to the same few addresses from torch's
-caching allocator, and an encode costs microseconds).
+a map as a `TensorMapGeometry` (float32 or 2-byte elements, dims innermost first); a `TensorMapEncoder` encodes
+that geometry at an address, keeping the maps it made (a model's activations come back to the same few addresses
+from torch's caching allocator, and an encode costs microseconds).
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 _FLOAT32 = 7          # CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+_UINT16 = 1           # CU_TENSOR_MAP_DATA_TYPE_UINT16: bfloat16/float16 elements, which a copy moves as bits
+_DATA_TYPES = {4: _FLOAT32, 2: _UINT16}  # by element bytes
 _L2_PROMOTION_256B = 3
 _lib = None
 
@@ -33,13 +35,18 @@ def _driver():
 
 @dataclass(frozen=True)
 class TensorMapGeometry:
-    """A float32 tiled map: dims innermost first, byte strides of dims 1.., box extents per dim."""
+    """A tiled map: dims innermost first (in elements), byte strides of dims 1.., box extents per dim; elements of
+    `element_bytes`: float32 (4), or 2-byte elements (bfloat16/float16, moved as their bits: a copy converts
+    nothing)."""
 
     dims: tuple[int, ...]
     strides_bytes: tuple[int, ...]
     box: tuple[int, ...]
+    element_bytes: int = 4
 
     def __post_init__(self):
+        if self.element_bytes not in _DATA_TYPES:
+            raise ValueError(f"element_bytes must be one of {tuple(_DATA_TYPES)}, got {self.element_bytes}")
         rank = len(self.dims)
         if not (len(self.strides_bytes) == rank - 1 and len(self.box) == rank and 1 <= rank <= 5):
             raise ValueError(f"rank mismatch: dims {self.dims}, strides {self.strides_bytes}, box {self.box}")
@@ -71,8 +78,9 @@ class TensorMapEncoder:
         if address % 16:
             raise ValueError(f"tensor maps need a 16-byte aligned address, got {address:#x}")
         out = (ctypes.c_uint64 * 16)()
-        res = self._encode(ctypes.byref(out), _FLOAT32, self._rank, ctypes.c_void_p(address), self._dims,
-                           self._strides, self._box, self._elem, 0, 0, _L2_PROMOTION_256B, 0)
+        res = self._encode(ctypes.byref(out), _DATA_TYPES[self.geometry.element_bytes], self._rank,
+                           ctypes.c_void_p(address), self._dims, self._strides, self._box, self._elem, 0, 0,
+                           _L2_PROMOTION_256B, 0)
         # no interleave, no swizzle, zero fill out of bounds
         if res != 0:
             raise RuntimeError(f"cuTensorMapEncodeTiled failed with CUresult {res} for {self.geometry} at "

@@ -71,8 +71,12 @@ class TmaConfig:
 
     @property
     def smem_bytes(self) -> int:
-        """The ring: per stage, `steps` segments of 512 bytes and their 4 reciprocals each."""
-        return self.stages * self.steps * (512 + 16)
+        """The ring for float32: per stage, `steps` segments of 512 bytes and their 4 reciprocals each."""
+        return self.smem_bytes_of(4)
+
+    def smem_bytes_of(self, itemsize: int) -> int:
+        """The ring for elements of `itemsize` bytes: a segment is a warp's 128 elements of a step."""
+        return self.stages * self.steps * (128 * itemsize + 16)
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -185,20 +189,19 @@ class ChainLaunches:
 def output_kernel(n: int, dtype: str = dtypes.FLOAT32) -> Kernel:
     """The output pass's launch (kernels/affine_columns.cu) for rows of N elements of `dtype`: a thread per 4-element
     column over all rows, last columns first; its arguments are (x, mean, rstd, weight, bias, y, rows, N / 4), mean
-    and rstd float32 in every dtype. The bfloat16/float16 builds serve no path yet (the chain's statistics read
-    float32 only): GPU tests launch them on torch's own mean and rstd."""
+    and rstd float32 in every dtype."""
     return Kernel("affine_columns", "affine_columns", (-(-(n // 4) // AFFINE_THREADS),), (AFFINE_THREADS,),
                   options=dtypes.options(dtype))
 
 
 def launches(rows: int, n: int, device: Device, settings: ChainSettings = DEFAULT_SETTINGS,
              dtype: str = dtypes.FLOAT32) -> ChainLaunches:
-    """The chain schedule's launches for rows x N of `dtype` on `device`; ValueError where they cannot run there."""
-    if dtype != dtypes.FLOAT32:
-        dtypes.options(dtype)  # an unknown dtype is named as such
-        raise ValueError(f"the chain schedule's statistics kernels (chain_stats_tma.cu, chain_stats.cu) read float32 "
-                         f"only, got dtype {dtype}: for bfloat16/float16 only its output pass is built "
-                         f"(labkit.ops.chain.output_kernel)")
+    """The chain schedule's launches for rows x N of `dtype` on `device`; ValueError where they cannot run there.
+
+    bfloat16/float16 (labkit.ops.dtypes) take the tma and ring blockings only (N % 512 == 0; chain_stats.cu's w1/w4
+    have no 2-byte build), not verified on a GPU yet: only tests reach them (chain_layer_norm takes float32), and the
+    tma blocking's tensor map needs x 16-byte aligned where torch asks 8 of a 2-byte type (the encode raises)."""
+    options, itemsize = dtypes.options(dtype), dtypes.itemsize(dtype)
     if device.arch < MIN_ARCH:
         raise ValueError(f"the chain kernels need sm_{MIN_ARCH} (shared-memory barriers, cp.async), device is "
                          f"{device.arch_name}")
@@ -211,18 +214,23 @@ def launches(rows: int, n: int, device: Device, settings: ChainSettings = DEFAUL
     if blocking != "ring" and device.arch < BULK_ARCH:
         raise ValueError(f"the {blocking} blocking needs sm_{BULK_ARCH} (bulk copies, mbarrier transactions), device "
                          f"is {device.arch_name}" + (": N % 512 == 0 takes the ring" if n % 512 == 0 else ""))
+    if blocking in BLOCKINGS and dtype != dtypes.FLOAT32:
+        raise ValueError(f"the {blocking} blocking (chain_stats.cu) reads float32 only, got dtype {dtype}: 2-byte "
+                         f"types take the tma or ring blocking (N % 512 == 0)")
     geometry = None
     if blocking == "tma":
         tma = settings.tma or default_ring(device)
-        stats = Kernel("chain_stats_tma", "chain_stats_tma", (BLOCKS_PER_ROW, rows), (64,), tma.smem_bytes,
-                       tma.options + settings.options)
-        geometry = TensorMapGeometry((128, 4, n // 512, rows), (512, 2048, 4 * n), (128, 1, tma.steps, 1))
+        stats = Kernel("chain_stats_tma", "chain_stats_tma", (BLOCKS_PER_ROW, rows), (64,), tma.smem_bytes_of(itemsize),
+                       tma.options + settings.options + options)
+        # x as [rows][steps][4 warps][128 elements]: a segment is 128 elements, a step 4 of them, a row N
+        geometry = TensorMapGeometry((128, 4, n // 512, rows), (128 * itemsize, 512 * itemsize, n * itemsize),
+                                     (128, 1, tma.steps, 1), itemsize)
     elif blocking == "ring":
         if device.tensor_maps:  # the ring is chain_stats_tma.cu's entry point below sm_90 only (one per target)
             raise ValueError(f"the ring blocking is built below sm_{BULK_ARCH}; {device.arch_name} takes tma")
-        ring = settings.tma or default_ring(device)
-        stats = Kernel("chain_stats_tma", "chain_stats_ring", (BLOCKS_PER_ROW, rows), (64,), ring.smem_bytes,
-                       ring.options + settings.options)
+        ring = settings.tma or default_ring(device)  # stages sized for float32: a 2-byte type's take half as much
+        stats = Kernel("chain_stats_tma", "chain_stats_ring", (BLOCKS_PER_ROW, rows), (64,),
+                       ring.smem_bytes_of(itemsize), ring.options + settings.options + options)
     else:
         b = BLOCKINGS[blocking]
         stats = Kernel("chain_stats", b.function, (BLOCKS_PER_ROW // b.warps, rows), (b.threads,), b.smem_bytes,
@@ -230,7 +238,7 @@ def launches(rows: int, n: int, device: Device, settings: ChainSettings = DEFAUL
     if stats.shared_mem + STATIC_SMEM > device.smem_optin_bytes:  # the opt-in limit counts static memory too
         raise ValueError(f"the {blocking} blocking needs {stats.shared_mem} bytes of shared memory per block beside "
                          f"its static barriers, the device allows {device.smem_optin_bytes}")
-    output = output_kernel(n)
+    output = output_kernel(n, dtype)
     return ChainLaunches(rows, n, blocking, stats, output, geometry, blocking in BLOCKINGS,
                          Scratch(52 * rows, zeroed_at=48 * rows, zeroed_bytes=4 * rows))
 

@@ -2,16 +2,17 @@
 (kernels/dtype.cuh): float32 by default, bfloat16 and float16 with the arithmetic of torch's vectorized kernel for
 them (loads converted to float, float statistics, the output rounded to T once at the store).
 
-Kernel files that take the options: rows_fused.cu (every entry point) and affine_columns.cu (the chain's output
-pass). The bfloat16/float16 builds are not verified on a GPU yet: the drop-in never launches them, only the path
-modules' own functions do (labkit.ops.rows_fused.rows_fused_layer_norm, labkit.ops.chain.output_kernel), and
+Kernel files that take the options: rows_fused.cu (every entry point), and the chain's chain_stats_tma.cu (its tma
+and ring blockings) and affine_columns.cu (its output pass). The bfloat16/float16 builds are not verified on a GPU
+yet: the drop-in never launches them, only the path modules' own functions do (`dtype` of
+labkit.ops.rows_fused.launches and labkit.ops.chain.launches, and rows_fused_layer_norm), and
 docs/decisions.md#low_precision_kernels lists the GPU tests that must pass before anything serves them.
 """
 from __future__ import annotations
 
 FLOAT32 = "float32"
 LOW_PRECISION = ("bfloat16", "float16")
-KERNELS = ("rows_fused", "affine_columns")  # the kernel files built for LOW_PRECISION too
+KERNELS = ("rows_fused", "chain_stats_tma", "affine_columns")  # the kernel files built for LOW_PRECISION too
 
 _OPTIONS = {FLOAT32: (), "bfloat16": ("-DLN_BF16",), "float16": ("-DLN_FP16",)}
 

@@ -56,10 +56,10 @@ def _assert_native_bits(got, x, w, b, eps, what, ns=None, path=None):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_rows_fused_keeps_torchs_bits(shape, dtype):
-    from labkit.ops.rows_fused import rows_fused_layer_norm
+    from labkit.ops.rows_fused import low_precision_layer_norm
 
     x, w, b = _inputs(shape, dtype, seed=sum(shape))
-    got = rows_fused_layer_norm(x, w, b, 1e-5, return_stats=True)
+    got = low_precision_layer_norm(x, w, b, 1e-5, return_stats=True)
     assert got[0].dtype == x.dtype and got[1].dtype == got[2].dtype == _torch_dtype("float32")
     _assert_native_bits(got, x, w, b, 1e-5, f"{dtype} {shape}")
 
@@ -68,10 +68,10 @@ def test_rows_fused_keeps_torchs_bits(shape, dtype):
 @pytest.mark.parametrize("offset", [0.0, 1000.0, -3.0e4])  # centred, offset, and large values (fp16 tops at 65504)
 @pytest.mark.parametrize("eps", [1e-5, 0.0, 0.1])
 def test_rows_fused_across_values_and_eps(dtype, offset, eps):
-    from labkit.ops.rows_fused import rows_fused_layer_norm
+    from labkit.ops.rows_fused import low_precision_layer_norm
 
     x, w, b = _inputs((257, 1536), dtype, seed=7, offset=offset)
-    _assert_native_bits(rows_fused_layer_norm(x, w, b, eps, return_stats=True), x, w, b, eps, f"{dtype} {offset} {eps}")
+    _assert_native_bits(low_precision_layer_norm(x, w, b, eps, return_stats=True), x, w, b, eps, f"{dtype} {offset} {eps}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -81,18 +81,18 @@ def test_views_8_bytes_off_16_keep_the_vectorized_path_and_the_bits(dtype):
     import torch
 
     from labkit.ops import eligibility
-    from labkit.ops.rows_fused import rows_fused_layer_norm
+    from labkit.ops.rows_fused import low_precision_layer_norm
 
     rows, n = 33, 768
     x0, w0, b0 = _inputs((1, rows * n + 4), dtype, seed=3)  # fresh allocations: 256-byte aligned
     x, w, b = x0[0, 4:].view(rows, n), w0[4:4 + n], b0[4:4 + n]  # each 4 elements (8 bytes) in
     assert x.data_ptr() % 16 == 8 and w.data_ptr() % 16 == 8
     assert eligibility.torch_path(x, w, b)[0] == eligibility.VECTORIZED
-    _assert_native_bits(rows_fused_layer_norm(x, w, b, 1e-5, return_stats=True), x, w, b, 1e-5, f"{dtype} view")
+    _assert_native_bits(low_precision_layer_norm(x, w, b, 1e-5, return_stats=True), x, w, b, 1e-5, f"{dtype} view")
     with pytest.raises(ValueError, match="x must be 8-byte aligned"):
-        rows_fused_layer_norm(x0[0, 2:2 + rows * n].view(rows, n), w, b)  # 4 bytes off: torch's other path
+        low_precision_layer_norm(x0[0, 2:2 + rows * n].view(rows, n), w, b)  # 4 bytes off: torch's other path
     out = torch.empty(rows * n + 4, dtype=x.dtype, device="cuda")[4:].view(rows, n)
-    assert_bits_equal(rows_fused_layer_norm(x, w, b, out=out), torch.native_layer_norm(x, (n,), w, b, 1e-5)[0])
+    assert_bits_equal(low_precision_layer_norm(x, w, b, out=out), torch.native_layer_norm(x, (n,), w, b, 1e-5)[0])
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -102,13 +102,13 @@ def test_absent_affine_as_the_drop_in_passes_it(shape, dtype):
     (fma(1, t, -0.0) is t, signed zeros included): the same in T, both exactly representable."""
     import torch
 
-    from labkit.ops.rows_fused import rows_fused_layer_norm
+    from labkit.ops.rows_fused import low_precision_layer_norm
 
     x, _, _ = _inputs(shape, dtype, seed=11)
     n = shape[1]
     ones = torch.ones(n, dtype=x.dtype, device="cuda")
     neg_zeros = torch.full((n,), -0.0, dtype=x.dtype, device="cuda")
-    got = rows_fused_layer_norm(x, ones, neg_zeros, 1e-5, return_stats=True)
+    got = low_precision_layer_norm(x, ones, neg_zeros, 1e-5, return_stats=True)
     _assert_native_bits(got, x, None, None, 1e-5, f"{dtype} no affine", ns=(n,))
 
 

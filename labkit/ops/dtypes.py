@@ -5,7 +5,7 @@ them (loads converted to float, float statistics, the output rounded to T once a
 Kernel files that take the options: rows_fused.cu (every entry point), and the chain's chain_stats_tma.cu (its tma
 and ring blockings) and affine_columns.cu (its output pass). The bfloat16/float16 builds are not verified on a GPU
 yet: the drop-in never launches them, only the path modules' own functions do (`dtype` of
-labkit.ops.rows_fused.launches and labkit.ops.chain.launches, and rows_fused_layer_norm), and
+labkit.ops.rows_fused.launches and labkit.ops.chain.launches, and low_precision_layer_norm), and
 docs/decisions.md#low_precision_kernels lists the GPU tests that must pass before anything serves them.
 """
 from __future__ import annotations

@@ -81,7 +81,7 @@ class Policy:
 
 KERNEL_FUNCTIONS = Policy(affine_required=True, autograd=False, addresses=True)
 DROP_IN = Policy(affine_required=False, autograd=True, addresses=False)
-# The functions that launch the bfloat16/float16 builds (labkit.ops.rows_fused.rows_fused_layer_norm): not verified
+# The functions that launch the bfloat16/float16 builds (labkit.ops.rows_fused.low_precision_layer_norm): not verified
 # on a GPU yet, so no other caller (the drop-in above all) takes these dtypes.
 LOW_PRECISION_FUNCTIONS = Policy(affine_required=True, autograd=False, addresses=True,
                                  dtypes=(FLOAT32,) + LOW_PRECISION)

@@ -219,11 +219,15 @@ def test_torchs_output_is_the_emulated_rounding(dtype):
     def bits(t):
         return t.cpu().contiguous().view(torch.int16).numpy().view(np.uint16)
 
+    def tensor(bits_):  # emulated bits as a tensor of x's dtype, for assert_bits_equal (it views floats only)
+        return torch.from_numpy(bits_.view(np.int16)).view(x.dtype)
+
     want = lp.reference_output(bits(x), mean.reshape(-1).cpu().numpy(), rstd.reshape(-1).cpu().numpy(), bits(w),
                                bits(b), dtype)
-    assert_bits_equal(bits(y), want, what=f"torch's {dtype} y against the emulation")
+    assert_bits_equal(y.cpu(), tensor(want), what=f"torch's {dtype} y against the emulation")
     special = torch.tensor([float("nan"), float("inf"), 3.4e38, 65520.0, 1e-45], device="cuda")
-    assert_bits_equal(bits(special.to(x.dtype)), lp.round_to(special.cpu().numpy(), dtype), what="the GPU's cvt.rn")
+    assert_bits_equal(special.to(x.dtype).cpu(), tensor(lp.round_to(special.cpu().numpy(), dtype)),
+                      what="the GPU's cvt.rn (NaN: lp.CANONICAL_NAN)")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -50,6 +50,32 @@ def test_low_precision_builds_refuse_the_epilogue(cache_dir):
         kc.compile_kernel("rows_fused", "sm_90", dtypes.options("bfloat16") + ("-DEPILOGUE",))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("dtype", dtypes.LOW_PRECISION)
+def test_low_precision_machine_code_moves_8_byte_vectors_and_rounds_to_nearest(dtype, arch, cache_dir):
+    """In the SASS of the 2-byte builds: x, gamma and beta travel as 8-byte vectors (no 16-byte global access is
+    left: the float4 ones were the float32 build's), the chain's cp.async ring copies 8 bytes (LDGSTS.E.64), and y is
+    converted by F2FP packs with the default rounding, to nearest even (no .RZ/.RM/.RP)."""
+    import re
+
+    from labkit.sass import tools
+
+    if tools.find_tool("cuobjdump") is None and tools.find_tool("nvdisasm") is None:
+        pytest.skip("no cuobjdump or nvdisasm here")
+    for kernel in dtypes.KERNELS:
+        sass = tools.disassemble(kc.compile_kernel(kernel, arch, dtypes.options(dtype)).cubin)
+        ops = re.findall(r"\b((?:LDG|STG|LDGSTS|F2FP|F2F)\.[A-Z0-9_.]*)", sass)
+        assert not [o for o in ops if re.match(r"(LDG|STG)\.E\.128", o)], (kernel, arch)
+        assert not [o for o in ops if o.startswith("F2F") and re.search(r"\.(RZ|RM|RP)\b", o)], (kernel, arch)
+        if kernel != "chain_stats_tma":  # the statistics write no y
+            assert any(o.startswith("LDG.E.64") for o in ops) and any(o.startswith("STG.E.64") for o in ops)
+            assert any(o.startswith("F2FP") and "PACK_AB" in o for o in ops), (kernel, arch, set(ops))
+        elif arch == "sm_80":
+            assert any(o.startswith("LDGSTS.E.64") for o in ops) and not any(o.startswith("LDGSTS.E.128")
+                                                                            for o in ops)
+
+
 def test_dtype_options():
     assert dtypes.options("float32") == ()  # the default build: its cubins are the committed runs' own
     assert dtypes.options("bfloat16") == ("-DLN_BF16",) and dtypes.options("float16") == ("-DLN_FP16",)

@@ -33,7 +33,7 @@ def _torch_dtype(dtype: str):
     return getattr(torch, dtype)
 
 
-def _inputs(shape, dtype: str, seed: int = 0, offset: int = 1000):
+def _inputs(shape, dtype: str, seed: int = 0, offset: float = 1000.0):
     """x = randn * 3 + offset (torch's Welford sees the offset), gamma, beta ~ randn: drawn in float32 on the CPU, then
     rounded to `dtype` (so both kernels read the same T values)."""
     import torch
@@ -71,7 +71,8 @@ def test_rows_fused_across_values_and_eps(dtype, offset, eps):
     from labkit.ops.rows_fused import low_precision_layer_norm
 
     x, w, b = _inputs((257, 1536), dtype, seed=7, offset=offset)
-    _assert_native_bits(low_precision_layer_norm(x, w, b, eps, return_stats=True), x, w, b, eps, f"{dtype} {offset} {eps}")
+    got = low_precision_layer_norm(x, w, b, eps, return_stats=True)
+    _assert_native_bits(got, x, w, b, eps, f"{dtype} offset {offset} eps {eps}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -193,6 +193,21 @@ def test_out_must_have_xs_dtype_and_8_byte_alignment():
     assert _check(x, w, b, out=torch.empty(64 + 4, dtype=torch.float16)[4:68].view(2, 8, 4)).dtype == "float16"
 
 
+@pytest.mark.parametrize("x_dtype,out_dtype", [(torch.float32, torch.float64), (torch.float16, torch.float32)])
+def test_out_of_another_dtype_is_named_before_its_alignment(x_dtype, out_dtype):
+    """out's alignment is 4 elements of x's dtype: an out of a wider dtype, aligned for x's vectors but not for its
+    own, is refused for its dtype (not for an alignment of its own element size)."""
+    x, w, b = _t(x_dtype)
+    width = torch.empty(0, dtype=out_dtype).element_size()
+    align = 4 * x.element_size()
+    flat = torch.empty(64 + 4 * width, dtype=out_dtype)
+    off = next(k for k in range(1, 4 * width) if (flat.data_ptr() + k * width) % (4 * width) == align % (4 * width))
+    out = flat[off:off + 64].view(2, 8, 4)
+    assert out.data_ptr() % align == 0 and out.data_ptr() % (4 * width)
+    with pytest.raises(ValueError, match=f"^out must be {str(x_dtype)[6:]}, as x is"):
+        _check(x, w, b, out=out)
+
+
 # --- the emulation -----------------------------------------------------------------------------------------------
 
 def _wide_floats(count: int, seed: int = 0) -> torch.Tensor:

@@ -206,7 +206,9 @@ def _output(out, x, require_cuda: bool) -> Reason | None:
     change another block's input). Its alignment is this kernel's limit, not torch's (torch allocates its own Y)."""
     import torch
 
-    if why := _tensor("out", out, require_cuda, aligned=True) or _dtype("out", out, x, (_dtype_name(x),)):
+    # its dtype first: the alignment it needs is 4 elements of x's dtype, not of whatever out holds
+    if why := (_not_tensor("out", out) or _dtype("out", out, x, (_dtype_name(x),))
+               or _tensor("out", out, require_cuda, aligned=True)):
         return why
     if tuple(out.shape) != tuple(x.shape) or out.device != x.device:
         return Reason(f"out must have shape {tuple(x.shape)} on {x.device}", (tuple(out.shape), out.device))

@@ -273,3 +273,42 @@ def test_emulation_refuses_what_is_not_bits():
         lp.round_to(np.zeros(4, np.float32), "float32")
     with pytest.raises(ValueError, match="values must be float32"):
         lp.round_to(np.zeros(4), "float16")
+
+
+@pytest.mark.parametrize("dtype", dtypes.LOW_PRECISION)
+def test_the_tma_maps_address_is_refused_before_anything_runs(monkeypatch, dtype):
+    """A 2-byte x 8 bytes off a 16-byte boundary is torch's (and the eligibility's) but not a tensor map's: the bound
+    program's encode raises ValueError before its memset or any launch is issued, and an aligned x runs all three."""
+    from labkit.core import launch, program
+
+    issued = []
+
+    class Function:
+        ptr = 0x1234
+
+        def __call__(self, *a, **k):
+            issued.append("launch")
+
+    def encoder(geometry):
+        assert geometry.element_bytes == 2
+
+        def encode(address):
+            if address % 16:
+                raise ValueError(f"tensor maps need a 16-byte aligned address, got {address:#x}")
+            return np.zeros(16, np.uint64)
+        return encode
+
+    monkeypatch.setattr(launch, "function", lambda *a, **k: Function())
+    monkeypatch.setattr(program, "memset_async", lambda *a: issued.append("memset"))
+    monkeypatch.setattr(program, "TensorMapEncoder", encoder)
+    p = chain.launches(3, 512 * 17, _device(), dtype=dtype)
+    assert p.blocking == "tma"
+    bp = program.BoundProgram(p.program(0), 0)
+    ptrs = [0x100000 * (i + 1) for i in range(len(bp.program.slots))]
+    ptrs[bp.program.slots.index("x")] += 8
+    with pytest.raises(ValueError, match="tensor maps need a 16-byte aligned address"):
+        bp(ptrs, np.float32(1e-5), (None, 0))
+    assert issued == []
+    ptrs[bp.program.slots.index("x")] -= 8
+    bp(ptrs, np.float32(1e-5), (None, 0))
+    assert issued == ["memset", "launch", "launch"]

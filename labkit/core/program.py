@@ -146,16 +146,18 @@ class BoundProgram:
             raise ValueError(f"this program has no stage {stage!r}; its stages: {self.program.stages()}")
         s, s_ptr = stream
         u = np.uint64
-        for fn, st, spec in self._steps:
-            if stage is not None and st != stage:
-                continue
+        steps = [(fn, spec) for fn, st, spec in self._steps if stage is None or st == stage]
+        # every launch's arguments before the first step: a tensor map's encode raises ValueError for an address it
+        # cannot take (a 2-byte x 8 bytes off 16), and it must do so before anything runs on the stream
+        args = [None if fn is None else
+                tuple(u(ptrs[i] + v) if k == _PTR else v if k == _CONST else v(ptrs[i]) if k == _MAP else eps
+                      for k, i, v in spec) for fn, spec in steps]
+        for (fn, spec), a in zip(steps, args):
             if fn is None:
                 slot, offset, nbytes = spec
                 memset_async(ptrs[slot] + offset, nbytes, s_ptr)
-                continue
-            args = tuple(u(ptrs[i] + v) if k == _PTR else v if k == _CONST else v(ptrs[i]) if k == _MAP else eps
-                         for k, i, v in spec)
-            fn(args, s)
+            else:
+                fn(a, s)
 
 
 def native_steps(bp: BoundProgram) -> list:

@@ -107,6 +107,8 @@ def test_rows_fused_launches_differ_by_the_dtype_option_alone(rows, n, dtype):
 @pytest.mark.parametrize("path", [rows_fused.rows_counted, rows_fused.rows_counted_block])
 def test_counted_entry_points_take_the_dtype(path):
     assert path.launches(8192, 1024, _device(), "float16").kernel.options == ("-DLN_FP16",)
+    with pytest.raises(ValueError, match=f"at most {path.MAX_N} float16 elements .* got N={path.MAX_N + 4}"):
+        path.launches(8, path.MAX_N + 4, _device(), "float16")
 
 
 @pytest.mark.parametrize("dtype", dtypes.LOW_PRECISION)

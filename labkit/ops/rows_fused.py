@@ -91,7 +91,8 @@ def own_entry_launches(rows: int, n: int, device: Device, function: str, path: s
     ValueError for N above `max_n`, naming what bounds it (`holds`), and for whatever rows_fused refuses (the arch),
     with its reason; else entry_launches(function) under `path`."""
     if n > max_n:
-        raise ValueError(f"{path} takes rows of at most {max_n} floats ({holds}), got N={n}")
+        unit = "floats" if dtype == dtypes.FLOAT32 else f"{dtype} elements"  # a vector is 4 elements in any dtype
+        raise ValueError(f"{path} takes rows of at most {max_n} {unit} ({holds}), got N={n}")
     launches(rows, n, device)
     return replace(entry_launches(rows, n, function, dtype), path=path)
 

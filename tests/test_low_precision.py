@@ -321,3 +321,18 @@ def test_the_tma_maps_address_is_refused_before_anything_runs(monkeypatch, dtype
     ptrs[bp.program.slots.index("x")] -= 8
     bp(ptrs, np.float32(1e-5), (None, 0))
     assert issued == ["memset", "launch", "launch"]
+
+
+@pytest.mark.parametrize("arch", sorted(ARCH_SMEM_OPTIN))
+def test_warmup_and_the_drop_in_take_no_2_byte_build(arch):
+    """No path serves the 2-byte builds yet: `labkit warmup` compiles none of them (the options it passes are the
+    float32 launches'), and the drop-in's policy (hence its plans and the trust gate's canary, which plans float32
+    inputs) and the float32 kernel functions take float32 only."""
+    from labkit.ops import warmup
+
+    low = {o for d in dtypes.LOW_PRECISION for o in dtypes.options(d)}
+    for target in (f"sm_{arch}", f"compute_{arch}"):
+        passed = {o for opts in warmup._options(None, target).values() for o in opts}
+        assert not low & passed, (target, passed)
+    assert not low & set(warmup._options(_device(arch), f"sm_{arch}")["chain_stats_tma"])  # on a GPU of that arch
+    assert eligibility.DROP_IN.dtypes == eligibility.KERNEL_FUNCTIONS.dtypes == (dtypes.FLOAT32,)

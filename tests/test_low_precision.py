@@ -336,3 +336,20 @@ def test_warmup_and_the_drop_in_take_no_2_byte_build(arch):
         assert not low & passed, (target, passed)
     assert not low & set(warmup._options(_device(arch), f"sm_{arch}")["chain_stats_tma"])  # on a GPU of that arch
     assert eligibility.DROP_IN.dtypes == eligibility.KERNEL_FUNCTIONS.dtypes == (dtypes.FLOAT32,)
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+def test_every_drop_in_entry_hands_2_byte_inputs_to_torch(dtype):
+    """The drop-in's plans, the fused consumer's plans and the backward refuse bfloat16/float16 by their dtype, first
+    (so torch serves them), whatever the device: the GPU test checks the same through a real plan."""
+    from labkit.ops import backward
+    from labkit.ops.dropin import fused, plan
+    from labkit.ops.epilogue import Epilogue
+
+    x, w, b = _t(LOW[dtype])
+    want = f"x must be float32 (got {LOW[dtype]})"
+    assert plan.refusal(x, (8, 4), w, b, 1e-5) == want
+    assert plan.refusal(x, (8, 4), None, None, 1e-5) == want
+    assert backward.input_refusal(x, (8, 4), w, b) == want
+    fp, _ = fused.make_plan(x, (8, 4), w, b, 1e-5, Epilogue("gelu", 2.0, True), torch.zeros_like(x))
+    assert type(fp) is fused.FusedPlan and fp.reason == want

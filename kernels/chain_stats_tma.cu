@@ -30,10 +30,10 @@
 #include "dtype.cuh"
 
 #ifndef TMA_STEPS
-#define TMA_STEPS 64  // steps per stage: one tensor copy of TMA_STEPS x 512 bytes (the map's box must match)
+#define TMA_STEPS 64  // steps per stage: one tensor copy of TMA_STEPS segments (the map's box must match)
 #endif
 #ifndef TMA_STAGES
-#define TMA_STAGES 6  // ring depth: 192 KiB in flight per SM by default
+#define TMA_STAGES 6  // ring depth: 192 KiB in flight per SM by default (96 KiB for a 2-byte type)
 #endif
 #ifndef TMA_AHEAD
 #define TMA_AHEAD 8  // steps read from shared memory ahead of the one being pushed

@@ -160,8 +160,8 @@ class ChainLaunches:
     n: int
     blocking: str
     stats: Kernel                        # grid (4 // warps per block, rows)
-    output: Kernel                       # a thread per float4 column over all rows, last columns first
-    tensor_map: TensorMapGeometry | None  # tma: x as [rows][steps][4 warps][128 floats]
+    output: Kernel                       # a thread per 4-element column over all rows, last columns first
+    tensor_map: TensorMapGeometry | None  # tma: x as [rows][steps][4 warps][128 elements of x's dtype]
     reciprocals: bool                    # w1/w4 read the device's reciprocal table (tma and ring compute theirs)
     scratch: Scratch                     # per-warp states [rows, 4, 3] floats, then per-row counters [rows], zeroed
     path: str = PATH
@@ -200,7 +200,8 @@ def launches(rows: int, n: int, device: Device, settings: ChainSettings = DEFAUL
 
     bfloat16/float16 (labkit.ops.dtypes) take the tma and ring blockings only (N % 512 == 0; chain_stats.cu's w1/w4
     have no 2-byte build), not verified on a GPU yet: only tests reach them (chain_layer_norm takes float32), and the
-    tma blocking's tensor map needs x 16-byte aligned where torch asks 8 of a 2-byte type (the encode raises)."""
+    tma blocking's tensor map needs x 16-byte aligned where torch asks 8 of a 2-byte type (the bound program's encode
+    raises ValueError before its memset or any launch)."""
     options, itemsize = dtypes.options(dtype), dtypes.itemsize(dtype)
     if device.arch < MIN_ARCH:
         raise ValueError(f"the chain kernels need sm_{MIN_ARCH} (shared-memory barriers, cp.async), device is "

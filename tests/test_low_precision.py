@@ -353,3 +353,29 @@ def test_every_drop_in_entry_hands_2_byte_inputs_to_torch(dtype):
     assert backward.input_refusal(x, (8, 4), w, b) == want
     fp, _ = fused.make_plan(x, (8, 4), w, b, 1e-5, Epilogue("gelu", 2.0, True), torch.zeros_like(x))
     assert type(fp) is fused.FusedPlan and fp.reason == want
+
+
+@pytest.mark.parametrize("dtype", dtypes.LOW_PRECISION)
+def test_2_byte_chain_shared_memory_counts_the_static_barriers(dtype):
+    """A 2-byte ring (half float32's bytes a stage) is checked against the opt-in limit with the kernel's static
+    shared memory beside it, as float32's: a device one byte short of ring + STATIC_SMEM refuses it, naming both."""
+    config = chain.TmaConfig(64, 12, 8)  # 12 stages: float32's would not fit 227 KiB, a 2-byte type's do
+    need = config.smem_bytes_of(2)
+    assert config.smem_bytes > ARCH_SMEM_OPTIN[90] and need + chain.STATIC_SMEM <= ARCH_SMEM_OPTIN[90]
+    settings = chain.ChainSettings(schedule="chain", blocking="tma", tma=config)
+    fits = Device("sm_90", 90, 132, need + chain.STATIC_SMEM, 65535)
+    assert chain.launches(4, 1 << 20, fits, settings, dtype=dtype).stats.shared_mem == need
+    short = Device("sm_90", 90, 132, need + chain.STATIC_SMEM - 1, 65535)
+    with pytest.raises(ValueError, match=f"needs {need} bytes of shared memory per block beside its static barriers, "
+                                         f"the device allows {need + chain.STATIC_SMEM - 1}"):
+        chain.launches(4, 1 << 20, short, settings, dtype=dtype)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", dtypes.LOW_PRECISION)
+def test_2_byte_ring_static_shared_memory_fits_the_headroom(dtype, cache_dir):
+    """Below sm_90 (where cuobjdump does not add the 1 KiB sm_90 reserves) the 2-byte ring's static shared memory,
+    its barriers at the deepest ring, is within chain.STATIC_SMEM."""
+    options = chain.TmaConfig(chain.RING_STEPS, chain.RING_MAX_STAGES, 8).options + dtypes.options(dtype)
+    for u in resource_usage(kc.compile_kernel("chain_stats_tma", "sm_80", options).cubin):
+        assert u.shared_bytes is not None and 0 < u.shared_bytes <= chain.STATIC_SMEM, (u.function, u.shared_bytes)

@@ -379,3 +379,17 @@ def test_2_byte_ring_static_shared_memory_fits_the_headroom(dtype, cache_dir):
     options = chain.TmaConfig(chain.RING_STEPS, chain.RING_MAX_STAGES, 8).options + dtypes.options(dtype)
     for u in resource_usage(kc.compile_kernel("chain_stats_tma", "sm_80", options).cubin):
         assert u.shared_bytes is not None and 0 < u.shared_bytes <= chain.STATIC_SMEM, (u.function, u.shared_bytes)
+
+
+def test_tensor_map_geometry_of_2_byte_elements():
+    """The driver's box conditions, for 2-byte elements too: the innermost box spans a multiple of 16 bytes (8
+    elements of 2 bytes, 4 of 4), every extent 1 to 256; the element size is 4 or 2."""
+    from labkit.core.tensormap import TensorMapGeometry
+
+    assert TensorMapGeometry((128, 4), (256,), (8, 1), 2).element_bytes == 2
+    with pytest.raises(ValueError, match="spans? a multiple of 16 bytes, got 4 elements of 2 bytes"):
+        TensorMapGeometry((128, 4), (256,), (4, 1), 2)
+    with pytest.raises(ValueError, match=r"box extents must be 1 to 256, got \(128, 1, 257, 1\)"):
+        TensorMapGeometry((128, 4, 1024, 2), (256, 1024, 1 << 20), (128, 1, 257, 1), 2)
+    with pytest.raises(ValueError, match="element_bytes must be one of"):
+        TensorMapGeometry((128, 4), (256,), (8, 1), 8)

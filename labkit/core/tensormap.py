@@ -52,6 +52,13 @@ class TensorMapGeometry:
             raise ValueError(f"rank mismatch: dims {self.dims}, strides {self.strides_bytes}, box {self.box}")
         if any(s % 16 for s in self.strides_bytes):
             raise ValueError(f"tensor-map strides must be multiples of 16 bytes, got {self.strides_bytes}")
+        # cuTensorMapEncodeTiled's own conditions on the box (no interleave): said here, where the launches are
+        # described, rather than as a CUresult at the first call
+        if any(not 1 <= b <= 256 for b in self.box):
+            raise ValueError(f"tensor-map box extents must be 1 to 256, got {self.box}")
+        if self.box[0] * self.element_bytes % 16:
+            raise ValueError(f"a tensor map's innermost box extent must span a multiple of 16 bytes, got "
+                             f"{self.box[0]} elements of {self.element_bytes} bytes")
 
 
 class TensorMapEncoder:

@@ -103,12 +103,13 @@ inline void use_primary_context(int device) {
 
 enum ArgKind : int { kPtr = 0, kMap = 1, kI32 = 2, kU64 = 3, kEps = 4 };
 
-// One float32 tiled tensor map geometry, with the maps it encoded per address (a model's activations come back
+// One tiled tensor map geometry (float32, or 2-byte elements moved as UINT16 bits), with the maps it encoded per address (a model's activations come back
 // to the same few addresses from torch's caching allocator).
 struct MapGeometry {
   unsigned rank = 0;
   unsigned long long dims[5] = {}, strides[4] = {};
   unsigned box[5] = {}, elem[5] = {1, 1, 1, 1, 1};
+  int data_type = 7;  // CU_TENSOR_MAP_DATA_TYPE_FLOAT32; 1 (UINT16) for bfloat16/float16
   std::mutex mu;
   std::vector<std::pair<uint64_t, std::array<uint64_t, 16>>> cache;
   static constexpr size_t kMaxCached = 64;
@@ -123,9 +124,9 @@ struct MapGeometry {
     }
     if (address % 16) throw std::runtime_error("tensor maps need a 16-byte aligned address");
     alignas(64) std::array<uint64_t, 16> map{};
-    // float32 (7), no interleave, no swizzle, L2 promotion 256B (3), zero fill out of bounds: as
+    // the elements' type, no interleave, no swizzle, L2 promotion 256B (3), zero fill out of bounds: as
     // labkit.core.tensormap encodes them
-    check(Driver::get().encode_tiled(map.data(), 7, rank, reinterpret_cast<void*>(address), dims, strides, box,
+    check(Driver::get().encode_tiled(map.data(), data_type, rank, reinterpret_cast<void*>(address), dims, strides, box,
                                      elem, 0, 0, 3, 0),
           "cuTensorMapEncodeTiled");
     if (cache.size() >= kMaxCached) cache.clear();

@@ -70,6 +70,9 @@ c10::intrusive_ptr<ProgramHolder> make_program(int slots, const py::list& steps)
           py::tuple g = at[2].cast<py::tuple>();
           py::tuple dims = g[0].cast<py::tuple>(), strides = g[1].cast<py::tuple>(), box = g[2].cast<py::tuple>();
           auto m = std::make_unique<labkit_host::MapGeometry>();
+          m->data_type = g[3].cast<int>();  // labkit.core.tensormap's CUtensorMapDataType of the elements
+          TORCH_CHECK(m->data_type == 7 || m->data_type == 1, "tensor map data type must be 7 (float32) or 1 "
+                      "(2-byte elements), got ", m->data_type);
           m->rank = static_cast<unsigned>(dims.size());
           TORCH_CHECK(m->rank >= 1 && m->rank <= 5 && strides.size() == m->rank - 1 && box.size() == m->rank,
                       "tensor map rank mismatch");
@@ -114,8 +117,10 @@ inline uint64_t address(const Tensor& t) {
   return t.defined() ? reinterpret_cast<uint64_t>(t.data_ptr()) : 0;
 }
 
-inline bool misaligned(const Tensor& a, const Tensor& b, const Tensor& c) {
-  return ((address(a) | address(b) | address(c)) & 15) != 0;
+// `align`: the bytes a plan's kernels need (labkit.ops.dropin.plan.KernelPlan.align): torch's vector width of x's
+// dtype (16 bytes for float32, 8 for bfloat16/float16), or 16 where a tensor map reads x
+inline bool misaligned(const Tensor& a, const Tensor& b, const Tensor& c, int64_t align = 16) {
+  return ((address(a) | address(b) | address(c)) & static_cast<uint64_t>(align - 1)) != 0;
 }
 
 constexpr int kForwardSlots = 7;   // x, weight, bias, y, mean, rstd, scratch
@@ -166,7 +171,8 @@ struct LayerNormPlan : torch::CustomClassHolder {
   std::vector<int64_t> normalized_shape, stat_shape;
   double eps = 1e-5;
   int64_t rows = 0, n = 0, forward_scratch = 0, backward_scratch = 0, partial_groups = 1;
-  Tensor ones, neg_zeros;  // gamma 1 and beta -0.0 standing in for an absent weight and bias
+  int64_t align = 16;      // the forward's buffers' alignment in bytes (misaligned: torch serves that call)
+  Tensor ones, neg_zeros;  // gamma 1 and beta -0.0 of x's dtype standing in for an absent weight and bias
   // the first forward step that touches y, the first backward step that touches dx, dweight or dbias: the steps
   // before them are launched before those outputs are allocated
   size_t forward_split = 0, backward_split = 0;
@@ -207,7 +213,7 @@ Tensor launch_forward(const LayerNormPlan& p, const Tensor& x, uint64_t (&ptrs)[
   labkit_host::use_primary_context(x.device().index());
   void* stream = current_stream(x.device());
   program.run(ptrs, eps, stream, 0, p.forward_split);
-  Tensor y = at::empty(x.sizes(), x.options().dtype(at::kFloat));
+  Tensor y = at::empty(x.sizes(), x.options());  // x's dtype: float32, or bfloat16/float16 rounded at the store
   ptrs[kForwardY] = address(y);
   program.run(ptrs, eps, stream, p.forward_split, program.steps.size());
   return y;
@@ -217,7 +223,7 @@ std::tuple<Tensor, Tensor, Tensor> run_forward(const LayerNormPlan& p, const Ten
                                                const Tensor& b, bool stats) {
   const Tensor& g = w.defined() ? w : p.ones;
   const Tensor& beta = b.defined() ? b : p.neg_zeros;
-  if (!p.forward || misaligned(x, g, beta)) {  // torch's can_vectorize fails too: its other path serves
+  if (!p.forward || misaligned(x, g, beta, p.align)) {  // torch's can_vectorize fails too: its other path serves
     if (stats) return torch_forward(x, p.normalized_shape, w, b, p.eps);
     return {at::layer_norm(x, p.normalized_shape, w, b, p.eps), Tensor(), Tensor()};
   }
@@ -247,7 +253,7 @@ std::pair<Tensor, SavedStats> run_forward_train(const LayerNormPlan& p, const Te
                                                 const Tensor& b) {
   const Tensor& g = w.defined() ? w : p.ones;
   const Tensor& beta = b.defined() ? b : p.neg_zeros;
-  if (!p.forward || misaligned(x, g, beta) || !p.backward) {
+  if (!p.forward || misaligned(x, g, beta, p.align) || !p.backward) {
     // torch's forward, or torch's backward to follow, which takes mean and rstd as tensors: two allocations cost
     // less host time than views of a packed buffer made at backward
     auto [y, mean, rstd] = run_forward(p, x, w, b, true);
@@ -933,7 +939,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                        std::optional<c10::intrusive_ptr<ProgramHolder>> backward, std::vector<int64_t> ns,
                        double eps, std::vector<int64_t> stat_shape, int64_t rows, int64_t n, int64_t forward_scratch,
                        int64_t backward_scratch, int64_t partial_groups, std::optional<Tensor> ones,
-                       std::optional<Tensor> neg_zeros) {
+                       std::optional<Tensor> neg_zeros, int64_t align) {
              // the slots run_forward / run_backward hand over (labkit.core.program FORWARD_SLOTS, BACKWARD_SLOTS)
              TORCH_CHECK(!forward || (*forward)->program.slots == kForwardSlots, "a forward program has ",
                          kForwardSlots, " slots, got ", (*forward)->program.slots);
@@ -950,6 +956,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              p->partial_groups = partial_groups;
              p->ones = value_or_undefined(ones);
              p->neg_zeros = value_or_undefined(neg_zeros);
+             TORCH_CHECK(align == 8 || align == 16, "align must be 8 or 16 bytes, got ", align);
+             p->align = align;
              if (p->forward) p->forward_split = p->forward->program.first_use({kForwardY});
              if (p->backward)
                p->backward_split = p->backward->program.first_use({kBackwardDx, kBackwardDweight, kBackwardDbias});
@@ -957,7 +965,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            }),
            py::arg("forward"), py::arg("backward"), py::arg("normalized_shape"), py::arg("eps"),
            py::arg("stat_shape"), py::arg("rows"), py::arg("n"), py::arg("forward_scratch"),
-           py::arg("backward_scratch"), py::arg("partial_groups"), py::arg("ones"), py::arg("neg_zeros"))
+           py::arg("backward_scratch"), py::arg("partial_groups"), py::arg("ones"), py::arg("neg_zeros"),
+           py::arg("align") = 16)
       .def_property_readonly("has_forward", [](const LayerNormPlan& p) { return bool(p.forward); })
       .def_property_readonly("has_backward", [](const LayerNormPlan& p) { return bool(p.backward); })
       .def_property_readonly("forward_split", [](const LayerNormPlan& p) { return p.forward_split; })

@@ -126,7 +126,8 @@ def test_every_paths_program_converts_to_the_extensions_form(ext, fake_functions
         if isinstance(a, program.Ptr):
             return (0, slots[a.slot], a.offset)
         if isinstance(a, program.Map):
-            return (1, slots[a.slot], (a.geometry.dims, a.geometry.strides_bytes, a.geometry.box))
+            return (1, slots[a.slot], (a.geometry.dims, a.geometry.strides_bytes, a.geometry.box,
+                                          a.geometry.data_type))
         if isinstance(a, program.I32):
             return (2, 0, a.value)
         if isinstance(a, program.U64):

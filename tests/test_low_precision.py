@@ -150,11 +150,15 @@ def test_low_precision_functions_take_2_byte_inputs(dtype):
     assert _check(*_t(torch.float32)) == eligibility.RowLayout(2, 32)
 
 
-@pytest.mark.parametrize("policy", [eligibility.KERNEL_FUNCTIONS, eligibility.DROP_IN])
-def test_every_other_caller_still_refuses_2_byte_inputs(policy):
-    """The drop-in and the float32 kernel functions hand bfloat16 to torch until the GPU tests pass."""
+def test_the_float32_kernel_functions_refuse_2_byte_inputs():
+    """The float32 kernel functions (chain_layer_norm and the paths' own functions) name the dtype they take."""
     with pytest.raises(ValueError, match=r"^x must be float32 \(got torch.bfloat16\)"):
-        _check(*_t(torch.bfloat16), policy=policy)
+        _check(*_t(torch.bfloat16), policy=eligibility.KERNEL_FUNCTIONS)
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+def test_the_drop_in_takes_2_byte_inputs(dtype):
+    assert _check(*_t(LOW[dtype]), policy=eligibility.DROP_IN) == eligibility.RowLayout(2, 32, dtype)
 
 
 @pytest.mark.parametrize("x_dtype,w_dtype,condition", [
@@ -335,24 +339,41 @@ def test_warmup_and_the_drop_in_take_no_2_byte_build(arch):
         passed = {o for opts in warmup._options(None, target).values() for o in opts}
         assert not low & passed, (target, passed)
     assert not low & set(warmup._options(_device(arch), f"sm_{arch}")["chain_stats_tma"])  # on a GPU of that arch
-    assert eligibility.DROP_IN.dtypes == eligibility.KERNEL_FUNCTIONS.dtypes == (dtypes.FLOAT32,)
+    assert eligibility.KERNEL_FUNCTIONS.dtypes == (dtypes.FLOAT32,)
+    assert eligibility.DROP_IN.dtypes == (dtypes.FLOAT32,) + dtypes.LOW_PRECISION
 
 
 @pytest.mark.parametrize("dtype", list(LOW))
-def test_every_drop_in_entry_hands_2_byte_inputs_to_torch(dtype):
-    """The drop-in's plans, the fused consumer's plans and the backward refuse bfloat16/float16 by their dtype, first
-    (so torch serves them), whatever the device: the GPU test checks the same through a real plan."""
+def test_the_drop_in_serves_2_byte_forwards_only(dtype):
+    """The drop-in's forward plans take bfloat16/float16; the backward and the fused consumer refuse them by their
+    dtype, first (torch serves those), whatever the device: the GPU tests check the same through real plans."""
     from labkit.ops import backward
     from labkit.ops.dropin import fused, plan
     from labkit.ops.epilogue import Epilogue
 
     x, w, b = _t(LOW[dtype])
-    want = f"x must be float32 (got {LOW[dtype]})"
-    assert plan.refusal(x, (8, 4), w, b, 1e-5) == want
-    assert plan.refusal(x, (8, 4), None, None, 1e-5) == want
-    assert backward.input_refusal(x, (8, 4), w, b) == want
+    cpu = "x must be a CUDA tensor (got cpu)"  # past the dtype: the one condition left on this machine
+    assert plan.refusal(x, (8, 4), w, b, 1e-5) == cpu
+    assert plan.refusal(x, (8, 4), None, None, 1e-5) == cpu
+    assert backward.input_refusal(x, (8, 4), w, b) == f"x must be float32 (got {LOW[dtype]})"
     fp, _ = fused.make_plan(x, (8, 4), w, b, 1e-5, Epilogue("gelu", 2.0, True), torch.zeros_like(x))
-    assert type(fp) is fused.FusedPlan and fp.reason == want
+    assert type(fp) is fused.FusedPlan and fp.reason == f"the fused epilogues are built for float32 x, got {LOW[dtype]}"
+
+
+@pytest.mark.parametrize("dtype", list(LOW))
+def test_paths_offer_2_byte_dtypes_where_built(dtype):
+    """paths.candidates for a 2-byte dtype: rows_fused's entry points and the chain (N % 512 == 0: its tma blocking on
+    sm_90, the ring below), never the float32-only paths; a path not built for it says so."""
+    from labkit.ops import paths
+
+    for arch in (80, 90):
+        dev = _device(arch)
+        got = set(paths.candidates(4, 1 << 16, dev, dtype))
+        assert got <= {p for p, ts in paths.DTYPES.items() if dtype in ts} and "chain" in got, (arch, got)
+        assert "chain" not in paths.candidates(4, (1 << 16) + 4, dev, dtype)  # ragged: w1/w4 are float32's
+        assert "rows_fused" in paths.candidates(4096, 768, dev, dtype)
+    with pytest.raises(ValueError, match=f"path rows_staged is built for float32, got dtype {dtype}"):
+        paths.launches("rows_staged", 4096, 768, _device(90), dtype)
 
 
 @pytest.mark.parametrize("dtype", dtypes.LOW_PRECISION)

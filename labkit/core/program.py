@@ -163,7 +163,7 @@ class BoundProgram:
 def native_steps(bp: BoundProgram) -> list:
     """The bound program as the host extension's constructor takes it: per step ("memset", slot, offset, nbytes)
     or ("launch", function handle, grid, block, shared bytes, [(kind, slot, value), ...]) with kinds
-    0 pointer (value: offset), 1 tensor map (value: (dims, strides, box)), 2 int32, 3 uint64, 4 eps."""
+    0 pointer (value: offset), 1 tensor map (value: (dims, strides, box, CUtensorMapDataType)), 2 int32, 3 uint64, 4 eps."""
     out = []
     for step, (fn, _, spec) in zip(bp.program.steps, bp._steps):
         if fn is None:
@@ -177,10 +177,7 @@ def native_steps(bp: BoundProgram) -> list:
                 args.append((0, i, int(v)))
             elif k == _MAP:
                 g = a.geometry
-                if g.element_bytes != 4:  # host/launch_program.h encodes float32 maps
-                    raise ValueError(f"the host extension's programs take float32 tensor maps only, got "
-                                     f"{g.element_bytes}-byte elements in {step.kernel}")
-                args.append((1, i, (tuple(g.dims), tuple(g.strides_bytes), tuple(g.box))))
+                args.append((1, i, (tuple(g.dims), tuple(g.strides_bytes), tuple(g.box), g.data_type)))
             elif k == _CONST:
                 args.append((2 if isinstance(a, I32) else 3, 0, int(a.value)))
             else:

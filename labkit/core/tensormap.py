@@ -60,6 +60,11 @@ class TensorMapGeometry:
             raise ValueError(f"a tensor map's innermost box extent must span a multiple of 16 bytes, got "
                              f"{self.box[0]} elements of {self.element_bytes} bytes")
 
+    @property
+    def data_type(self) -> int:
+        """The CUtensorMapDataType the encode takes (the host extension's programs carry it)."""
+        return _DATA_TYPES[self.element_bytes]
+
 
 class TensorMapEncoder:
     """cuTensorMapEncodeTiled for one geometry, its ctypes arrays built once; maps kept per address."""

@@ -47,13 +47,14 @@ ALIGN_BYTES = CONDITIONS.alignment_bytes(4)  # float32
 MAX_NUMEL = (1 << 31) - 1                    # 32-bit element indices in the kernels
 
 
-def misaligned(*addresses: int) -> bool:
-    """Whether any address is off float4 alignment: the drop-in's per-call check (addresses are not part of the
-    drop-in plan's signature), torch's can_vectorize on X, gamma and beta."""
+def misaligned(*addresses: int, align: int = ALIGN_BYTES) -> bool:
+    """Whether any address is off `align` bytes (default float32's 4-element vector, 16): the drop-in's per-call
+    check (addresses are not part of the drop-in plan's signature), torch's can_vectorize on X, gamma and beta
+    (8 bytes for 2-byte dtypes: labkit.ops.dropin.plan.KernelPlan.align)."""
     mask = 0
     for a in addresses:
         mask |= a
-    return bool(mask & (ALIGN_BYTES - 1))
+    return bool(mask & (align - 1))
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,10 @@ class Policy:
 
 
 KERNEL_FUNCTIONS = Policy(affine_required=True, autograd=False, addresses=True)
-DROP_IN = Policy(affine_required=False, autograd=True, addresses=False)
-# The functions that launch the bfloat16/float16 builds (labkit.ops.rows_fused.low_precision_layer_norm): not verified
-# on a GPU yet, so no other caller (the drop-in above all) takes these dtypes.
+# The drop-in's forward takes bfloat16/float16 too (the paths built for them: labkit.ops.paths.DTYPES); its backward
+# (labkit.ops.backward.input_refusal) and the fused consumer keep float32, torch's kernels serve theirs.
+DROP_IN = Policy(affine_required=False, autograd=True, addresses=False, dtypes=(FLOAT32,) + LOW_PRECISION)
+# The functions that launch the bfloat16/float16 builds directly (labkit.ops.rows_fused.low_precision_layer_norm).
 LOW_PRECISION_FUNCTIONS = Policy(affine_required=True, autograd=False, addresses=True,
                                  dtypes=(FLOAT32,) + LOW_PRECISION)
 

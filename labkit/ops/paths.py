@@ -7,7 +7,7 @@ Adding a path is adding it here; "native" (torch's own kernel) is not a path of 
 from __future__ import annotations
 
 from labkit.core.device import Device
-from labkit.ops import chain, reference_order, rows_cluster, rows_fused, rows_staged
+from labkit.ops import chain, dtypes, reference_order, rows_cluster, rows_fused, rows_staged
 from labkit.ops.rows_fused import rows_counted, rows_counted_block
 
 NATIVE = "native"
@@ -21,17 +21,28 @@ def _module(path: str):
     return PATHS[path]
 
 
-def launches(path: str, rows: int, n: int, device: Device):
-    """The frozen launches of `path` for rows x N on `device`; ValueError where that path cannot take it."""
-    return _module(path).launches(rows, n, device)
+# The element types each path's kernels are built for (labkit.ops.dtypes): rows_fused's entry points and the chain's
+# tma and ring blockings read bfloat16/float16 too; every other path float32 only.
+DTYPES = {name: (dtypes.FLOAT32,) + (dtypes.LOW_PRECISION if name in (chain.PATH, rows_fused.PATH, rows_counted.PATH,
+                                                                     rows_counted_block.PATH) else ())
+          for name in PATHS}
 
 
-def candidates(rows: int, n: int, device: Device) -> dict:
-    """{path: launches} for every path that can take rows x N on `device`."""
+def launches(path: str, rows: int, n: int, device: Device, dtype: str = dtypes.FLOAT32):
+    """The frozen launches of `path` for rows x N of `dtype` on `device`; ValueError where that path cannot take
+    it."""
+    m = _module(path)
+    if dtype not in DTYPES[path]:
+        raise ValueError(f"path {path} is built for {' and '.join(DTYPES[path])}, got dtype {dtype}")
+    return m.launches(rows, n, device) if dtype == dtypes.FLOAT32 else m.launches(rows, n, device, dtype=dtype)
+
+
+def candidates(rows: int, n: int, device: Device, dtype: str = dtypes.FLOAT32) -> dict:
+    """{path: launches} for every path that can take rows x N of `dtype` on `device`."""
     out = {}
     for name in PATHS:
         try:
-            out[name] = launches(name, rows, n, device)
+            out[name] = launches(name, rows, n, device, dtype)
         except ValueError:
             continue
     return out

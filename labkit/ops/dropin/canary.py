@@ -1,9 +1,10 @@
 """The trust gate's check on this machine (labkit.ops.trust): every forward path and backward schedule this GPU can
-pick, forced, against torch's own kernels, bit for bit (int32 views of y, mean, rstd, dx, dweight, dbias).
+pick, forced, against torch's own kernels, bit for bit (integer views of y, mean, rstd, dx, dweight, dbias).
 
 The cases cover each path at a few widths (both sides of torch's host-side branches where they exist: its
-backward picks a different gamma/beta kernel below 128 rows than above), with weight and bias, weight alone and
-neither, inputs at an offset (a view 16 bytes into its storage), the forward with and without statistics, and the
+backward picks a different gamma/beta kernel below 128 rows than above), in every dtype the drop-in serves through
+it (float32; bfloat16 and float16 forward where the path is built for them), with weight and bias, weight alone and
+neither, inputs at an offset (views 4 elements into their storage), the forward with and without statistics, and the
 backward with every gradient and with x's alone or the parameters' alone. Forced forward plans and explicitly
 launched backward schedules never consult the gate (nor set a process-wide context another thread could see), so the
 canary measures our kernels themselves. Run outside graph capture and with labkit.enable() off (torch's kernels are
@@ -21,37 +22,43 @@ EPS = 1e-5
 
 
 def _bits(a, b) -> bool:
+    """Equal as integer views of their element size (int32 for float32, int16 for bfloat16/float16)."""
     import torch
 
-    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.contiguous().view(torch.int32),
-                                                                     b.contiguous().view(torch.int32))
+    view = {4: torch.int32, 2: torch.int16}[a.element_size()]
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.contiguous().view(view),
+                                                                     b.contiguous().view(view))
 
 
 AFFINE = ("both", "weight", "none")  # bias without weight is refused by our kernels (torch contracts differently)
 
 
-def _inputs(rows: int, n: int, affine: str, offset: bool, index: int, seed: int):
+def _inputs(rows: int, n: int, affine: str, offset: bool, index: int, seed: int, dtype: str = "float32"):
+    """x, weight, bias (of `dtype`, drawn in float32 and rounded to it) and a float32 dy; `offset`: views 4 elements
+    into their storage (16 bytes for float32, 8 for 2-byte dtypes: still aligned as torch's vectorized path needs)."""
     import torch
 
     dev = f"cuda:{index}"
     g = torch.Generator(device=dev).manual_seed(seed)
     f32 = {"device": dev, "dtype": torch.float32}  # whatever the caller's default dtype
-    pad = 4 if offset else 0  # 16 bytes in: still aligned as torch's vectorized path needs, another address
-    x = (torch.empty(rows * n + pad, **f32).normal_(generator=g) * 3 + 50)[pad:].view(rows, n)
+    t = getattr(torch, dtype)
+    pad = 4 if offset else 0
+    x = (torch.empty(rows * n + pad, **f32).normal_(generator=g) * 3 + 50).to(t)[pad:].view(rows, n)
     dy = torch.empty(rows * n + pad, **f32).normal_(generator=g)[pad:].view(rows, n)
-    w = torch.randn(n, generator=g, **f32) if affine != "none" else None
-    b = torch.randn(n, generator=g, **f32) if affine == "both" else None
+    w = torch.randn(n + pad, generator=g, **f32).to(t)[pad:] if affine != "none" else None
+    b = torch.randn(n + pad, generator=g, **f32).to(t)[pad:] if affine == "both" else None
     return x, w, b, dy
 
 
 def _forward_cases(index: int):
     from labkit.core.device import device_info
-    from labkit.ops import paths
+    from labkit.ops import dtypes, paths
 
     dev = device_info(index)
-    for rows, n in SHAPES:
-        for path in paths.candidates(rows, n, dev):
-            yield path, rows, n
+    for dtype in (dtypes.FLOAT32,) + dtypes.LOW_PRECISION:  # the drop-in serves each through the paths built for it
+        for rows, n in SHAPES:
+            for path in paths.candidates(rows, n, dev, dtype):
+                yield path, rows, n, dtype
 
 
 def _backward_cases(index: int):
@@ -85,10 +92,10 @@ def run(index: int = 0) -> dict:
     count, first = 0, None
     dev = device_info(index)
     try:
-        for seed, (path, rows, n) in enumerate(_forward_cases(index)):
+        for seed, (path, rows, n, dtype) in enumerate(_forward_cases(index)):
             for affine in AFFINE:
                 for offset in (False, True):
-                    x, w, b, _ = _inputs(rows, n, affine, offset, index, seed)
+                    x, w, b, _ = _inputs(rows, n, affine, offset, index, seed, dtype)
                     want = torch.native_layer_norm(x, (n,), w, b, EPS)
                     with torch.no_grad():
                         p = plans.get_plan(x, (n,), w, b, EPS, False, force=path)
@@ -97,7 +104,7 @@ def run(index: int = 0) -> dict:
                     count += 1
                     bad = _mismatch((*got, y_only), (*want, want[0]), ("y", "mean", "rstd", "y without statistics"))
                     if bad and first is None:
-                        first = f"forward path {path} at {rows}x{n} (affine {affine}, offset {offset}): {bad}"
+                        first = f"forward path {path} at {rows}x{n} {dtype} (affine {affine}, offset {offset}): {bad}"
         for seed, (schedule, rows, n) in enumerate(_backward_cases(index)):
             gp = grad.launches(rows, n, dev, schedule)
             launcher = bound(gp, index)

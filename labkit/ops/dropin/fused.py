@@ -109,6 +109,9 @@ def make_plan(x, ns: tuple, weight, bias, eps: float, epilogue: Epilogue, residu
     """(plan, cacheable): our fused launches, or torch's chain with the reason."""
     capturing = x.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     why = plans.refusal(x, ns, weight, bias, eps) or _residual_refusal(x, residual)
+    if why is None and x.dtype != torch.float32:
+        # the epilogue builds are float32's (labkit.ops.epilogue): torch's chain serves a 2-byte x
+        why = f"the fused epilogues are built for float32 x, got {x.dtype}"
     if why is not None:
         return FusedPlan(why), not capturing
     from labkit.core.device import device_info

@@ -22,7 +22,7 @@ import numpy as np
 from labkit.core.device import device_info
 from labkit.core.launch import device_scope, stream
 from labkit.ops import backward as grad
-from labkit.ops import eligibility, paths, trust
+from labkit.ops import dtypes, eligibility, paths, trust
 from labkit.ops.dispatch import rule
 from labkit.ops.dropin import host
 from labkit.ops.launches import bound
@@ -94,7 +94,11 @@ class KernelPlan(Plan):
 
         super().__init__(reason, normalized_shape, eps, rule_source)
         self.path_launches, self.path = path_launches, path_launches.path
-        self.torch, self.index, self.device = torch, x.get_device(), x.device
+        self.torch, self.index, self.device, self.dtype = torch, x.get_device(), x.device, x.dtype
+        # the buffers' alignment our kernels need: torch's vector (4 elements of x's dtype: what its can_vectorize
+        # asks, so a call off it is torch's other path anyway), or 16 bytes where a tensor map reads x (the chain's
+        # tma blocking, whose 2-byte x torch would take 8 bytes off 16: torch's vectorized kernel serves that call)
+        self.align = 16 if getattr(path_launches, "geometry", None) is not None else 4 * x.element_size()
         self.shape = tuple(x.shape)
         self.rows = path_launches.rows
         self.stat_shape = self.shape[:x.dim() - len(normalized_shape)] + (1,) * len(normalized_shape)
@@ -103,9 +107,12 @@ class KernelPlan(Plan):
         self.scratch_bytes = path_launches.scratch.nbytes
         # absent affine: gamma 1 (gamma * t rounds as t alone, or as the product torch takes) and beta -0.0
         # (fma(g, t, -0.0) == g * t rounded, signed zeros included), so the one output expression serves all.
-        self.ones = torch.ones(normalized_shape, device=x.device) if weight is None else None
-        self.neg_zeros = torch.full(normalized_shape, -0.0, device=x.device) if bias is None else None
+        self.ones = torch.ones(normalized_shape, dtype=x.dtype, device=x.device) if weight is None else None
+        self.neg_zeros = torch.full(normalized_shape, -0.0, dtype=x.dtype, device=x.device) if bias is None else None
         self.launch = bound(path_launches, self.index)
+
+    def misaligned(self, *addresses: int) -> bool:
+        return eligibility.misaligned(*addresses, align=self.align)
 
     def forward(self, x, weight, bias, stats: bool):
         h = self.host
@@ -115,10 +122,10 @@ class KernelPlan(Plan):
         xp = x.data_ptr()
         wp = (weight if weight is not None else self.ones).data_ptr()
         bp = (bias if bias is not None else self.neg_zeros).data_ptr()
-        if eligibility.misaligned(xp, wp, bp):  # torch's can_vectorize fails too: its other path serves
+        if self.misaligned(xp, wp, bp):  # torch's can_vectorize fails too (or a tensor map's 16): torch serves
             return Plan.forward(self, x, weight, bias, stats)
         torch, rows, device = self.torch, self.rows, self.device
-        y = torch.empty(self.shape, dtype=torch.float32, device=device)
+        y = torch.empty(self.shape, dtype=self.dtype, device=device)
         if stats:
             mean = torch.empty(self.stat_shape, dtype=torch.float32, device=device)
             rstd = torch.empty(self.stat_shape, dtype=torch.float32, device=device)
@@ -191,16 +198,21 @@ def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None =
     dev = device_info(x.get_device())
     n = math.prod(normalized_shape)
     rows = x.numel() // n
+    dtype = str(x.dtype).replace("torch.", "")
     source = rule.table_source(dev)
     if force is None:
-        available = paths.candidates(rows, n, dev)
+        available = paths.candidates(rows, n, dev, dtype)
         path, reason = rule.choose(rows, n, dev, tuple(available), protocol or current_protocol())
         path_launches = available.get(path)
+        if dtype != dtypes.FLOAT32:
+            # the tables time float32; a 2-byte row moves half the bytes through the same arithmetic, so the
+            # float32 scores of the paths built for it decide (no table of its own measured yet)
+            reason += f" [{dtype}: the float32 scores of the paths built for it ({', '.join(available) or 'none'})]"
     elif force == paths.NATIVE:
         return Plan("forced (measurement)", normalized_shape, eps, source), cacheable
     else:
         # ValueError where it cannot
-        path_launches, reason = paths.launches(force, rows, n, dev), "forced (measurement)"
+        path_launches, reason = paths.launches(force, rows, n, dev, dtype), "forced (measurement)"
     if path_launches is None:
         return Plan(reason, normalized_shape, eps, source), cacheable
     if force is None:
@@ -284,16 +296,16 @@ def attach_host(plan: Plan, x, ns: tuple, weight, bias, eps: float, needs_grad: 
     ones = getattr(plan, "ones", None)
     neg_zeros = getattr(plan, "neg_zeros", None)
     if weight is None and ones is None:
-        ones = torch.ones(ns, device=x.device)
+        ones = torch.ones(ns, dtype=x.dtype, device=x.device)
     if bias is None and neg_zeros is None:
-        neg_zeros = torch.full(ns, -0.0, device=x.device)
+        neg_zeros = torch.full(ns, -0.0, dtype=x.dtype, device=x.device)
     stat_shape = tuple(x.shape[:x.dim() - len(ns)]) + (1,) * len(ns)
     return host_plan(index, forward, plan.scratch_bytes if forward is not None else 0, gp, ns, eps, stat_shape,
-                     x.numel() // math.prod(ns), ones, neg_zeros)
+                     x.numel() // math.prod(ns), ones, neg_zeros, getattr(plan, "align", 16))
 
 
 def host_plan(index: int, forward, forward_scratch: int, gp, ns: tuple, eps: float, stat_shape, rows: int, ones,
-              neg_zeros):
+              neg_zeros, align: int = 16):
     """The host extension's LayerNormPlan on device `index`: `forward` (an extension Program, or None for torch's
     forward) and GradLaunches `gp`'s backward program (None: torch's backward). The one place that knows the
     constructor's arguments."""
@@ -301,7 +313,7 @@ def host_plan(index: int, forward, forward_scratch: int, gp, ns: tuple, eps: flo
     n = math.prod(ns)
     return host.module().LayerNormPlan(forward, backward, list(ns), float(eps), list(stat_shape), rows, n,
                                        forward_scratch, gp.scratch.nbytes if gp is not None else 0,
-                                       gp.template.partial_groups if gp is not None else 1, ones, neg_zeros)
+                                       gp.template.partial_groups if gp is not None else 1, ones, neg_zeros, align)
 
 
 def backward_host_plan(x, ns: tuple, gp, ones):

@@ -108,10 +108,10 @@ def _residual_refusal(x, residual) -> Optional[str]:
 def make_plan(x, ns: tuple, weight, bias, eps: float, epilogue: Epilogue, residual) -> tuple[FusedPlan, bool]:
     """(plan, cacheable): our fused launches, or torch's chain with the reason."""
     capturing = x.device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-    why = plans.refusal(x, ns, weight, bias, eps) or _residual_refusal(x, residual)
-    if why is None and x.dtype != torch.float32:
-        # the epilogue builds are float32's (labkit.ops.epilogue): torch's chain serves a 2-byte x
-        why = f"the fused epilogues are built for float32 x, got {x.dtype}"
+    # the epilogue builds are float32's (labkit.ops.epilogue): torch's chain serves a 2-byte x
+    why = f"the fused epilogues are built for float32 x, got {x.dtype}" if isinstance(x, torch.Tensor) and \
+        x.dtype in (torch.bfloat16, torch.float16) else None
+    why = why or plans.refusal(x, ns, weight, bias, eps) or _residual_refusal(x, residual)
     if why is not None:
         return FusedPlan(why), not capturing
     from labkit.core.device import device_info

@@ -1,9 +1,9 @@
 """The bfloat16/float16 builds (kernels/dtype.cuh) against torch's own kernel for those dtypes on the GPU: y as int16
 views, mean and rstd as int32 views, at ragged N, one row, many rows, N = 2**20, views 8 bytes off a 16-byte boundary
 and absent affine; every rows_fused entry point; the chain schedule (tma on sm_90, the cp.async ring below) and its
-output pass alone on torch's own statistics; and the drop-in, which must keep handing these dtypes to torch until
-these tests pass (docs/decisions.md#low_precision_kernels). Not yet run on a GPU: written with the kernels, to be run
-first next session."""
+output pass alone on torch's own statistics (first passed at 342bed4 on an H100, plain and as compute_80); and the
+drop-in serving T: our forward, torch's backward on our statistics, eager, compiled, captured, on a side stream,
+through labkit.enable()."""
 import numpy as np
 import pytest
 
@@ -238,17 +238,157 @@ def test_torchs_output_is_the_emulated_rounding(dtype):
                       what="the GPU's cvt.rn (NaN: lp.CANONICAL_NAN)")
 
 
+# --- the drop-in: our forward for T, torch's backward on our statistics ---------------------------------------------
+
+DROP_IN_SHAPES = [(1, 4), (5, 516), (4096, 768), (8192, 4096), (3, 512 * 33 + 4), (4, 1 << 22), (16, 64, 256, 256)]
+AFFINES = ("both", "weight", "none")
+
+
+def _drop_in_inputs(shape, dtype, affine, seed, grad):
+    x, w, b = _inputs(shape, dtype, seed=seed)
+    ns = tuple(shape[1:])  # (16, 64, 256, 256): KernelBench L1/40's normalized (64, 256, 256)
+    w = w if affine != "none" else None
+    b = b if affine == "both" else None
+    for t in (x, w, b):
+        if t is not None:
+            t.requires_grad_(grad)
+    return x, ns, w, b
+
+
+def _step(fn, x, ns, w, b, dy):
+    """y and every gradient torch's autograd gives for one call of fn (F.layer_norm's signature)."""
+    import torch
+
+    leaves = [t for t in (x, w, b) if t is not None]
+    y = fn(x, ns, w, b)
+    grads = torch.autograd.grad(y, leaves, dy)
+    return (y.detach(), *grads)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_the_drop_in_still_hands_2_byte_inputs_to_torch(dtype):
-    """Until the tests above pass on a GPU, the drop-in plans torch's own kernel for these dtypes."""
+@pytest.mark.parametrize("affine", AFFINES)
+@pytest.mark.parametrize("shape", DROP_IN_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_the_drop_in_keeps_torchs_bits_forward_and_backward(shape, affine, dtype):
+    """labkit.layer_norm on T: y (int16 views) from our kernels where the plan serves, the gradients from torch's
+    backward on our mean and rstd (int32-equal to torch's): every output equals F.layer_norm's."""
+    import torch
+
+    import labkit
+
+    x, ns, w, b = _drop_in_inputs(shape, dtype, affine, seed=sum(shape), grad=True)
+    dy = torch.randn_like(x)
+    want = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy)
+    got = _step(labkit.layer_norm, x, ns, w, b, dy)
+    what = f"{dtype} {shape} affine {affine}"
+    for i, (a, e) in enumerate(zip(got, want)):
+        assert_bits_equal(a, e, what=f"{what} output {i}")
+    with torch.no_grad():
+        assert_bits_equal(labkit.layer_norm(x, ns, w, b), want[0], what=f"{what} no grad")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_drop_in_serves_t_with_our_kernels_where_the_rule_picks_them(dtype):
+    """At a few wide rows (the chain's domain on every table) our kernels serve T, and explain says which path and
+    that the float32 scores decided; a view 8 bytes off 16 there is torch's to serve (the tensor map needs 16) and
+    keeps the bits; at 4096 x 768 an 8-bytes-off view stays ours where rows_fused serves."""
     import torch
 
     import labkit
     from labkit.ops import paths
-    from labkit.ops.dropin import plan
 
-    x, w, b = _inputs((4096, 768), dtype)
-    p = plan.get_plan(x, (768,), w, b, 1e-5)
-    assert type(p) is plan.Plan and p.path == paths.NATIVE and "x must be float32" in p.reason
+    x, ns, w, b = _drop_in_inputs((16, 1 << 18), dtype, "both", seed=5, grad=False)
+    e = labkit.explain(x, ns, w, b)
+    assert e["path"] != paths.NATIVE and f"[{dtype}: the float32 scores" in e["reason"], e
+    storage = torch.empty(x.numel() + 4, dtype=x.dtype, device=x.device)
+    off = storage[4:].view(x.shape)
+    off.copy_(x)
+    e_off = labkit.explain(off, ns, w, b)
+    if e["path"] == "chain" and torch.cuda.get_device_capability()[0] >= 9:
+        assert e_off["path"] == paths.NATIVE and "16-byte aligned" in e_off["reason"], e_off
     with torch.no_grad():
-        assert_bits_equal(labkit.layer_norm(x, (768,), w, b), torch.layer_norm(x, (768,), w, b, 1e-5))
+        assert_bits_equal(labkit.layer_norm(off, ns, w, b), torch.layer_norm(off, ns, w, b, 1e-5),
+                          what=f"{dtype} 8 bytes off")
+    x, ns, w, b = _drop_in_inputs((4096, 768), dtype, "both", seed=6, grad=False)
+    storage = torch.empty(x.numel() + 4, dtype=x.dtype, device=x.device)
+    off = storage[4:].view(x.shape)
+    off.copy_(x)
+    e = labkit.explain(off, ns, w, b)
+    if e["path"] != paths.NATIVE:
+        assert "rows" in e["path"], e
+    with torch.no_grad():
+        assert_bits_equal(labkit.layer_norm(off, ns, w, b), torch.layer_norm(off, ns, w, b, 1e-5),
+                          what=f"{dtype} rows 8 bytes off")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_compiled_t_keeps_eagers_bits(dtype, mode):
+    """torch.compile(fullgraph) of the drop-in on T: the registered ops (C++) serve, forward and gradients equal
+    F.layer_norm's in eager."""
+    import torch
+
+    import labkit
+
+    x, ns, w, b = _drop_in_inputs((4, 1 << 20), dtype, "both", seed=12, grad=True)
+    dy = torch.randn_like(x)
+    want = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy)
+    compiled = torch.compile(labkit.layer_norm, fullgraph=True, mode=mode)
+    for _ in range(3):  # reduce-overhead records its graph after warm-up calls
+        got = _step(compiled, x, ns, w, b, dy)
+    for i, (a, e) in enumerate(zip(got, want)):
+        assert_bits_equal(a, e, what=f"compiled {mode} {dtype} output {i}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_t_under_graph_capture_and_on_a_side_stream(dtype):
+    import torch
+
+    import labkit
+
+    x, ns, w, b = _drop_in_inputs((8, 1 << 18), dtype, "both", seed=13, grad=False)
+    want = torch.layer_norm(x, ns, w, b, 1e-5)
+    with torch.no_grad():
+        labkit.layer_norm(x, ns, w, b)  # planned outside capture
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y_side = labkit.layer_norm(x, ns, w, b)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y_graph = labkit.layer_norm(x, ns, w, b)
+        g.replay()
+    torch.cuda.synchronize()
+    assert_bits_equal(y_side, want, what=f"{dtype} side stream")
+    assert_bits_equal(y_graph, want, what=f"{dtype} graph replay")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_mixed_parameters_follow_torch(dtype):
+    """T x with float32 parameters: torch's CUDA kernel refuses them; the drop-in hands the call to torch, which
+    raises its own error (nothing of ours runs)."""
+    import torch
+
+    import labkit
+
+    x, ns, w, b = _drop_in_inputs((64, 1024), dtype, "both", seed=14, grad=False)
+    with pytest.raises(RuntimeError) as torchs:
+        torch.layer_norm(x, ns, w.float(), b.float(), 1e-5)
+    with pytest.raises(RuntimeError) as ours:
+        labkit.layer_norm(x, ns, w.float(), b.float())
+    assert type(ours.value) is type(torchs.value)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_enable_serves_t_through_f_layer_norm(dtype):
+    import torch
+
+    import labkit
+
+    x, ns, w, b = _drop_in_inputs((16, 1 << 18), dtype, "both", seed=15, grad=True)
+    dy = torch.randn_like(x)
+    want = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy)
+    with labkit.enabled():
+        got = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy)
+    for i, (a, e) in enumerate(zip(got, want)):
+        assert_bits_equal(a, e, what=f"enable() {dtype} output {i}")

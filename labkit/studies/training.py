@@ -91,8 +91,14 @@ def training_block(records: dict) -> dict | None:
 
 
 def summary(records: dict, prov: dict) -> dict:
+    from labkit.studies import training_reach
+
     block = training_block(records)
-    return {"training": block} if block else {}
+    out = {"training": block} if block else {}
+    reach = training_reach.block(records.get("training_reach"))
+    if reach:
+        out["reach"] = reach  # how people train: autocast, bf16/fp16, compiled (issue 54's keys)
+    return out
 
 
 def _fmt(v, f=".3g"):
@@ -343,7 +349,7 @@ def _within(t: dict, what: str, us: float) -> bool:
 
 
 RECORDS = ("training_sweep", "training_kernelbench", "training_b_timeline", "training_host", "training_model",
-           "training_wide", "training_floor", "training_identity", "training_fuzz")
+           "training_wide", "training_floor", "training_identity", "training_fuzz", "training_reach")
 
 
 def collect(session) -> dict:

@@ -14,8 +14,9 @@ def _bits_equal(a, b) -> bool:
 
     if a is None or b is None:
         return a is None and b is None
-    return a.shape == b.shape and torch.equal(a.detach().contiguous().view(torch.int32),
-                                              b.detach().contiguous().view(torch.int32))
+    view = {4: torch.int32, 2: torch.int16}[a.element_size()]
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.detach().contiguous().view(view),
+                                                                     b.detach().contiguous().view(view))
 
 
 def make_transformer(device="cuda", seed: int = 0, **cfg):
@@ -90,11 +91,11 @@ def model_steps(device="cuda", seed: int = 0, **cfg) -> dict:
 WIDE_MODEL = {"channels": 64, "height": 256, "width": 256, "batch": 16, "steps": 5}
 
 
-def wide_model(device="cuda", seed: int = 0, rounds: int = 10, **cfg) -> dict:
+def wide_model(device="cuda", seed: int = 0, rounds: int = 10, dtype: str = "float32", **cfg) -> dict:
     """A model with a LayerNorm over (C, H, W), as at L1/40: a 1x1 convolution, LayerNorm((C, H, W)), GELU and a
     second 1x1 convolution, trained with SGD with nn.LayerNorm and with the drop-in: step times (CUDA events around
     each whole step, median of `rounds`) and the gradients of the first step as int32 views. The `training_wide`
-    record."""
+    record. `dtype`: the model and its input cast to it (a bf16 model)."""
     import copy
 
     import torch
@@ -106,9 +107,11 @@ def wide_model(device="cuda", seed: int = 0, rounds: int = 10, **cfg) -> dict:
     shape = (c["channels"], c["height"], c["width"])
     ref = torch.nn.Sequential(torch.nn.Conv2d(c["channels"], c["channels"], 1), torch.nn.LayerNorm(shape),
                               torch.nn.GELU(), torch.nn.Conv2d(c["channels"], c["channels"], 1)).to(device)
+    ref = ref.to(getattr(torch, dtype))
     ours = copy.deepcopy(ref)
     swap_layer_norms(ours)
-    x = torch.randn(c["batch"], *shape, device=device, generator=torch.Generator(device=device).manual_seed(seed))
+    x = torch.randn(c["batch"], *shape, device=device,
+                    generator=torch.Generator(device=device).manual_seed(seed)).to(getattr(torch, dtype))
     out = {**c}
     first = []
     for name, model in (("native", ref), ("dropin", ours)):

@@ -1,0 +1,663 @@
+"""How people train (notebook 10, issue 54): the drop-in under CUDA autocast, on bfloat16/float16 tensors and inside
+torch.compile, each beside eager torch and torch.compile, timed in one run (`training_reach`), with the bits of
+every output and gradient and the steps of models trained with and without the swap; its rows, figure and the
+`reach` summary block. Apart from training_sweep because its methods change the dtype, the autocast state and the
+compiler around the same call.
+
+Protocols, named wherever a ratio appears: "eager per call" (labkit.studies.bench.PROTOCOL_B: CUDA events around
+one ordinary Python call, L2 flushed: host time counts) and "graph replay" (PROTOCOL_A: the GPU's time).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from labkit.tasks import L1_40, shape_key
+
+WIDE = (4, 1 << 22)                       # few wide rows: the chain's domain
+COMPILED_SHAPES = (L1_40, WIDE, (8192, 4096))
+ORDINARY = ((4096, 768), (8192, 1024), (8192, 4096), (16384, 4096), (2048, 16384))
+QUICK_ORDINARY = ((4096, 768), (8192, 4096))
+BITS_SHAPES = ((1, 4), (5, 516), (64, 1024), (4096, 768), (3, 512 * 33 + 4), (2, 1 << 20), (16, 1 << 18))
+HOST_SHAPE, HOST_CALLS = (8, 768), 2000
+LOW = ("bfloat16", "float16")
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+def _inputs(shape, dtype: str, param_dtype: str | None, seed: int, device, grad: bool):
+    """x ~ uniform as the other studies draw it (labkit.inputs), rounded to `dtype`; weight, bias ~ N(1, 0.2) and
+    N(0, 0.2) over shape[1:] in `param_dtype` (default x's); dy ~ N(0, 1) in float32 under autocast's policy, else
+    x's dtype."""
+    torch = _torch()
+    from labkit.inputs import make_affine, make_input
+
+    t = getattr(torch, dtype)
+    pt = getattr(torch, param_dtype or dtype)
+    x = make_input("uniform", shape, seed, device).to(t)
+    w, b = (v.to(pt) for v in make_affine("random_normal", shape[1:], seed, device))
+    for v in (x, w, b):
+        v.requires_grad_(grad)
+    return x, tuple(shape[1:]), w, b
+
+
+def _fwdbwd(fn, x, ns, w, b, dy, autocast: str | None = None):
+    """One training call: y = fn(...), then every gradient by torch.autograd.grad (nothing accumulates)."""
+    torch = _torch()
+    leaves = (x, w, b)
+
+    def step():
+        if autocast:
+            with torch.autocast("cuda", dtype=getattr(torch, autocast)):
+                y = fn(x, ns, w, b)
+        else:
+            y = fn(x, ns, w, b)
+        return (y, *torch.autograd.grad(y, leaves, dy))
+    return step
+
+
+def _forward(fn, x, ns, w, b):
+    torch = _torch()
+
+    def call():
+        with torch.no_grad():
+            return fn(x, ns, w, b)
+    return call
+
+
+def _bits(a, b) -> bool:
+    torch = _torch()
+    if a is None or b is None:
+        return a is None and b is None
+    view = {4: torch.int32, 2: torch.int16}[a.element_size()]
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.detach().contiguous().view(view),
+                                                                     b.detach().contiguous().view(view))
+
+
+def _fraction_equal(a, b) -> float:
+    """The fraction of elements of `a` whose bits equal `b`'s (torch.compile's own LayerNorm keeps few)."""
+    torch = _torch()
+    view = {4: torch.int32, 2: torch.int16}[a.element_size()]
+    return float((a.detach().contiguous().view(view) == b.detach().contiguous().view(view)).double().mean().item())
+
+
+def _stats(rec) -> dict:
+    return {k: {"median_ms": v["median_ms"], "q25_ms": v["q25_ms"], "q75_ms": v["q75_ms"]} for k, v in
+            rec.stats.items()}
+
+
+def _time(fns: dict, protocol, baseline: str) -> dict:
+    from labkit.studies.bench import time_methods
+
+    return _stats(time_methods(fns, protocol, baseline))
+
+
+def _compiled(fn, **options):
+    from labkit.studies.measure import compile_static
+
+    return compile_static(fn, fullgraph=True, **options)[0]
+
+
+def _f_layer_norm(x, ns, w, b):
+    return _torch().nn.functional.layer_norm(x, ns, w, b, 1e-5)
+
+
+def _dropin(x, ns, w, b):
+    from labkit import layer_norm
+
+    return layer_norm(x, ns, w, b, 1e-5)
+
+
+# --- the measurements ----------------------------------------------------------------------------------------------
+
+def autocast_l1_40(eager, seed: int, device) -> dict:
+    """bf16 autocast, forward + backward at L1/40 (bf16 x as a matmul under autocast leaves it, float32 parameters as
+    a module holds them), eager per call: torch, the drop-in, and autocast's own cast of x to float32 alone."""
+    torch = _torch()
+    x, ns, w, b = _inputs(L1_40, "bfloat16", "float32", seed, device, True)
+    dy = torch.randn(L1_40, device=device, generator=torch.Generator(device=device).manual_seed(seed + 1))
+    fns = {"native": _fwdbwd(_f_layer_norm, x, ns, w, b, dy, "bfloat16"),
+           "dropin": _fwdbwd(_dropin, x, ns, w, b, dy, "bfloat16")}
+    want, got = fns["native"](), fns["dropin"]()
+    xd = x.detach()
+    fns["autocast_cast"] = lambda: xd.to(torch.float32)
+    return {"shape": list(L1_40), "eager": _time(fns, eager, "native"),
+            "bits": [_bits(a, e) for a, e in zip(got, want)]}
+
+
+def low_precision(dtype: str, shape, eager, graph, seed: int, device, compiled: bool = True) -> dict:
+    """One dtype at one shape: forward under both protocols and forward + backward eager per call, for torch, the
+    drop-in, torch.compile (static shapes, fullgraph) and, forward, a copy of x (the bytes' floor) and the float32
+    drop-in at the same shape; the drop-in's bits and compile's bit-equal fraction against eager torch."""
+    torch = _torch()
+    from labkit import explain
+
+    x, ns, w, b = _inputs(shape, dtype, None, seed, device, True)
+    dy = torch.randn(shape, device=device, generator=torch.Generator(device=device).manual_seed(seed + 1)).to(x.dtype)
+    xf, wf, bf = (v.detach().float() for v in (x, w, b))
+    xd, wd, bd = (v.detach() for v in (x, w, b))
+    y = torch.empty_like(xd)
+    fwd = {"native": _forward(_f_layer_norm, xd, ns, wd, bd), "dropin": _forward(_dropin, xd, ns, wd, bd),
+           "float32_dropin": _forward(_dropin, xf, ns, wf, bf), "copy": lambda: y.copy_(xd)}
+    train = {"native": _fwdbwd(_f_layer_norm, x, ns, w, b, dy), "dropin": _fwdbwd(_dropin, x, ns, w, b, dy)}
+    out = {"dtype": dtype, "shape": list(shape), "key": shape_key(shape), "errors": {},
+           "path": explain(xd, ns, wd, bd)["path"]}
+    want_f, want_t = fwd["native"](), train["native"]()
+    out["bits_forward"] = _bits(fwd["dropin"](), want_f)
+    out["bits_fwdbwd"] = [_bits(a, e) for a, e in zip(train["dropin"](), want_t)]
+    if compiled:
+        try:
+            cf = _compiled(_f_layer_norm)
+            fwd["compile"] = _forward(cf, xd, ns, wd, bd)
+            train["compile"] = _fwdbwd(_compiled(_f_layer_norm), x, ns, w, b, dy)
+            out["compile_equal_fraction"] = _fraction_equal(fwd["compile"](), want_f)
+        except Exception as exc:  # a compiler failure is a finding, not a crash of the study
+            out["errors"]["compile"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+    out["forward_eager"] = _time(fwd, eager, "native")
+    out["forward_graph"] = _time(fwd, graph, "native")
+    out["fwdbwd_eager"] = _time(train, eager, "native")
+    return out
+
+
+def ordinary(shapes, eager, graph, seed: int, device) -> list[dict]:
+    """bf16 forward at ordinary transformer shapes: graph replay beside torch.compile and Liger-Kernel
+    (labkit.studies.methods' builds), eager per call beside torch; the drop-in's bits and path."""
+    torch = _torch()
+    from labkit import dispatch_protocol, explain
+    from labkit.studies import methods as registry
+
+    rows = []
+    for shape in shapes:
+        x, ns, w, b = _inputs(shape, "bfloat16", None, seed, device, False)
+        row = {"key": shape_key(shape), "shape": list(shape), "errors": {}, "path": explain(x, ns, w, b)["path"]}
+
+        def graph_dropin(x=x, ns=ns, w=w, b=b):
+            with dispatch_protocol("graph"):
+                return _dropin(x, ns, w, b)
+        with torch.no_grad():
+            fns = {"native": _forward(_f_layer_norm, x, ns, w, b), "dropin": graph_dropin}
+            for name in ("inductor", "liger"):
+                built = registry.build(registry.get(name), x, w, b, 1e-5)
+                if built["fn"] is None:
+                    row["errors"][name] = built["error"]
+                else:
+                    fns[name] = built["fn"]
+            row["identical"] = _bits(fns["dropin"](), fns["native"]())
+            row["graph"] = _time(fns, graph, "native")
+            row["eager"] = _time({"native": fns["native"], "dropin": _forward(_dropin, x, ns, w, b)}, eager, "native")
+        rows.append(row)
+    return rows
+
+
+def compiled_vs_eager(shapes, eager, seed: int, device) -> list[dict]:
+    """float32 forward + backward, eager per call: the eager drop-in, torch.compile of a function calling it (its
+    registered ops, served from C++), default and reduce-overhead, and torch eager and compiled beside them."""
+    torch = _torch()
+    rows = []
+    for shape in shapes:
+        x, ns, w, b = _inputs(shape, "float32", None, seed, device, True)
+        dy = torch.randn(shape, device=device, generator=torch.Generator(device=device).manual_seed(seed + 1))
+        fns = {"native": _fwdbwd(_f_layer_norm, x, ns, w, b, dy), "dropin": _fwdbwd(_dropin, x, ns, w, b, dy),
+               "native_compiled": _fwdbwd(_compiled(_f_layer_norm), x, ns, w, b, dy),
+               "dropin_compiled": _fwdbwd(_compiled(_dropin), x, ns, w, b, dy)}
+        row = {"key": shape_key(shape), "shape": list(shape), "errors": {}}
+        try:
+            fns["dropin_reduce_overhead"] = _fwdbwd(_compiled(_dropin, mode="reduce-overhead"), x, ns, w, b, dy)
+            for _ in range(3):
+                fns["dropin_reduce_overhead"]()
+        except Exception as exc:
+            fns.pop("dropin_reduce_overhead", None)
+            row["errors"]["reduce-overhead"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        want = fns["dropin"]()
+        row["bits_compiled"] = all(_bits(a, e) for a, e in zip(fns["dropin_compiled"](), want))
+        row["eager"] = _time(fns, eager, "dropin")
+        rows.append(row)
+    return rows
+
+
+def host_per_op(device) -> dict:
+    """Host microseconds per direct call of the registered ops beside aten's own at a tiny shape (the GPU keeps up):
+    forward (labkit::layer_norm against aten::native_layer_norm) and backward; and a compiled forward + backward of
+    the drop-in beside torch.compile of F.layer_norm, in float32 and bf16; and a bf16 eager call beside torch's."""
+    torch = _torch()
+    import labkit  # noqa: F401  (registers labkit::layer_norm)
+    from labkit.studies.measure import host_us_per_call
+
+    sync = torch.cuda.synchronize
+    out = {"shape": list(HOST_SHAPE), "calls": HOST_CALLS}
+    x, ns, w, b = _inputs(HOST_SHAPE, "float32", None, 0, device, False)
+    y, mean, rstd = torch.ops.aten.native_layer_norm(x, list(ns), w, b, 1e-5)
+    dy = torch.ones_like(x)
+    ops = {"labkit_forward": lambda: torch.ops.labkit.layer_norm(x, list(ns), w, b, 1e-5),
+           "aten_forward": lambda: torch.ops.aten.native_layer_norm(x, list(ns), w, b, 1e-5),
+           "labkit_backward": lambda: torch.ops.labkit.layer_norm_backward(dy, x, list(ns), mean, rstd, w, b,
+                                                                             [True, True, True]),
+           "aten_backward": lambda: torch.ops.aten.native_layer_norm_backward(dy, x, list(ns), mean, rstd, w, b,
+                                                                              [True, True, True])}
+    with torch.no_grad():
+        for name, fn in ops.items():
+            out[f"{name}_us"] = host_us_per_call(fn, HOST_CALLS, sync)
+    for dtype in ("float32", "bfloat16"):
+        xg, ns, wg, bg = _inputs(HOST_SHAPE, dtype, None, 0, device, True)
+        dyg = torch.ones_like(xg)
+        for name, fn in (("native_compiled", _f_layer_norm), ("dropin_compiled", _dropin)):
+            out[f"{dtype}_{name}_fwdbwd_us"] = host_us_per_call(_fwdbwd(_compiled(fn), xg, ns, wg, bg, dyg), 300, sync,
+                                                               warmups=20)
+        xd, wd, bd = (v.detach() for v in (xg, wg, bg))
+        for name, fn in (("native", _f_layer_norm), ("dropin", _dropin)):
+            out[f"{dtype}_{name}_eager_forward_us"] = host_us_per_call(_forward(fn, xd, ns, wd, bd), HOST_CALLS, sync)
+    return out
+
+
+def bits_counts(device, seed: int = 0) -> dict:
+    """k/n of calls whose every output (y; and dx, dweight, dbias with grad) equals F.layer_norm's as integer
+    views: bf16 and fp16 tensors, forward and forward + backward, and bf16/fp16 autocast over float32 parameters,
+    at BITS_SHAPES x (weight and bias, weight only, neither)."""
+    torch = _torch()
+    counts = {}
+    for label, dtype, pdtype, autocast in (("bfloat16", "bfloat16", None, None), ("float16", "float16", None, None),
+                                           ("autocast_bfloat16", "bfloat16", "float32", "bfloat16"),
+                                           ("autocast_float16", "float16", "float32", "float16")):
+        fwd = train = n = 0
+        for i, shape in enumerate(BITS_SHAPES):
+            for affine in ("both", "weight", "none"):
+                x, ns, w, b = _inputs(shape, dtype, pdtype, seed + i, device, True)
+                w = w if affine != "none" else None
+                b = b if affine == "both" else None
+                ydt = torch.float32 if autocast else x.dtype
+                dy = torch.randn(shape, device=device).to(ydt)
+                leaves = tuple(v for v in (x, w, b) if v is not None)
+
+                def step(fn):
+                    with torch.autocast("cuda", dtype=getattr(torch, autocast or "bfloat16"), enabled=bool(autocast)):
+                        y = fn(x, ns, w, b)
+                    return (y, *torch.autograd.grad(y, leaves, dy))
+                got, want = step(_dropin), step(_f_layer_norm)
+                n += 1
+                fwd += _bits(got[0], want[0])
+                train += all(_bits(a, e) for a, e in zip(got, want))
+        counts[label] = {"forward": f"{fwd}/{n}", "fwdbwd": f"{train}/{n}"}
+    return counts
+
+
+def model_steps(device, seed: int = 0) -> list[dict]:
+    """The small transformer of labkit.studies.training_models trained with and without the swap, eager, under
+    deterministic algorithms: cast to bf16 (`.to(torch.bfloat16)`), and in float32 under bf16 autocast; losses,
+    every gradient of every step and the weights after the last, as integer views; step times (CUDA events around
+    each whole step, medians of 10 after 2) of the same two models."""
+    import copy
+
+    torch = _torch()
+    from labkit import swap_layer_norms
+    from labkit.studies.measure import deterministic_algorithms
+    from labkit.studies.training_models import MODEL, make_transformer
+
+    rows = []
+    for setup in ("bf16 model", "bf16 autocast"):
+        with deterministic_algorithms():
+            ref = make_transformer(device, seed)
+            if setup == "bf16 model":
+                ref = ref.to(torch.bfloat16)
+            ours = copy.deepcopy(ref)
+            swap_layer_norms(ours)
+            g = torch.Generator(device="cpu").manual_seed(seed + 1)
+            tokens = torch.randint(0, MODEL["vocab"], (MODEL["batch"], MODEL["seq"]), generator=g).to(device)
+            targets = torch.randint(0, MODEL["vocab"], (MODEL["batch"], MODEL["seq"]), generator=g).to(device)
+            res = {}
+            for name, model in (("native", ref), ("dropin", ours)):
+                res[name] = _train(model, tokens, targets, setup == "bf16 autocast")
+        (rl, rg, rw, rt), (ol, og, ow, ot) = res["native"], res["dropin"]
+        pairs = [(a, b) for ga, gb in zip(rg, og) for a, b in zip(ga, gb)]
+        steps_ok = all(map(_bits, rl, ol)) and all(_bits(a, b) for a, b in pairs) and all(map(_bits, rw, ow))
+        rows.append({"setup": setup, "steps": len(rl), "losses_identical": f"{sum(map(_bits, rl, ol))}/{len(rl)}",
+                     "grads_identical": f"{sum(_bits(a, b) for a, b in pairs)}/{len(pairs)}",
+                     "weights_identical": f"{sum(map(_bits, rw, ow))}/{len(rw)}", "identical": steps_ok,
+                     "native_step_ms": rt, "dropin_step_ms": ot})
+    return rows
+
+
+def _train(model, tokens, targets, autocast: bool, steps: int = 3, timed: int = 10):
+    torch = _torch()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    losses, grads, times = [], [], []
+    for i in range(steps + 2 + timed):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            logits = model(tokens)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
+                                                     targets.reshape(-1))
+        loss.backward()
+        if i < steps:
+            losses.append(loss.detach().clone())
+            grads.append([p.grad.detach().clone() for p in model.parameters()])
+        opt.step()
+        end.record()
+        end.synchronize()
+        if i >= steps + 2:
+            times.append(start.elapsed_time(end))
+    weights = [p.detach().clone() for p in model.parameters()]
+    return losses, grads, weights, sorted(times)[len(times) // 2]
+
+
+def wide_bf16(device, seed: int = 0) -> dict:
+    """The wide model of labkit.studies.training_models (a LayerNorm over (C, H, W) between two 1x1 convolutions)
+    cast to bf16, with and without the swap: step times and the first step's gradients as integer views."""
+    from labkit.studies.training_models import wide_model
+
+    return {**wide_model(device, seed, dtype="bfloat16"), "dtype": "bfloat16"}
+
+
+def reach(mode: str = "quick", rounds: int = 15, seed: int = 0, device="cuda", log=None) -> dict:
+    """Every measurement above in one run (one process, one GPU): the `training_reach` record. A part that raises
+    is recorded with its error, never as a result."""
+    from labkit.ops.dropin.aten import refuse_while_enabled
+
+    refuse_while_enabled("the training reach study")
+    torch = _torch()
+    from labkit.studies.bench import PROTOCOL_A, PROTOCOL_B
+    from labkit.studies.dropin_sweep import _raise_recompile_limit
+
+    eager, graph = replace(PROTOCOL_B, rounds=rounds), replace(PROTOCOL_A, rounds=rounds)
+    _raise_recompile_limit()
+    out = {"mode": mode, "protocols": {"eager": eager.__dict__, "graph": graph.__dict__},
+           "device": torch.cuda.get_device_name(), "errors": {}}
+    parts = (
+        ("autocast", lambda: autocast_l1_40(eager, seed, device)),
+        ("low_precision", lambda: [low_precision(d, s, eager, graph, seed, device)
+                                   for d, s in (("bfloat16", L1_40), ("bfloat16", WIDE), ("float16", L1_40))]),
+        ("ordinary", lambda: ordinary(ORDINARY if mode == "full" else QUICK_ORDINARY, eager, graph, seed, device)),
+        ("compiled", lambda: compiled_vs_eager(COMPILED_SHAPES, eager, seed, device)),
+        ("host", lambda: host_per_op(device)),
+        ("bits", lambda: bits_counts(device, seed)),
+        ("models", lambda: model_steps(device, seed)),
+        ("wide_bf16", lambda: wide_bf16(device, seed)),
+    )
+    for name, part in parts:
+        t0 = time.perf_counter()
+        try:
+            out[name] = part()
+        except Exception as exc:
+            out["errors"][name] = f"{type(exc).__name__}: {str(exc)[:400]}"
+        torch.cuda.empty_cache()
+        if log:
+            log(f"{name}: {time.perf_counter() - t0:.1f} s")
+    return out
+
+
+# --- reading the record --------------------------------------------------------------------------------------------
+
+def _med(stats: dict | None, name: str) -> float | None:
+    v = (stats or {}).get(name)
+    return None if v is None else v["median_ms"]
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None or b == 0 else a / b
+
+
+def _lp(rec: dict | None, dtype: str, shape) -> dict:
+    return next((r for r in (rec or {}).get("low_precision") or [] if r["dtype"] == dtype and
+                 r["shape"] == list(shape)), {})
+
+
+def _frac(s: str | None) -> tuple[int, int]:
+    if not s:
+        return 0, 0
+    k, n = s.split("/")
+    return int(k), int(n)
+
+
+def bits_total(rec: dict | None) -> str | None:
+    """Every bits count of the record as one k/n: the bits_counts cases (forward and forward + backward, each dtype
+    and autocast), the timed cases' own checks, the compiled rows."""
+    if not rec or "bits" not in rec:
+        return None
+    k = n = 0
+    for c in rec["bits"].values():
+        for key in ("forward", "fwdbwd"):
+            a, b = _frac(c[key])
+            k, n = k + a, n + b
+    for r in rec.get("low_precision") or []:
+        k, n = k + r["bits_forward"] + all(r["bits_fwdbwd"]), n + 2
+    if "autocast" in rec:
+        k, n = k + all(rec["autocast"]["bits"]), n + 1
+    for r in rec.get("compiled") or []:
+        k, n = k + r["bits_compiled"], n + 1
+    for r in rec.get("ordinary") or []:
+        k, n = k + r["identical"], n + 1
+    return f"{k}/{n}"
+
+
+def block(rec: dict | None) -> dict | None:
+    """The `reach` block of `labkit summary RUN --json` (issue 54's keys), from the record alone."""
+    if not rec:
+        return None
+    ac = (rec.get("autocast") or {}).get("eager")
+    bl = _lp(rec, "bfloat16", L1_40)
+    worst_peer = None
+    for r in rec.get("ordinary") or []:
+        g = r["graph"]
+        peers = [_med(g, p) for p in ("inductor", "liger") if _med(g, p) is not None]
+        if peers and _med(g, "dropin"):
+            v = min(peers) / _med(g, "dropin")
+            worst_peer = v if worst_peer is None else min(worst_peer, v)
+    worst_compiled = None
+    for r in rec.get("compiled") or []:
+        v = _ratio(_med(r["eager"], "dropin_compiled"), _med(r["eager"], "dropin"))
+        if v is not None:
+            worst_compiled = v if worst_compiled is None else max(worst_compiled, v)
+    models = rec.get("models") or []
+    return {"autocast_l1_40_fwdbwd_ms": _med(ac, "dropin"), "autocast_native_l1_40_fwdbwd_ms": _med(ac, "native"),
+            "bf16_l1_40_fwd_ms": _med(bl.get("forward_eager"), "dropin"),
+            "bf16_compile_l1_40_fwd_ms": _med(bl.get("forward_eager"), "compile"),
+            "bf16_l1_40_fwdbwd_ms": _med(bl.get("fwdbwd_eager"), "dropin"),
+            "bf16_ordinary_worst_vs_peer": worst_peer, "compiled_vs_eager_worst": worst_compiled,
+            "bits_identical": bits_total(rec),
+            "model_steps_identical": f"{sum(m['identical'] for m in models)}/{len(models)}" if models else None}
+
+
+def _fmt(v, f=".3f"):
+    return "—" if v is None else format(v, f)
+
+
+def table_rows(rec: dict | None) -> list[dict]:
+    """One row per setup: the drop-in beside eager torch (the drop-in before this work handed these calls to torch:
+    torch's column is also its 'before') and torch.compile, milliseconds (median [quartiles]) with each ratio's
+    protocol named."""
+    if not rec:
+        return []
+    rows = []
+
+    def add(setup, protocol, stats, ours="dropin", compiled="compile"):
+        o, n, c = _med(stats, ours), _med(stats, "native"), _med(stats, compiled)
+        q = (stats or {}).get(ours) or {}
+        rows.append({"setup": setup, "protocol": protocol, "drop-in ms": _fmt(o),
+                     "[q25, q75]": f"[{_fmt(q.get('q25_ms'))}, {_fmt(q.get('q75_ms'))}]" if q else "—",
+                     "torch eager ms (before)": _fmt(n), "x vs torch": _fmt(_ratio(n, o), ".1f"),
+                     "torch.compile ms": _fmt(c), "x vs compile": _fmt(_ratio(c, o), ".2f")})
+    ac = rec.get("autocast")
+    if ac:
+        add("bf16 autocast, fwd+bwd, L1/40", "eager per call", ac["eager"])
+    for r in rec.get("low_precision") or []:
+        add(f"{r['dtype']} forward, {r['key']}", "eager per call", r["forward_eager"])
+        add(f"{r['dtype']} forward, {r['key']}", "graph replay", r["forward_graph"])
+        add(f"{r['dtype']} fwd+bwd, {r['key']}", "eager per call", r["fwdbwd_eager"])
+    for r in rec.get("compiled") or []:
+        add(f"float32 fwd+bwd compiled, {r['key']}", "eager per call", r["eager"], "dropin_compiled",
+            "native_compiled")
+    return rows
+
+
+def compiled_rows(rec: dict | None) -> list[dict]:
+    """The compiled drop-in beside the eager one (float32 fwd+bwd, eager per call): the goal is <= 1.05x."""
+    return [{"shape": r["key"], "eager drop-in ms": _fmt(_med(r["eager"], "dropin")),
+             "compiled ms": _fmt(_med(r["eager"], "dropin_compiled")),
+             "reduce-overhead ms": _fmt(_med(r["eager"], "dropin_reduce_overhead")),
+             "compiled / eager": _fmt(_ratio(_med(r["eager"], "dropin_compiled"), _med(r["eager"], "dropin")), ".2f"),
+             "torch.compile ms": _fmt(_med(r["eager"], "native_compiled")),
+             "bits (compiled = eager)": "identical" if r["bits_compiled"] else "DIFFER"}
+            for r in (rec or {}).get("compiled") or []]
+
+
+def host_rows(rec: dict | None) -> list[dict]:
+    h = (rec or {}).get("host")
+    if not h:
+        return []
+    return [{"call (8 x 768)": "forward op, direct", "ours us": _fmt(h["labkit_forward_us"], ".1f"),
+             "torch's us": _fmt(h["aten_forward_us"], ".1f"),
+             "difference us": _fmt(h["labkit_forward_us"] - h["aten_forward_us"], ".1f")},
+            {"call (8 x 768)": "backward op, direct", "ours us": _fmt(h["labkit_backward_us"], ".1f"),
+             "torch's us": _fmt(h["aten_backward_us"], ".1f"),
+             "difference us": _fmt(h["labkit_backward_us"] - h["aten_backward_us"], ".1f")},
+            *({"call (8 x 768)": f"{d} compiled fwd+bwd", "ours us": _fmt(h[f"{d}_dropin_compiled_fwdbwd_us"], ".1f"),
+               "torch's us": _fmt(h[f"{d}_native_compiled_fwdbwd_us"], ".1f"),
+               "difference us": _fmt(h[f"{d}_dropin_compiled_fwdbwd_us"] - h[f"{d}_native_compiled_fwdbwd_us"], ".1f")}
+              for d in ("float32", "bfloat16")),
+            *({"call (8 x 768)": f"{d} eager forward", "ours us": _fmt(h[f"{d}_dropin_eager_forward_us"], ".1f"),
+               "torch's us": _fmt(h[f"{d}_native_eager_forward_us"], ".1f"),
+               "difference us": _fmt(h[f"{d}_dropin_eager_forward_us"] - h[f"{d}_native_eager_forward_us"], ".1f")}
+              for d in ("float32", "bfloat16"))]
+
+
+def ordinary_rows(rec: dict | None) -> list[dict]:
+    out = []
+    for r in (rec or {}).get("ordinary") or []:
+        g, e = r["graph"], r["eager"]
+        peer = min((v for v in (_med(g, "inductor"), _med(g, "liger")) if v is not None), default=None)
+        out.append({"bf16 shape": r["key"], "path": r["path"], "drop-in us (graph)": _fmt(_us(_med(g, "dropin")), ".1f"),
+                    "torch.compile us": _fmt(_us(_med(g, "inductor")), ".1f"),
+                    "Liger us": _fmt(_us(_med(g, "liger")), ".1f"),
+                    "x vs faster peer (graph replay)": _fmt(_ratio(peer, _med(g, "dropin")), ".2f"),
+                    "x vs torch (eager per call)": _fmt(_ratio(_med(e, "native"), _med(e, "dropin")), ".2f"),
+                    "bits": "identical" if r["identical"] else "DIFFER"})
+    return out
+
+
+def _us(ms):
+    return None if ms is None else 1e3 * ms
+
+
+def bits_rows(rec: dict | None) -> list[dict]:
+    rows = [{"inputs": k.replace("_", " "), "forward identical": v["forward"], "fwd+bwd identical": v["fwdbwd"]}
+            for k, v in ((rec or {}).get("bits") or {}).items()]
+    for r in (rec or {}).get("low_precision") or []:
+        if "compile_equal_fraction" in r:
+            rows.append({"inputs": f"torch.compile {r['dtype']} {r['key']} (not ours)",
+                         "forward identical": f"{r['compile_equal_fraction']:.1%} of elements",
+                         "fwd+bwd identical": "—"})
+    return rows
+
+
+def model_rows(rec: dict | None) -> list[dict]:
+    out = [{"model": f"transformer, {m['setup']}", "losses": m["losses_identical"], "gradients": m["grads_identical"],
+            "weights": m["weights_identical"], "native step ms": _fmt(m["native_step_ms"]),
+            "drop-in step ms": _fmt(m["dropin_step_ms"]),
+            "x vs native (per step)": _fmt(_ratio(m["native_step_ms"], m["dropin_step_ms"]), ".2f")}
+           for m in (rec or {}).get("models") or []]
+    w = (rec or {}).get("wide_bf16")
+    if w:
+        out.append({"model": "wide LayerNorm (C, H, W), bf16", "losses": "—",
+                    "gradients": w["first_step_grads_identical"], "weights": "—",
+                    "native step ms": _fmt(w["native_step_ms"]), "drop-in step ms": _fmt(w["dropin_step_ms"]),
+                    "x vs native (per step)": _fmt(_ratio(w["native_step_ms"], w["dropin_step_ms"]), ".2f")})
+    return out
+
+
+def figure(rec: dict | None, label: str = ""):
+    """Speedup over eager torch of the drop-in and of torch.compile per setup (log scale), each bar's protocol in
+    its label: where the drop-in stands against the compiler people train with."""
+    rows = [r for r in table_rows(rec) if r["x vs torch"] != "—"]
+    if not rows:
+        return None
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names = [f"{r['setup']} ({r['protocol']})" for r in rows]
+    ours = [float(r["x vs torch"]) for r in rows]
+    comp = [float(r["torch.compile ms"]) if r["torch.compile ms"] != "—" else np.nan for r in rows]
+    native = [float(r["torch eager ms (before)"]) for r in rows]
+    comp_x = [n / c if c == c else np.nan for n, c in zip(native, comp)]
+    fig, ax = plt.subplots(figsize=(9, 0.42 * len(rows) + 1.2))
+    y = np.arange(len(rows))
+    ax.barh(y - 0.2, ours, 0.4, label="drop-in (torch's bits)")
+    ax.barh(y + 0.2, comp_x, 0.4, label="torch.compile (its own bits)")
+    ax.set_yticks(y, names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="grey", lw=0.8)
+    ax.set_xlabel("speedup over eager torch (x, log scale)")
+    ax.set_title(f"How people train: speedup over eager torch {label}".strip(), fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def goals(rec: dict | None) -> list[dict]:
+    """Issue 54's goals read from the record: each with its value, its protocol and whether it is met."""
+    b = block(rec)
+    if not b:
+        return []
+    bl = _lp(rec, "bfloat16", L1_40)
+    wide = _lp(rec, "bfloat16", WIDE)
+    ac = (rec.get("autocast") or {}).get("eager")
+    models = rec.get("models") or []
+    out = []
+
+    def goal(what, value, limit, at_least, protocol, fmt=".3f"):
+        met = None if value is None else (value >= limit if at_least else value <= limit)
+        out.append({"goal": what, "value": _fmt(value, fmt), "limit": f"{'>=' if at_least else '<='} {limit}",
+                    "protocol": protocol, "met": "—" if met is None else ("yes" if met else "no")})
+    goal("bf16 autocast fwd+bwd at L1/40, ms", b["autocast_l1_40_fwdbwd_ms"], 0.90, False, "eager per call")
+    goal("... x vs torch under autocast", _ratio(_med(ac, "native"), _med(ac, "dropin")), 15, True,
+         "eager per call", ".1f")
+    goal("bf16 forward at L1/40, ms", b["bf16_l1_40_fwd_ms"], 0.24, False, "eager per call")
+    goal("... x vs torch", _ratio(_med(bl.get("forward_eager"), "native"), b["bf16_l1_40_fwd_ms"]), 30, True,
+         "eager per call", ".1f")
+    goal("bf16 fwd+bwd at L1/40, ms", b["bf16_l1_40_fwdbwd_ms"], 0.60, False, "eager per call")
+    goal("bf16 at 4 x 4194304 / float32 drop-in there (forward)",
+         _ratio(_med(wide.get("forward_graph"), "dropin"), _med(wide.get("forward_graph"), "float32_dropin")), 1.1,
+         False, "graph replay", ".2f")
+    goal("bf16 ordinary shapes: worst x vs the faster of Liger and torch.compile", b["bf16_ordinary_worst_vs_peer"],
+         0.95, True, "graph replay", ".2f")
+    worst_native = min((_ratio(_med(r["eager"], "native"), _med(r["eager"], "dropin")) for r in
+                        rec.get("ordinary") or []), default=None)
+    goal("bf16 ordinary shapes: worst x vs torch", worst_native, 1.0, True, "eager per call", ".2f")
+    goal("compiled drop-in fwd+bwd / eager drop-in (worst of 3 shapes)", b["compiled_vs_eager_worst"], 1.05, False,
+         "eager per call", ".2f")
+    h = rec.get("host") or {}
+    for d in ("forward", "backward"):
+        if f"labkit_{d}_us" in h:
+            goal(f"host cost of the {d} op over torch's own, us", h[f"labkit_{d}_us"] - h[f"aten_{d}_us"], 15,
+                 False, "host wall per call, 8 x 768", ".1f")
+    if "bfloat16_dropin_eager_forward_us" in h:
+        goal("bf16 eager forward host cost over torch's, us",
+             h["bfloat16_dropin_eager_forward_us"] - h["bfloat16_native_eager_forward_us"], 2, False,
+             "host wall per call, 8 x 768", ".1f")
+    for m in models:
+        goal(f"transformer {m['setup']}: step time x vs native", _ratio(m["native_step_ms"], m["dropin_step_ms"]),
+             1.0, True, "CUDA events per step", ".2f")
+    return out
+
+
+def verdict_lines(rec: dict | None, source: str) -> list[str]:
+    """The section's verdict, generated from the record."""
+    if not rec:
+        return [f"How people train: no record ({source})."]
+    b = block(rec)
+    g = goals(rec)
+    met = sum(r["met"] == "yes" for r in g)
+    lines = [f"How people train ({source}, {rec.get('device')}): {met} of {len(g)} goals met; bits identical "
+             f"{b['bits_identical']}; model steps identical {b['model_steps_identical']}."]
+    missed = [r for r in g if r["met"] == "no"]
+    if missed:
+        lines.append("Not met: " + "; ".join(f"{r['goal']} {r['value']} ({r['limit']}, {r['protocol']})"
+                                             for r in missed) + ".")
+    if rec.get("errors"):
+        lines.append("Parts that did not run: " + "; ".join(f"{k}: {v}" for k, v in rec["errors"].items()) + ".")
+    return lines

@@ -98,7 +98,7 @@ class KernelPlan(Plan):
         # the buffers' alignment our kernels need: torch's vector (4 elements of x's dtype: what its can_vectorize
         # asks, so a call off it is torch's other path anyway), or 16 bytes where a tensor map reads x (the chain's
         # tma blocking, whose 2-byte x torch would take 8 bytes off 16: torch's vectorized kernel serves that call)
-        self.align = 16 if getattr(path_launches, "geometry", None) is not None else 4 * x.element_size()
+        self.align = 16 if getattr(path_launches, "tensor_map", None) is not None else 4 * x.element_size()
         self.shape = tuple(x.shape)
         self.rows = path_launches.rows
         self.stat_shape = self.shape[:x.dim() - len(normalized_shape)] + (1,) * len(normalized_shape)

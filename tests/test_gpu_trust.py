@@ -33,6 +33,19 @@ def test_the_canary_passes_here(fresh):
     assert rec["cases"] >= 20
 
 
+def test_the_canary_passes_inside_autocast(fresh):
+    """A first plan made inside torch.autocast runs the check there: autocast's policy must not cast the reference
+    (torch.native_layer_norm of a bf16 x would give float32 y and fail every 2-byte case)."""
+    import torch
+
+    from labkit.ops.dropin import canary
+
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        result = canary.run(torch.cuda.current_device())
+    assert result["identical"], result
+    assert torch.is_autocast_enabled("cuda") is False
+
+
 def test_the_verdict_names_its_source(fresh):
     import torch
 

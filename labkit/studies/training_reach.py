@@ -313,7 +313,16 @@ def model_steps(device, seed: int = 0) -> list[dict]:
         (rl, rg, rw, rt), (ol, og, ow, ot) = res["native"], res["dropin"]
         pairs = [(a, b) for ga, gb in zip(rg, og) for a, b in zip(ga, gb)]
         steps_ok = all(map(_bits, rl, ol)) and all(_bits(a, b) for a, b in pairs) and all(map(_bits, rw, ow))
+        compiled = {}
+        if setup == "bf16 model":  # compiled step times (Inductor's own LayerNorm has its bits: times only)
+            try:
+                for name, model in (("native", ref), ("dropin", ours)):
+                    compiled[name] = _train(torch.compile(model), tokens, targets, False)[3]
+            except Exception as exc:
+                compiled["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         rows.append({"setup": setup, "steps": len(rl), "losses_identical": f"{sum(map(_bits, rl, ol))}/{len(rl)}",
+                     "compiled_native_step_ms": compiled.get("native"),
+                     "compiled_dropin_step_ms": compiled.get("dropin"), "compiled_error": compiled.get("error"),
                      "grads_identical": f"{sum(_bits(a, b) for a, b in pairs)}/{len(pairs)}",
                      "weights_identical": f"{sum(map(_bits, rw, ow))}/{len(rw)}", "identical": steps_ok,
                      "native_step_ms": rt, "dropin_step_ms": ot})
@@ -353,6 +362,79 @@ def wide_bf16(device, seed: int = 0) -> dict:
     return {**wide_model(device, seed, dtype="bfloat16"), "dtype": "bfloat16"}
 
 
+FUZZ_KINDS = ("normal", "offset", "huge", "tiny", "mixed", "constant", "nonfinite")
+FUZZ_SETUPS = (("bfloat16", None), ("float16", None), ("bfloat16", "autocast"), ("float16", "autocast"))
+
+
+def fuzz(n_cases: int = 2000, seed: int = 0, time_budget_s: float = 60.0, max_numel: int = 1 << 22,
+         device="cuda") -> dict:
+    """Random (rows, N) (N % 4 == 0 mostly, some ragged, which torch's other path serves), value classes, eps,
+    affines and setups (bf16 or fp16 tensors; bf16 or fp16 x under autocast with float32 parameters): y and every
+    gradient of labkit.layer_norm against F.layer_norm with autograd, integer views. The record's `fuzz` part: per
+    case its draw, the path that served and the verdict."""
+    import numpy as np
+
+    torch = _torch()
+    from labkit import explain
+
+    rng = np.random.default_rng(seed)
+    cases, t0 = [], time.perf_counter()
+    while len(cases) < n_cases and time.perf_counter() - t0 < time_budget_s:
+        n = 4 * int(np.exp(rng.uniform(0, np.log(max_numel // 4))))
+        n += 2 * int(rng.random() < 0.05)  # ragged now and then
+        rows = max(1, int(np.exp(rng.uniform(0, np.log(max(1, max_numel // n))))))
+        kind = FUZZ_KINDS[int(rng.integers(len(FUZZ_KINDS)))]
+        eps = float(rng.choice([1e-5, 0.0, 1e-2]))
+        affine = str(rng.choice(["both", "weight", "none"]))
+        dtype, setup = FUZZ_SETUPS[int(rng.integers(len(FUZZ_SETUPS)))]
+        t = getattr(torch, dtype)
+        g = torch.Generator(device=device).manual_seed(int(rng.integers(1 << 30)))
+        x = torch.randn(rows, n, device=device, generator=g)
+        if kind == "offset":
+            x += 1000
+        elif kind == "huge":
+            x *= 1e4 if dtype == "float16" else 1e30
+        elif kind == "tiny":
+            x *= 1e-4 if dtype == "float16" else 1e-30
+        elif kind == "mixed":
+            x *= torch.exp((2 if dtype == "float16" else 8) * torch.randn(rows, n, device=device, generator=g))
+        elif kind == "constant":
+            x[:] = x[:, :1]
+        elif kind == "nonfinite":
+            x.view(-1)[:: 1 + int(rng.integers(50))] = float("inf")
+        pt = torch.float32 if setup else t
+        x = x.to(t).requires_grad_()
+        w = torch.randn(n, device=device, generator=g).to(pt).requires_grad_() if affine != "none" else None
+        b = torch.randn(n, device=device, generator=g).to(pt).requires_grad_() if affine == "both" else None
+        dy = torch.randn(rows, n, device=device, generator=g).to(torch.float32 if setup else t)
+        leaves = tuple(v for v in (x, w, b) if v is not None)
+
+        def step(fn):
+            with torch.autocast("cuda", dtype=t, enabled=bool(setup)):
+                y = fn(x, (n,), w, b, eps)
+            return (y, *torch.autograd.grad(y, leaves, dy))
+        from labkit import layer_norm
+        try:
+            got, want = step(layer_norm), step(torch.nn.functional.layer_norm)
+            ok = all(_bits(a, e) for a, e in zip(got, want))
+        except Exception as exc:
+            ok = f"{type(exc).__name__}: {str(exc)[:200]}"
+        # the tensors our kernels see: autocast's float32 casts of them under autocast
+        seen = [None if v is None else (v.detach().float() if setup else v.detach()) for v in (x, w, b)]
+        path = explain(seen[0], (n,), seen[1], seen[2], eps)["path"]
+        cases.append({"shape": [rows, n], "dtype": dtype, "setup": setup or "tensors", "values": kind, "eps": eps,
+                      "affine": affine, "path": path, "identical": ok})
+        x = w = b = dy = None
+    return {"cases": cases, "seconds": time.perf_counter() - t0, "seed": seed}
+
+
+def fuzz_counts(rec: dict | None) -> dict:
+    cases = ((rec or {}).get("fuzz") or {}).get("cases", [])
+    ours = [c for c in cases if c["path"] != "native"]
+    return {"cases": len(cases), "served_by_ours": len(ours), "shapes": len({tuple(c["shape"]) for c in cases}),
+            "mismatches": sum(c["identical"] is not True for c in cases)}
+
+
 def reach(mode: str = "quick", rounds: int = 15, seed: int = 0, device="cuda", log=None) -> dict:
     """Every measurement above in one run (one process, one GPU): the `training_reach` record. A part that raises
     is recorded with its error, never as a result."""
@@ -377,6 +459,8 @@ def reach(mode: str = "quick", rounds: int = 15, seed: int = 0, device="cuda", l
         ("bits", lambda: bits_counts(device, seed)),
         ("models", lambda: model_steps(device, seed)),
         ("wide_bf16", lambda: wide_bf16(device, seed)),
+        ("fuzz", lambda: fuzz(2000 if mode == "full" else 300, seed, 90.0 if mode == "full" else 20.0,
+                              device=device)),
     )
     for name, part in parts:
         t0 = time.perf_counter()
@@ -431,6 +515,8 @@ def bits_total(rec: dict | None) -> str | None:
         k, n = k + r["bits_compiled"], n + 1
     for r in rec.get("ordinary") or []:
         k, n = k + r["identical"], n + 1
+    fz = fuzz_counts(rec)
+    k, n = k + fz["cases"] - fz["mismatches"], n + fz["cases"]
     return f"{k}/{n}"
 
 
@@ -546,6 +632,11 @@ def _us(ms):
 def bits_rows(rec: dict | None) -> list[dict]:
     rows = [{"inputs": k.replace("_", " "), "forward identical": v["forward"], "fwd+bwd identical": v["fwdbwd"]}
             for k, v in ((rec or {}).get("bits") or {}).items()]
+    fz = fuzz_counts(rec)
+    if fz["cases"]:
+        rows.append({"inputs": f"fuzz: {fz['cases']} random cases ({fz['served_by_ours']} served by our kernels), "
+                               f"{fz['shapes']} shapes", "forward identical": "—",
+                     "fwd+bwd identical": f"{fz['cases'] - fz['mismatches']}/{fz['cases']}"})
     for r in (rec or {}).get("low_precision") or []:
         if "compile_equal_fraction" in r:
             rows.append({"inputs": f"torch.compile {r['dtype']} {r['key']} (not ours)",
@@ -560,6 +651,13 @@ def model_rows(rec: dict | None) -> list[dict]:
             "drop-in step ms": _fmt(m["dropin_step_ms"]),
             "x vs native (per step)": _fmt(_ratio(m["native_step_ms"], m["dropin_step_ms"]), ".2f")}
            for m in (rec or {}).get("models") or []]
+    for m in (rec or {}).get("models") or []:
+        if m.get("compiled_dropin_step_ms"):
+            out.append({"model": f"transformer, {m['setup']}, torch.compile", "losses": "—", "gradients": "—",
+                        "weights": "—", "native step ms": _fmt(m["compiled_native_step_ms"]),
+                        "drop-in step ms": _fmt(m["compiled_dropin_step_ms"]),
+                        "x vs native (per step)": _fmt(_ratio(m["compiled_native_step_ms"],
+                                                              m["compiled_dropin_step_ms"]), ".2f")})
     w = (rec or {}).get("wide_bf16")
     if w:
         out.append({"model": "wide LayerNorm (C, H, W), bf16", "losses": "—",
@@ -642,6 +740,13 @@ def goals(rec: dict | None) -> list[dict]:
     for m in models:
         goal(f"transformer {m['setup']}: step time x vs native", _ratio(m["native_step_ms"], m["dropin_step_ms"]),
              1.0, True, "CUDA events per step", ".2f")
+        if m.get("compiled_dropin_step_ms"):
+            goal(f"transformer {m['setup']} compiled: step time x vs compiled native",
+                 _ratio(m["compiled_native_step_ms"], m["compiled_dropin_step_ms"]), 1.0, True,
+                 "CUDA events per step", ".2f")
+    fz = fuzz_counts(rec)
+    if fz["cases"]:
+        goal("fuzz cases (bf16, fp16, autocast; forward and gradients)", fz["cases"], 2000, True, "bits", "d")
     return out
 
 

@@ -324,11 +324,20 @@ def backward_host_plan(x, ns: tuple, gp, ones):
     return host_plan(x.get_device(), None, 0, gp, ns, 0.0, [gp.rows], gp.rows, ones, None)
 
 
+def _detached(t):
+    return None if t is None else t.detach()
+
+
 def host_forward_plan(x, ns, weight, bias, eps):
     """For the host extension's kernels at a dispatch key (labkit.enable()'s aten kernels, the registered op's CUDA
     kernel), in their miss path: (its LayerNormPlan, or None where torch's kernel serves; whether to keep the
-    answer; whether the Python runner serves instead, our kernels planned but the extension not serving them)."""
-    p = get_plan(x, tuple(ns), weight, bias, eps, True)
+    answer; whether the Python runner serves instead, our kernels planned but the extension not serving them).
+
+    Planned on detached tensors: these kernels run below autograd, so requires_grad decides nothing here, and CUDA
+    graph trees (torch.compile's reduce-overhead) record a compiled graph on static copies of its inputs that do
+    not require grad, where the warm-up ran on the caller's: the plan made at warm-up must be the one the recording
+    finds (a plan is never made under capture)."""
+    p = get_plan(x.detach(), tuple(ns), _detached(weight), _detached(bias), eps, True)
     if not isinstance(p, KernelPlan):
         return None, p.rememberable, False
     if p.host is None:
@@ -336,20 +345,39 @@ def host_forward_plan(x, ns, weight, bias, eps):
     return p.host, p.rememberable, False
 
 
+# host_backward_plan's answers made outside capture, by what decides them (not requires_grad): what a recording
+# under CUDA graph capture finds (nothing is planned under capture). Cleared with the plans.
+_host_backward_plans: dict[tuple, tuple] = {}
+
+
 def host_backward_plan(x, ns, weight, bias):
-    """As host_forward_plan, for the backward of a forward on inputs like these (`backward_plan`)."""
+    """As host_forward_plan, for the backward of a forward on inputs like these (`backward_plan`); under capture,
+    the answer made for the same signature outside capture, else torch's kernel."""
     import torch
 
-    if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-        return None, False, False  # nothing prepared under capture: torch's kernel, and planned outside capture
     ns = tuple(ns)
+    key = (x.shape, x.stride(), x.dtype, x.get_device(), x.is_neg(), ns,
+           None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device(),
+                                        weight.is_neg()),
+           None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()),
+           _forced_backward[0], current_protocol())
+    if x.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        # nothing prepared under capture: the answer made outside it, or torch's kernel (planned outside capture)
+        hit = _host_backward_plans.get(key)
+        return (hit[0], False, False) if hit is not None else (None, False, False)
     gp = backward_plan(x, ns, weight, bias)
     keep = _default_context() and _trust_settled(x)
     if gp is None:
-        return None, keep, False
-    ones = torch.ones(ns, device=x.device) if weight is None else None
-    hp = backward_host_plan(x, ns, gp, ones)
-    return (hp, keep, False) if hp is not None else (None, False, True)
+        answer = (None, keep, False)
+    else:
+        ones = torch.ones(ns, device=x.device) if weight is None else None
+        hp = backward_host_plan(x, ns, gp, ones)
+        answer = (hp, keep, False) if hp is not None else (None, False, True)
+    if answer[1] and answer[0] is not None:
+        if len(_host_backward_plans) >= MAX_PLANS:
+            _host_backward_plans.clear()
+        _host_backward_plans[key] = answer
+    return answer
 
 
 # Other per-signature caches made from the same decisions (the trust verdict, the dispatch table): cleared with
@@ -360,6 +388,7 @@ dependent_caches: list[dict] = []
 def clear() -> None:
     _plans.clear()
     _grad_plans.clear()
+    _host_backward_plans.clear()
     for cache in dependent_caches:
         cache.clear()
     host.forget()

@@ -302,7 +302,11 @@ def verdict_lines(records: dict, source: str) -> list[str]:
 
     if not training_block(records):
         return [f"training: no GPU measurement to judge ({source})."]
-    return [f"training ({source}):", *map(goal_line, goals(records)), *_runner_lines(records.get("training_host"))]
+    from labkit.studies import training_reach
+
+    reach = records.get("training_reach")
+    return [f"training ({source}):", *map(goal_line, goals(records)), *_runner_lines(records.get("training_host")),
+            *(training_reach.verdict_lines(reach, source) if reach else [])]
 
 
 GPU_BOUND_FACTOR = 1.5  # torch's no-grad call this much slower than at the tiny shape: the GPU is in the time
@@ -405,4 +409,10 @@ def plain_verdict(records: dict) -> list[str]:
         else:
             out.append(f"{g['goal'][:1].upper()}{g['goal'][1:]}, {g['protocol'] or 'bits'}: {g['short']} "
                        f"(goal {g['target']}).")
-    return out[:5]
+    out = out[:5]
+    from labkit.studies import training_reach
+
+    reach = records.get("training_reach")
+    if reach:  # how people train: its answer in one sentence
+        out.append(" ".join(training_reach.headline(reach, "")[:2]))
+    return out

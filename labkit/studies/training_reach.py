@@ -553,8 +553,8 @@ def _fmt(v, f=".3f"):
 
 
 def table_rows(rec: dict | None) -> list[dict]:
-    """One row per setup: the drop-in beside eager torch (the drop-in before this work handed these calls to torch:
-    torch's column is also its 'before') and torch.compile, milliseconds (median [quartiles]) with each ratio's
+    """One row per setup: the drop-in beside eager torch (for bf16/fp16 and autocast, also what the drop-in gave these
+    calls before it served them: it handed them to torch) and torch.compile, milliseconds (median [quartiles]) with each ratio's
     protocol named."""
     if not rec:
         return []
@@ -565,7 +565,7 @@ def table_rows(rec: dict | None) -> list[dict]:
         q = (stats or {}).get(ours) or {}
         rows.append({"setup": setup, "protocol": protocol, "drop-in ms": _fmt(o),
                      "[q25, q75]": f"[{_fmt(q.get('q25_ms'))}, {_fmt(q.get('q75_ms'))}]" if q else "—",
-                     "torch eager ms (before)": _fmt(n), "x vs torch": _fmt(_ratio(n, o), ".1f"),
+                     "torch eager ms": _fmt(n), "x vs torch": _fmt(_ratio(n, o), ".1f"),
                      "torch.compile ms": _fmt(c), "x vs compile": _fmt(_ratio(c, o), ".2f")})
     ac = rec.get("autocast")
     if ac:
@@ -679,7 +679,7 @@ def figure(rec: dict | None, label: str = ""):
     names = [f"{r['setup']} ({r['protocol']})" for r in rows]
     ours = [float(r["x vs torch"]) for r in rows]
     comp = [float(r["torch.compile ms"]) if r["torch.compile ms"] != "—" else np.nan for r in rows]
-    native = [float(r["torch eager ms (before)"]) for r in rows]
+    native = [float(r["torch eager ms"]) for r in rows]
     comp_x = [n / c if c == c else np.nan for n, c in zip(native, comp)]
     fig, ax = plt.subplots(figsize=(9, 0.42 * len(rows) + 1.2))
     y = np.arange(len(rows))
@@ -690,7 +690,7 @@ def figure(rec: dict | None, label: str = ""):
     ax.set_xscale("log")
     ax.axvline(1.0, color="grey", lw=0.8)
     ax.set_xlabel("speedup over eager torch (x, log scale)")
-    ax.set_title(f"How people train: speedup over eager torch {label}".strip(), fontsize=10)
+    ax.set_title("Speedup over eager torch" + (f"\n{label}" if label else ""), fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig
@@ -748,6 +748,29 @@ def goals(rec: dict | None) -> list[dict]:
     if fz["cases"]:
         goal("fuzz cases (bf16, fp16, autocast; forward and gradients)", fz["cases"], 2000, True, "bits", "d")
     return out
+
+
+def headline(rec: dict | None, source: str) -> list[str]:
+    """The section's answer in three short lines, from the record: autocast, bf16, compiled; bits; goals."""
+    if not rec:
+        return [f"How people train: no record ({source})."]
+    b = block(rec)
+    ac = (rec.get("autocast") or {}).get("eager")
+    bl = _lp(rec, "bfloat16", L1_40)
+    fe = bl.get("forward_eager")
+    lines = []
+    if b["autocast_l1_40_fwdbwd_ms"] is not None:
+        lines.append(f"bf16 autocast, fwd+bwd at L1/40: {b['autocast_l1_40_fwdbwd_ms']:.3f} ms against torch's "
+                     f"{b['autocast_native_l1_40_fwdbwd_ms']:.3f} ({_fmt(_ratio(_med(ac, 'native'), _med(ac, 'dropin')), '.1f')}x, "
+                     f"eager per call).")
+    if b["bf16_l1_40_fwd_ms"] is not None:
+        lines.append(f"bf16 forward at L1/40: {b['bf16_l1_40_fwd_ms']:.3f} ms, {_fmt(_ratio(_med(fe, 'native'), b['bf16_l1_40_fwd_ms']), '.1f')}x "
+                     f"torch and {_fmt(_ratio(b['bf16_compile_l1_40_fwd_ms'], b['bf16_l1_40_fwd_ms']), '.2f')}x "
+                     f"torch.compile (eager per call); fwd+bwd {b['bf16_l1_40_fwdbwd_ms']:.3f} ms (torch's backward).")
+    g = goals(rec)
+    lines.append(f"Bits identical {b['bits_identical']}, model steps {b['model_steps_identical']}; "
+                 f"{sum(r['met'] == 'yes' for r in g)} of {len(g)} goals met ({rec.get('device')}).")
+    return lines
 
 
 def verdict_lines(rec: dict | None, source: str) -> list[str]:

@@ -199,9 +199,9 @@ def launches(rows: int, n: int, device: Device, settings: ChainSettings = DEFAUL
     """The chain schedule's launches for rows x N of `dtype` on `device`; ValueError where they cannot run there.
 
     bfloat16/float16 (labkit.ops.dtypes) take the tma and ring blockings only (N % 512 == 0; chain_stats.cu's w1/w4
-    have no 2-byte build), not verified on a GPU yet: only tests reach them (chain_layer_norm takes float32), and the
-    tma blocking's tensor map needs x 16-byte aligned where torch asks 8 of a 2-byte type (the bound program's encode
-    raises ValueError before its memset or any launch)."""
+    have no 2-byte build; the drop-in's plans reach them, chain_layer_norm takes float32), and the tma blocking's tensor
+    map needs x 16-byte aligned where torch asks 8 of a 2-byte type (the drop-in's plan checks 16 per call; the bound
+    program's encode raises ValueError before its memset or any launch)."""
     options, itemsize = dtypes.options(dtype), dtypes.itemsize(dtype)
     if device.arch < MIN_ARCH:
         raise ValueError(f"the chain kernels need sm_{MIN_ARCH} (shared-memory barriers, cp.async), device is "

@@ -3,10 +3,9 @@
 them (loads converted to float, float statistics, the output rounded to T once at the store).
 
 Kernel files that take the options: rows_fused.cu (every entry point), and the chain's chain_stats_tma.cu (its tma
-and ring blockings) and affine_columns.cu (its output pass). The bfloat16/float16 builds are not verified on a GPU
-yet: the drop-in never launches them, only the path modules' own functions do (`dtype` of
-labkit.ops.rows_fused.launches and labkit.ops.chain.launches, and low_precision_layer_norm), and
-docs/decisions.md#low_precision_kernels lists the GPU tests that must pass before anything serves them.
+and ring blockings) and affine_columns.cu (its output pass). The drop-in serves bfloat16/float16 forwards through
+them (labkit.ops.paths.DTYPES; GPU tests tests/test_gpu_low_precision.py, docs/decisions.md#how_people_train); its
+backward for them is torch's.
 """
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ block (rows of 1536 and 2048 floats).
 
 Every entry point is built for bfloat16 and float16 too (`dtype` of `launches`, labkit.ops.dtypes): torch's float
 arithmetic on the elements converted to float as loaded, y rounded to the dtype once at the store. Only
-`low_precision_layer_norm` (the last function here) and tests launch those builds: they are not verified on a GPU
-yet, and the drop-in does not take those dtypes (docs/decisions.md#low_precision_kernels).
+the drop-in's plans (labkit.ops.paths.DTYPES) and `low_precision_layer_norm` (the last function here) launch those
+builds (docs/decisions.md#low_precision_kernels, #how_people_train).
 
 Two more entry points of the same file are paths of their own, for the dispatch table to measure: `rows_counted`
 and `rows_counted_block` (below), each a `CountedPath` with the attributes a path module has (labkit.ops.paths) and
@@ -182,9 +182,8 @@ def rows_counted_block_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=Non
 
 def low_precision_layer_norm(x, weight, bias, eps: float = 1e-5, *, out=None, return_stats: bool = False):
     """LayerNorm over weight's shape with torch's vectorized-path arithmetic, rows_fused's layouts, for x of float32,
-    bfloat16 or float16 (weight and bias of x's dtype; mean and rstd float32). The one public function that launches
-    the bfloat16/float16 builds: they are not verified on a GPU yet, and the drop-in does not take those dtypes
-    (docs/decisions.md#low_precision_kernels). Not named `rows_fused_layer_norm`: that name would make it rows_fused's
+    bfloat16 or float16 (weight and bias of x's dtype; mean and rstd float32): the bfloat16/float16 builds called
+    directly, with no dispatch (labkit.layer_norm plans them as it plans float32). Not named `rows_fused_layer_norm`: that name would make it rows_fused's
     own public function (labkit.ops.paths.public_function), which the studies run in float32 through chain_layer_norm.
 
     Args and returns as labkit.ops.reference_order.reference_order_layer_norm, y of x's dtype. Raises ValueError

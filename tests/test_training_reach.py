@@ -60,7 +60,7 @@ def test_each_goal_is_judged_by_the_value_it_shows(committed):
 def test_every_ratio_row_names_its_protocol(committed):
     _, rec = committed
     rows = reach.table_rows(rec)
-    assert rows and all(r["protocol"] in ("eager per call", "graph replay") for r in rows)
+    assert rows and all(r["protocol"] in (reach.EAGER, reach.GRAPH) for r in rows)
     assert {r["setup"].split(",")[0] for r in rows} >= {"bf16 autocast", "bfloat16 forward", "bfloat16 fwd+bwd"}
     assert all("identical" in r["bits (compiled = eager)"] or r["bits (compiled = eager)"] == "DIFFER"
                for r in reach.compiled_rows(rec))

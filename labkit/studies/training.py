@@ -388,7 +388,8 @@ def plain_verdict(records: dict) -> list[str]:
     missed = [g for g in judged if g["met"] is False]
     if missed:
         out.append(f"It misses {len(missed)} of the {count['judged']} goals.")
-    for g in missed:
+    # the worst shape against torch eager first: the one a reader of the page asks about
+    for g in sorted(missed, key=lambda g: not g["goal"].startswith("worst x native")):
         if g["goal"].startswith("worst x native") and t.get("fwdbwd_worst_ratio_vs_native") is not None:
             row = next((r for r in (records.get("training_sweep") or {}).get("shapes", [])
                         if r["key"] == t["fwdbwd_worst_shape"]), {})
@@ -409,10 +410,7 @@ def plain_verdict(records: dict) -> list[str]:
         else:
             out.append(f"{g['goal'][:1].upper()}{g['goal'][1:]}, {g['protocol'] or 'bits'}: {g['short']} "
                        f"(goal {g['target']}).")
-    out = out[:5]
     from labkit.studies import training_reach
 
-    reach = records.get("training_reach")
-    if reach:  # how people train: its answer in one sentence
-        out.append(" ".join(training_reach.headline(reach, "")[:2]))
-    return out
+    reach = training_reach.plain_sentence(records.get("training_reach"))
+    return out[:4] + [reach] if reach else out[:5]  # how people train: its answer in one sentence

@@ -4,15 +4,19 @@ every output and gradient and the steps of models trained with and without the s
 `reach` summary block. Apart from training_sweep because its methods change the dtype, the autocast state and the
 compiler around the same call.
 
-Protocols, named wherever a ratio appears: "eager per call" (labkit.studies.bench.PROTOCOL_B: CUDA events around
-one ordinary Python call, L2 flushed: host time counts) and "graph replay" (PROTOCOL_A: the GPU's time).
+Protocols, named wherever a ratio appears (EAGER and GRAPH below, the book's names for them): eager per call
+(labkit.studies.bench.PROTOCOL_B: CUDA events around one ordinary Python call, L2 flushed: host time counts) and graph
+replay (PROTOCOL_A: the GPU's time).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import replace
 
+from labkit.records.text import PROTOCOL_NAMES
 from labkit.tasks import L1_40, shape_key
+
+EAGER, GRAPH = PROTOCOL_NAMES["B"], PROTOCOL_NAMES["A"]  # each ratio's protocol, named as the book names it
 
 WIDE = (4, 1 << 22)                       # few wide rows: the chain's domain
 COMPILED_SHAPES = (L1_40, WIDE, (8192, 4096))
@@ -554,8 +558,8 @@ def _fmt(v, f=".3f"):
 
 def table_rows(rec: dict | None) -> list[dict]:
     """One row per setup: the drop-in beside eager torch (for bf16/fp16 and autocast, also what the drop-in gave these
-    calls before it served them: it handed them to torch) and torch.compile, milliseconds (median [quartiles]) with each ratio's
-    protocol named."""
+    calls before it served them: it handed them to torch) and torch.compile, milliseconds (median [quartiles]) with
+    each ratio's protocol named."""
     if not rec:
         return []
     rows = []
@@ -569,13 +573,13 @@ def table_rows(rec: dict | None) -> list[dict]:
                      "torch.compile ms": _fmt(c), "x vs compile": _fmt(_ratio(c, o), ".2f")})
     ac = rec.get("autocast")
     if ac:
-        add("bf16 autocast, fwd+bwd, L1/40", "eager per call", ac["eager"])
+        add("bf16 autocast, fwd+bwd, L1/40", EAGER, ac["eager"])
     for r in rec.get("low_precision") or []:
-        add(f"{r['dtype']} forward, {r['key']}", "eager per call", r["forward_eager"])
-        add(f"{r['dtype']} forward, {r['key']}", "graph replay", r["forward_graph"])
-        add(f"{r['dtype']} fwd+bwd, {r['key']}", "eager per call", r["fwdbwd_eager"])
+        add(f"{r['dtype']} forward, {r['key']}", EAGER, r["forward_eager"])
+        add(f"{r['dtype']} forward, {r['key']}", GRAPH, r["forward_graph"])
+        add(f"{r['dtype']} fwd+bwd, {r['key']}", EAGER, r["fwdbwd_eager"])
     for r in rec.get("compiled") or []:
-        add(f"float32 fwd+bwd compiled, {r['key']}", "eager per call", r["eager"], "dropin_compiled",
+        add(f"float32 fwd+bwd compiled, {r['key']}", EAGER, r["eager"], "dropin_compiled",
             "native_compiled")
     return rows
 
@@ -616,11 +620,12 @@ def ordinary_rows(rec: dict | None) -> list[dict]:
     for r in (rec or {}).get("ordinary") or []:
         g, e = r["graph"], r["eager"]
         peer = min((v for v in (_med(g, "inductor"), _med(g, "liger")) if v is not None), default=None)
-        out.append({"bf16 shape": r["key"], "path": r["path"], "drop-in us (graph)": _fmt(_us(_med(g, "dropin")), ".1f"),
+        out.append({"bf16 shape": r["key"], "path": r["path"],
+                    "drop-in us (graph)": _fmt(_us(_med(g, "dropin")), ".1f"),
                     "torch.compile us": _fmt(_us(_med(g, "inductor")), ".1f"),
                     "Liger us": _fmt(_us(_med(g, "liger")), ".1f"),
-                    "x vs faster peer (graph replay)": _fmt(_ratio(peer, _med(g, "dropin")), ".2f"),
-                    "x vs torch (eager per call)": _fmt(_ratio(_med(e, "native"), _med(e, "dropin")), ".2f"),
+                    "x vs faster peer (protocol A)": _fmt(_ratio(peer, _med(g, "dropin")), ".2f"),
+                    "x vs torch (protocol B)": _fmt(_ratio(_med(e, "native"), _med(e, "dropin")), ".2f"),
                     "bits": "identical" if r["identical"] else "DIFFER"})
     return out
 
@@ -711,23 +716,23 @@ def goals(rec: dict | None) -> list[dict]:
         met = None if value is None else (value >= limit if at_least else value <= limit)
         out.append({"goal": what, "value": _fmt(value, fmt), "limit": f"{'>=' if at_least else '<='} {limit}",
                     "protocol": protocol, "met": "—" if met is None else ("yes" if met else "no")})
-    goal("bf16 autocast fwd+bwd at L1/40, ms", b["autocast_l1_40_fwdbwd_ms"], 0.90, False, "eager per call")
+    goal("bf16 autocast fwd+bwd at L1/40, ms", b["autocast_l1_40_fwdbwd_ms"], 0.90, False, EAGER)
     goal("... x vs torch under autocast", _ratio(_med(ac, "native"), _med(ac, "dropin")), 15, True,
-         "eager per call", ".1f")
-    goal("bf16 forward at L1/40, ms", b["bf16_l1_40_fwd_ms"], 0.24, False, "eager per call")
+         EAGER, ".1f")
+    goal("bf16 forward at L1/40, ms", b["bf16_l1_40_fwd_ms"], 0.24, False, EAGER)
     goal("... x vs torch", _ratio(_med(bl.get("forward_eager"), "native"), b["bf16_l1_40_fwd_ms"]), 30, True,
-         "eager per call", ".1f")
-    goal("bf16 fwd+bwd at L1/40, ms", b["bf16_l1_40_fwdbwd_ms"], 0.60, False, "eager per call")
+         EAGER, ".1f")
+    goal("bf16 fwd+bwd at L1/40, ms", b["bf16_l1_40_fwdbwd_ms"], 0.60, False, EAGER)
     goal("bf16 at 4 x 4194304 / float32 drop-in there (forward)",
          _ratio(_med(wide.get("forward_graph"), "dropin"), _med(wide.get("forward_graph"), "float32_dropin")), 1.1,
-         False, "graph replay", ".2f")
+         False, GRAPH, ".2f")
     goal("bf16 ordinary shapes: worst x vs the faster of Liger and torch.compile", b["bf16_ordinary_worst_vs_peer"],
-         0.95, True, "graph replay", ".2f")
+         0.95, True, GRAPH, ".2f")
     worst_native = min((_ratio(_med(r["eager"], "native"), _med(r["eager"], "dropin")) for r in
                         rec.get("ordinary") or []), default=None)
-    goal("bf16 ordinary shapes: worst x vs torch", worst_native, 1.0, True, "eager per call", ".2f")
+    goal("bf16 ordinary shapes: worst x vs torch", worst_native, 1.0, True, EAGER, ".2f")
     goal("compiled drop-in fwd+bwd / eager drop-in (worst of 3 shapes)", b["compiled_vs_eager_worst"], 1.05, False,
-         "eager per call", ".2f")
+         EAGER, ".2f")
     h = rec.get("host") or {}
     for d in ("forward", "backward"):
         if f"labkit_{d}_us" in h:
@@ -760,17 +765,32 @@ def headline(rec: dict | None, source: str) -> list[str]:
     fe = bl.get("forward_eager")
     lines = []
     if b["autocast_l1_40_fwdbwd_ms"] is not None:
+        x = _fmt(_ratio(_med(ac, "native"), _med(ac, "dropin")), ".1f")
         lines.append(f"bf16 autocast, fwd+bwd at L1/40: {b['autocast_l1_40_fwdbwd_ms']:.3f} ms against torch's "
-                     f"{b['autocast_native_l1_40_fwdbwd_ms']:.3f} ({_fmt(_ratio(_med(ac, 'native'), _med(ac, 'dropin')), '.1f')}x, "
-                     f"eager per call).")
+                     f"{b['autocast_native_l1_40_fwdbwd_ms']:.3f} ({x}x, {EAGER}).")
     if b["bf16_l1_40_fwd_ms"] is not None:
-        lines.append(f"bf16 forward at L1/40: {b['bf16_l1_40_fwd_ms']:.3f} ms, {_fmt(_ratio(_med(fe, 'native'), b['bf16_l1_40_fwd_ms']), '.1f')}x "
-                     f"torch and {_fmt(_ratio(b['bf16_compile_l1_40_fwd_ms'], b['bf16_l1_40_fwd_ms']), '.2f')}x "
-                     f"torch.compile (eager per call); fwd+bwd {b['bf16_l1_40_fwdbwd_ms']:.3f} ms (torch's backward).")
+        ms = b["bf16_l1_40_fwd_ms"]
+        lines.append(f"bf16 forward at L1/40: {ms:.3f} ms, {_fmt(_ratio(_med(fe, 'native'), ms), '.1f')}x torch and "
+                     f"{_fmt(_ratio(b['bf16_compile_l1_40_fwd_ms'], ms), '.2f')}x torch.compile ({EAGER}); fwd+bwd "
+                     f"{b['bf16_l1_40_fwdbwd_ms']:.3f} ms (torch's backward).")
     g = goals(rec)
     lines.append(f"Bits identical {b['bits_identical']}, model steps {b['model_steps_identical']}; "
                  f"{sum(r['met'] == 'yes' for r in g)} of {len(g)} goals met ({rec.get('device')}).")
     return lines
+
+
+def plain_sentence(rec: dict | None) -> str | None:
+    """How people train in one sentence for the page's short verdict: bf16 autocast and bf16 at L1/40, each with its
+    protocol and baseline; None without a record or those parts."""
+    b = block(rec)
+    if not b or b["autocast_l1_40_fwdbwd_ms"] is None or b["bf16_l1_40_fwd_ms"] is None:
+        return None
+    ac = rec["autocast"]["eager"]
+    fe = _lp(rec, "bfloat16", L1_40)["forward_eager"]
+    return (f"Under bf16 autocast forward plus backward at L1/40 takes {b['autocast_l1_40_fwdbwd_ms']:.3f} ms, "
+            f"{_ratio(_med(ac, 'native'), _med(ac, 'dropin')):.1f}x torch under autocast, and a bf16 forward "
+            f"{b['bf16_l1_40_fwd_ms']:.3f} ms, {_ratio(_med(fe, 'native'), b['bf16_l1_40_fwd_ms']):.1f}x torch, "
+            f"{EAGER}; bits {b['bits_identical']}.")
 
 
 def verdict_lines(rec: dict | None, source: str) -> list[str]:

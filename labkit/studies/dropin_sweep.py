@@ -303,12 +303,27 @@ def protocol_line(picks: list[dict], source: str) -> str:
 
 def rule_grid_rows() -> list[dict]:
     """Every committed dispatch table (labkit/ops/dispatch/tables/) as a grid: the path the rule takes at each
-    measured point, on the GPU it was measured on."""
+    measured point, on the GPU it was measured on, for float32 and for bfloat16/float16 (the same float32 scores
+    among the paths built for 2-byte rows, labkit.ops.paths.DTYPES: no 2-byte table is measured)."""
+    from labkit.ops import dtypes, paths
     from labkit.ops.dispatch import tables
     from labkit.studies.dispatch import table_rows
 
-    return [{"table": t.DEVICE["name"], **row} for t in tables.tables()
-            for row in table_rows(t.SCORES, t.DEVICE["sm_count"], graph=getattr(t, "GRAPH", None))]
+    def only(scores, keep):
+        if scores is None:
+            return None
+        return {x: {y: {p: v for p, v in sc.items() if p in keep} for y, sc in level.items()}
+                for x, level in scores.items()}
+    low = {p for p, ts in paths.DTYPES.items() if dtypes.LOW_PRECISION[0] in ts} | {paths.NATIVE}
+    out = []
+    for t in tables.tables():
+        graph = getattr(t, "GRAPH", None)
+        for label, keep in ((dtypes.FLOAT32, None), ("bfloat16/float16", low)):
+            scores = t.SCORES if keep is None else only(t.SCORES, keep)
+            out += [{"table": t.DEVICE["name"], "dtype": label, **row}
+                    for row in table_rows(scores, t.DEVICE["sm_count"],
+                                          graph=graph if keep is None else only(graph, keep))]
+    return out
 
 
 def host_rows(host: dict | None) -> list[dict]:

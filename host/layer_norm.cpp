@@ -117,10 +117,16 @@ inline uint64_t address(const Tensor& t) {
   return t.defined() ? reinterpret_cast<uint64_t>(t.data_ptr()) : 0;
 }
 
-// `align`: the bytes a plan's kernels need (labkit.ops.dropin.plan.KernelPlan.align): torch's vector width of x's
-// dtype (16 bytes for float32, 8 for bfloat16/float16), or 16 where a tensor map reads x
-inline bool misaligned(const Tensor& a, const Tensor& b, const Tensor& c, int64_t align = 16) {
-  return ((address(a) | address(b) | address(c)) & static_cast<uint64_t>(align - 1)) != 0;
+inline bool misaligned(const Tensor& a, const Tensor& b, const Tensor& c) {
+  return ((address(a) | address(b) | address(c)) & 15) != 0;
+}
+
+// A forward's buffers against what its plan's kernels need (labkit.ops.dropin.plan.KernelPlan.misaligned): x at
+// `align` (torch's vector of x's dtype, 16 bytes for float32 and 8 for bfloat16/float16, or 16 where a tensor map
+// reads x), gamma and beta at torch's vector (they are read by pointer).
+inline bool forward_misaligned(const Tensor& x, const Tensor& g, const Tensor& beta, int64_t align) {
+  const uint64_t vector = 4 * static_cast<uint64_t>(x.element_size());
+  return (address(x) & static_cast<uint64_t>(align - 1)) != 0 || ((address(g) | address(beta)) & (vector - 1)) != 0;
 }
 
 constexpr int kForwardSlots = 7;   // x, weight, bias, y, mean, rstd, scratch
@@ -171,7 +177,7 @@ struct LayerNormPlan : torch::CustomClassHolder {
   std::vector<int64_t> normalized_shape, stat_shape;
   double eps = 1e-5;
   int64_t rows = 0, n = 0, forward_scratch = 0, backward_scratch = 0, partial_groups = 1;
-  int64_t align = 16;      // the forward's buffers' alignment in bytes (misaligned: torch serves that call)
+  int64_t align = 16;      // the forward's x alignment in bytes (forward_misaligned: torch serves that call)
   Tensor ones, neg_zeros;  // gamma 1 and beta -0.0 of x's dtype standing in for an absent weight and bias
   // the first forward step that touches y, the first backward step that touches dx, dweight or dbias: the steps
   // before them are launched before those outputs are allocated
@@ -223,7 +229,7 @@ std::tuple<Tensor, Tensor, Tensor> run_forward(const LayerNormPlan& p, const Ten
                                                const Tensor& b, bool stats) {
   const Tensor& g = w.defined() ? w : p.ones;
   const Tensor& beta = b.defined() ? b : p.neg_zeros;
-  if (!p.forward || misaligned(x, g, beta, p.align)) {  // torch's can_vectorize fails too: its other path serves
+  if (!p.forward || forward_misaligned(x, g, beta, p.align)) {  // torch's can_vectorize fails too: torch serves
     if (stats) return torch_forward(x, p.normalized_shape, w, b, p.eps);
     return {at::layer_norm(x, p.normalized_shape, w, b, p.eps), Tensor(), Tensor()};
   }
@@ -253,7 +259,7 @@ std::pair<Tensor, SavedStats> run_forward_train(const LayerNormPlan& p, const Te
                                                 const Tensor& b) {
   const Tensor& g = w.defined() ? w : p.ones;
   const Tensor& beta = b.defined() ? b : p.neg_zeros;
-  if (!p.forward || misaligned(x, g, beta, p.align) || !p.backward) {
+  if (!p.forward || forward_misaligned(x, g, beta, p.align) || !p.backward) {
     // torch's forward, or torch's backward to follow, which takes mean and rstd as tensors: two allocations cost
     // less host time than views of a packed buffer made at backward
     auto [y, mean, rstd] = run_forward(p, x, w, b, true);

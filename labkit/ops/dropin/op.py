@@ -448,9 +448,11 @@ def explain(x: Tensor, normalized_shape, weight: Optional[Tensor] = None, bias: 
     ns = _normalized(normalized_shape)
     p, _ = plans.make_plan(x, ns, weight, bias, eps)
     path, reason = p.path, p.reason
-    if path != paths.NATIVE and p.misaligned(*(t.data_ptr() for t in (x, weight, bias) if t is not None)):
-        path, reason = paths.NATIVE, (f"a buffer is not {p.align}-byte aligned: torch's kernel serves this call (its "
-                                      "other path, or its vectorized one where only a tensor map needs 16)")
+    params = (t.data_ptr() for t in (weight, bias) if t is not None)
+    if path != paths.NATIVE and p.misaligned(x.data_ptr(), *params):
+        path, reason = paths.NATIVE, (f"a buffer is not aligned as our kernels need (x {p.align} bytes, weight and "
+                                      f"bias {p.param_align}): torch's kernel serves this call (its other path, or "
+                                      "its vectorized one where only a tensor map needs 16)")
     try:
         tp = eligibility.torch_path(x, weight, bias, normalized_shape=ns)[0]
     except ValueError as exc:

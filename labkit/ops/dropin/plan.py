@@ -96,9 +96,11 @@ class KernelPlan(Plan):
         self.path_launches, self.path = path_launches, path_launches.path
         self.torch, self.index, self.device, self.dtype = torch, x.get_device(), x.device, x.dtype
         # the buffers' alignment our kernels need: torch's vector (4 elements of x's dtype: what its can_vectorize
-        # asks, so a call off it is torch's other path anyway), or 16 bytes where a tensor map reads x (the chain's
-        # tma blocking, whose 2-byte x torch would take 8 bytes off 16: torch's vectorized kernel serves that call)
-        self.align = 16 if getattr(path_launches, "tensor_map", None) is not None else 4 * x.element_size()
+        # asks, so a call off it is torch's other path anyway), and for x 16 bytes where a tensor map reads it (the
+        # chain's tma blocking, whose 2-byte x torch would take 8 bytes off 16: torch's vectorized kernel serves that
+        # call); weight and bias are read by pointer everywhere
+        self.param_align = 4 * x.element_size()
+        self.align = 16 if getattr(path_launches, "tensor_map", None) is not None else self.param_align
         self.shape = tuple(x.shape)
         self.rows = path_launches.rows
         self.stat_shape = self.shape[:x.dim() - len(normalized_shape)] + (1,) * len(normalized_shape)
@@ -111,8 +113,10 @@ class KernelPlan(Plan):
         self.neg_zeros = torch.full(normalized_shape, -0.0, dtype=x.dtype, device=x.device) if bias is None else None
         self.launch = bound(path_launches, self.index)
 
-    def misaligned(self, *addresses: int) -> bool:
-        return eligibility.misaligned(*addresses, align=self.align)
+    def misaligned(self, x_address: int, *param_addresses: int) -> bool:
+        """Whether this call's x (at `align`) or weight/bias (at `param_align`) are off what our kernels need."""
+        return eligibility.misaligned(x_address, align=self.align) or \
+            eligibility.misaligned(*param_addresses, align=self.param_align)
 
     def forward(self, x, weight, bias, stats: bool):
         h = self.host
@@ -301,7 +305,7 @@ def attach_host(plan: Plan, x, ns: tuple, weight, bias, eps: float, needs_grad: 
         neg_zeros = torch.full(ns, -0.0, dtype=x.dtype, device=x.device)
     stat_shape = tuple(x.shape[:x.dim() - len(ns)]) + (1,) * len(ns)
     return host_plan(index, forward, plan.scratch_bytes if forward is not None else 0, gp, ns, eps, stat_shape,
-                     x.numel() // math.prod(ns), ones, neg_zeros, getattr(plan, "align", 16))
+                     x.numel() // math.prod(ns), ones, neg_zeros, getattr(plan, "align", 16))  # x's; params': T's
 
 
 def host_plan(index: int, forward, forward_scratch: int, gp, ns: tuple, eps: float, stat_shape, rows: int, ones,

@@ -97,7 +97,7 @@ def summary(records: dict, prov: dict) -> dict:
     out = {"training": block} if block else {}
     reach = training_reach.block(records.get("training_reach"))
     if reach:
-        out["reach"] = reach  # how people train: autocast, bf16/fp16, compiled (issue 54's keys)
+        out["reach"] = reach  # how people train: autocast, bf16/fp16, compiled
     return out
 
 

@@ -1,4 +1,4 @@
-"""How people train (notebook 10, issue 54): the drop-in under CUDA autocast, on bfloat16/float16 tensors and inside
+"""How people train (notebook 10): the drop-in under CUDA autocast, on bfloat16/float16 tensors and inside
 torch.compile, each beside eager torch and torch.compile, timed in one run (`training_reach`), with the bits of
 every output and gradient and the steps of models trained with and without the swap; its rows, figure and the
 `reach` summary block. Apart from training_sweep because its methods change the dtype, the autocast state and the
@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 
 from labkit.records.text import PROTOCOL_NAMES
+from labkit.studies.training_models import _bits_equal as _bits  # integer views of the element size, None-safe
 from labkit.tasks import L1_40, shape_key
 
 EAGER, GRAPH = PROTOCOL_NAMES["B"], PROTOCOL_NAMES["A"]  # each ratio's protocol, named as the book names it
@@ -71,15 +72,6 @@ def _forward(fn, x, ns, w, b):
         with torch.no_grad():
             return fn(x, ns, w, b)
     return call
-
-
-def _bits(a, b) -> bool:
-    torch = _torch()
-    if a is None or b is None:
-        return a is None and b is None
-    view = {4: torch.int32, 2: torch.int16}[a.element_size()]
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.detach().contiguous().view(view),
-                                                                     b.detach().contiguous().view(view))
 
 
 def _fraction_equal(a, b) -> float:
@@ -548,7 +540,7 @@ def bits_total(rec: dict | None) -> str | None:
 
 
 def block(rec: dict | None) -> dict | None:
-    """The `reach` block of `labkit summary RUN --json` (issue 54's keys), from the record alone."""
+    """The `reach` block of `labkit summary RUN --json`, from the record alone."""
     if not rec:
         return None
     ac = (rec.get("autocast") or {}).get("eager")
@@ -739,7 +731,8 @@ def figure(rec: dict | None, label: str = ""):
 
 
 def goals(rec: dict | None) -> list[dict]:
-    """Issue 54's goals read from the record: each with its value, its protocol and whether it is met."""
+    """The goals for training as people train, read from the record: each with its value, its protocol and whether
+    it is met ("—" where the record lacks a part of it)."""
     b = block(rec)
     if not b:
         return []

@@ -21,10 +21,12 @@ def _module(path: str):
     return PATHS[path]
 
 
-# The element types each path's kernels are built for (labkit.ops.dtypes): rows_fused's entry points and the chain's
-# tma and ring blockings read bfloat16/float16 too; every other path float32 only.
-DTYPES = {name: (dtypes.FLOAT32,) + (dtypes.LOW_PRECISION if name in (chain.PATH, rows_fused.PATH, rows_counted.PATH,
-                                                                     rows_counted_block.PATH) else ())
+# The element types each path serves (labkit.ops.dtypes): the chain's tma and ring blockings and rows_fused read
+# bfloat16/float16 too; every other path float32 only. The counted entry points are built for 2-byte rows as well
+# (rows_fused.cu) but not offered: with no 2-byte table the rule reads float32's scores, where they win by 2-4% at
+# N = 768-1024, and in bf16 both were slower than rows_fused at every ordinary shape probed (H100, graph replay:
+# 8192x1024 rows_counted_block 20.5 us, rows_counted 15.5, rows_fused 13.8; docs/decisions.md#how_people_train).
+DTYPES = {name: (dtypes.FLOAT32,) + (dtypes.LOW_PRECISION if name in (chain.PATH, rows_fused.PATH) else ())
           for name in PATHS}
 
 

@@ -49,7 +49,7 @@ def test_each_goal_is_judged_by_the_value_it_shows(committed):
     assert len(goals) >= 12
     for g in goals:
         op, limit = g["limit"].split()
-        value = float(g["value"])
+        value = g["value"]
         met = value >= float(limit) if op == ">=" else value <= float(limit)
         # the shown value is rounded: a goal met or missed by less than its rounding is left out of this check
         if abs(value - float(limit)) > 0.01 * max(1.0, abs(float(limit))):
@@ -77,7 +77,7 @@ def test_a_partial_record_is_read_without_inventing_values():
     assert block["bits_identical"] is None and block["model_steps_identical"] is None
     assert [r["setup"] for r in reach.table_rows(rec)] == ["bf16 autocast, fwd+bwd, L1/40"]
     goals = {g["goal"]: g for g in reach.goals(rec)}
-    assert goals["bf16 forward at L1/40, ms"]["met"] == "—" and goals["bf16 forward at L1/40, ms"]["value"] == "—"
+    assert goals["bf16 forward at L1/40, ms"]["met"] == "—" and goals["bf16 forward at L1/40, ms"]["value"] is None
     lines = reach.verdict_lines(rec, "a test")
     assert any("low_precision: RuntimeError: out of memory" in line for line in lines)
     assert reach.block(None) is None and reach.table_rows(None) == [] and reach.figure(None) is None
@@ -99,5 +99,5 @@ def test_the_figure_plots_every_ratio_row(committed):
     _, rec = committed
     fig = reach.figure(rec)
     ax = fig.axes[0]
-    assert len(ax.get_yticklabels()) == len([r for r in reach.table_rows(rec) if r["x vs torch"] != "—"])
+    assert len(ax.get_yticklabels()) == len([r for r in reach.table_rows(rec) if r["x vs torch"] is not None])
     assert ax.get_xscale() == "log"

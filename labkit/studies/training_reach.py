@@ -592,10 +592,10 @@ def table_rows(rec: dict | None) -> list[dict]:
     def add(setup, protocol, stats, ours="dropin", compiled="compile"):
         o, n, c = _med(stats, ours), _med(stats, "native"), _med(stats, compiled)
         q = (stats or {}).get(ours) or {}
-        rows.append({"setup": setup, "protocol": protocol, "drop-in ms": _fmt(o),
-                     "[q25, q75]": f"[{_fmt(q.get('q25_ms'))}, {_fmt(q.get('q75_ms'))}]" if q else "—",
-                     "torch eager ms": _fmt(n), "x vs torch": _fmt(_ratio(n, o), ".1f"),
-                     "torch.compile ms": _fmt(c), "x vs compile": _fmt(_ratio(c, o), ".2f")})
+        rows.append({"setup": setup, "protocol": protocol, "drop-in ms": o,
+                     "[q25, q75]": [q.get("q25_ms"), q.get("q75_ms")] if q else None,
+                     "torch eager ms": n, "x vs torch": _ratio(n, o),
+                     "torch.compile ms": c, "x vs compile": _ratio(c, o)})
     ac = rec.get("autocast")
     if ac:
         add("bf16 autocast, fwd+bwd, L1/40", EAGER, ac["eager"])
@@ -611,11 +611,11 @@ def table_rows(rec: dict | None) -> list[dict]:
 
 def compiled_rows(rec: dict | None) -> list[dict]:
     """The compiled drop-in beside the eager one (float32 fwd+bwd, eager per call): the goal is <= 1.05x."""
-    return [{"shape": r["key"], "eager drop-in ms": _fmt(_med(r["eager"], "dropin")),
-             "compiled ms": _fmt(_med(r["eager"], "dropin_compiled")),
-             "reduce-overhead ms": _fmt(_med(r["eager"], "dropin_reduce_overhead")),
-             "compiled / eager": _fmt(_ratio(_med(r["eager"], "dropin_compiled"), _med(r["eager"], "dropin")), ".2f"),
-             "torch.compile ms": _fmt(_med(r["eager"], "native_compiled")),
+    return [{"shape": r["key"], "eager drop-in ms": _med(r["eager"], "dropin"),
+             "compiled ms": _med(r["eager"], "dropin_compiled"),
+             "reduce-overhead ms": _med(r["eager"], "dropin_reduce_overhead"),
+             "compiled / eager": _ratio(_med(r["eager"], "dropin_compiled"), _med(r["eager"], "dropin")),
+             "torch.compile ms": _med(r["eager"], "native_compiled"),
              "bits (compiled = eager)": _bits_text(r.get("bits_compiled")),
              "bits (reduce-overhead = eager)": _bits_text(r.get("bits_reduce_overhead"))}
             for r in (rec or {}).get("compiled") or []]
@@ -629,19 +629,19 @@ def host_rows(rec: dict | None) -> list[dict]:
     h = (rec or {}).get("host")
     if not h:
         return []
-    return [{"call (8 x 768)": "forward op, direct", "ours us": _fmt(h["labkit_forward_us"], ".1f"),
-             "torch's us": _fmt(h["aten_forward_us"], ".1f"),
-             "difference us": _fmt(h["labkit_forward_us"] - h["aten_forward_us"], ".1f")},
-            {"call (8 x 768)": "backward op, direct", "ours us": _fmt(h["labkit_backward_us"], ".1f"),
-             "torch's us": _fmt(h["aten_backward_us"], ".1f"),
-             "difference us": _fmt(h["labkit_backward_us"] - h["aten_backward_us"], ".1f")},
-            *({"call (8 x 768)": f"{d} compiled fwd+bwd", "ours us": _fmt(h[f"{d}_dropin_compiled_fwdbwd_us"], ".1f"),
-               "torch's us": _fmt(h[f"{d}_native_compiled_fwdbwd_us"], ".1f"),
-               "difference us": _fmt(h[f"{d}_dropin_compiled_fwdbwd_us"] - h[f"{d}_native_compiled_fwdbwd_us"], ".1f")}
+    return [{"call (8 x 768)": "forward op, direct", "ours us": h["labkit_forward_us"],
+             "torch's us": h["aten_forward_us"],
+             "difference us": h["labkit_forward_us"] - h["aten_forward_us"]},
+            {"call (8 x 768)": "backward op, direct", "ours us": h["labkit_backward_us"],
+             "torch's us": h["aten_backward_us"],
+             "difference us": h["labkit_backward_us"] - h["aten_backward_us"]},
+            *({"call (8 x 768)": f"{d} compiled fwd+bwd", "ours us": h[f"{d}_dropin_compiled_fwdbwd_us"],
+               "torch's us": h[f"{d}_native_compiled_fwdbwd_us"],
+               "difference us": h[f"{d}_dropin_compiled_fwdbwd_us"] - h[f"{d}_native_compiled_fwdbwd_us"]}
               for d in ("float32", "bfloat16")),
-            *({"call (8 x 768)": f"{d} eager forward", "ours us": _fmt(h[f"{d}_dropin_eager_forward_us"], ".1f"),
-               "torch's us": _fmt(h[f"{d}_native_eager_forward_us"], ".1f"),
-               "difference us": _fmt(h[f"{d}_dropin_eager_forward_us"] - h[f"{d}_native_eager_forward_us"], ".1f")}
+            *({"call (8 x 768)": f"{d} eager forward", "ours us": h[f"{d}_dropin_eager_forward_us"],
+               "torch's us": h[f"{d}_native_eager_forward_us"],
+               "difference us": h[f"{d}_dropin_eager_forward_us"] - h[f"{d}_native_eager_forward_us"]}
               for d in ("float32", "bfloat16"))]
 
 
@@ -650,11 +650,11 @@ def ordinary_rows(rec: dict | None) -> list[dict]:
     for r in (rec or {}).get("ordinary") or []:
         g, e = r["graph"], r["eager"]
         out.append({"bf16 shape": r["key"], "path": r["path"],
-                    "drop-in us (graph)": _fmt(_us(_med(g, "dropin")), ".1f"),
-                    "torch.compile us": _fmt(_us(_med(g, "inductor")), ".1f"),
-                    "Liger us": _fmt(_us(_med(g, "liger")), ".1f"),
-                    "x vs faster peer (protocol A)": _fmt(_peer_ratio(r), ".2f"),
-                    "x vs torch (protocol B)": _fmt(_ratio(_med(e, "native"), _med(e, "dropin")), ".2f"),
+                    "drop-in us (graph)": _us(_med(g, "dropin")),
+                    "torch.compile us": _us(_med(g, "inductor")),
+                    "Liger us": _us(_med(g, "liger")),
+                    "x vs faster peer (protocol A)": _peer_ratio(r),
+                    "x vs torch (protocol B)": _ratio(_med(e, "native"), _med(e, "dropin")),
                     "bits": "identical" if r["identical"] else "DIFFER"})
     return out
 
@@ -681,40 +681,38 @@ def bits_rows(rec: dict | None) -> list[dict]:
 
 def model_rows(rec: dict | None) -> list[dict]:
     out = [{"model": f"transformer, {m['setup']}", "losses": m["losses_identical"], "gradients": m["grads_identical"],
-            "weights": m["weights_identical"], "native step ms": _fmt(m["native_step_ms"]),
-            "drop-in step ms": _fmt(m["dropin_step_ms"]),
-            "x vs native (per step)": _fmt(_ratio(m["native_step_ms"], m["dropin_step_ms"]), ".2f")}
+            "weights": m["weights_identical"], "native step ms": m["native_step_ms"],
+            "drop-in step ms": m["dropin_step_ms"],
+            "x vs native (per step)": _ratio(m["native_step_ms"], m["dropin_step_ms"])}
            for m in (rec or {}).get("models") or []]
     for m in (rec or {}).get("models") or []:
         if m.get("compiled_dropin_step_ms"):
             out.append({"model": f"transformer, {m['setup']}, torch.compile", "losses": "—", "gradients": "—",
-                        "weights": "—", "native step ms": _fmt(m["compiled_native_step_ms"]),
-                        "drop-in step ms": _fmt(m["compiled_dropin_step_ms"]),
-                        "x vs native (per step)": _fmt(_ratio(m["compiled_native_step_ms"],
-                                                              m["compiled_dropin_step_ms"]), ".2f")})
+                        "weights": "—", "native step ms": m["compiled_native_step_ms"],
+                        "drop-in step ms": m["compiled_dropin_step_ms"],
+                        "x vs native (per step)": _ratio(m["compiled_native_step_ms"],
+                                                              m["compiled_dropin_step_ms"])})
     w = (rec or {}).get("wide_bf16")
     if w:
         out.append({"model": "wide LayerNorm (C, H, W), bf16", "losses": "—",
                     "gradients": w["first_step_grads_identical"], "weights": "—",
-                    "native step ms": _fmt(w["native_step_ms"]), "drop-in step ms": _fmt(w["dropin_step_ms"]),
-                    "x vs native (per step)": _fmt(_ratio(w["native_step_ms"], w["dropin_step_ms"]), ".2f")})
+                    "native step ms": w["native_step_ms"], "drop-in step ms": w["dropin_step_ms"],
+                    "x vs native (per step)": _ratio(w["native_step_ms"], w["dropin_step_ms"])})
     return out
 
 
 def figure(rec: dict | None, label: str = ""):
     """Speedup over eager torch of the drop-in and of torch.compile per setup (log scale), each bar's protocol in
     its label: where the drop-in stands against the compiler people train with."""
-    rows = [r for r in table_rows(rec) if r["x vs torch"] != "—"]
+    rows = [r for r in table_rows(rec) if r["x vs torch"] is not None]
     if not rows:
         return None
     import matplotlib.pyplot as plt
     import numpy as np
 
     names = [f"{r['setup']} ({r['protocol']})" for r in rows]
-    ours = [float(r["x vs torch"]) for r in rows]
-    comp = [float(r["torch.compile ms"]) if r["torch.compile ms"] != "—" else np.nan for r in rows]
-    native = [float(r["torch eager ms"]) for r in rows]
-    comp_x = [n / c if c == c else np.nan for n, c in zip(native, comp)]
+    ours = [r["x vs torch"] for r in rows]
+    comp_x = [np.nan if r["torch.compile ms"] is None else r["torch eager ms"] / r["torch.compile ms"] for r in rows]
     fig, ax = plt.subplots(figsize=(9, 0.42 * len(rows) + 1.2))
     y = np.arange(len(rows))
     ax.barh(y - 0.2, ours, 0.4, label="drop-in (torch's bits)")
@@ -742,47 +740,47 @@ def goals(rec: dict | None) -> list[dict]:
     models = rec.get("models") or []
     out = []
 
-    def goal(what, value, limit, at_least, protocol, fmt=".3f"):
+    def goal(what, value, limit, at_least, protocol):
         met = None if value is None else (value >= limit if at_least else value <= limit)
-        out.append({"goal": what, "value": _fmt(value, fmt), "limit": f"{'>=' if at_least else '<='} {limit}",
+        out.append({"goal": what, "value": value, "limit": f"{'>=' if at_least else '<='} {limit}",
                     "protocol": protocol, "met": "—" if met is None else ("yes" if met else "no")})
     goal("bf16 autocast fwd+bwd at L1/40, ms", b["autocast_l1_40_fwdbwd_ms"], 0.90, False, EAGER)
     goal("... x vs torch under autocast", _ratio(_med(ac, "native"), _med(ac, "dropin")), 15, True,
-         EAGER, ".1f")
+         EAGER)
     goal("bf16 forward at L1/40, ms", b["bf16_l1_40_fwd_ms"], 0.24, False, EAGER)
     goal("... x vs torch", _ratio(_med(bl.get("forward_eager"), "native"), b["bf16_l1_40_fwd_ms"]), 30, True,
-         EAGER, ".1f")
+         EAGER)
     goal("bf16 fwd+bwd at L1/40, ms", b["bf16_l1_40_fwdbwd_ms"], 0.60, False, EAGER)
     goal("bf16 at 4 x 4194304 / float32 drop-in there (forward)",
          _ratio(_med(wide.get("forward_graph"), "dropin"), _med(wide.get("forward_graph"), "float32_dropin")), 1.1,
-         False, GRAPH, ".2f")
+         False, GRAPH)
     goal("bf16 ordinary shapes: worst x vs the faster of Liger and torch.compile", b["bf16_ordinary_worst_vs_peer"],
-         0.95, True, GRAPH, ".2f")
+         0.95, True, GRAPH)
     natives = [_ratio(_med(r["eager"], "native"), _med(r["eager"], "dropin")) for r in rec.get("ordinary") or []]
     worst_native = None if None in natives else min(natives, default=None)
-    goal("bf16 ordinary shapes: worst x vs torch", worst_native, 1.0, True, EAGER, ".2f")
+    goal("bf16 ordinary shapes: worst x vs torch", worst_native, 1.0, True, EAGER)
     goal("compiled drop-in fwd+bwd / eager drop-in (worst of 3 shapes)", b["compiled_vs_eager_worst"], 1.05, False,
-         EAGER, ".2f")
+         EAGER)
     h = rec.get("host") or {}
     for d in ("forward", "backward"):  # the op called directly, beside aten's op called directly
         if f"labkit_{d}_us" in h:
             goal(f"host cost of the {d} op over aten's own op, us", h[f"labkit_{d}_us"] - h[f"aten_{d}_us"], 15,
-                 False, "host wall per call, 8 x 768", ".1f")
+                 False, "host wall per call, 8 x 768")
     for d in ("float32", "bfloat16"):  # a compiled fwd+bwd calls two ops: its excess over torch.compile's, per op
         if f"{d}_dropin_compiled_fwdbwd_us" in h:
             goal(f"{d} compiled fwd+bwd host cost over torch.compile's, us per op",
                  (h[f"{d}_dropin_compiled_fwdbwd_us"] - h[f"{d}_native_compiled_fwdbwd_us"]) / 2, 15, False,
-                 "host wall per call, 8 x 768", ".1f")
+                 "host wall per call, 8 x 768")
     for m in models:
         goal(f"transformer {m['setup']}: step time x vs native", _ratio(m["native_step_ms"], m["dropin_step_ms"]),
-             1.0, True, "CUDA events per step", ".2f")
+             1.0, True, "CUDA events per step")
         if m.get("compiled_dropin_step_ms"):
             goal(f"transformer {m['setup']} compiled: step time x vs compiled native",
                  _ratio(m["compiled_native_step_ms"], m["compiled_dropin_step_ms"]), 1.0, True,
-                 "CUDA events per step", ".2f")
+                 "CUDA events per step")
     fz = fuzz_counts(rec)
     if fz["cases"]:
-        goal("fuzz cases (bf16, fp16, autocast; forward and gradients)", fz["cases"], 2000, True, "bits", "d")
+        goal("fuzz cases (bf16, fp16, autocast; forward and gradients)", fz["cases"], 2000, True, "bits")
     return out
 
 
@@ -832,7 +830,7 @@ def verdict_lines(rec: dict | None, source: str) -> list[str]:
              f"{_fmt(b['bits_identical'], '')}; model steps identical {_fmt(b['model_steps_identical'], '')}."]
     missed = [r for r in goals(rec) if r["met"] == "no"]
     if missed:
-        lines.append("Not met: " + "; ".join(f"{r['goal']} {r['value']} ({r['limit']}, {r['protocol']})"
+        lines.append("Not met: " + "; ".join(f"{r['goal']} {_fmt(r['value'], '.3g')} ({r['limit']}, {r['protocol']})"
                                              for r in missed) + ".")
     if rec.get("errors"):
         lines.append("Parts that did not run: " + "; ".join(f"{k}: {v}" for k, v in rec["errors"].items()) + ".")

@@ -440,8 +440,11 @@ def bullets(runs: dict[str, Path], rows: list[dict] | None = None) -> list[str]:
     fb = next((r for r in rows if r["result"] == f"forward + backward: {FWDBWD_KB}"), None)
     fg = next((r for r in rows if r["result"] == f"forward + backward: {FWDBWD}" and r["protocol"] == GRAPH), None)
     if fb:
+        tp = runs.get(training.RUN_NAME)
+        gpu = (_records(tp)["run"].get("provenance") or {}).get("gpu") if tp else None
         s = (f"A drop-in for training: labkit.layer_norm keeps eager's bits forward and backward "
-             f"({fb['bit-identical']}) and runs L1/40's forward + backward in {fb['ms']:.3g} ms under KernelBench's "
+             f"({fb['bit-identical']}) and runs L1/40's forward + backward in {fb['ms']:.3g} ms"
+             + (f" on an {gpu}" if gpu else "") + " under KernelBench's "
              f"timing (eager per call, protocol B): {fb['x torch eager']:.3g}x torch eager, "
              f"{fb['x torch.compile']:.3g}x torch.compile.")
         if fg and fg["x torch.compile"]:

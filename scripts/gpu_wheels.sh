@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fetch, on a machine that reaches PyPI, the notebook stack the GPU image lacks (papermill, nbconvert, nbformat,
-# nbclient, ipykernel, latex2mathml, and Liger-Kernel 0.8.5 for notebook 08's peers) as Python 3.12 manylinux wheels
-# into .whl/ (git-ignored), for scripts/gpu_env.sh to install there. Packages the GPU image has already (its pip list
-# in the device tool's KINDS.md) are dropped, so that the image's own versions serve: two copies of one package side
-# by side on the import path shadow each other. Run from the repository root; then carry .whl with the device call.
+# nbclient, ipykernel, latex2mathml, Liger-Kernel 0.8.5 for notebook 08's peers, HF transformers for notebook 10's
+# GPT-2) as Python 3.12 manylinux wheels into .whl/ (git-ignored), for scripts/gpu_env.sh to install there. Packages
+# the GPU image has already (its pip list in the device tool's KINDS.md; torch's own dependencies) are dropped, so
+# that the image's own versions serve: two copies of one package side by side on the import path shadow each other.
+# Run from the repository root; then carry .whl with the device call (about 36 MB).
 set -euo pipefail
 dest=.whl
 mkdir -p "$dest"
@@ -14,9 +15,11 @@ for p in "${platforms[@]}"; do args+=(--platform "$p"); done
 python3 -m pip download -q "${args[@]}" papermill nbconvert nbformat nbclient ipykernel latex2mathml
 # Liger-Kernel pins torch: without --no-deps pip would fetch a CUDA torch build the image already has
 python3 -m pip download -q --no-deps "${args[@]}" liger-kernel==0.8.5
+# HF transformers for notebook 10's GPT-2 (labkit.studies.training_reach.gpt2_steps); its torch is the image's
+python3 -m pip download -q "${args[@]}" "transformers<5"
 # on the image already
-for name in attrs certifi charset_normalizer click idna jinja2 markupsafe packaging psutil pygments python_dateutil \
-            pyyaml requests tqdm typing_extensions urllib3 tzdata; do
+for name in attrs certifi charset_normalizer click filelock fsspec idna jinja2 markupsafe numpy packaging psutil \
+            pygments python_dateutil pyyaml requests tqdm typing_extensions urllib3 tzdata; do
     rm -f "$dest/${name}"-*.whl
 done
 ls "$dest" | wc -l | xargs echo "wheels in $dest:"

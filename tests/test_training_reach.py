@@ -101,3 +101,25 @@ def test_the_figure_plots_every_ratio_row(committed):
     ax = fig.axes[0]
     assert len(ax.get_yticklabels()) == len([r for r in reach.table_rows(rec) if r["x vs torch"] is not None])
     assert ax.get_xscale() == "log"
+
+
+def test_gpt2_steps_say_when_transformers_is_missing(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers raises ImportError
+    rows = reach.gpt2_steps("cpu")
+    assert len(rows) == 1 and rows[0]["error"].startswith("not installed here")
+    rec = {"gpt2": rows, "device": "cpu"}
+    assert reach.block(rec)["model_steps_identical"] is None  # nothing trained: no count
+    assert any("Not trained: GPT-2" in line for line in reach.verdict_lines(rec, "a test"))
+    assert reach.model_rows(rec)[0]["losses"].startswith("not installed here")
+
+
+def test_gpt2_steps_train_swapped_and_not_on_the_cpu():
+    """The code path runs where transformers is installed (on the CPU the drop-in hands every call to torch, so the
+    bits are torch's own: this checks the mechanics, the GPU run checks our kernels)."""
+    pytest.importorskip("transformers")
+    rows = reach.gpt2_steps("cpu", 0, n_layer=1, n_embd=64, n_head=2, vocab_size=128, batch=2, seq=16)
+    assert [r["setup"] for r in rows] == ["GPT-2 bf16 autocast", "GPT-2 bf16 model"]
+    assert all(r["identical"] and r["swapped"] == 3 for r in rows), rows  # ln_1, ln_2, ln_f
+    assert reach.block({"gpt2": rows})["model_steps_identical"] == "2/2"

@@ -322,12 +322,8 @@ def model_steps(device, seed: int = 0) -> list[dict]:
             g = torch.Generator(device="cpu").manual_seed(seed + 1)
             tokens = torch.randint(0, MODEL["vocab"], (MODEL["batch"], MODEL["seq"]), generator=g).to(device)
             targets = torch.randint(0, MODEL["vocab"], (MODEL["batch"], MODEL["seq"]), generator=g).to(device)
-            res = {}
-            for name, model in (("native", ref), ("dropin", ours)):
-                res[name] = _train(model, tokens, targets, setup == "bf16 autocast")
-        (rl, rg, rw, rt), (ol, og, ow, ot) = res["native"], res["dropin"]
-        pairs = [(a, b) for ga, gb in zip(rg, og) for a, b in zip(ga, gb)]
-        steps_ok = all(map(_bits, rl, ol)) and all(_bits(a, b) for a, b in pairs) and all(map(_bits, rw, ow))
+            res = {name: _train(model, tokens, targets, setup == "bf16 autocast")
+                   for name, model in (("native", ref), ("dropin", ours))}
         compiled = {}
         if setup == "bf16 model":  # compiled step times (Inductor's own LayerNorm has its bits: times only)
             try:
@@ -335,25 +331,28 @@ def model_steps(device, seed: int = 0) -> list[dict]:
                     compiled[name] = _train(torch.compile(model), tokens, targets, False)[3]
             except Exception as exc:
                 compiled["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-        rows.append({"setup": setup, "steps": len(rl), "losses_identical": f"{sum(map(_bits, rl, ol))}/{len(rl)}",
-                     "compiled_native_step_ms": compiled.get("native"),
-                     "compiled_dropin_step_ms": compiled.get("dropin"), "compiled_error": compiled.get("error"),
-                     "grads_identical": f"{sum(_bits(a, b) for a, b in pairs)}/{len(pairs)}",
-                     "weights_identical": f"{sum(map(_bits, rw, ow))}/{len(rw)}", "identical": steps_ok,
-                     "native_step_ms": rt, "dropin_step_ms": ot})
+        rows.append({**_model_row(setup, res), "compiled_native_step_ms": compiled.get("native"),
+                     "compiled_dropin_step_ms": compiled.get("dropin"), "compiled_error": compiled.get("error")})
     return rows
 
 
-def _train(model, tokens, targets, autocast: bool, steps: int = 3, timed: int = 10):
+def _train(model, tokens, targets, autocast: bool, steps: int = 3, timed: int = 10, logits_of=lambda out: out):
+    """`steps` Adam steps kept (losses, every gradient), then `timed` more timed after two untimed: CUDA events
+    around each whole step on a GPU, the wall clock elsewhere (a CPU run exercises the code, its times mean
+    little). `logits_of` takes the model's output to its logits (an HF model returns an object)."""
     torch = _torch()
+    cuda = tokens.device.type == "cuda"
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     losses, grads, times = [], [], []
     for i in range(steps + 2 + timed):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        else:
+            t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            logits = model(tokens)
+        with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=autocast):
+            logits = logits_of(model(tokens))
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
                                                      targets.reshape(-1))
         loss.backward()
@@ -361,12 +360,69 @@ def _train(model, tokens, targets, autocast: bool, steps: int = 3, timed: int = 
             losses.append(loss.detach().clone())
             grads.append([p.grad.detach().clone() for p in model.parameters()])
         opt.step()
-        end.record()
-        end.synchronize()
+        if cuda:
+            end.record()
+            end.synchronize()
+            ms = start.elapsed_time(end)
+        else:
+            ms = 1e3 * (time.perf_counter() - t0)
         if i >= steps + 2:
-            times.append(start.elapsed_time(end))
+            times.append(ms)
     weights = [p.detach().clone() for p in model.parameters()]
     return losses, grads, weights, sorted(times)[len(times) // 2]
+
+
+GPT2 = {"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 1024, "n_positions": 128, "batch": 8, "seq": 64}
+
+
+def gpt2_steps(device, seed: int = 0, **cfg) -> list[dict]:
+    """HF transformers' GPT-2 (a small random-initialised config, dropout off, eager attention: the SDPA kernels'
+    backward has no deterministic form), trained with and without the swap under deterministic algorithms, in
+    float32 under bf16 autocast and cast to bf16: losses, gradients, weights as integer views, and step times; one
+    row saying so where transformers is not installed (the GPU image has no copy: scripts/gpu_wheels.sh fetches
+    it)."""
+    try:
+        from transformers import GPT2Config, GPT2LMHeadModel
+    except ImportError as exc:
+        return [{"setup": "GPT-2 (HF transformers)", "error": f"not installed here ({exc})"}]
+    import copy
+
+    torch = _torch()
+    from labkit import swap_layer_norms
+    from labkit.studies.measure import deterministic_algorithms
+
+    c = {**GPT2, **cfg}
+    rows = []
+    for setup in ("bf16 autocast", "bf16 model"):
+        with deterministic_algorithms():
+            torch.manual_seed(seed)
+            config = GPT2Config(n_layer=c["n_layer"], n_embd=c["n_embd"], n_head=c["n_head"],
+                                vocab_size=c["vocab_size"], n_positions=c["n_positions"], resid_pdrop=0.0,
+                                embd_pdrop=0.0, attn_pdrop=0.0)
+            config._attn_implementation = "eager"
+            ref = GPT2LMHeadModel(config).to(device)
+            if setup == "bf16 model":
+                ref = ref.to(torch.bfloat16)
+            ours = copy.deepcopy(ref)
+            swapped = swap_layer_norms(ours)
+            g = torch.Generator(device="cpu").manual_seed(seed + 1)
+            tokens = torch.randint(0, c["vocab_size"], (c["batch"], c["seq"]), generator=g).to(device)
+            targets = torch.randint(0, c["vocab_size"], (c["batch"], c["seq"]), generator=g).to(device)
+            res = {name: _train(model, tokens, targets, setup == "bf16 autocast", logits_of=lambda o: o.logits)
+                   for name, model in (("native", ref), ("dropin", ours))}
+        rows.append(_model_row(f"GPT-2 {setup}", res, swapped))
+    return rows
+
+
+def _model_row(setup: str, res: dict, swapped: int | None = None) -> dict:
+    (rl, rg, rw, rt), (ol, og, ow, ot) = res["native"], res["dropin"]
+    pairs = [(a, b) for ga, gb in zip(rg, og) for a, b in zip(ga, gb)]
+    identical = all(map(_bits, rl, ol)) and all(_bits(a, b) for a, b in pairs) and all(map(_bits, rw, ow))
+    return {"setup": setup, "swapped": swapped, "steps": len(rl),
+            "losses_identical": f"{sum(map(_bits, rl, ol))}/{len(rl)}",
+            "grads_identical": f"{sum(_bits(a, b) for a, b in pairs)}/{len(pairs)}",
+            "weights_identical": f"{sum(map(_bits, rw, ow))}/{len(rw)}", "identical": identical,
+            "native_step_ms": rt, "dropin_step_ms": ot}
 
 
 def wide_bf16(device, seed: int = 0) -> dict:
@@ -475,6 +531,7 @@ def reach(mode: str = "quick", rounds: int = 15, seed: int = 0, device="cuda", l
         ("host", lambda: host_per_op(device)),
         ("bits", lambda: bits_counts(device, seed)),
         ("models", lambda: model_steps(device, seed)),
+        ("gpt2", lambda: gpt2_steps(device, seed)),
         ("wide_bf16", lambda: wide_bf16(device, seed)),
         ("fuzz", lambda: fuzz(2000 if mode == "full" else 300, seed, 90.0 if mode == "full" else 20.0,
                               device=device)),
@@ -557,7 +614,7 @@ def block(rec: dict | None) -> dict | None:
         v = _ratio(_med(r["eager"], "dropin_compiled"), _med(r["eager"], "dropin"))
         if v is not None:
             worst_compiled = v if worst_compiled is None else max(worst_compiled, v)
-    models = rec.get("models") or []
+    models = _model_records(rec)
     return {"autocast_l1_40_fwdbwd_ms": _med(ac, "dropin"), "autocast_native_l1_40_fwdbwd_ms": _med(ac, "native"),
             "bf16_l1_40_fwd_ms": _med(bl.get("forward_eager"), "dropin"),
             "bf16_compile_l1_40_fwd_ms": _med(bl.get("forward_eager"), "compile"),
@@ -565,6 +622,14 @@ def block(rec: dict | None) -> dict | None:
             "bf16_ordinary_worst_vs_peer": worst_peer, "compiled_vs_eager_worst": worst_compiled,
             "bits_identical": bits_total(rec),
             "model_steps_identical": f"{sum(m['identical'] for m in models)}/{len(models)}" if models else None}
+
+
+def _model_records(rec: dict | None) -> list[dict]:
+    """Every model trained with and without the swap that ran: the small transformer's setups, then GPT-2's, each
+    with its name under "model"."""
+    out = [{**m, "model": f"transformer, {m['setup']}"} for m in (rec or {}).get("models") or []]
+    out += [{**m, "model": m["setup"]} for m in (rec or {}).get("gpt2") or [] if "error" not in m]
+    return out
 
 
 def _peer_ratio(r: dict) -> float | None:
@@ -680,14 +745,15 @@ def bits_rows(rec: dict | None) -> list[dict]:
 
 
 def model_rows(rec: dict | None) -> list[dict]:
-    out = [{"model": f"transformer, {m['setup']}", "losses": m["losses_identical"], "gradients": m["grads_identical"],
+    models = _model_records(rec)
+    out = [{"model": m["model"], "losses": m["losses_identical"], "gradients": m["grads_identical"],
             "weights": m["weights_identical"], "native step ms": m["native_step_ms"],
             "drop-in step ms": m["dropin_step_ms"],
-            "x vs native (per step)": _ratio(m["native_step_ms"], m["dropin_step_ms"])}
-           for m in (rec or {}).get("models") or []]
-    for m in (rec or {}).get("models") or []:
+            "x vs native (per step)": _ratio(m["native_step_ms"], m["dropin_step_ms"])} for m in models]
+    out += [{"model": m["setup"], "losses": m["error"]} for m in (rec or {}).get("gpt2") or [] if "error" in m]
+    for m in models:
         if m.get("compiled_dropin_step_ms"):
-            out.append({"model": f"transformer, {m['setup']}, torch.compile", "losses": "—", "gradients": "—",
+            out.append({"model": f"{m['model']}, torch.compile", "losses": "—", "gradients": "—",
                         "weights": "—", "native step ms": m["compiled_native_step_ms"],
                         "drop-in step ms": m["compiled_dropin_step_ms"],
                         "x vs native (per step)": _ratio(m["compiled_native_step_ms"],
@@ -737,7 +803,7 @@ def goals(rec: dict | None) -> list[dict]:
     bl = _lp(rec, "bfloat16", L1_40)
     wide = _lp(rec, "bfloat16", WIDE)
     ac = (rec.get("autocast") or {}).get("eager")
-    models = rec.get("models") or []
+    models = _model_records(rec)
     out = []
 
     def goal(what, value, limit, at_least, protocol):
@@ -772,10 +838,10 @@ def goals(rec: dict | None) -> list[dict]:
                  (h[f"{d}_dropin_compiled_fwdbwd_us"] - h[f"{d}_native_compiled_fwdbwd_us"]) / 2, 15, False,
                  "host wall per call, 8 x 768")
     for m in models:
-        goal(f"transformer {m['setup']}: step time x vs native", _ratio(m["native_step_ms"], m["dropin_step_ms"]),
+        goal(f"{m['model']}: step time x vs native", _ratio(m["native_step_ms"], m["dropin_step_ms"]),
              1.0, True, "CUDA events per step")
         if m.get("compiled_dropin_step_ms"):
-            goal(f"transformer {m['setup']} compiled: step time x vs compiled native",
+            goal(f"{m['model']} compiled: step time x vs compiled native",
                  _ratio(m["compiled_native_step_ms"], m["compiled_dropin_step_ms"]), 1.0, True,
                  "CUDA events per step")
     fz = fuzz_counts(rec)
@@ -853,4 +919,5 @@ def row_errors(rec: dict | None) -> list[str]:
         for r in (rec or {}).get(part) or []:
             for name, err in (r.get("errors") or {}).items():
                 out.append(f"Not timed: {name} at {r.get('dtype', '')} {r['key']} ({part}): {err}.".replace("  ", " "))
+    out += [f"Not trained: {m['setup']}: {m['error']}." for m in (rec or {}).get("gpt2") or [] if "error" in m]
     return out

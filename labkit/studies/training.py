@@ -5,6 +5,7 @@ the training goals and the verdict, read from the records the measurement module
 training_kernelbench, training_timeline, training_host, training_models, training_backward)."""
 from __future__ import annotations
 
+from labkit.studies import training_reach
 from labkit.studies.bench import us as _us
 from labkit.studies.training_backward import floor_rows, fuzz_counts
 from labkit.studies.training_host import host_entries
@@ -91,8 +92,6 @@ def training_block(records: dict) -> dict | None:
 
 
 def summary(records: dict, prov: dict) -> dict:
-    from labkit.studies import training_reach
-
     block = training_block(records)
     out = {"training": block} if block else {}
     reach = training_reach.block(records.get("training_reach"))
@@ -302,8 +301,6 @@ def verdict_lines(records: dict, source: str) -> list[str]:
 
     if not training_block(records):
         return [f"training: no GPU measurement to judge ({source})."]
-    from labkit.studies import training_reach
-
     reach = records.get("training_reach")
     return [f"training ({source}):", *map(goal_line, goals(records)), *_runner_lines(records.get("training_host")),
             *(training_reach.verdict_lines(reach, source) if reach else [])]
@@ -410,7 +407,5 @@ def plain_verdict(records: dict) -> list[str]:
         else:
             out.append(f"{g['goal'][:1].upper()}{g['goal'][1:]}, {g['protocol'] or 'bits'}: {g['short']} "
                        f"(goal {g['target']}).")
-    from labkit.studies import training_reach
-
     reach = training_reach.plain_sentence(records.get("training_reach"))
     return out[:4] + [reach] if reach else out[:5]  # how people train: its answer in one sentence

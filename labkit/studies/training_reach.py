@@ -14,6 +14,7 @@ import time
 from dataclasses import replace
 
 from labkit.records.text import PROTOCOL_NAMES
+from labkit.studies.bench import us as _us
 from labkit.studies.training_models import _bits_equal as _bits  # integer views of the element size, None-safe
 from labkit.tasks import L1_40, shape_key
 
@@ -185,19 +186,16 @@ def ordinary(shapes, eager, graph, seed: int, device) -> list[dict]:
     """bf16 forward at ordinary transformer shapes: graph replay beside torch.compile and Liger-Kernel
     (labkit.studies.methods' builds), eager per call beside torch; the drop-in's bits and path."""
     torch = _torch()
-    from labkit import dispatch_protocol, explain
+    from labkit import explain
     from labkit.studies import methods as registry
 
     rows = []
     for shape in shapes:
         x, ns, w, b = _inputs(shape, "bfloat16", None, seed, device, False)
         row = {"key": shape_key(shape), "shape": list(shape), "errors": {}, "path": explain(x, ns, w, b)["path"]}
-
-        def graph_dropin(x=x, ns=ns, w=w, b=b):
-            with dispatch_protocol("graph"):
-                return _dropin(x, ns, w, b)
         with torch.no_grad():
-            fns = {"native": _forward(_f_layer_norm, x, ns, w, b), "dropin": graph_dropin}
+            fns = {"native": _forward(_f_layer_norm, x, ns, w, b),
+                   "dropin": _graph_protocol(_forward(_dropin, x, ns, w, b))}
             for name in ("inductor", "liger"):
                 built = registry.build(registry.get(name), x, w, b, 1e-5)
                 if built["fn"] is None:
@@ -722,10 +720,6 @@ def ordinary_rows(rec: dict | None) -> list[dict]:
                     "x vs torch (protocol B)": _ratio(_med(e, "native"), _med(e, "dropin")),
                     "bits": "identical" if r["identical"] else "DIFFER"})
     return out
-
-
-def _us(ms):
-    return None if ms is None else 1e3 * ms
 
 
 def bits_rows(rec: dict | None) -> list[dict]:

@@ -202,7 +202,7 @@ def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None =
     dev = device_info(x.get_device())
     n = math.prod(normalized_shape)
     rows = x.numel() // n
-    dtype = str(x.dtype).replace("torch.", "")
+    dtype = eligibility._dtype_name(x)
     source = rule.table_source(dev)
     if force is None:
         available = paths.candidates(rows, n, dev, dtype)

@@ -4,7 +4,8 @@
 # GPT-2) as Python 3.12 manylinux wheels into .whl/ (git-ignored), for scripts/gpu_env.sh to install there. Packages
 # the GPU image has already (its pip list in the device tool's KINDS.md; torch's own dependencies) are dropped, so
 # that the image's own versions serve: two copies of one package side by side on the import path shadow each other.
-# Run from the repository root; then carry .whl with the device call (about 36 MB).
+# Run from the repository root; then carry .whl with the device call (about 28 MB: the device call carries 64 MiB with
+# the tracked tree, so two optional runtime pieces nothing here imports are dropped below).
 set -euo pipefail
 dest=.whl
 mkdir -p "$dest"
@@ -22,4 +23,7 @@ for name in attrs certifi charset_normalizer click filelock fsspec idna jinja2 m
             pygments python_dateutil pyyaml requests tqdm typing_extensions urllib3 tzdata; do
     rm -f "$dest/${name}"-*.whl
 done
+# imported only when used: hf_xet by huggingface_hub's downloads (the GPU has no network), debugpy by ipykernel's
+# debugger (guarded import); 8 MB together
+rm -f "$dest"/hf_xet-*.whl "$dest"/debugpy-*.whl
 ls "$dest" | wc -l | xargs echo "wheels in $dest:"

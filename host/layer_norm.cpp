@@ -4,7 +4,7 @@
 // forward after the plan lookup, none at all in the backward, which the engine runs without the GIL.
 //
 // What it computes is decided in Python, never here: the Programs are the plans' own (labkit.core.program), and
-// every input a Program may not take at this call (a misaligned buffer, grad_y not float32 like x) goes to
+// every input a Program may not take at this call (a misaligned buffer, grad_y not of x's dtype) goes to
 // torch's native_layer_norm(_backward), as the Python path sends it. Double backward recomputes through torch's
 // layer_norm, as the Python node does (its backward is twice differentiable; ours is not).
 #include <torch/extension.h>
@@ -117,8 +117,11 @@ inline uint64_t address(const Tensor& t) {
   return t.defined() ? reinterpret_cast<uint64_t>(t.data_ptr()) : 0;
 }
 
-inline bool misaligned(const Tensor& a, const Tensor& b, const Tensor& c) {
-  return ((address(a) | address(b) | address(c)) & 15) != 0;
+// x, grad_y and gamma against torch's vector of x's dtype (16 bytes for float32, 8 for bfloat16/float16), what
+// its vectorized dX kernel and our backward programs read them as (labkit.ops.backward.vector_bytes).
+inline bool backward_misaligned(const Tensor& x, const Tensor& dy, const Tensor& g) {
+  const uint64_t vector = 4 * static_cast<uint64_t>(x.element_size());
+  return ((address(x) | address(dy) | address(g)) & (vector - 1)) != 0;
 }
 
 // A forward's buffers against what its plan's kernels need (labkit.ops.dropin.plan.KernelPlan.misaligned): x at
@@ -283,7 +286,7 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
   const Tensor &mean = stats.mean, &rstd = stats.rstd;
   // (any caller of aten::native_layer_norm_backward reaches this under labkit.enable(): statistics of another dtype
   // or device go to torch, which converts or refuses them as it does without us)
-  bool ours = p.backward && dy.is_cuda() && dy.device() == x.device() && dy.scalar_type() == at::kFloat &&
+  bool ours = p.backward && dy.is_cuda() && dy.device() == x.device() && dy.scalar_type() == x.scalar_type() &&
               !dy.is_neg() && !dy._is_zerotensor() && dy.sizes() == x.sizes() &&
               (stats.packed.defined() ||
                (mean.device() == x.device() && rstd.device() == x.device() && mean.scalar_type() == at::kFloat &&
@@ -291,7 +294,7 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
                 !mean.is_neg() && !rstd.is_neg() && mean.numel() == p.rows && rstd.numel() == p.rows));
   if (ours) {
     dy = dy.contiguous();  // what torch's backward does first (LayerNormBackwardKernelImpl)
-    ours = !misaligned(x, dy, g);
+    ours = !backward_misaligned(x, dy, g);
   }
   if (!ours) {
     auto [m, r] = stats.tensors(p);
@@ -299,7 +302,7 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
   }
   c10::DeviceGuard guard(x.device());
   bool want_w = mask[1] && w.defined(), want_b = mask[2] && b.defined();
-  auto f32 = x.options().dtype(at::kFloat);
+  const auto out = x.options();  // dX, dgamma, dbeta (and torch's partials) in x's dtype, as torch's kernel for it
   Tensor scratch;
   if (p.backward_scratch) scratch = at::empty({p.backward_scratch}, x.options().dtype(at::kByte));
   uint64_t ptrs[kBackwardSlots] = {address(dy), address(x), stats.mean_address(p), stats.rstd_address(p),
@@ -310,14 +313,14 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
   labkit_host::use_primary_context(x.device().index());
   void* stream = current_stream(x.device());
   program.run(ptrs, 0.0f, stream, 0, p.backward_split);
-  Tensor dx = at::empty(x.sizes(), f32);
+  Tensor dx = at::empty(x.sizes(), out);
   Tensor dg, db;
   if (p.partial_groups > 1) {
-    if (want_w) dg = at::empty({p.partial_groups, p.n}, f32);
-    if (want_b) db = at::empty({p.partial_groups, p.n}, f32);
+    if (want_w) dg = at::empty({p.partial_groups, p.n}, out);
+    if (want_b) db = at::empty({p.partial_groups, p.n}, out);
   } else {
-    if (want_w) dg = at::empty(p.normalized_shape, f32);
-    if (want_b) db = at::empty(p.normalized_shape, f32);
+    if (want_w) dg = at::empty(p.normalized_shape, out);
+    if (want_b) db = at::empty(p.normalized_shape, out);
   }
   ptrs[kBackwardDx] = address(dx), ptrs[kBackwardDweight] = address(dg), ptrs[kBackwardDbias] = address(db);
   program.run(ptrs, 0.0f, stream, p.backward_split, program.steps.size());

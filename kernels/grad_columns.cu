@@ -19,7 +19,35 @@
 //   are torch's partials.
 // - Threads take four columns each (float4): a column's order does not depend on which thread runs it.
 // Two entry points differ only in how a thread's loads are issued (push_streamed, push_prefetched).
+//
+// With -DLN_BF16 / -DLN_FP16 (torch's template for T: dtype.cuh): x, dy and gamma are four-T vectors converted to
+// float as loaded, dX is rounded to T once at its store, and the sums stay float until the result is written: the
+// column pass and grad_columns_fold round dgamma/dbeta to T once. torch's partial form rounds its partials to T
+// (its dgamma_blocks take dgamma's options), and its .sum(0) then runs on those T values: the column pass rounds
+// them too. `narrow_out` (these builds only) says which: 1 where out_g/out_b are the result or torch's partials (T),
+// 0 where they are the blocks' float values for grad_columns_fold.
+#include "dtype.cuh"
 #include "grad_ln.cuh"
+
+#ifdef LN_LOW_PRECISION
+#define GRAD_OUT_PARAM , int narrow_out
+#define GRAD_OUT_ARG , narrow_out
+#define GRAD_STORE4(out, at, v)                                                      \
+    do {                                                                             \
+        if (narrow_out) reinterpret_cast<uint2*>(out)[at] = ln_store4(v);            \
+        else reinterpret_cast<float4*>(out)[at] = v;                                 \
+    } while (0)
+#define GRAD_STORE1(out, at, v)                                                      \
+    do {                                                                             \
+        if (narrow_out) reinterpret_cast<unsigned short*>(out)[at] = ln_from_float(v); \
+        else out[at] = v;                                                            \
+    } while (0)
+#else
+#define GRAD_OUT_PARAM
+#define GRAD_OUT_ARG
+#define GRAD_STORE4(out, at, v) reinterpret_cast<float4*>(out)[at] = v
+#define GRAD_STORE1(out, at, v) out[at] = v
+#endif
 
 constexpr int kChunk = 8;  // rows of a group loaded together; R (8 or 32) is a multiple of it
 
@@ -29,7 +57,7 @@ struct ChunkRows {
 };
 
 // The next kChunk rows of one group starting at `first` (rows past `rows` are left unread and not pushed).
-__device__ __forceinline__ void load_chunk(ChunkRows& c, const float4* __restrict__ x, const float4* __restrict__ dy,
+__device__ __forceinline__ void load_chunk(ChunkRows& c, const LN_VEC* __restrict__ x, const LN_VEC* __restrict__ dy,
                                            const float* __restrict__ mean, const float* __restrict__ rstd,
                                            const float* __restrict__ s1, const float* __restrict__ s2, bool want_dx,
                                            int first, int rows, int n4, int j4) {
@@ -38,8 +66,8 @@ __device__ __forceinline__ void load_chunk(ChunkRows& c, const float4* __restric
         const int r = first + i;
         if (r < rows) {
             const size_t at = (size_t)r * n4 + j4;
-            c.x[i] = x[at];
-            c.dy[i] = dy[at];
+            c.x[i] = LN_LOAD4(x[at]);
+            c.dy[i] = LN_LOAD4(dy[at]);
             c.mean[i] = mean[r];
             c.rstd[i] = rstd[r];
             if (want_dx) {
@@ -53,10 +81,10 @@ __device__ __forceinline__ void load_chunk(ChunkRows& c, const float4* __restric
 // One (column, group) chain's rows as the loads arrive: each row loaded where it is pushed (the compiler keeps a
 // few in flight), for layouts with enough threads that other warps hide the latency (few registers, many blocks
 // per SM).
-__device__ __forceinline__ void push_streamed(float4& dg, float4& db, const float4* __restrict__ x,
-                                              const float4* __restrict__ dy, float4 g, const float* __restrict__ mean,
+__device__ __forceinline__ void push_streamed(float4& dg, float4& db, const LN_VEC* __restrict__ x,
+                                              const LN_VEC* __restrict__ dy, float4 g, const float* __restrict__ mean,
                                               const float* __restrict__ rstd, const float* __restrict__ s1,
-                                              const float* __restrict__ s2, float4* __restrict__ dx, int group,
+                                              const float* __restrict__ s2, LN_VEC* __restrict__ dx, int group,
                                               int stride, int rows, int n4, int j4, int rows_per_group, float fh,
                                               float inv) {
     for (int base = group * rows_per_group; base < rows; base += stride) {
@@ -64,9 +92,9 @@ __device__ __forceinline__ void push_streamed(float4& dg, float4& db, const floa
 #pragma unroll 8
         for (int r = base; r < end; ++r) {
             const size_t at = (size_t)r * n4 + j4;
-            const float4 vx = x[at], vd = dy[at];
+            const float4 vx = LN_LOAD4(x[at]), vd = LN_LOAD4(dy[at]);
             const float m = mean[r], rs = rstd[r];
-            if (dx) dx[at] = grad_input4(vx, vd, g, m, rs, s1[r], s2[r], fh, __fmul_rn(rs, inv));
+            if (dx) dx[at] = LN_STORE4(grad_input4(vx, vd, g, m, rs, s1[r], s2[r], fh, __fmul_rn(rs, inv)));
             gamma_beta_push(dg.x, db.x, vx.x, vd.x, m, rs);
             gamma_beta_push(dg.y, db.y, vx.y, vd.y, m, rs);
             gamma_beta_push(dg.z, db.z, vx.z, vd.z, m, rs);
@@ -78,11 +106,11 @@ __device__ __forceinline__ void push_streamed(float4& dg, float4& db, const floa
 // The same rows kChunk at a time, the next chunk's loads issued before this one is pushed: for layouts with few
 // threads (the groups spread over small blocks, or the partial form), where each thread must keep more bytes in
 // flight itself (more registers, fewer blocks per SM).
-__device__ __forceinline__ void push_prefetched(float4& dg, float4& db, const float4* __restrict__ x,
-                                                const float4* __restrict__ dy, float4 g,
+__device__ __forceinline__ void push_prefetched(float4& dg, float4& db, const LN_VEC* __restrict__ x,
+                                                const LN_VEC* __restrict__ dy, float4 g,
                                                 const float* __restrict__ mean, const float* __restrict__ rstd,
                                                 const float* __restrict__ s1, const float* __restrict__ s2,
-                                                float4* __restrict__ dx, int group, int stride, int rows, int n4,
+                                                LN_VEC* __restrict__ dx, int group, int stride, int rows, int n4,
                                                 int j4, int rows_per_group, float fh, float inv) {
     const bool want_dx = dx != nullptr;
     const int chunks_per_group = rows_per_group / kChunk;
@@ -103,7 +131,7 @@ __device__ __forceinline__ void push_prefetched(float4& dg, float4& db, const fl
             const float m = cur.mean[i], rs = cur.rstd[i];
             if (want_dx)
                 dx[(size_t)(first + i) * n4 + j4] =
-                    grad_input4(vx, vd, g, m, rs, cur.s1[i], cur.s2[i], fh, __fmul_rn(rs, inv));
+                    LN_STORE4(grad_input4(vx, vd, g, m, rs, cur.s1[i], cur.s2[i], fh, __fmul_rn(rs, inv)));
             gamma_beta_push(dg.x, db.x, vx.x, vd.x, m, rs);
             gamma_beta_push(dg.y, db.y, vx.y, vd.y, m, rs);
             gamma_beta_push(dg.z, db.z, vx.z, vd.z, m, rs);
@@ -121,12 +149,12 @@ __device__ __forceinline__ void push_prefetched(float4& dg, float4& db, const fl
 // GammaBeta pass. Column tiles run from the last to the first: the row-sum passes read rows front to back, so
 // when they end the rows' tails are what L2 still holds.
 template <bool kPrefetch>
-__device__ __forceinline__ void grad_columns(const float4* __restrict__ x, const float4* __restrict__ dy,
-                                             const float4* __restrict__ gamma, const float* __restrict__ mean,
+__device__ __forceinline__ void grad_columns(const LN_VEC* __restrict__ x, const LN_VEC* __restrict__ dy,
+                                             const LN_VEC* __restrict__ gamma, const float* __restrict__ mean,
                                              const float* __restrict__ rstd, const float* __restrict__ s1,
-                                             const float* __restrict__ s2, float4* __restrict__ dx,
+                                             const float* __restrict__ s2, LN_VEC* __restrict__ dx,
                                              float* __restrict__ out_g, float* __restrict__ out_b, int rows, int n4,
-                                             int rows_per_group) {
+                                             int rows_per_group GRAD_OUT_PARAM) {
     __shared__ float fold[2][256 * 4];  // [array][group-in-block * 4 * CX + column-in-block]
     const int cx = blockDim.x, gb = blockDim.y;
     const int j4 = (gridDim.x - 1 - blockIdx.x) * cx + threadIdx.x;
@@ -139,17 +167,17 @@ __device__ __forceinline__ void grad_columns(const float4* __restrict__ x, const
     float4 dg = make_float4(0.f, 0.f, 0.f, 0.f), db = dg;
     if (active) {
         if (kPrefetch)
-            push_prefetched(dg, db, x, dy, gamma[j4], mean, rstd, s1, s2, dx, group, stride, rows, n4, j4,
+            push_prefetched(dg, db, x, dy, LN_LOAD4(gamma[j4]), mean, rstd, s1, s2, dx, group, stride, rows, n4, j4,
                             rows_per_group, fh, inv);
         else
-            push_streamed(dg, db, x, dy, gamma[j4], mean, rstd, s1, s2, dx, group, stride, rows, n4, j4,
+            push_streamed(dg, db, x, dy, LN_LOAD4(gamma[j4]), mean, rstd, s1, s2, dx, group, stride, rows, n4, j4,
                           rows_per_group, fh, inv);
     }
     const size_t at = (size_t)blockIdx.y * n4 + j4;  // this block's row of the outputs
     if (gb == 1) {
         if (active) {
-            if (out_g) reinterpret_cast<float4*>(out_g)[at] = dg;
-            if (out_b) reinterpret_cast<float4*>(out_b)[at] = db;
+            if (out_g) GRAD_STORE4(out_g, at, dg);
+            if (out_b) GRAD_STORE4(out_b, at, db);
         }
         return;
     }
@@ -171,22 +199,24 @@ __device__ __forceinline__ void grad_columns(const float4* __restrict__ x, const
         for (int d = gb >> 1; d > 0; d >>= 1) {
             for (int l = 0; l < d; ++l) v[l * cols] = __fadd_rn(v[l * cols], v[(l + d) * cols]);
         }
-        out[(size_t)blockIdx.y * 4 * n4 + j0 + col] = v[0];
+        GRAD_STORE1(out, (size_t)blockIdx.y * 4 * n4 + j0 + col, v[0]);
     }
 }
 
 #define GRAD_COLUMNS(NAME, PREFETCH)                                                                                \
     extern "C" __global__ void __launch_bounds__(256) NAME(                                                        \
-        const float4* x, const float4* dy, const float4* gamma, const float* mean, const float* rstd,              \
-        const float* s1, const float* s2, float4* dx, float* out_g, float* out_b, int rows, int n4,                \
-        int rows_per_group) {                                                                                       \
-        grad_columns<PREFETCH>(x, dy, gamma, mean, rstd, s1, s2, dx, out_g, out_b, rows, n4, rows_per_group);      \
+        const LN_VEC* x, const LN_VEC* dy, const LN_VEC* gamma, const float* mean, const float* rstd,              \
+        const float* s1, const float* s2, LN_VEC* dx, float* out_g, float* out_b, int rows, int n4,                \
+        int rows_per_group GRAD_OUT_PARAM) {                                                                        \
+        grad_columns<PREFETCH>(x, dy, gamma, mean, rstd, s1, s2, dx, out_g, out_b, rows, n4,                       \
+                               rows_per_group GRAD_OUT_ARG);                                                        \
     }
 GRAD_COLUMNS(grad_columns_streamed, false)   // torch's layout: 256 threads a block, every group in the block
 GRAD_COLUMNS(grad_columns_prefetched, true)  // groups spread over small blocks, or the partial form
 
 // The tree's last steps, over the B blocks' values of each column: v[l] += v[l + d] for d = B/2, ..., 1.
-// part_g/part_b: [parts][n]; dgamma/dbeta: [n] (null: not wanted). grid: ceil(n / 256); block: 256.
+// part_g/part_b: [parts][n], float; dgamma/dbeta: [n] (null: not wanted), T in the 2-byte builds (rounded once
+// here). grid: ceil(n / 256); block: 256.
 extern "C" __global__ void __launch_bounds__(256) grad_columns_fold(
     const float* __restrict__ part_g, const float* __restrict__ part_b, float* __restrict__ dgamma,
     float* __restrict__ dbeta, int parts, int n) {
@@ -208,6 +238,10 @@ extern "C" __global__ void __launch_bounds__(256) grad_columns_fold(
                 for (int l = 0; l < d; ++l) v[l] = __fadd_rn(v[l], v[l + d]);
             }
         }
+#ifdef LN_LOW_PRECISION
+        reinterpret_cast<unsigned short*>(out)[j] = ln_from_float(v[0]);
+#else
         out[j] = v[0];
+#endif
     }
 }

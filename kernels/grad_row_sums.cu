@@ -3,13 +3,16 @@
 // gamma, then BlockReduceSum (grad_ln.cuh). What torch's layer_norm_grad_input_kernel_vectorized computes before
 // its output loop, bit for bit; the output (and dgamma/dbeta) come from grad_columns.cu, which reads x and dy once
 // for all three, where torch reads them once for the sums, again for dX and a third time for dgamma/dbeta.
+// With -DLN_BF16 / -DLN_FP16 x, dy and gamma are vectors of four T converted to float as loaded (dtype.cuh), as
+// torch's kernel for T reads them; the sums stay float.
+#include "dtype.cuh"
 #include "grad_ln.cuh"
 
 // grid: (rows); block: 128.
 extern "C" __global__ void __launch_bounds__(128) grad_row_sums(
-    const float4* __restrict__ x,      // [rows, n/4]
-    const float4* __restrict__ dy,     // [rows, n/4]
-    const float4* __restrict__ gamma,  // [n/4] (ones when the forward had no weight: torch multiplies by 1)
+    const LN_VEC* __restrict__ x,      // [rows, n/4]
+    const LN_VEC* __restrict__ dy,     // [rows, n/4]
+    const LN_VEC* __restrict__ gamma,  // [n/4] (ones when the forward had no weight: torch multiplies by 1)
     const float* __restrict__ mean,    // [rows]
     const float* __restrict__ rstd,    // [rows]
     float* __restrict__ s1_out,        // [rows]
@@ -20,10 +23,10 @@ extern "C" __global__ void __launch_bounds__(128) grad_row_sums(
     const int tid = threadIdx.x;
     const float m = mean[row];
     const float r = rstd[row];
-    const float4* xr = x + (size_t)row * n4;
-    const float4* dr = dy + (size_t)row * n4;
+    const LN_VEC* xr = x + (size_t)row * n4;
+    const LN_VEC* dr = dy + (size_t)row * n4;
     float s1 = 0.f, s2 = 0.f;
-    for (int v = tid; v < n4; v += 128) grad_push4(s1, s2, xr[v], dr[v], gamma[v], m, r);
+    for (int v = tid; v < n4; v += 128) grad_push4(s1, s2, LN_LOAD4(xr[v]), LN_LOAD4(dr[v]), LN_LOAD4(gamma[v]), m, r);
     s1 = grad_warp_sum(s1);
     s2 = grad_warp_sum(s2);
     if ((tid & 31) == 0) {

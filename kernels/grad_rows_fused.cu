@@ -4,22 +4,26 @@
 // come from grad_columns.cu's GammaBeta pass (dX off) on the same template torch uses.
 //
 // Contract kept: grad_ln.cuh's arithmetic in torch's order: the sums push a thread's vectors in order (kept ones
-// first, then the rest of a long row from memory), BlockReduceSum, then dX elementwise.
+// first, then the rest of a long row from memory), BlockReduceSum, then dX elementwise. With -DLN_BF16 / -DLN_FP16
+// x, dy and gamma are four-T vectors converted to float as loaded and dX is rounded to T once at its store
+// (dtype.cuh), as torch's kernel for T does; the registers keep the loaded T vectors (half a float4's registers),
+// converted again where the output reads them.
+#include "dtype.cuh"
 #include "grad_ln.cuh"
 
 template <int kMaxVec, bool kTail>
-__device__ __forceinline__ void grad_rows_fused(const float4* __restrict__ x, const float4* __restrict__ dy,
-                                                const float4* __restrict__ gamma, const float* __restrict__ mean,
-                                                const float* __restrict__ rstd, float4* __restrict__ dx, int n4) {
+__device__ __forceinline__ void grad_rows_fused(const LN_VEC* __restrict__ x, const LN_VEC* __restrict__ dy,
+                                                const LN_VEC* __restrict__ gamma, const float* __restrict__ mean,
+                                                const float* __restrict__ rstd, LN_VEC* __restrict__ dx, int n4) {
     __shared__ float warp_sums[2][4];
     __shared__ float sums[2];
     const int tid = threadIdx.x;
     const size_t row = blockIdx.x;
-    const float4* xr = x + row * n4;
-    const float4* dr = dy + row * n4;
+    const LN_VEC* xr = x + row * n4;
+    const LN_VEC* dr = dy + row * n4;
     const float m = mean[row];
     const float r = rstd[row];
-    float4 kx[kMaxVec], kd[kMaxVec];
+    LN_VEC kx[kMaxVec], kd[kMaxVec];
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i) {
         const int j = tid + 128 * i;
@@ -31,9 +35,11 @@ __device__ __forceinline__ void grad_rows_fused(const float4* __restrict__ x, co
     float s1 = 0.f, s2 = 0.f;
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i)
-        if (tid + 128 * i < n4) grad_push4(s1, s2, kx[i], kd[i], gamma[tid + 128 * i], m, r);
+        if (tid + 128 * i < n4)
+            grad_push4(s1, s2, LN_LOAD4(kx[i]), LN_LOAD4(kd[i]), LN_LOAD4(gamma[tid + 128 * i]), m, r);
     if (kTail)
-        for (int j = tid + 128 * kMaxVec; j < n4; j += 128) grad_push4(s1, s2, xr[j], dr[j], gamma[j], m, r);
+        for (int j = tid + 128 * kMaxVec; j < n4; j += 128)
+            grad_push4(s1, s2, LN_LOAD4(xr[j]), LN_LOAD4(dr[j]), LN_LOAD4(gamma[j]), m, r);
     s1 = grad_warp_sum(s1);
     s2 = grad_warp_sum(s2);
     if ((tid & 31) == 0) {
@@ -49,15 +55,17 @@ __device__ __forceinline__ void grad_rows_fused(const float4* __restrict__ x, co
     const float t1 = sums[0], t2 = sums[1];
     const float fh = (float)(4 * n4);
     const float term1 = __fmul_rn(r, __frcp_rn(fh));
-    float4* out = dx + row * n4;
+    LN_VEC* out = dx + row * n4;
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i) {
         const int j = tid + 128 * i;
-        if (j < n4) out[j] = grad_input4(kx[i], kd[i], gamma[j], m, r, t1, t2, fh, term1);
+        if (j < n4) out[j] = LN_STORE4(grad_input4(LN_LOAD4(kx[i]), LN_LOAD4(kd[i]), LN_LOAD4(gamma[j]), m, r, t1, t2, fh,
+                                                  term1));
     }
     if (kTail)
         for (int j = tid + 128 * kMaxVec; j < n4; j += 128)
-            out[j] = grad_input4(xr[j], dr[j], gamma[j], m, r, t1, t2, fh, term1);
+            out[j] = LN_STORE4(grad_input4(LN_LOAD4(xr[j]), LN_LOAD4(dr[j]), LN_LOAD4(gamma[j]), m, r, t1, t2, fh,
+                                           term1));
 }
 
 // grid: (rows); block: 128. One entry point per register budget (the plan takes the smallest that holds a row);
@@ -65,8 +73,8 @@ __device__ __forceinline__ void grad_rows_fused(const float4* __restrict__ x, co
 // that loop out and the registers it takes.
 #define GRAD_ROWS_FUSED(K, MIN_BLOCKS, TAIL)                                                                   \
     extern "C" __global__ void __launch_bounds__(128, MIN_BLOCKS) grad_rows_fused_reg##K(                       \
-        const float4* x, const float4* dy, const float4* gamma, const float* mean, const float* rstd,          \
-        float4* dx, int n4) {                                                                                   \
+        const LN_VEC* x, const LN_VEC* dy, const LN_VEC* gamma, const float* mean, const float* rstd,          \
+        LN_VEC* dx, int n4) {                                                                                   \
         grad_rows_fused<K, TAIL>(x, dy, gamma, mean, rstd, dx, n4);                                             \
     }
 GRAD_ROWS_FUSED(2, 12, false)

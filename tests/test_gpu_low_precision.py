@@ -2,8 +2,9 @@
 views, mean and rstd as int32 views, at ragged N, one row, many rows, N = 2**20, views 8 bytes off a 16-byte boundary
 and absent affine; every rows_fused entry point; the chain schedule (tma on sm_90, the cp.async ring below) and its
 output pass alone on torch's own statistics (first passed at 342bed4 on an H100, plain and as compute_80); and the
-drop-in serving T: our forward, torch's backward on our statistics, eager, compiled, captured, on a side stream,
-through labkit.enable()."""
+drop-in serving T: our forward and (where the rule picks ours) our backward, eager, compiled, captured, on a side stream,
+through labkit.enable(); the backward for T (2-byte builds of the rows and split schedules, the chain widened) against
+torch's native_layer_norm_backward."""
 import numpy as np
 import pytest
 
@@ -238,7 +239,7 @@ def test_torchs_output_is_the_emulated_rounding(dtype):
                       what="the GPU's cvt.rn (NaN: lp.CANONICAL_NAN)")
 
 
-# --- the drop-in: our forward for T, torch's backward on our statistics ---------------------------------------------
+# --- the drop-in: our forward for T, and our backward or torch's on our statistics ---------------------------------
 
 DROP_IN_SHAPES = [(1, 4), (5, 516), (4096, 768), (8192, 4096), (3, 512 * 33 + 4), (4, 1 << 22), (16, 64, 256, 256)]
 AFFINES = ("both", "weight", "none")
@@ -269,8 +270,8 @@ def _step(fn, x, ns, w, b, dy):
 @pytest.mark.parametrize("affine", AFFINES)
 @pytest.mark.parametrize("shape", DROP_IN_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_the_drop_in_keeps_torchs_bits_forward_and_backward(shape, affine, dtype):
-    """labkit.layer_norm on T: y (int16 views) from our kernels where the plan serves, the gradients from torch's
-    backward on our mean and rstd (int32-equal to torch's): every output equals F.layer_norm's."""
+    """labkit.layer_norm on T: y (int16 views) from our kernels where the plan serves, the gradients from our backward
+    where the rule picks it (else torch's on our mean and rstd): every output equals F.layer_norm's."""
     import torch
 
     import labkit
@@ -393,3 +394,113 @@ def test_enable_serves_t_through_f_layer_norm(dtype):
         got = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy)
     for i, (a, e) in enumerate(zip(got, want)):
         assert_bits_equal(a, e, what=f"enable() {dtype} output {i}")
+
+# --- the backward for T: our kernels against torch.ops.aten.native_layer_norm_backward --------------------------------
+
+GRAD_SHAPES = [
+    (1, 4),             # one vector
+    (5, 516),           # ragged N/4
+    (64, 1024),
+    (4096, 768),
+    (300, 2048),
+    (1000, 4096),
+    (8192, 4096),       # the rows schedule's domain (N / 32 column blocks fill the GPU)
+    (3, 16384 + 516),   # longer than grad_rows_fused_reg16's registers: the rest re-read
+    (70000, 256),       # M > 64K, N / 32 < SMs / 2: torch's partials, rounded to T, then its .sum(0)
+    (2, 1 << 20),       # the chain's domain: widened
+    (1, 1 << 24),       # N = 2^24
+]
+
+
+def _grad_inputs(shape, dtype, seed):
+    import torch
+
+    x, w, b = _inputs(shape, dtype, seed=seed)
+    g = torch.Generator().manual_seed(seed + 1)
+    dy = torch.randn(shape, generator=g).to(x.dtype).cuda()
+    _, mean, rstd = torch.native_layer_norm(x, shape[1:], w, b, 1e-5)
+    return dy, x, w, b, mean, rstd
+
+
+def _assert_backward_bits(got, dy, x, w, b, mean, rstd, mask, what):
+    import torch
+
+    want = torch.ops.aten.native_layer_norm_backward(dy, x, list(x.shape[1:]), mean, rstd, w, b, list(mask))
+    for name, a, e in zip(("dx", "dgamma", "dbeta"), got, want):
+        if e is None:
+            assert a is None, (what, name)
+        else:
+            assert_bits_equal(a, e, what=f"{name} {what}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("schedule", ["auto", "rows", "split", "chain"])
+@pytest.mark.parametrize("shape", GRAD_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_backward_keeps_torchs_bits_for_t(shape, schedule, dtype):
+    """Every schedule on T (rows and split on the 2-byte builds, the chain widened to float32 and rounded back):
+    dX, dgamma and dbeta as int16 views of torch's, with every mask, with and without affine."""
+    from labkit.core.device import device_info
+    from labkit.ops import backward
+
+    dy, x, w, b, mean, rstd = _grad_inputs(shape, dtype, seed=sum(shape) + len(schedule))
+    ns = tuple(shape[1:])
+    if schedule == "chain" and shape[1] % 512:
+        with pytest.raises(ValueError, match="N % 512"):
+            backward.backward(dy, x, ns, mean, rstd, w, b, schedule=schedule)
+        return
+    p = backward.launches(shape[0], shape[1], device_info(0), schedule, dtype=dtype)
+    assert p.dtype == dtype and p.widen == (p.schedule == "chain")
+    for mask in [(True, True, True), (True, False, False), (False, True, True)]:
+        got = backward.backward(dy, x, ns, mean, rstd, w, b, mask, schedule=schedule)
+        _assert_backward_bits(got, dy, x, w, b, mean, rstd, mask, f"{dtype} {shape} {p.schedule} mask {mask}")
+    got = backward.backward(dy, x, ns, mean, rstd, None, None, schedule=schedule)
+    _assert_backward_bits(got, dy, x, None, None, mean, rstd, (True, True, True), f"{dtype} {shape} no affine")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_backward_on_views_8_bytes_off_and_refusals(dtype):
+    """x and dy 8 bytes off a 16-byte boundary: torch's vectorized backward for T takes them (8-byte vectors), and so
+    does ours (rows and split; the widened chain copies them); 4 bytes off is a refusal naming the alignment."""
+    import torch
+
+    from labkit.ops import backward
+
+    shape = (512, 1024)
+    dy, x, w, b, mean, rstd = _grad_inputs(shape, dtype, seed=11)
+
+    def off(t, k):
+        s = torch.empty(t.numel() + k, dtype=t.dtype, device=t.device)
+        v = s[k:].view(t.shape)
+        v.copy_(t)
+        return v
+    xo, dyo = off(x, 4), off(dy, 4)
+    for schedule in ("rows", "split"):
+        got = backward.backward(dyo, xo, shape[1:], mean, rstd, w, b, schedule=schedule)
+        _assert_backward_bits(got, dyo, xo, w, b, mean, rstd, (True, True, True), f"{dtype} 8 bytes off {schedule}")
+    with pytest.raises(ValueError, match="8-byte aligned"):
+        backward.backward(off(dy, 2), x, shape[1:], mean, rstd, w, b)
+    with pytest.raises(ValueError, match=f"grad_y must be a {dtype} tensor"):
+        backward.backward(dy.float(), x, shape[1:], mean, rstd, w, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(4096, 768), (8192, 4096), (16, 1 << 18), (16, 64, 256, 256)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_the_drop_in_runs_our_backward_for_t(shape, dtype):
+    """explain names one of our schedules for T's backward where the float32 scores pick ours, and a training step
+    through labkit.layer_norm then gives F.layer_norm's gradients (the chain's shapes widened, in Python; the others
+    from the host extension's program)."""
+    import torch
+
+    import labkit
+    from labkit.ops import paths
+
+    x, ns, w, b = _drop_in_inputs(shape, dtype, "both", seed=7, grad=True)
+    e = labkit.explain(x, ns, w, b)
+    dy = torch.randn_like(x)
+    want = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy)
+    got = _step(labkit.layer_norm, x, ns, w, b, dy)
+    for i, (a, ex) in enumerate(zip(got, want)):
+        assert_bits_equal(a, ex, what=f"{dtype} {shape} output {i} (backward {e['backward']})")
+    if x.shape[0] <= 16:  # few wide rows: every table's backward is ours there
+        assert e["backward"] != paths.NATIVE, e

@@ -20,6 +20,14 @@ of the rows and split schedules serves is the device table's backward scores' ch
 default without one).
 Where torch leaves partial dgamma/dbeta sums for its own `.sum(0)` (M > 64K, small N), so does this, and `run`
 runs that same `.sum(0)`.
+
+bfloat16/float16 (torch's kernels for T: x, dy and gamma converted to float as loaded, float sums, dX, dgamma and
+dbeta rounded to T once, torch's partials rounded to T before its `.sum(0)`): the rows and split schedules run the
+2-byte builds of their kernel files (`DTYPE_KERNELS`; kernels/dtype.cuh), with grad_columns.cu's streamed and
+prefetched loads (the tiled pass is float32 only). The chain schedule has no 2-byte build: for T it widens x, dy and
+gamma to float32 (exact), runs the float32 chain and rounds dX, dgamma and dbeta to T (what torch's kernel for T
+stores), three more passes over the data that still cost a fraction of torch's 128-thread-per-row dX kernel at few
+long rows (`GradLaunches.widen`; the Python runner serves it, not the host extension).
 The arithmetic is held in kernels/grad_ln.cuh and described, with what it was checked against, by
 labkit.studies.backward_contract.
 """
@@ -33,11 +41,12 @@ from labkit.core.device import Device, current_index, device_info
 from labkit.core.launch import Kernel, device_scope, stream
 from labkit.core.program import BACKWARD_SLOTS, I32, U64, BoundProgram, Launch, Map, Memset, Program, Ptr
 from labkit.core.tensormap import TensorMapGeometry
-from labkit.ops import eligibility
+from labkit.ops import dtypes, eligibility
 from labkit.ops.launches import Scratch, bound
 
 PATH = "grad"
 KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns", "grad_columns_tiled")  # .cu files
+DTYPE_KERNELS = ("grad_row_sums", "grad_rows_fused", "grad_columns")  # built for bfloat16/float16 too
 MIN_ARCH = 80  # every schedule; the chain's row sums by tensor maps on sm_90, by a cp.async ring below
 SUMS_THREADS = 128  # torch's num_threads() for the dX kernel
 CHAIN_SPLITS = (1, 2, 4, 8)  # kernels/grad_chain_sums.cu's entry points: 32 / S chains per block
@@ -190,6 +199,8 @@ class GradLaunches:
     parts_at: int = 0
     parts: int = 1                       # the column layout's blocks_y: groups (or partial groups) of values
     path: str = PATH
+    dtype: str = dtypes.FLOAT32          # x's, dy's and gamma's; dX, dgamma and dbeta come out in it
+    widen: bool = False                  # 2-byte rows on the float32 launches: `run` widens and rounds back
 
     def program(self, device_index: int) -> Program:
         """dgamma/dbeta slots at address 0 where not wanted (or, in the partial form, [partial_groups, N] buffers
@@ -198,6 +209,8 @@ class GradLaunches:
         layout_args = (I32(self.template.rows_per_group),)
         if self.columns.function == "grad_columns_tiled":  # its grid is 1-D: it takes the groups as an argument
             layout_args += (I32(self.parts),)
+        if self.dtype != dtypes.FLOAT32 and not self.widen:  # narrow_out: T results or partials, or float values
+            layout_args += (I32(0 if self.fold is not None else 1),)  # for grad_columns_fold
         stats = (Ptr("mean"), Ptr("rstd"))
         if self.fold is None:
             outs, tail = (Ptr("dgamma"), Ptr("dbeta")), ()
@@ -243,12 +256,12 @@ def choose_schedule(rows: int, n: int, device: Device) -> str:
     return "rows" if -(-n // 32) >= 2 * device.sm_count else "split"
 
 
-def candidates(rows: int, n: int, device: Device) -> dict:
-    """{schedule: launches} for every schedule that can take rows x N on `device`."""
+def candidates(rows: int, n: int, device: Device, dtype: str = dtypes.FLOAT32) -> dict:
+    """{schedule: launches} for every schedule that can take rows x N of `dtype` on `device`."""
     out = {}
     for sch in SCHEDULES[1:]:
         try:
-            out[sch] = launches(rows, n, device, sch)
+            out[sch] = launches(rows, n, device, sch, dtype=dtype)
         except ValueError:
             continue
     return out
@@ -301,8 +314,17 @@ def fused_function(n: int) -> str:
     return f"grad_rows_fused_reg{k}"
 
 
-def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: str = "auto") -> GradLaunches:
-    """`loads`: the column pass's entry point (one of LOADS), or "auto": the layout's (`column_layout`)."""
+def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: str = "auto",
+             dtype: str = dtypes.FLOAT32) -> GradLaunches:
+    """`loads`: the column pass's entry point (one of LOADS), or "auto": the layout's (`column_layout`). `dtype`:
+    x's; for 2-byte rows the chain schedule is the float32 one, widened (`GradLaunches.widen`)."""
+    options = dtypes.options(dtype)
+    if options and schedule == "auto":
+        schedule = choose_schedule(rows, n, device)
+    if options and schedule == "chain":
+        return replace(launches(rows, n, device, schedule, loads), dtype=dtype, widen=True)
+    if options and loads == "tiled":
+        raise ValueError(f"the tiled column pass is built for float32 only, got {dtype}")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if loads != "auto" and loads not in LOADS:
@@ -314,12 +336,14 @@ def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: s
     n4 = n // 4
     t = gamma_beta_template(rows, n, device.sm_count)
     lay = column_layout(rows, n, device.sm_count, t, loads, device.smem_optin_bytes)
+    if options and lay.loads == "tiled":  # grad_columns.cu's own layout for 2-byte rows
+        lay = _spread_layout(t, n4, device.sm_count)
     grid, block = lay.launch(n4)
-    columns = Kernel(lay.kernel, lay.function, grid, block, TILED_SMEM if lay.loads == "tiled" else 0)
+    columns = Kernel(lay.kernel, lay.function, grid, block, TILED_SMEM if lay.loads == "tiled" else 0, options)
     if lay.loads != "tiled" and lay.blocks_y > device.max_grid_y:  # the tiled pass's grid is 1-D
         raise ValueError(f"{lay.blocks_y} partial groups exceed grid.y ({device.max_grid_y})")
-    fold = (Kernel("grad_columns", "grad_columns_fold", (-(-n // FOLD_THREADS),), (FOLD_THREADS,)) if lay.fold
-            else None)
+    fold = (Kernel("grad_columns", "grad_columns_fold", (-(-n // FOLD_THREADS),), (FOLD_THREADS,), 0, options)
+            if lay.fold else None)
     sums_bytes = 8 * rows
     if schedule == "chain":
         if n % 512 != 0:
@@ -342,30 +366,38 @@ def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: s
                                          (128 // split, 1, chain_steps(split), 1))
         scratch = Scratch(sums_bytes + 1028 * rows, zeroed_at=sums_bytes + 1024 * rows, zeroed_bytes=4 * rows)
     elif schedule == "rows":
-        sums = Kernel("grad_row_sums", "grad_row_sums", (rows,), (SUMS_THREADS,))
+        sums = Kernel("grad_row_sums", "grad_row_sums", (rows,), (SUMS_THREADS,), 0, options)
         geometry, scratch = None, Scratch(sums_bytes)
     else:
-        sums = Kernel("grad_rows_fused", fused_function(n), (rows,), (SUMS_THREADS,))
+        sums = Kernel("grad_rows_fused", fused_function(n), (rows,), (SUMS_THREADS,), 0, options)
         geometry, scratch = None, Scratch(0)
     parts_at = 0
     if fold is not None:  # the column blocks' values after the sums' scratch, 16-byte aligned
         parts_at = -(-scratch.nbytes // 16) * 16
         scratch = Scratch(parts_at + 2 * 4 * lay.blocks_y * n, scratch.zeroed_at, scratch.zeroed_bytes)
-    return GradLaunches(rows, n, schedule, sums, columns, t, geometry, scratch, fold, parts_at, lay.blocks_y)
+    return GradLaunches(rows, n, schedule, sums, columns, t, geometry, scratch, fold, parts_at, lay.blocks_y,
+                        dtype=dtype)
+
+
+# What the backward takes of a forward's inputs: affine optional, autograd recorded, x float32 or 2-byte
+# (weight and bias of x's dtype); `addresses=False`: the caller checks each call's addresses.
+POLICY = eligibility.Policy(affine_required=False, autograd=True, addresses=True,
+                            dtypes=(dtypes.FLOAT32,) + dtypes.LOW_PRECISION)
+_POLICY_LATER = replace(POLICY, addresses=False)
 
 
 def input_refusal(x, normalized_shape, weight, bias, addresses: bool = True) -> str | None:
     """Why our backward may not take a forward's inputs, whatever grad_y, mean and rstd come (None: it may)."""
-    why = eligibility.refusal(x, weight, bias, 0.0, normalized_shape,
-                              policy=eligibility.Policy(affine_required=False, autograd=True, addresses=addresses))
+    why = eligibility.refusal(x, weight, bias, 0.0, normalized_shape, policy=POLICY if addresses else _POLICY_LATER)
     return None if why is None else str(why)
 
 
 def refusal(dy, x, normalized_shape, mean, rstd, weight, bias, addresses: bool = True) -> str | None:
     """Why our backward may not take these tensors (None: it may). x/weight/bias as the drop-in's forward takes
-    them (labkit.ops.eligibility, affine optional); dy like x, as torch's vectorized dX kernel needs it (float32,
-    contiguous, 16-byte aligned); mean and rstd float32 with one value per row. `addresses=False` leaves the
-    alignment checks to the caller (the drop-in checks each call's addresses)."""
+    them (labkit.ops.eligibility, affine optional); dy like x, as torch's vectorized dX kernel needs it (x's dtype,
+    contiguous, aligned to its 4-element vector: 16 bytes for float32, 8 for 2-byte types); mean and rstd float32
+    with one value per row. `addresses=False` leaves the alignment checks to the caller (the drop-in checks each
+    call's addresses)."""
     import math
 
     import torch
@@ -373,11 +405,11 @@ def refusal(dy, x, normalized_shape, mean, rstd, weight, bias, addresses: bool =
     why = input_refusal(x, normalized_shape, weight, bias, addresses)
     if why is not None:
         return why
-    if not isinstance(dy, torch.Tensor) or dy.dtype != torch.float32 or dy.shape != x.shape or \
-            dy.device != x.device:
-        return f"grad_y must be a float32 tensor shaped like x on {x.device}"
-    if not dy.is_contiguous() or (addresses and eligibility.misaligned(dy.data_ptr())):
-        return "grad_y must be contiguous and 16-byte aligned (torch's vectorized dX kernel needs it)"
+    if not isinstance(dy, torch.Tensor) or dy.dtype != x.dtype or dy.shape != x.shape or dy.device != x.device:
+        return f"grad_y must be a {eligibility._dtype_name(x)} tensor shaped like x on {x.device}"
+    align = vector_bytes(x)
+    if not dy.is_contiguous() or (addresses and eligibility.misaligned(dy.data_ptr(), align=align)):
+        return f"grad_y must be contiguous and {align}-byte aligned (torch's vectorized dX kernel needs it)"
     if dy.is_neg() or dy._is_zerotensor():
         return "grad_y must not be a lazily negated view or a ZeroTensor (its memory does not hold grad_y)"
     rows = x.numel() // math.prod(normalized_shape)
@@ -401,8 +433,14 @@ def backward(dy, x, normalized_shape, mean, rstd, weight, bias, mask=(True, True
     n = math.prod(ns)
     rows = x.numel() // n
     index = current_index(x.device)
-    p = launches(rows, n, device_info(index), schedule)
+    p = launches(rows, n, device_info(index), schedule, dtype=eligibility._dtype_name(x))
     return run(p, dy, x, ns, mean, rstd, weight, bias, mask, index)
+
+
+def vector_bytes(x) -> int:
+    """Bytes of torch's 4-element vector of x's dtype: the alignment its vectorized backward asks of x, dy and
+    gamma."""
+    return 4 * x.element_size()
 
 
 _NO_EPS = np.float32(0.0)  # the backward programs take no eps
@@ -414,21 +452,24 @@ def run(p: GradLaunches, dy, x, ns, mean, rstd, weight, bias, mask, index: int, 
     import torch
 
     want_x, want_w, want_b = mask[0], mask[1] and weight is not None, mask[2] and bias is not None
-    g = weight if weight is not None else (ones if ones is not None else torch.ones(ns, device=x.device))
+    g = weight if weight is not None else (ones if ones is not None else torch.ones(ns, dtype=x.dtype,
+                                                                                    device=x.device))
+    narrow = x.dtype
+    if p.widen:  # exact: every bfloat16/float16 value is a float32 value
+        dy, x, g = dy.float(), x.float(), g.float()
     dx = torch.empty_like(x)
     scratch = torch.empty(p.scratch.nbytes, dtype=torch.uint8, device=x.device) if p.scratch.nbytes else None
     parts = p.template.partial_groups
-    if parts > 1:
-        dgp = torch.empty(parts, p.n, device=x.device) if want_w else None
-        dbp = torch.empty(parts, p.n, device=x.device) if want_b else None
-    else:
-        dgp = torch.empty(ns, device=x.device) if want_w else None
-        dbp = torch.empty(ns, device=x.device) if want_b else None
+    shape = (parts, p.n) if parts > 1 else ns  # torch's partials take dgamma's dtype (T), as the result does
+    dgp = torch.empty(shape, dtype=x.dtype, device=x.device) if want_w else None
+    dbp = torch.empty(shape, dtype=x.dtype, device=x.device) if want_b else None
     ptr = (lambda t: t.data_ptr() if t is not None else 0)
     b = launcher if launcher is not None else bound(p, index)
     with device_scope(index):
         b((dy.data_ptr(), x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), g.data_ptr(), dx.data_ptr(), ptr(dgp),
            ptr(dbp), ptr(scratch)), _NO_EPS, stream(index))
+    if p.widen:  # one rounding to T of each float32 result, as torch's kernel for T stores them
+        dx, dgp, dbp = (t.to(narrow) if t is not None else None for t in (dx, dgp, dbp))
     if parts > 1:  # torch's own .sum(0) of the same partials, as LaunchGammaBetaBackwardCUDAKernel does
         dgp = dgp.sum(0).view(ns) if dgp is not None else None
         dbp = dbp.sum(0).view(ns) if dbp is not None else None

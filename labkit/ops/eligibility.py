@@ -81,8 +81,8 @@ class Policy:
 
 
 KERNEL_FUNCTIONS = Policy(affine_required=True, autograd=False, addresses=True)
-# The drop-in's forward takes bfloat16/float16 too (the paths built for them: labkit.ops.paths.DTYPES); its backward
-# (labkit.ops.backward.input_refusal) and the fused consumer keep float32, torch's kernels serve theirs.
+# The drop-in's forward takes bfloat16/float16 too (the paths built for them: labkit.ops.paths.DTYPES), and so does
+# its backward (labkit.ops.backward.POLICY); the fused consumer keeps float32, torch's kernels serve its others.
 DROP_IN = Policy(affine_required=False, autograd=True, addresses=False, dtypes=(FLOAT32,) + LOW_PRECISION)
 # The functions that launch the bfloat16/float16 builds directly (labkit.ops.rows_fused.low_precision_layer_norm).
 LOW_PRECISION_FUNCTIONS = Policy(affine_required=True, autograd=False, addresses=True,

@@ -297,6 +297,8 @@ def attach_host(plan: Plan, x, ns: tuple, weight, bias, eps: float, needs_grad: 
     gp = backward_plan(x, ns, weight, bias) if needs_grad else None
     if forward is None and gp is None:
         return None
+    if gp is not None and gp.widen:  # the Python runner widens 2-byte rows for the float32 chain (backward.run)
+        return None
     ones = getattr(plan, "ones", None)
     neg_zeros = getattr(plan, "neg_zeros", None)
     if weight is None and ones is None:
@@ -322,8 +324,9 @@ def host_plan(index: int, forward, forward_scratch: int, gp, ns: tuple, eps: flo
 
 def backward_host_plan(x, ns: tuple, gp, ones):
     """The host extension's LayerNormPlan running GradPlan `gp`'s backward alone (no forward of ours), with `ones`
-    standing in for an absent weight; None where the extension does not serve on x's device."""
-    if host.unavailable(x.get_device()) is not None:
+    standing in for an absent weight; None where the extension does not serve on x's device or `gp` widens 2-byte
+    rows (labkit.ops.backward.run does that)."""
+    if host.unavailable(x.get_device()) is not None or gp.widen:
         return None
     return host_plan(x.get_device(), None, 0, gp, ns, 0.0, [gp.rows], gp.rows, ones, None)
 
@@ -374,7 +377,7 @@ def host_backward_plan(x, ns, weight, bias):
     if gp is None:
         answer = (None, keep, False)
     else:
-        ones = torch.ones(ns, device=x.device) if weight is None else None
+        ones = torch.ones(ns, dtype=x.dtype, device=x.device) if weight is None else None
         hp = backward_host_plan(x, ns, gp, ones)
         answer = (hp, keep, False) if hp is not None else (None, False, True)
     if answer[1] and answer[0] is not None:
@@ -458,11 +461,11 @@ def backward_choice(x, ns: tuple, weight, bias) -> tuple:
         trusted = trust.verdict(x.get_device())
         if not trusted.allowed:
             return None, paths.NATIVE, f"trust: {trusted.source}"
-        available = grad.candidates(rows, n, dev)
+        available = grad.candidates(rows, n, dev, eligibility._dtype_name(x))
         path, why = rule.choose_backward(rows, n, dev, tuple(available), current_protocol())
         return available.get(path), path, why
     try:
-        gp = grad.launches(rows, n, dev, forced)
+        gp = grad.launches(rows, n, dev, forced, dtype=eligibility._dtype_name(x))
         return gp, gp.schedule, "forced (measurement)"
     except ValueError as exc:  # a forced schedule that cannot take this shape: torch's backward
         return None, paths.NATIVE, f"forced {forced!r} cannot take this shape: {exc}"
@@ -497,14 +500,14 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
         if not capturing and grad.refusal(dy, x, ns, mean, rstd, weight, bias, addresses=False) is None:
             gp = backward_plan(x, ns, weight, bias)
             if gp is not None:
-                ones = torch.ones(ns, device=x.device) if weight is None else None
+                ones = torch.ones(ns, dtype=x.dtype, device=x.device) if weight is None else None
                 hit = (gp, ones, bound(gp, x.get_device()), backward_host_plan(x, ns, gp, ones))
         if not capturing and _trust_settled(x):  # a refusal under capture is not the signature's answer
             if len(_grad_plans) >= MAX_PLANS:
                 _grad_plans.clear()
             _grad_plans[key] = hit
     if hit[0] is None or eligibility.misaligned(x.data_ptr(), dy.data_ptr(), *(t.data_ptr() for t in (weight,) if t
-                                                                           is not None)):
+                                                                           is not None), align=grad.vector_bytes(x)):
         return None
     return hit
 

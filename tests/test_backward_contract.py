@@ -11,10 +11,11 @@ import pytest
 
 from bits import assert_bits_equal
 from labkit.exact import backward as emulator
-from labkit.records.fixtures import BACKWARD_DIR
+from labkit.records.fixtures import BACKWARD_DIR, LOW_PRECISION_BACKWARD_DIR
 from labkit.studies import backward_contract as bc
 
 FIXTURES = sorted(Path(BACKWARD_DIR).glob("*.npz"))
+LOW_FIXTURES = sorted(Path(LOW_PRECISION_BACKWARD_DIR).glob("*.npz"))
 
 
 def test_every_claim_holds_in_torchs_own_sass():
@@ -140,6 +141,25 @@ def test_emulator_is_bit_exact_against_torchs_gpu_gradients(path):
     f = np.load(path)
     gamma = f["gamma"] if "gamma" in f.files else None
     dx, dg, db, parts = emulator.layer_norm_backward(f["x"], f["dy"], gamma, f["mean"], f["rstd"], int(f["sm_count"]))
+    assert parts == 1
+    assert_bits_equal(dx, f["dx"], what=f"dx of {path.name} (emulator vs torch)")
+    if gamma is not None:
+        assert_bits_equal(dg, f["dgamma"], what=f"dgamma of {path.name} (emulator vs torch)")
+        assert_bits_equal(db, f["dbeta"], what=f"dbeta of {path.name} (emulator vs torch)")
+
+
+@pytest.mark.skipif(not LOW_FIXTURES, reason="no bfloat16/float16 backward fixtures committed (record on a GPU: "
+                    "labkit.records.fixtures.record_backward_fixtures with dtypes)")
+@pytest.mark.parametrize("path", LOW_FIXTURES, ids=[p.stem for p in LOW_FIXTURES])
+def test_low_precision_emulator_is_bit_exact_against_torchs_gpu_gradients(path):
+    """torch's backward for T (bfloat16/float16 bits) is the float32 emulation on the converted values, each result
+    rounded to T once."""
+    from labkit.exact import low_precision
+
+    f = np.load(path)
+    gamma = f["gamma"] if "gamma" in f.files else None
+    dx, dg, db, parts = low_precision.layer_norm_backward(f["x"], f["dy"], gamma, f["mean"], f["rstd"],
+                                                          str(f["dtype"]), int(f["sm_count"]))
     assert parts == 1
     assert_bits_equal(dx, f["dx"], what=f"dx of {path.name} (emulator vs torch)")
     if gamma is not None:

@@ -137,6 +137,54 @@ def test_chain_launches_for_2_byte_types(dtype):
         chain.launches(16, n, _device(), dtype="int8")
 
 
+@pytest.mark.parametrize("rows,n", [(4096, 768), (8192, 4096), (70000, 256), (1000, 4096), (5, 516)])
+@pytest.mark.parametrize("schedule", ["rows", "split"])
+@pytest.mark.parametrize("dtype", dtypes.LOW_PRECISION)
+def test_backward_launches_for_2_byte_types(rows, n, schedule, dtype):
+    """The rows and split schedules on T: the float32 launches with the dtype option on every kernel, grad_columns.cu's
+    own layout where float32 would take the tiled pass (built for float32 only), and one more argument to the column
+    pass (narrow_out: 1 where it writes the result or torch's partials in T, 0 where grad_columns_fold rounds)."""
+    from labkit.core.program import I32, Launch
+    from labkit.ops import backward
+
+    base = backward.launches(rows, n, _device(), schedule)
+    low = backward.launches(rows, n, _device(), schedule, dtype=dtype)
+    assert low.dtype == dtype and not low.widen and base.dtype == "float32"
+    assert low.sums.options == dtypes.options(dtype) and low.sums.function == base.sums.function
+    assert low.columns.options == dtypes.options(dtype) and low.columns.kernel == "grad_columns"
+    if base.columns.kernel == "grad_columns":
+        assert low.columns.function == base.columns.function and low.columns.grid == base.columns.grid
+    if low.fold is not None:
+        assert low.fold.options == dtypes.options(dtype)
+    launches = [s for s in low.program(0).steps if isinstance(s, Launch)]
+    columns = next(s for s in launches if s.kernel.function.startswith("grad_columns_") and s.kernel.function !=
+                   "grad_columns_fold")
+    assert columns.args[-1] == I32(0 if low.fold is not None else 1)
+    float_columns = next(s for s in base.program(0).steps if isinstance(s, Launch) and s.kernel == base.columns)
+    assert len(columns.args) == len(float_columns.args) + (base.columns.kernel == "grad_columns")
+    assert backward.launches(rows, n, _device(), schedule, dtype="float32") == base  # the default, one key
+
+
+@pytest.mark.parametrize("dtype", dtypes.LOW_PRECISION)
+def test_backward_widens_2_byte_rows_for_the_chain(dtype):
+    """The chain schedule has no 2-byte build: for T its launches are the float32 chain's, marked `widen` (run widens
+    x, dy and gamma exactly and rounds dX, dgamma and dbeta to T once), and "auto" keeps the float32 choice of
+    schedule; the tiled column pass refuses T by name."""
+    from dataclasses import replace
+
+    from labkit.ops import backward
+
+    base = backward.launches(16, 1 << 22, _device(), "chain")
+    low = backward.launches(16, 1 << 22, _device(), "chain", dtype=dtype)
+    assert low.widen and low.dtype == dtype and replace(low, dtype="float32", widen=False) == base
+    assert backward.launches(16, 1 << 22, _device(), dtype=dtype).schedule == "chain"
+    assert backward.launches(8192, 4096, _device(), dtype=dtype).schedule == \
+        backward.launches(8192, 4096, _device()).schedule
+    assert set(backward.candidates(16, 1 << 22, _device(), dtype)) == set(backward.candidates(16, 1 << 22, _device()))
+    with pytest.raises(ValueError, match=f"tiled column pass is built for float32 only, got {dtype}"):
+        backward.launches(4096, 1536, _device(), "split", "tiled", dtype=dtype)
+
+
 # --- the predicate -----------------------------------------------------------------------------------------------
 
 def _t(dtype, shape=(2, 8, 4)):

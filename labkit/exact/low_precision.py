@@ -9,7 +9,9 @@ emulation is the float32 emulator (labkit.exact.emulator) between two conversion
 - `round_to`: float32 to T's bits, round to nearest even (what the GPU's cvt.rn does, and torch's CPU `.to(dtype)`
   for finite values and infinities); NaN becomes 0x7FFF, the canonical NaN PTX's cvt writes (torch's CPU
   conversions write other NaN bits: a NaN's bits are the platform's);
-- `reference_stats` and `reference_output`: the float32 emulator's on the converted values, the output rounded.
+- `reference_stats` and `reference_output`: the float32 emulator's on the converted values, the output rounded;
+- `layer_norm_backward`: labkit.exact.backward's float32 emulation of torch's backward on the converted x, dy and
+  gamma, dX, dgamma and dbeta rounded to T once (torch's partials too, before the .sum(0) torch runs on them).
 
 Elements travel as their bits (numpy uint16), since numpy has no bfloat16: from a torch tensor `t`,
 `t.view(torch.int16).numpy().view(numpy.uint16)`.
@@ -18,12 +20,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from labkit.exact import emulator
+from labkit.exact import backward, emulator
 
 DTYPES = ("bfloat16", "float16")
 CANONICAL_NAN = 0x7FFF  # what cvt.rn.bf16.f32 and cvt.rn.f16.f32 write for a NaN (PTX ISA: canonical NaN)
 
-__all__ = ["DTYPES", "to_float32", "round_to", "reference_stats", "reference_output"]
+__all__ = ["DTYPES", "to_float32", "round_to", "reference_stats", "reference_output", "layer_norm_backward"]
 
 
 def _require_dtype(dtype: str) -> None:
@@ -78,3 +80,16 @@ def reference_output(x_bits, mean, rstd, gamma_bits, beta_bits, dtype: str, *, r
     y = emulator.reference_output(to_float32(x_bits, dtype), mean, rstd, to_float32(gamma_bits, dtype),
                                   to_float32(beta_bits, dtype))
     return round_to(y, dtype) if rounded else y
+
+
+def layer_norm_backward(x_bits, dy_bits, gamma_bits, mean, rstd, dtype: str, sm_count: int):
+    """(dx, dgamma, dbeta, partial_groups) of torch's backward for `dtype`, as bits of it: x_bits, dy_bits
+    ([rows, N]) and gamma_bits ([N], or None: torch multiplies by one) are bits of `dtype`, mean and rstd float32.
+    dgamma/dbeta are None without gamma; with partial_groups > 1 they are the partials torch then sums."""
+    x = to_float32(_require_bits("x_bits", x_bits, dtype), dtype)
+    dy = to_float32(_require_bits("dy_bits", dy_bits, dtype), dtype)
+    gamma = None if gamma_bits is None else to_float32(_require_bits("gamma_bits", gamma_bits, dtype), dtype)
+    dx, dg, db, parts = backward.layer_norm_backward(x, dy, gamma, mean, rstd, sm_count)
+    if gamma is None:
+        return round_to(dx, dtype), None, None, parts
+    return round_to(dx, dtype), round_to(dg, dtype), round_to(db, dtype), parts

@@ -215,9 +215,16 @@ BACKWARD_SPECS = (((3, 516), "random_normal"), ((70, 256), "random_normal"), ((1
                   ((300, 64), "random_normal"), ((5, 2056), "random_normal"), ((40, 128), "none"))
 
 
-def record_backward_fixtures(out_dir=BACKWARD_DIR, specs=BACKWARD_SPECS, eps: float = 1e-5, seed: int = 0) -> list[Path]:
-    """One npz per spec: x, dy, gamma (absent: not stored), torch's GPU mean and rstd, and
-    torch.ops.aten.native_layer_norm_backward's dx, dgamma, dbeta on the GPU; plus manifest.json. Needs a GPU."""
+LOW_PRECISION_BACKWARD_DIR = FIXTURE_DIR / "backward_low_precision"
+
+
+def record_backward_fixtures(out_dir=BACKWARD_DIR, specs=BACKWARD_SPECS, eps: float = 1e-5, seed: int = 0,
+                             dtypes=("float32",)) -> list[Path]:
+    """One npz per spec and dtype: x, dy, gamma (absent: not stored), torch's GPU mean and rstd, and
+    torch.ops.aten.native_layer_norm_backward's dx, dgamma, dbeta on the GPU; plus manifest.json. Needs a GPU.
+    float32 files hold float32 arrays (named backward_{rows}x{N}_{affine}.npz); bfloat16/float16 files
+    (backward_{dtype}_...) hold x, dy, gamma, dx, dgamma and dbeta as uint16 bits of that dtype (x and the rest drawn
+    in float32, then rounded by torch), mean and rstd float32 (LOW_PRECISION_BACKWARD_DIR)."""
     import torch
 
     from labkit.inputs import make_affine, make_input
@@ -227,21 +234,29 @@ def record_backward_fixtures(out_dir=BACKWARD_DIR, specs=BACKWARD_SPECS, eps: fl
         raise ValueError("backward fixtures are torch's GPU bits: record them on a CUDA GPU")
     out_dir = Path(out_dir)
     paths = []
-    for (rows, n), affine in specs:
-        x = make_input("normal_plus_1000", (rows, n), seed, "cuda")
+    for ((rows, n), affine), dtype in ((spec, d) for d in dtypes for spec in specs):
+        t = getattr(torch, dtype)
+        x = make_input("normal_plus_1000", (rows, n), seed, "cuda").to(t)
         g = torch.Generator().manual_seed(seed + rows)
-        dy = torch.randn(rows, n, generator=g).cuda()
+        dy = torch.randn(rows, n, generator=g).cuda().to(t)
         w, b = make_affine("random_normal", (n,), seed, "cuda") if affine != "none" else (None, None)
+        w, b = (None, None) if w is None else (w.to(t), b.to(t))
         _, mean, rstd = torch.native_layer_norm(x, (n,), w, b, eps)
         dx, dw, db = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b,
                                                                [True, w is not None, b is not None])
-        arrays = {"x": x, "dy": dy, "mean": mean.reshape(rows), "rstd": rstd.reshape(rows), "dx": dx}
+        arrays = {"x": x, "dy": dy, "dx": dx}
         if w is not None:
             arrays.update({"gamma": w, "dgamma": dw, "dbeta": db})
-        out = {k: v.detach().cpu().numpy().astype(np.float32, copy=False) for k, v in arrays.items()}
+        if dtype == "float32":
+            out = {k: v.detach().cpu().numpy().astype(np.float32, copy=False) for k, v in arrays.items()}
+        else:  # the bits: numpy has no bfloat16
+            out = {k: v.detach().cpu().view(torch.int16).numpy().view(np.uint16) for k, v in arrays.items()}
+            out["dtype"] = np.array(dtype)
+        out.update({"mean": mean.reshape(rows).cpu().numpy(), "rstd": rstd.reshape(rows).cpu().numpy()})
         out.update({"sm_count": np.int32(torch.cuda.get_device_properties(0).multi_processor_count),
                     "torch_version": np.array(torch.__version__), "gpu": np.array(torch.cuda.get_device_name())})
-        path = out_dir / f"backward_{rows}x{n}_{affine}.npz"
+        prefix = "backward_" if dtype == "float32" else f"backward_{dtype}_"
+        path = out_dir / f"{prefix}{rows}x{n}_{affine}.npz"
         atomic_write_bytes(path, _npz_bytes(out))
         paths.append(path)
     atomic_write_json(out_dir / "manifest.json", {

@@ -117,11 +117,11 @@ inline uint64_t address(const Tensor& t) {
   return t.defined() ? reinterpret_cast<uint64_t>(t.data_ptr()) : 0;
 }
 
-// x, grad_y and gamma against torch's vector of x's dtype (16 bytes for float32, 8 for bfloat16/float16), what
-// its vectorized dX kernel and our backward programs read them as (labkit.ops.backward.vector_bytes).
-inline bool backward_misaligned(const Tensor& x, const Tensor& dy, const Tensor& g) {
-  const uint64_t vector = 4 * static_cast<uint64_t>(x.element_size());
-  return ((address(x) | address(dy) | address(g)) & (vector - 1)) != 0;
+// x, grad_y and gamma against what the plan's backward program reads them as (labkit.ops.backward
+// .GradLaunches.align): 16 bytes where tensor maps read them, else torch's vector of x's dtype (16 bytes for
+// float32, 8 for bfloat16/float16).
+inline bool backward_misaligned(const Tensor& x, const Tensor& dy, const Tensor& g, int64_t align) {
+  return ((address(x) | address(dy) | address(g)) & static_cast<uint64_t>(align - 1)) != 0;
 }
 
 // A forward's buffers against what its plan's kernels need (labkit.ops.dropin.plan.KernelPlan.misaligned): x at
@@ -181,6 +181,7 @@ struct LayerNormPlan : torch::CustomClassHolder {
   double eps = 1e-5;
   int64_t rows = 0, n = 0, forward_scratch = 0, backward_scratch = 0, partial_groups = 1;
   int64_t align = 16;      // the forward's x alignment in bytes (forward_misaligned: torch serves that call)
+  int64_t backward_align = 16;  // the backward's for x, grad_y and gamma (backward_misaligned: torch's backward)
   Tensor ones, neg_zeros;  // gamma 1 and beta -0.0 of x's dtype standing in for an absent weight and bias
   // the first forward step that touches y, the first backward step that touches dx, dweight or dbias: the steps
   // before them are launched before those outputs are allocated
@@ -294,7 +295,7 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
                 !mean.is_neg() && !rstd.is_neg() && mean.numel() == p.rows && rstd.numel() == p.rows));
   if (ours) {
     dy = dy.contiguous();  // what torch's backward does first (LayerNormBackwardKernelImpl)
-    ours = !backward_misaligned(x, dy, g);
+    ours = !backward_misaligned(x, dy, g, p.backward_align);
   }
   if (!ours) {
     auto [m, r] = stats.tensors(p);
@@ -948,7 +949,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                        std::optional<c10::intrusive_ptr<ProgramHolder>> backward, std::vector<int64_t> ns,
                        double eps, std::vector<int64_t> stat_shape, int64_t rows, int64_t n, int64_t forward_scratch,
                        int64_t backward_scratch, int64_t partial_groups, std::optional<Tensor> ones,
-                       std::optional<Tensor> neg_zeros, int64_t align) {
+                       std::optional<Tensor> neg_zeros, int64_t align, int64_t backward_align) {
              // the slots run_forward / run_backward hand over (labkit.core.program FORWARD_SLOTS, BACKWARD_SLOTS)
              TORCH_CHECK(!forward || (*forward)->program.slots == kForwardSlots, "a forward program has ",
                          kForwardSlots, " slots, got ", (*forward)->program.slots);
@@ -967,6 +968,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              p->neg_zeros = value_or_undefined(neg_zeros);
              TORCH_CHECK(align == 8 || align == 16, "align must be 8 or 16 bytes, got ", align);
              p->align = align;
+             TORCH_CHECK(backward_align == 8 || backward_align == 16, "backward_align must be 8 or 16 bytes, got ",
+                         backward_align);
+             p->backward_align = backward_align;
              if (p->forward) p->forward_split = p->forward->program.first_use({kForwardY});
              if (p->backward)
                p->backward_split = p->backward->program.first_use({kBackwardDx, kBackwardDweight, kBackwardDbias});
@@ -975,7 +979,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("forward"), py::arg("backward"), py::arg("normalized_shape"), py::arg("eps"),
            py::arg("stat_shape"), py::arg("rows"), py::arg("n"), py::arg("forward_scratch"),
            py::arg("backward_scratch"), py::arg("partial_groups"), py::arg("ones"), py::arg("neg_zeros"),
-           py::arg("align") = 16)
+           py::arg("align") = 16, py::arg("backward_align") = 16)
       .def_property_readonly("has_forward", [](const LayerNormPlan& p) { return bool(p.forward); })
       .def_property_readonly("has_backward", [](const LayerNormPlan& p) { return bool(p.backward); })
       .def_property_readonly("forward_split", [](const LayerNormPlan& p) { return p.forward_split; })

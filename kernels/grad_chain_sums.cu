@@ -26,7 +26,14 @@
 // grad_warp_sum forms WarpReduceSum's tree exactly as in torch, then grad_block_sum4 BlockReduceSum's second step
 // over w0..w3. Which block runs a chain changes nothing in its order. Requirement (the plan checks it): N a
 // multiple of 512, so every chain has the same number of steps.
+//
+// With -DLN_BF16 / -DLN_FP16 (dtype.cuh): x, dy and gamma are 2-byte elements, a step of a row still 512 of them
+// (torch's 128 threads x a vector of 4 T), so a block's segment of a step is 256 / S bytes and a stage half the
+// float32 one; the tensor maps have 2-byte elements (host: labkit.ops.backward), the sm_80 ring copies 8 bytes a
+// lane and piece (cp.async.ca); the consumers read their lane's 8 bytes and convert them as they read, so each
+// chain pushes the same floats in the same order as torch's kernel for T does.
 #include "async_copy.cuh"
+#include "dtype.cuh"
 #include "grad_ln.cuh"
 
 #ifndef GRAD_STAGES
@@ -54,7 +61,7 @@ struct GradGeometry {
     static constexpr int kChains = 32 / S;                  // chains (lanes that push) per block
     static constexpr int kSteps = 32 * S;
     static constexpr int kStages = GRAD_STAGES;
-    static constexpr int kArrayBytes = kSteps * 512 / S;
+    static constexpr int kArrayBytes = kSteps * LN_SEGMENT_BYTES / S;
     static constexpr int kStageBytes = 3 * kArrayBytes;
     static constexpr int kAhead = 4;  // steps read from shared memory ahead of the one being accumulated
     static_assert(kSteps % kAhead == 0, "a stage must hold a whole number of prefetch windows");
@@ -62,24 +69,24 @@ struct GradGeometry {
 }  // namespace
 
 struct GradSlot {
-    const float4* x;  // this lane's float4 of step 0 in the slot; step s is kChains * s further
-    const float4* dy;
-    const float4* g;
+    const LN_VEC* x;  // this lane's vector of step 0 in the slot; step s is kChains * s further
+    const LN_VEC* dy;
+    const LN_VEC* g;
 };
 
 template <int S>
 __device__ __forceinline__ GradSlot grad_slot(const unsigned char* ring, int slot, int lane) {
     using G = GradGeometry<S>;
-    const float4* base = reinterpret_cast<const float4*>(ring + slot * G::kStageBytes) + lane;
-    return GradSlot{base, base + G::kArrayBytes / 16, base + 2 * G::kArrayBytes / 16};
+    const LN_VEC* base = reinterpret_cast<const LN_VEC*>(ring + slot * G::kStageBytes) + lane;
+    return GradSlot{base, base + G::kArrayBytes / LN_VEC_BYTES, base + 2 * G::kArrayBytes / LN_VEC_BYTES};
 }
 
 template <int S>
 __device__ __forceinline__ void grad_read(float4& vx, float4& vd, float4& vg, GradSlot at, int step) {
     constexpr int c = GradGeometry<S>::kChains;
-    vx = at.x[c * step];
-    vd = at.dy[c * step];
-    vg = at.g[c * step];
+    vx = LN_LOAD4(at.x[c * step]);
+    vd = LN_LOAD4(at.dy[c * step]);
+    vg = LN_LOAD4(at.g[c * step]);
 }
 
 // One stage: on entry the q arrays hold its first kAhead steps; on exit, the next stage's (after waiting on the
@@ -134,14 +141,18 @@ __device__ __forceinline__ void produce_stages(unsigned char* ring, unsigned lon
 // segment's 512 / S bytes (row k: step st * kSteps + k, from `src`, the segment's first float of step 0), 16 bytes
 // f = 32 i + lane of it; zeros for steps past the row's last, as the map fills out-of-range steps.
 template <int S>
-__device__ __forceinline__ void ring_copy(unsigned char* dst, const float* src, int st, int steps, int lane) {
+__device__ __forceinline__ void ring_copy(unsigned char* dst, const LN_ELEM* src, int st, int steps, int lane) {
     using G = GradGeometry<S>;
-    constexpr int C = G::kChains;  // 16-byte pieces of a step's segment
+    constexpr int C = G::kChains;  // 16-byte pieces of a step's segment (8-byte ones for a 2-byte type)
 #pragma unroll 4
-    for (int f = lane; f < G::kArrayBytes / 16; f += 32) {
+    for (int f = lane; f < G::kArrayBytes / LN_VEC_BYTES; f += 32) {
         const int step = st * G::kSteps + f / C;
         const bool real = step < steps;
+#ifdef LN_LOW_PRECISION
+        cp_async8(dst + LN_VEC_BYTES * f, src + (size_t)512 * (real ? step : 0) + 4 * (f % C), real ? 8u : 0u);
+#else
         cp_async16(dst + 16 * f, src + (size_t)512 * (real ? step : 0) + 4 * (f % C), real ? 16u : 0u);
+#endif
     }
 }
 
@@ -151,8 +162,8 @@ __device__ __forceinline__ void ring_copy(unsigned char* dst, const float* src, 
 // on it unconditionally.
 template <int S>
 __device__ __forceinline__ void produce_stages(unsigned char* ring, unsigned long long* full, unsigned long long* empty,
-                                               const float* __restrict__ x, const float* __restrict__ dy,
-                                               const float* __restrict__ g, int n, int seg, int row, int stages,
+                                               const LN_ELEM* __restrict__ x, const LN_ELEM* __restrict__ dy,
+                                               const LN_ELEM* __restrict__ g, int n, int seg, int row, int stages,
                                                int lane) {
     using G = GradGeometry<S>;
     const int steps = n / 512;
@@ -206,9 +217,9 @@ __device__ __forceinline__ void grad_chain_sums(
     const TensorMap128& dy_map,  // dy, the same layout
     const TensorMap128& g_map,   // gamma as one such row (ones when the forward had no weight)
 #else
-    const float* __restrict__ x,   // [rows, n], 16-byte aligned
-    const float* __restrict__ dy,  // [rows, n], 16-byte aligned
-    const float* __restrict__ g,   // gamma [n], 16-byte aligned (ones when the forward had no weight)
+    const LN_ELEM* __restrict__ x,   // [rows, n], 16-byte aligned (8 for a 2-byte type)
+    const LN_ELEM* __restrict__ dy,  // [rows, n], as x
+    const LN_ELEM* __restrict__ g,   // gamma [n], as x (ones when the forward had no weight)
 #endif
     const float* __restrict__ mean,     // [rows]
     const float* __restrict__ rstd,     // [rows]
@@ -343,11 +354,11 @@ __device__ __forceinline__ void split_push(float& s, float4 vx, float4 vd, float
 
 // A lane's reads of group i in a slot: float4 32 i + lane of each array (the s1 warp reads no x).
 template <int S, int kSum>
-__device__ __forceinline__ void split_read(float4& vx, float4& vd, float4& vg, const float4* at, int group) {
-    constexpr int kArray = GradGeometry<S>::kArrayBytes / 16;
-    if (kSum == 2) vx = at[32 * group];
-    vd = at[kArray + 32 * group];
-    vg = at[2 * kArray + 32 * group];
+__device__ __forceinline__ void split_read(float4& vx, float4& vd, float4& vg, const LN_VEC* at, int group) {
+    constexpr int kArray = GradGeometry<S>::kArrayBytes / LN_VEC_BYTES;
+    if (kSum == 2) vx = LN_LOAD4(at[32 * group]);
+    vd = LN_LOAD4(at[kArray + 32 * group]);
+    vg = LN_LOAD4(at[2 * kArray + 32 * group]);
 }
 
 // The same pushes with the products reaching the chain lanes through this warp's tile `t` (32 float4, one of
@@ -389,7 +400,7 @@ constexpr bool kTileExchange = S == 8;
 // One group: push the one the q slot holds, then refill the slot with group `ahead`'s reads from `at`. `t`: this
 // warp's tile for the group where kTileExchange<S>.
 template <int S, int kSum, bool kPartial>
-__device__ __forceinline__ void split_group(float& s, float4& qx, float4& qd, float4& qg, const float4* at,
+__device__ __forceinline__ void split_group(float& s, float4& qx, float4& qd, float4& qg, const LN_VEC* at,
                                             int ahead, int valid, float m, float r, float4* t, int lane) {
     const float4 vx = qx, vd = qd, vg = qg;
     split_read<S, kSum>(qx, qd, qg, at, ahead);
@@ -405,7 +416,7 @@ __device__ __forceinline__ void split_group(float& s, float4& qx, float4& qd, fl
 // unrolled is ~2,400 instructions per warp, and the two warps' loops would crowd the instruction cache.
 template <int S, int kSum, bool kPartial>
 __device__ __forceinline__ void split_stage(float& s, float4 (&qx)[kGroupsAhead], float4 (&qd)[kGroupsAhead],
-                                            float4 (&qg)[kGroupsAhead], const float4* cur, const float4* nxt,
+                                            float4 (&qg)[kGroupsAhead], const LN_VEC* cur, const LN_VEC* nxt,
                                             unsigned next_full, unsigned next_parity, int valid, float m, float r,
                                             float4* tiles, int lane) {
     constexpr int kGroups = SplitGeometry<S>::kGroups, kUnroll = 8;
@@ -475,7 +486,7 @@ __device__ __forceinline__ void chain_adds(float& s, const float4 (&q)[S], float
 // 151.0); the exchange before all the adds gained 2-4%.
 template <int S, int kSum, bool kPartial>
 __device__ __forceinline__ void pipe_group(float& s, float4 (&qe)[S], float4& qx, float4& qd, float4& qg,
-                                           const float4* at, int ahead, int valid, float m, float r, float4* t,
+                                           const LN_VEC* at, int ahead, int valid, float m, float r, float4* t,
                                            int lane) {
     const float4 vx = qx, vd = qd, vg = qg;
     split_read<S, kSum>(qx, qd, qg, at, ahead);
@@ -491,8 +502,8 @@ __device__ __forceinline__ void pipe_group(float& s, float4 (&qe)[S], float4& qx
 // groups 1 .. kGroupsAhead's reads; on exit, the next stage's likewise.
 template <int S, int kSum, bool kPartial>
 __device__ __forceinline__ void pipe_stage(float& s, float4 (&qe)[S], float4 (&qx)[kGroupsAhead],
-                                           float4 (&qd)[kGroupsAhead], float4 (&qg)[kGroupsAhead], const float4* cur,
-                                           const float4* nxt, unsigned next_full, unsigned next_parity, int valid,
+                                           float4 (&qd)[kGroupsAhead], float4 (&qg)[kGroupsAhead], const LN_VEC* cur,
+                                           const LN_VEC* nxt, unsigned next_full, unsigned next_parity, int valid,
                                            float m, float r, float4* tiles, int lane) {
     constexpr int kGroups = SplitGeometry<S>::kGroups, kUnroll = 8;
 #pragma unroll 1
@@ -531,7 +542,7 @@ __device__ __forceinline__ float split_sums(const unsigned char* ring, unsigned 
 #pragma unroll
     for (int i = 0; i < kGroupsAhead; ++i) qx[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     const auto slot_at = [&](int slot) {
-        return reinterpret_cast<const float4*>(ring + slot * G::kStageBytes) + lane;
+        return reinterpret_cast<const LN_VEC*>(ring + slot * G::kStageBytes) + lane;
     };
     int slot = 0;
     unsigned parity = 0;
@@ -550,7 +561,7 @@ __device__ __forceinline__ float split_sums(const unsigned char* ring, unsigned 
         const int next = slot + 1 == G::kStages ? 0 : slot + 1;
         const unsigned next_parity = next == 0 ? parity ^ 1u : parity;
         const int valid = st + 1 < stages || steps % G::kSteps == 0 ? G::kSteps : steps % G::kSteps;
-        const float4 *cur = slot_at(slot), *nxt = slot_at(next);
+        const LN_VEC *cur = slot_at(slot), *nxt = slot_at(next);
         const unsigned next_full = full0 + 8 * next;
         if constexpr (kTileExchange<S>) {
             if (valid == G::kSteps)
@@ -583,9 +594,9 @@ __device__ __forceinline__ void grad_chain_sums_split(
     const TensorMap128& dy_map,
     const TensorMap128& g_map,
 #else
-    const float* __restrict__ x,  // as grad_chain_sums<S>'s
-    const float* __restrict__ dy,
-    const float* __restrict__ g,
+    const LN_ELEM* __restrict__ x,  // as grad_chain_sums<S>'s
+    const LN_ELEM* __restrict__ dy,
+    const LN_ELEM* __restrict__ g,
 #endif
     const float* __restrict__ mean,   // [rows]
     const float* __restrict__ rstd,   // [rows]
@@ -650,7 +661,7 @@ __device__ __forceinline__ void grad_chain_sums_split(
 #else
 #define GRAD_CHAIN_SUMS_ENTRY(suffix, kernel, S, threads)                                                          \
     extern "C" __global__ void __launch_bounds__(threads) grad_chain_sums_ring_##suffix(                          \
-        const float* __restrict__ x, const float* __restrict__ dy, const float* __restrict__ g,                   \
+        const LN_ELEM* __restrict__ x, const LN_ELEM* __restrict__ dy, const LN_ELEM* __restrict__ g,             \
         const float* __restrict__ mean, const float* __restrict__ rstd, float* __restrict__ chain_sums,           \
         unsigned* __restrict__ row_done, float* __restrict__ s1_out, float* __restrict__ s2_out, int n) {         \
         kernel<S>(x, dy, g, mean, rstd, chain_sums, row_done, s1_out, s2_out, n);                                 \

@@ -3,8 +3,8 @@ views, mean and rstd as int32 views, at ragged N, one row, many rows, N = 2**20,
 and absent affine; every rows_fused entry point; the chain schedule (tma on sm_90, the cp.async ring below) and its
 output pass alone on torch's own statistics (first passed at 342bed4 on an H100, plain and as compute_80); and the
 drop-in serving T: our forward and (where the rule picks ours) our backward, eager, compiled, captured, on a side stream,
-through labkit.enable(); the backward for T (2-byte builds of the rows and split schedules, the chain widened) against
-torch's native_layer_norm_backward."""
+through labkit.enable(); the backward for T (the 2-byte builds of every schedule) against torch's
+native_layer_norm_backward."""
 import numpy as np
 import pytest
 
@@ -407,7 +407,8 @@ GRAD_SHAPES = [
     (8192, 4096),       # the rows schedule's domain (N / 32 column blocks fill the GPU)
     (3, 16384 + 516),   # longer than grad_rows_fused_reg16's registers: the rest re-read
     (70000, 256),       # M > 64K, N / 32 < SMs / 2: torch's partials, rounded to T, then its .sum(0)
-    (2, 1 << 20),       # the chain's domain: widened
+    (2, 1 << 20),       # the chain's domain
+    (3, 512 * 17),      # the chain with a partial last stage
     (1, 1 << 24),       # N = 2^24
 ]
 
@@ -437,8 +438,8 @@ def _assert_backward_bits(got, dy, x, w, b, mean, rstd, mask, what):
 @pytest.mark.parametrize("schedule", ["auto", "rows", "split", "chain"])
 @pytest.mark.parametrize("shape", GRAD_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_backward_keeps_torchs_bits_for_t(shape, schedule, dtype):
-    """Every schedule on T (rows and split on the 2-byte builds, the chain widened to float32 and rounded back):
-    dX, dgamma and dbeta as int16 views of torch's, with every mask, with and without affine."""
+    """Every schedule on T (the 2-byte builds): dX, dgamma and dbeta as int16 views of torch's, with every mask,
+    with and without affine."""
     from labkit.core.device import device_info
     from labkit.ops import backward
 
@@ -449,7 +450,7 @@ def test_backward_keeps_torchs_bits_for_t(shape, schedule, dtype):
             backward.backward(dy, x, ns, mean, rstd, w, b, schedule=schedule)
         return
     p = backward.launches(shape[0], shape[1], device_info(0), schedule, dtype=dtype)
-    assert p.dtype == dtype and p.widen == (p.schedule == "chain")
+    assert p.dtype == dtype and (schedule == "auto" or p.schedule == schedule)
     for mask in [(True, True, True), (True, False, False), (False, True, True)]:
         got = backward.backward(dy, x, ns, mean, rstd, w, b, mask, schedule=schedule)
         _assert_backward_bits(got, dy, x, w, b, mean, rstd, mask, f"{dtype} {shape} {p.schedule} mask {mask}")
@@ -460,7 +461,8 @@ def test_backward_keeps_torchs_bits_for_t(shape, schedule, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_backward_on_views_8_bytes_off_and_refusals(dtype):
     """x and dy 8 bytes off a 16-byte boundary: torch's vectorized backward for T takes them (8-byte vectors), and so
-    does ours (rows and split; the widened chain copies them); 4 bytes off is a refusal naming the alignment."""
+    do our rows and split schedules; the chain takes them where its ring reads them (below sm_90) and refuses them by
+    name where tensor maps do; 2 bytes off is a refusal naming the alignment."""
     import torch
 
     from labkit.ops import backward
@@ -479,6 +481,15 @@ def test_backward_on_views_8_bytes_off_and_refusals(dtype):
         _assert_backward_bits(got, dyo, xo, w, b, mean, rstd, (True, True, True), f"{dtype} 8 bytes off {schedule}")
     with pytest.raises(ValueError, match="8-byte aligned"):
         backward.backward(off(dy, 2), x, shape[1:], mean, rstd, w, b)
+    shape = (2, 1 << 16)
+    dy, x, w, b, mean, rstd = _grad_inputs(shape, dtype, seed=12)
+    xo, dyo = off(x, 4), off(dy, 4)
+    if torch.cuda.get_device_capability()[0] >= 9:
+        with pytest.raises(ValueError, match="16-byte aligned where the chain schedule's tensor maps read them"):
+            backward.backward(dyo, xo, shape[1:], mean, rstd, w, b, schedule="chain")
+    else:
+        got = backward.backward(dyo, xo, shape[1:], mean, rstd, w, b, schedule="chain")
+        _assert_backward_bits(got, dyo, xo, w, b, mean, rstd, (True, True, True), f"{dtype} 8 bytes off chain")
     with pytest.raises(ValueError, match=f"grad_y must be a {dtype} tensor"):
         backward.backward(dy.float(), x, shape[1:], mean, rstd, w, b)
 
@@ -488,8 +499,8 @@ def test_backward_on_views_8_bytes_off_and_refusals(dtype):
                          ids=lambda s: "x".join(map(str, s)))
 def test_the_drop_in_runs_our_backward_for_t(shape, dtype):
     """explain names one of our schedules for T's backward where the float32 scores pick ours, and a training step
-    through labkit.layer_norm then gives F.layer_norm's gradients (the chain's shapes widened, in Python; the others
-    from the host extension's program)."""
+    through labkit.layer_norm then gives F.layer_norm's gradients; x 8 bytes off 16 there keeps them (torch's
+    backward where tensor maps would read it)."""
     import torch
 
     import labkit
@@ -504,3 +515,9 @@ def test_the_drop_in_runs_our_backward_for_t(shape, dtype):
         assert_bits_equal(a, ex, what=f"{dtype} {shape} output {i} (backward {e['backward']})")
     if x.shape[0] <= 16:  # few wide rows: every table's backward is ours there
         assert e["backward"] != paths.NATIVE, e
+    storage = torch.empty(x.numel() + 4, dtype=x.dtype, device=x.device)
+    xo = storage[4:].view(x.shape).copy_(x.detach()).requires_grad_()
+    want = _step(torch.nn.functional.layer_norm, xo, ns, w, b, dy)
+    got = _step(labkit.layer_norm, xo, ns, w, b, dy)
+    for i, (a, ex) in enumerate(zip(got, want)):
+        assert_bits_equal(a, ex, what=f"{dtype} {shape} 8 bytes off output {i}")

@@ -22,12 +22,10 @@ Where torch leaves partial dgamma/dbeta sums for its own `.sum(0)` (M > 64K, sma
 runs that same `.sum(0)`.
 
 bfloat16/float16 (torch's kernels for T: x, dy and gamma converted to float as loaded, float sums, dX, dgamma and
-dbeta rounded to T once, torch's partials rounded to T before its `.sum(0)`): the rows and split schedules run the
-2-byte builds of their kernel files (`DTYPE_KERNELS`; kernels/dtype.cuh), with grad_columns.cu's streamed and
-prefetched loads (the tiled pass is float32 only). The chain schedule has no 2-byte build: for T it widens x, dy and
-gamma to float32 (exact), runs the float32 chain and rounds dX, dgamma and dbeta to T (what torch's kernel for T
-stores), three more passes over the data that still cost a fraction of torch's 128-thread-per-row dX kernel at few
-long rows (`GradLaunches.widen`; the Python runner serves it, not the host extension).
+dbeta rounded to T once, torch's partials rounded to T before its `.sum(0)`): every schedule runs the 2-byte builds
+of its kernel files (`DTYPE_KERNELS`; kernels/dtype.cuh), with grad_columns.cu's streamed and prefetched loads (the
+tiled pass is float32 only); the chain's stages hold half the bytes and its tensor maps 2-byte elements, so x, dy
+and gamma must be 16-byte aligned where tensor maps read them (sm_90), 8 elsewhere (`GradLaunches.align`).
 The arithmetic is held in kernels/grad_ln.cuh and described, with what it was checked against, by
 labkit.studies.backward_contract.
 """
@@ -46,7 +44,7 @@ from labkit.ops.launches import Scratch, bound
 
 PATH = "grad"
 KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns", "grad_columns_tiled")  # .cu files
-DTYPE_KERNELS = ("grad_row_sums", "grad_rows_fused", "grad_columns")  # built for bfloat16/float16 too
+DTYPE_KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns")  # bfloat16/float16 too
 MIN_ARCH = 80  # every schedule; the chain's row sums by tensor maps on sm_90, by a cp.async ring below
 SUMS_THREADS = 128  # torch's num_threads() for the dX kernel
 CHAIN_SPLITS = (1, 2, 4, 8)  # kernels/grad_chain_sums.cu's entry points: 32 / S chains per block
@@ -200,7 +198,12 @@ class GradLaunches:
     parts: int = 1                       # the column layout's blocks_y: groups (or partial groups) of values
     path: str = PATH
     dtype: str = dtypes.FLOAT32          # x's, dy's and gamma's; dX, dgamma and dbeta come out in it
-    widen: bool = False                  # 2-byte rows on the float32 launches: `run` widens and rounds back
+
+    @property
+    def align(self) -> int:
+        """Bytes x, dy and gamma must be aligned to: 16 where tensor maps read them, else torch's vector of the
+        dtype (4 elements: 16 bytes for float32, 8 for 2-byte types)."""
+        return 16 if self.tensor_map is not None else 4 * dtypes.itemsize(self.dtype)
 
     def program(self, device_index: int) -> Program:
         """dgamma/dbeta slots at address 0 where not wanted (or, in the partial form, [partial_groups, N] buffers
@@ -209,7 +212,7 @@ class GradLaunches:
         layout_args = (I32(self.template.rows_per_group),)
         if self.columns.function == "grad_columns_tiled":  # its grid is 1-D: it takes the groups as an argument
             layout_args += (I32(self.parts),)
-        if self.dtype != dtypes.FLOAT32 and not self.widen:  # narrow_out: T results or partials, or float values
+        if self.dtype != dtypes.FLOAT32:  # narrow_out: T results or partials, or float values
             layout_args += (I32(0 if self.fold is not None else 1),)  # for grad_columns_fold
         stats = (Ptr("mean"), Ptr("rstd"))
         if self.fold is None:
@@ -317,12 +320,8 @@ def fused_function(n: int) -> str:
 def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: str = "auto",
              dtype: str = dtypes.FLOAT32) -> GradLaunches:
     """`loads`: the column pass's entry point (one of LOADS), or "auto": the layout's (`column_layout`). `dtype`:
-    x's; for 2-byte rows the chain schedule is the float32 one, widened (`GradLaunches.widen`)."""
+    x's (the -D option of kernels/dtype.cuh on every kernel)."""
     options = dtypes.options(dtype)
-    if options and schedule == "auto":
-        schedule = choose_schedule(rows, n, device)
-    if options and schedule == "chain":
-        return replace(launches(rows, n, device, schedule, loads), dtype=dtype, widen=True)
     if options and loads == "tiled":
         raise ValueError(f"the tiled column pass is built for float32 only, got {dtype}")
     if schedule not in SCHEDULES:
@@ -357,13 +356,14 @@ def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: s
             raise ValueError(f"the chain schedule needs {least + CHAIN_STATIC_SMEM} bytes of shared memory per "
                              f"block, the device allows {device.smem_optin_bytes}")
         split = chain_split(rows, n, device)
+        item = dtypes.itemsize(dtype)
         sums = Kernel("grad_chain_sums", chain_function(split, device), (4 * split, rows), (CHAIN_THREADS[split],),
-                      stages * CHAIN_STAGE_BYTES, chain_options(device))
+                      stages * CHAIN_STAGE_BYTES * item // 4, options + chain_options(device))
         geometry = None
         if device.tensor_maps:
-            seg = 512 // split  # bytes of one block's chains in one step
-            geometry = TensorMapGeometry((128 // split, 4 * split, n // 512, rows), (seg, 2048, 4 * n),
-                                         (128 // split, 1, chain_steps(split), 1))
+            seg = 128 // split * item  # bytes of one block's chains in one step
+            geometry = TensorMapGeometry((128 // split, 4 * split, n // 512, rows), (seg, 512 * item, n * item),
+                                         (128 // split, 1, chain_steps(split), 1), item)
         scratch = Scratch(sums_bytes + 1028 * rows, zeroed_at=sums_bytes + 1024 * rows, zeroed_bytes=4 * rows)
     elif schedule == "rows":
         sums = Kernel("grad_row_sums", "grad_row_sums", (rows,), (SUMS_THREADS,), 0, options)
@@ -434,6 +434,10 @@ def backward(dy, x, normalized_shape, mean, rstd, weight, bias, mask=(True, True
     rows = x.numel() // n
     index = current_index(x.device)
     p = launches(rows, n, device_info(index), schedule, dtype=eligibility._dtype_name(x))
+    if eligibility.misaligned(x.data_ptr(), dy.data_ptr(), *(t.data_ptr() for t in (weight,) if t is not None),
+                              align=p.align):
+        raise ValueError(f"x, grad_y and weight must be {p.align}-byte aligned where the {p.schedule} schedule's "
+                         f"tensor maps read them (got addresses x {x.data_ptr():#x}, grad_y {dy.data_ptr():#x})")
     return run(p, dy, x, ns, mean, rstd, weight, bias, mask, index)
 
 
@@ -454,9 +458,6 @@ def run(p: GradLaunches, dy, x, ns, mean, rstd, weight, bias, mask, index: int, 
     want_x, want_w, want_b = mask[0], mask[1] and weight is not None, mask[2] and bias is not None
     g = weight if weight is not None else (ones if ones is not None else torch.ones(ns, dtype=x.dtype,
                                                                                     device=x.device))
-    narrow = x.dtype
-    if p.widen:  # exact: every bfloat16/float16 value is a float32 value
-        dy, x, g = dy.float(), x.float(), g.float()
     dx = torch.empty_like(x)
     scratch = torch.empty(p.scratch.nbytes, dtype=torch.uint8, device=x.device) if p.scratch.nbytes else None
     parts = p.template.partial_groups
@@ -468,8 +469,6 @@ def run(p: GradLaunches, dy, x, ns, mean, rstd, weight, bias, mask, index: int, 
     with device_scope(index):
         b((dy.data_ptr(), x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), g.data_ptr(), dx.data_ptr(), ptr(dgp),
            ptr(dbp), ptr(scratch)), _NO_EPS, stream(index))
-    if p.widen:  # one rounding to T of each float32 result, as torch's kernel for T stores them
-        dx, dgp, dbp = (t.to(narrow) if t is not None else None for t in (dx, dgp, dbp))
     if parts > 1:  # torch's own .sum(0) of the same partials, as LaunchGammaBetaBackwardCUDAKernel does
         dgp = dgp.sum(0).view(ns) if dgp is not None else None
         dbp = dbp.sum(0).view(ns) if dbp is not None else None

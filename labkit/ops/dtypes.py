@@ -3,8 +3,8 @@
 them (loads converted to float, float statistics, the output rounded to T once at the store).
 
 Kernel files that take the options: rows_fused.cu (every entry point), and the chain's chain_stats_tma.cu (its tma
-and ring blockings) and affine_columns.cu (its output pass); for the backward grad_row_sums.cu, grad_rows_fused.cu
-and grad_columns.cu (labkit.ops.backward.DTYPE_KERNELS). The drop-in serves bfloat16/float16 forwards and backwards
+and ring blockings) and affine_columns.cu (its output pass); for the backward grad_row_sums.cu, grad_chain_sums.cu,
+grad_rows_fused.cu and grad_columns.cu (labkit.ops.backward.DTYPE_KERNELS). The drop-in serves bfloat16/float16 forwards and backwards
 through them (labkit.ops.paths.DTYPES, labkit.ops.backward; GPU tests tests/test_gpu_low_precision.py,
 docs/decisions.md#how_people_train).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 FLOAT32 = "float32"
 LOW_PRECISION = ("bfloat16", "float16")
 KERNELS = ("rows_fused", "chain_stats_tma", "affine_columns",  # the kernel files built for LOW_PRECISION too
-           "grad_row_sums", "grad_rows_fused", "grad_columns")
+           "grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns")
 
 _OPTIONS = {FLOAT32: (), "bfloat16": ("-DLN_BF16",), "float16": ("-DLN_FP16",)}
 

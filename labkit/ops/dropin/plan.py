@@ -297,8 +297,6 @@ def attach_host(plan: Plan, x, ns: tuple, weight, bias, eps: float, needs_grad: 
     gp = backward_plan(x, ns, weight, bias) if needs_grad else None
     if forward is None and gp is None:
         return None
-    if gp is not None and gp.widen:  # the Python runner widens 2-byte rows for the float32 chain (backward.run)
-        return None
     ones = getattr(plan, "ones", None)
     neg_zeros = getattr(plan, "neg_zeros", None)
     if weight is None and ones is None:
@@ -319,14 +317,14 @@ def host_plan(index: int, forward, forward_scratch: int, gp, ns: tuple, eps: flo
     n = math.prod(ns)
     return host.module().LayerNormPlan(forward, backward, list(ns), float(eps), list(stat_shape), rows, n,
                                        forward_scratch, gp.scratch.nbytes if gp is not None else 0,
-                                       gp.template.partial_groups if gp is not None else 1, ones, neg_zeros, align)
+                                       gp.template.partial_groups if gp is not None else 1, ones, neg_zeros, align,
+                                       gp.align if gp is not None else 16)
 
 
 def backward_host_plan(x, ns: tuple, gp, ones):
     """The host extension's LayerNormPlan running GradPlan `gp`'s backward alone (no forward of ours), with `ones`
-    standing in for an absent weight; None where the extension does not serve on x's device or `gp` widens 2-byte
-    rows (labkit.ops.backward.run does that)."""
-    if host.unavailable(x.get_device()) is not None or gp.widen:
+    standing in for an absent weight; None where the extension does not serve on x's device."""
+    if host.unavailable(x.get_device()) is not None:
         return None
     return host_plan(x.get_device(), None, 0, gp, ns, 0.0, [gp.rows], gp.rows, ones, None)
 
@@ -507,7 +505,7 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
                 _grad_plans.clear()
             _grad_plans[key] = hit
     if hit[0] is None or eligibility.misaligned(x.data_ptr(), dy.data_ptr(), *(t.data_ptr() for t in (weight,) if t
-                                                                           is not None), align=grad.vector_bytes(x)):
+                                                                           is not None), align=hit[0].align):
         return None
     return hit
 

@@ -3,7 +3,7 @@ pick, forced, against torch's own kernels, bit for bit (integer views of y, mean
 
 The cases cover each path at a few widths (both sides of torch's host-side branches where they exist: its
 backward picks a different gamma/beta kernel below 128 rows than above), in every dtype the drop-in serves through
-it (float32; bfloat16 and float16 forward where the path is built for them), with weight and bias, weight alone and
+it (float32; bfloat16 and float16 where the path or schedule is built for them), with weight and bias, weight alone and
 neither, inputs at an offset (views 4 elements into their storage), the forward with and without statistics, and the
 backward with every gradient and with x's alone or the parameters' alone. Forced forward plans and explicitly
 launched backward schedules never consult the gate (nor set a process-wide context another thread could see), so the
@@ -34,8 +34,8 @@ AFFINE = ("both", "weight", "none")  # bias without weight is refused by our ker
 
 
 def _inputs(rows: int, n: int, affine: str, offset: bool, index: int, seed: int, dtype: str = "float32"):
-    """x, weight, bias (of `dtype`, drawn in float32 and rounded to it) and a float32 dy; `offset`: views 4 elements
-    into their storage (16 bytes for float32, 8 for 2-byte dtypes: still aligned as torch's vectorized path needs)."""
+    """x, weight, bias and dy (of `dtype`, drawn in float32 and rounded to it); `offset`: views 4 elements into their
+    storage (16 bytes for float32, 8 for 2-byte dtypes: still aligned as torch's vectorized path needs)."""
     import torch
 
     dev = f"cuda:{index}"
@@ -44,7 +44,7 @@ def _inputs(rows: int, n: int, affine: str, offset: bool, index: int, seed: int,
     t = getattr(torch, dtype)
     pad = 4 if offset else 0
     x = (torch.empty(rows * n + pad, **f32).normal_(generator=g) * 3 + 50).to(t)[pad:].view(rows, n)
-    dy = torch.empty(rows * n + pad, **f32).normal_(generator=g)[pad:].view(rows, n)
+    dy = torch.empty(rows * n + pad, **f32).normal_(generator=g).to(t)[pad:].view(rows, n)
     w = torch.randn(n + pad, generator=g, **f32).to(t)[pad:] if affine != "none" else None
     b = torch.randn(n + pad, generator=g, **f32).to(t)[pad:] if affine == "both" else None
     return x, w, b, dy
@@ -63,12 +63,13 @@ def _forward_cases(index: int):
 
 def _backward_cases(index: int):
     from labkit.core.device import device_info
-    from labkit.ops import backward
+    from labkit.ops import backward, dtypes
 
     dev = device_info(index)
-    for rows, n in SHAPES:
-        for schedule in backward.candidates(rows, n, dev):
-            yield schedule, rows, n
+    for dtype in (dtypes.FLOAT32,) + dtypes.LOW_PRECISION:  # every schedule is built for each
+        for rows, n in SHAPES:
+            for schedule in backward.candidates(rows, n, dev, dtype):
+                yield schedule, rows, n, dtype
 
 
 def _mismatch(got, want, names) -> str | None:
@@ -85,6 +86,7 @@ def run(index: int = 0) -> dict:
 
     from labkit.core.device import device_info
     from labkit.ops import backward as grad
+    from labkit.ops import eligibility
     from labkit.ops.dropin import plan as plans
     from labkit.ops.launches import bound
 
@@ -114,13 +116,15 @@ def run(index: int = 0) -> dict:
                     bad = _mismatch((*got, y_only), (*want, want[0]), ("y", "mean", "rstd", "y without statistics"))
                     if bad and first is None:
                         first = f"forward path {path} at {rows}x{n} {dtype} (affine {affine}, offset {offset}): {bad}"
-        for seed, (schedule, rows, n) in enumerate(_backward_cases(index)):
-            gp = grad.launches(rows, n, dev, schedule)
+        for seed, (schedule, rows, n, dtype) in enumerate(_backward_cases(index)):
+            gp = grad.launches(rows, n, dev, schedule, dtype=dtype)
             launcher = bound(gp, index)
             for affine in AFFINE:
-                x, w, b, dy = _inputs(rows, n, affine, seed % 2 == 1, index, 1000 + seed)
+                x, w, b, dy = _inputs(rows, n, affine, seed % 2 == 1, index, 1000 + seed, dtype)
+                if eligibility.misaligned(*(t.data_ptr() for t in (x, dy, w) if t is not None), align=gp.align):
+                    continue  # torch would serve the call (a 2-byte x 8 bytes off a tensor map's 16): not ours
                 _, mean, rstd = torch.native_layer_norm(x, (n,), w, b, EPS)
-                ones = torch.ones(n, device=x.device, dtype=torch.float32) if w is None else None
+                ones = torch.ones(n, device=x.device, dtype=x.dtype) if w is None else None
                 for mask in ((True, w is not None, b is not None), (True, False, False),
                              (False, w is not None, b is not None)):
                     want = torch.ops.aten.native_layer_norm_backward.default(dy, x, [n], mean, rstd, w, b, list(mask))
@@ -129,7 +133,8 @@ def run(index: int = 0) -> dict:
                     count += 1
                     bad = _mismatch(got, want, ("dx", "dweight", "dbias"))
                     if bad and first is None:
-                        first = f"backward schedule {schedule} at {rows}x{n} (affine {affine}, mask {mask}): {bad}"
+                        first = (f"backward schedule {schedule} at {rows}x{n} {dtype} (affine {affine}, mask "
+                                 f"{mask}): {bad}")
         torch.cuda.synchronize(index)
         error = None
     except Exception as exc:  # a check that could not complete is not a pass

@@ -245,9 +245,12 @@ def test_the_canary_forces_the_backward_chain_wherever_it_is_planned(monkeypatch
 
     dev = device.Device(f"sm_{arch}", arch, 132, smem, 65535)
     monkeypatch.setattr(device, "device_info", lambda index: dev)
-    cases = list(canary._backward_cases(0))
-    assert {(rows, n) for sch, rows, n in cases if sch == "chain"} == \
-        ({(rows, n) for rows, n in canary.SHAPES if n % 512 == 0} if chain else set())
-    assert {backward.launches(rows, n, dev, sch).sums.function for sch, rows, n in cases if sch == "chain"} == \
-        ({backward.chain_function(s, dev) for s in backward.CHAIN_SPLITS} if chain else set())
-    assert {(rows, n) for sch, rows, n in cases if sch == "rows"} == {(rows, n) for rows, n in canary.SHAPES}
+    every = list(canary._backward_cases(0))
+    assert {dtype for *_, dtype in every} == {"float32", "bfloat16", "float16"}  # each schedule in every dtype
+    for want in ("float32", "bfloat16", "float16"):
+        cases = [(sch, rows, n) for sch, rows, n, dtype in every if dtype == want]
+        assert {(rows, n) for sch, rows, n in cases if sch == "chain"} == \
+            ({(rows, n) for rows, n in canary.SHAPES if n % 512 == 0} if chain else set())
+        assert {backward.launches(rows, n, dev, sch).sums.function for sch, rows, n in cases if sch == "chain"} == \
+            ({backward.chain_function(s, dev) for s in backward.CHAIN_SPLITS} if chain else set())
+        assert {(rows, n) for sch, rows, n in cases if sch == "rows"} == {(rows, n) for rows, n in canary.SHAPES}

@@ -666,7 +666,7 @@ def table_rows(rec: dict | None) -> list[dict]:
     for r in rec.get("low_precision") or []:
         add(f"{r['dtype']} forward, {r['key']}", EAGER, r["forward_eager"])
         add(f"{r['dtype']} forward, {r['key']}", GRAPH, r["forward_graph"])
-        add(f"{r['dtype']} fwd+bwd ({_backward_words(r)}), {r['key']}", EAGER, r["fwdbwd_eager"])
+        add(f"{r['dtype']} fwd+bwd, {r['key']} ({_backward_words(r)})", EAGER, r["fwdbwd_eager"])
     for r in rec.get("compiled") or []:
         add(f"float32 fwd+bwd compiled, {r['key']}", EAGER, r["eager"], "dropin_compiled",
             "native_compiled")

@@ -92,7 +92,8 @@ def _cmd_warmup(args) -> int:
     from labkit.ops.warmup import warmup
 
     shapes = [_rows_n(s) for s in args.shape] if args.shape else None
-    done = warmup(device=args.device, shapes=shapes, arch=args.arch, progress=not args.quiet)
+    done = warmup(device=args.device, shapes=shapes, arch=args.arch, progress=not args.quiet,
+                  dtypes=("float32",) + tuple(args.dtype or ()))
     print(done.line())
     if args.json:
         print(json.dumps(done.to_json()))
@@ -260,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     warm.add_argument("--shape", action="append", default=None, metavar="ROWS,N",
                       help="a rows x N the model calls with (GPU only; repeat for more): only the kernels the rule "
                            "picks for these")
+    warm.add_argument("--dtype", action="append", default=None, choices=("bfloat16", "float16"),
+                      help="also the builds for a model of this dtype (repeat for both); float32's always")
     warm.add_argument("--quiet", action="store_true", help="no progress bar")
     warm.add_argument("--json", action="store_true", help="also print the record as one line of JSON")
     warm.set_defaults(fn=_cmd_warmup)

@@ -358,7 +358,7 @@ def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: s
         split = chain_split(rows, n, device)
         item = dtypes.itemsize(dtype)
         sums = Kernel("grad_chain_sums", chain_function(split, device), (4 * split, rows), (CHAIN_THREADS[split],),
-                      stages * CHAIN_STAGE_BYTES * item // 4, options + chain_options(device))
+                      stages * CHAIN_STAGE_BYTES * item // 4, chain_options(device) + options)
         geometry = None
         if device.tensor_maps:
             seg = 128 // split * item  # bytes of one block's chains in one step

@@ -12,7 +12,8 @@ or with `arch`, it compiles every kernel of the drop-in's paths and of the backw
 cubins a GPU of that arch looks up where it shares the cache folder. Each kernel is compiled with the options its
 launches pass there (below sm_90, the backward's chain sums with a ring as deep as the arch's shared memory holds).
 The host extension is built either way: the build needs only a C++ compiler and is the same with or without a GPU;
-only its launches need one.
+only its launches need one. `dtypes`: also the bfloat16/float16 builds (kernels/dtype.cuh) of those kernels that have
+one (labkit.ops.dtypes.KERNELS), which a model of that dtype launches: recorded as `kernel[dtype]`.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 from labkit.core.compile import arch_number, compile_unless_refused
 from labkit.core.device import ARCH_SMEM_OPTIN, Device, current_index, device_info
-from labkit.ops import backward, chain, paths
+from labkit.ops import backward, chain, dtypes as element_types, paths
 from labkit.ops.dispatch import rule, tables
 
 DEFAULT_ARCH = "sm_90"  # without a GPU: the H100's and H200's target, where the dispatch tables were measured
@@ -58,25 +59,29 @@ class Warmup:
         return f"{line}, for {self.device}; trust: {self.trust}"
 
 
-def warmup(device=None, shapes=None, arch: str | None = None, progress: bool = True) -> Warmup:
+def warmup(device=None, shapes=None, arch: str | None = None, progress: bool = True,
+           dtypes=(element_types.FLOAT32,)) -> Warmup:
     """Build the host extension and compile the kernels a first call would, now. `device`: a CUDA device (index,
     "cuda:1", torch.device), "cpu", or None for the current GPU if torch sees one. `shapes`: (rows, N) pairs the
     model will call with (GPU only), narrowing the kernels to those the rule picks for them. `arch`: compile for this
-    target (sm_XY or compute_XY) instead of a device's. `progress`: a tqdm bar on stderr."""
+    target (sm_XY or compute_XY) instead of a device's. `dtypes`: the element types the model's LayerNorms take
+    (float32, bfloat16, float16; their builds, where a kernel has one). `progress`: a tqdm bar on stderr."""
     from tqdm import tqdm
 
     start = time.perf_counter()
+    dtypes = _dtypes(dtypes)
     dev = _device(device, arch)
     if dev is None and shapes is not None:
         raise ValueError(f"shapes={shapes!r} needs a GPU: the rule that maps a shape to kernels is the GPU's "
                          "dispatch table; without one, warmup compiles every kernel for arch")
     target = dev.target if dev is not None else (arch or DEFAULT_ARCH)
     kernels = _device_kernels(dev, _shapes(shapes)) if dev is not None else _arch_kernels(target)
-    with tqdm(total=1 + len(kernels), desc="labkit warmup", unit="step", disable=not progress) as bar:
+    builds = [(k, d) for d in dtypes for k in kernels if d == element_types.FLOAT32 or k in element_types.KERNELS]
+    with tqdm(total=1 + len(builds), desc="labkit warmup", unit="step", disable=not progress) as bar:
         bar.set_postfix_str(HOST)
         host, host_seconds = _host()
         bar.update()
-        compiled, cached, refused = _compile(kernels, target, bar, _options(dev, target))
+        compiled, cached, refused = _compile(builds, target, bar, _options(dev, target))
         trusted = None
         if dev is not None:  # the gate's check, once per key, paid here rather than at the first call
             bar.set_postfix_str("trust")
@@ -118,6 +123,16 @@ def _device(device, arch: str | None) -> Device | None:
     if not torch.cuda.is_available():
         raise ValueError(f"device={device!r}, but torch {torch.__version__} sees no CUDA device")
     return device_info(current_index(d))
+
+
+def _dtypes(dtypes) -> tuple[str, ...]:
+    """`dtypes` as element-type names (float32 first if given); ValueError naming one that is not taken."""
+    names = (dtypes,) if isinstance(dtypes, str) else tuple(dtypes)
+    if not names:
+        raise ValueError("dtypes must name at least one element type, got none")
+    for d in names:
+        element_types.options(d)  # ValueError naming it
+    return tuple(dict.fromkeys(names))
 
 
 def _shapes(shapes) -> tuple[tuple[int, int], ...] | None:
@@ -181,18 +196,21 @@ def _host() -> tuple[str, float]:
     return ("built" if host.built_in() is not None else "cached"), seconds
 
 
-def _compile(kernels: tuple[str, ...], target: str, bar,
+def _compile(builds, target: str, bar,
              options: dict[str, tuple[str, ...]]) -> tuple[dict[str, float], tuple[str, ...], dict[str, str]]:
+    """Compile each (kernel, dtype) build with the kernel's own options, then the dtype's, as the launches pass them
+    (the cache keys the options in order); a float32 build is named by its kernel, another as kernel[dtype]."""
     compiled, cached, refused = {}, [], {}
-    for k in kernels:
-        bar.set_postfix_str(k)
+    for k, d in builds:
+        name = k if d == element_types.FLOAT32 else f"{k}[{d}]"
+        bar.set_postfix_str(name)
         start = time.perf_counter()
-        record, why = compile_unless_refused(k, target, options.get(k, ()))
+        record, why = compile_unless_refused(k, target, options.get(k, ()) + element_types.options(d))
         if record is None:
-            refused[k] = why
+            refused[name] = why
         elif record.cache_hit:
-            cached.append(k)
+            cached.append(name)
         else:
-            compiled[k] = round(time.perf_counter() - start, 2)
+            compiled[name] = round(time.perf_counter() - start, 2)
         bar.update()
     return compiled, tuple(cached), refused

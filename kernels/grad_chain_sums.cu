@@ -54,8 +54,8 @@ static_assert(GRAD_STAGES >= 2, "the ring needs two stages");
 
 namespace {
 // Steps per stage and ring depth per split: every split keeps GRAD_STAGES stages of 48 KiB in flight (192 KiB of
-// shared memory per block by default); a stage is one tensor copy of kSteps x (512 / S) bytes per array (x, dy,
-// gamma).
+// shared memory per block by default; 24 KiB stages in the 2-byte builds); a stage is one tensor copy of kSteps x
+// (512 / S) bytes per array (x, dy, gamma; 256 / S in the 2-byte builds).
 template <int S>
 struct GradGeometry {
     static constexpr int kChains = 32 / S;                  // chains (lanes that push) per block
@@ -138,8 +138,9 @@ __device__ __forceinline__ void produce_stages(unsigned char* ring, unsigned lon
 }
 #else
 // sm_80: one lane's share of what a tensor copy of stage st lands for one array: the box is kSteps rows of the
-// segment's 512 / S bytes (row k: step st * kSteps + k, from `src`, the segment's first float of step 0), 16 bytes
-// f = 32 i + lane of it; zeros for steps past the row's last, as the map fills out-of-range steps.
+// segment's 512 / S bytes (row k: step st * kSteps + k, from `src`, the segment's first element of step 0), 16 bytes
+// f = 32 i + lane of it (in the 2-byte builds 256 / S bytes a row, 8 bytes a piece); zeros for steps past the row's
+// last, as the map fills out-of-range steps.
 template <int S>
 __device__ __forceinline__ void ring_copy(unsigned char* dst, const LN_ELEM* src, int st, int steps, int lane) {
     using G = GradGeometry<S>;
@@ -213,7 +214,7 @@ __device__ __forceinline__ void row_sums_tail(float* sums, unsigned* row_done, f
 template <int S>
 __device__ __forceinline__ void grad_chain_sums(
 #if GRAD_TMA
-    const TensorMap128& x_map,   // x as [rows][steps][4 S segments][128 / S floats], innermost first
+    const TensorMap128& x_map,   // x as [rows][steps][4 S segments][128 / S elements], innermost first
     const TensorMap128& dy_map,  // dy, the same layout
     const TensorMap128& g_map,   // gamma as one such row (ones when the forward had no weight)
 #else

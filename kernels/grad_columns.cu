@@ -3,7 +3,8 @@
 // loads, on a grid that spreads the template's groups over blocks (torch keeps all of a column's groups in one
 // block, so N / 32 blocks carry the whole pass, a few SMs where N is a few thousand).
 //
-// Contract kept (torch v2.11.0's LaunchGammaBetaBackwardCUDAKernel for float, grad_ln.cuh's arithmetic):
+// Contract kept (torch v2.11.0's LaunchGammaBetaBackwardCUDAKernel for float, and for bfloat16/float16 below;
+// grad_ln.cuh's arithmetic):
 // - dX is elementwise given a row's mean, rstd and sums, so any schedule keeps its bits (grad_input).
 // - dgamma/dbeta: column j's sums run over G "groups": group g adds rows base + g*R + i (i < R) for base = 0,
 //   R*G, 2*R*G, ..., in that order (gamma_beta_push; rows past the end add nothing). torch's templates by M:

@@ -2,7 +2,10 @@
 // helper per step, each rounding written out with an intrinsic so that nvcc's --fmad=true can contract nothing
 // on its own. What each helper keeps was read from torch's own sm_90 SASS (data/sass/, labkit.studies
 // .backward_contract): layer_norm_grad_input_kernel_vectorized<float, float, false> and
-// GammaBetaBackwardCUDAKernelTemplate<float, float, 32, G, 8G, ...>.
+// GammaBetaBackwardCUDAKernelTemplate<float, float, 32, G, 8G, ...>. torch's kernels for bfloat16/float16 run the
+// same source on values converted to float as loaded (docs/decisions.md#low_precision_reading): the 2-byte builds
+// of the kernels that include this header (kernels/dtype.cuh) call these helpers on those floats; that their bits
+// match torch's is what tests/test_gpu_low_precision.py checks (their SASS was not read).
 #pragma once
 
 // One element of a dX row's two running sums (torch's stats_x1, stats_x2). torch's compiler computes dy * gamma

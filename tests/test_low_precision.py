@@ -190,6 +190,12 @@ def test_backward_chain_launches_for_2_byte_types(dtype, arch):
         assert g.element_bytes == 2 and g.dims == f.dims and g.box == f.box
         assert tuple(2 * b for b in g.strides_bytes) == f.strides_bytes
         assert low.align == 16
+        from labkit.core.program import Launch, Map
+        sums = next(st for st in low.program(0).steps if isinstance(st, Launch) and st.kernel == low.sums)
+        maps = [a for a in sums.args if isinstance(a, Map)]
+        assert [m.slot for m in maps] == ["x", "dy", "weight"]  # gamma's map too: 2-byte elements, its strides
+        assert all(m.geometry.element_bytes == 2 and m.geometry.box == g.box for m in maps)
+        assert all(m.geometry.strides_bytes == g.strides_bytes for m in maps)
     else:
         assert low.tensor_map is None and low.align == 8
     assert base.align == 16

@@ -251,6 +251,7 @@ def test_the_canary_forces_the_backward_chain_wherever_it_is_planned(monkeypatch
         cases = [(sch, rows, n) for sch, rows, n, dtype in every if dtype == want]
         assert {(rows, n) for sch, rows, n in cases if sch == "chain"} == \
             ({(rows, n) for rows, n in canary.SHAPES if n % 512 == 0} if chain else set())
-        assert {backward.launches(rows, n, dev, sch).sums.function for sch, rows, n in cases if sch == "chain"} == \
+        assert {backward.launches(rows, n, dev, sch, dtype=want).sums.function
+                for sch, rows, n in cases if sch == "chain"} == \
             ({backward.chain_function(s, dev) for s in backward.CHAIN_SPLITS} if chain else set())
         assert {(rows, n) for sch, rows, n in cases if sch == "rows"} == {(rows, n) for rows, n in canary.SHAPES}

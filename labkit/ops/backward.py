@@ -189,7 +189,7 @@ class GradLaunches:
     columns: Kernel
     template: GammaBetaTemplate
     tensor_map: TensorMapGeometry | None  # chain on sm_90: x and dy as [rows][steps][4 S segments][128 / S
-                                         # floats]; None below (the ring reads the arrays by pointer)
+                                         # elements of the dtype]; None below (the ring reads the arrays by pointer)
     scratch: Scratch                     # s1, s2 [rows]; chain: chain sums [rows, 128, 2], then row counters (zeroed);
                                          # with a fold, the blocks' dgamma and dbeta values, [blocks_y, N]
                                          # each, from `parts_at`
@@ -232,7 +232,7 @@ class GradLaunches:
         if self.schedule == "chain":
             if self.tensor_map is not None:  # sm_90: tensor-map copies
                 g = self.tensor_map
-                weight_map = TensorMapGeometry(g.dims[:3] + (1,), g.strides_bytes, g.box)
+                weight_map = TensorMapGeometry(g.dims[:3] + (1,), g.strides_bytes, g.box, g.element_bytes)
                 feed = (Map("x", g), Map("dy", g), Map("weight", weight_map))
             else:  # below sm_90: the cp.async ring reads the arrays themselves
                 feed = (Ptr("x"), Ptr("dy"), Ptr("weight"))

@@ -75,7 +75,7 @@ def warmup(device=None, shapes=None, arch: str | None = None, progress: bool = T
         raise ValueError(f"shapes={shapes!r} needs a GPU: the rule that maps a shape to kernels is the GPU's "
                          "dispatch table; without one, warmup compiles every kernel for arch")
     target = dev.target if dev is not None else (arch or DEFAULT_ARCH)
-    kernels = _device_kernels(dev, _shapes(shapes)) if dev is not None else _arch_kernels(target)
+    kernels = _device_kernels(dev, _shapes(shapes), dtypes) if dev is not None else _arch_kernels(target)
     builds = [(k, d) for d in dtypes for k in kernels if d == element_types.FLOAT32 or k in element_types.KERNELS]
     with tqdm(total=1 + len(builds), desc="labkit warmup", unit="step", disable=not progress) as bar:
         bar.set_postfix_str(HOST)
@@ -155,9 +155,11 @@ def _arch_kernels(target: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(paths.candidate_kernels(arch) + grad))
 
 
-def _device_kernels(dev: Device, shapes: tuple[tuple[int, int], ...] | None) -> tuple[str, ...]:
-    """The kernels the rule may launch on `dev`: for any shape, or for `shapes`. The backward's schedules share
-    their column pass, so where the backward is ours for any shape all its kernels are compiled."""
+def _device_kernels(dev: Device, shapes: tuple[tuple[int, int], ...] | None,
+                    dtypes=(element_types.FLOAT32,)) -> tuple[str, ...]:
+    """The kernels the rule may launch on `dev`: for any shape, or for `shapes` in any of `dtypes` (the paths built
+    for a dtype differ). The backward's schedules share their column pass, so where the backward is ours for any
+    shape all its kernels are compiled."""
     if shapes is None:
         table, _ = tables.for_device(dev.arch, dev.sm_count, dev.name, dev.target)
         grad = backward.KERNELS if getattr(table, "BACKWARD", None) else ()
@@ -166,10 +168,10 @@ def _device_kernels(dev: Device, shapes: tuple[tuple[int, int], ...] | None) -> 
 
     protocol = current_protocol()  # what the calls will be planned by (LABKIT_PROTOCOL, or a dispatch_protocol)
     forward, grad = (), ()
-    for rows, n in shapes:
-        path, _ = rule.choose(rows, n, dev, tuple(paths.candidates(rows, n, dev)), protocol)
+    for (rows, n), dtype in ((shape, d) for d in dtypes for shape in shapes):
+        path, _ = rule.choose(rows, n, dev, tuple(paths.candidates(rows, n, dev, dtype)), protocol)
         forward += paths.kernels(path, dev.arch)
-        schedule, _ = rule.choose_backward(rows, n, dev, tuple(backward.candidates(rows, n, dev)), protocol)
+        schedule, _ = rule.choose_backward(rows, n, dev, tuple(backward.candidates(rows, n, dev, dtype)), protocol)
         grad = backward.KERNELS if schedule != paths.NATIVE else grad
     return tuple(dict.fromkeys(forward + grad))
 

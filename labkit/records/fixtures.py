@@ -218,13 +218,14 @@ BACKWARD_SPECS = (((3, 516), "random_normal"), ((70, 256), "random_normal"), ((1
 LOW_PRECISION_BACKWARD_DIR = FIXTURE_DIR / "backward_low_precision"
 
 
-def record_backward_fixtures(out_dir=BACKWARD_DIR, specs=BACKWARD_SPECS, eps: float = 1e-5, seed: int = 0,
+def record_backward_fixtures(out_dir=None, specs=BACKWARD_SPECS, eps: float = 1e-5, seed: int = 0,
                              dtypes=("float32",)) -> list[Path]:
     """One npz per spec and dtype: x, dy, gamma (absent: not stored), torch's GPU mean and rstd, and
     torch.ops.aten.native_layer_norm_backward's dx, dgamma, dbeta on the GPU; plus manifest.json. Needs a GPU.
     float32 files hold float32 arrays (named backward_{rows}x{N}_{affine}.npz); bfloat16/float16 files
     (backward_{dtype}_...) hold x, dy, gamma, dx, dgamma and dbeta as uint16 bits of that dtype (x and the rest drawn
-    in float32, then rounded by torch), mean and rstd float32 (LOW_PRECISION_BACKWARD_DIR)."""
+    in float32, then rounded by torch), mean and rstd float32. `out_dir` None: float32's files in BACKWARD_DIR, the
+    others in LOW_PRECISION_BACKWARD_DIR (tests read each folder as one format), each folder with its manifest."""
     import torch
 
     from labkit.inputs import make_affine, make_input
@@ -232,8 +233,7 @@ def record_backward_fixtures(out_dir=BACKWARD_DIR, specs=BACKWARD_SPECS, eps: fl
 
     if not torch.cuda.is_available():
         raise ValueError("backward fixtures are torch's GPU bits: record them on a CUDA GPU")
-    out_dir = Path(out_dir)
-    paths = []
+    folders: dict[Path, list[Path]] = {}
     for ((rows, n), affine), dtype in ((spec, d) for d in dtypes for spec in specs):
         t = getattr(torch, dtype)
         x = make_input("normal_plus_1000", (rows, n), seed, "cuda").to(t)
@@ -256,11 +256,16 @@ def record_backward_fixtures(out_dir=BACKWARD_DIR, specs=BACKWARD_SPECS, eps: fl
         out.update({"sm_count": np.int32(torch.cuda.get_device_properties(0).multi_processor_count),
                     "torch_version": np.array(torch.__version__), "gpu": np.array(torch.cuda.get_device_name())})
         prefix = "backward_" if dtype == "float32" else f"backward_{dtype}_"
-        path = out_dir / f"{prefix}{rows}x{n}_{affine}.npz"
+        folder = Path(out_dir) if out_dir is not None else (BACKWARD_DIR if dtype == "float32"
+                                                            else LOW_PRECISION_BACKWARD_DIR)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{prefix}{rows}x{n}_{affine}.npz"
         atomic_write_bytes(path, _npz_bytes(out))
-        paths.append(path)
-    atomic_write_json(out_dir / "manifest.json", {
-        "what": "torch's GPU LayerNorm backward on small inputs (labkit/records/fixtures.py record_backward_fixtures)",
-        "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths},
-        "provenance": provenance("cuda")})
-    return paths
+        folders.setdefault(folder, []).append(path)
+    for folder, paths in folders.items():
+        atomic_write_json(folder / "manifest.json", {
+            "what": "torch's GPU LayerNorm backward on small inputs (labkit/records/fixtures.py "
+                    "record_backward_fixtures)",
+            "files": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths},
+            "provenance": provenance("cuda")})
+    return [p for paths in folders.values() for p in paths]

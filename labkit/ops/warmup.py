@@ -13,7 +13,8 @@ cubins a GPU of that arch looks up where it shares the cache folder. Each kernel
 launches pass there (below sm_90, the backward's chain sums with a ring as deep as the arch's shared memory holds).
 The host extension is built either way: the build needs only a C++ compiler and is the same with or without a GPU;
 only its launches need one. `dtypes`: also the bfloat16/float16 builds (kernels/dtype.cuh) of those kernels that have
-one (labkit.ops.dtypes.KERNELS), which a model of that dtype launches: recorded as `kernel[dtype]`.
+one (labkit.ops.dtypes.KERNELS) and the drop-in launches (the backward's for labkit.ops.backward.DROP_IN_DTYPES):
+recorded as `kernel[dtype]`.
 """
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ def warmup(device=None, shapes=None, arch: str | None = None, progress: bool = T
                          "dispatch table; without one, warmup compiles every kernel for arch")
     target = dev.target if dev is not None else (arch or DEFAULT_ARCH)
     kernels = _device_kernels(dev, _shapes(shapes), dtypes) if dev is not None else _arch_kernels(target)
-    builds = [(k, d) for d in dtypes for k in kernels if d == element_types.FLOAT32 or k in element_types.KERNELS]
+    builds = [(k, d) for d in dtypes for k in kernels if d == element_types.FLOAT32 or
+              (k in element_types.KERNELS and (k not in backward.KERNELS or d in backward.DROP_IN_DTYPES))]
     with tqdm(total=1 + len(builds), desc="labkit warmup", unit="step", disable=not progress) as bar:
         bar.set_postfix_str(HOST)
         host, host_seconds = _host()
@@ -171,8 +173,10 @@ def _device_kernels(dev: Device, shapes: tuple[tuple[int, int], ...] | None,
     for (rows, n), dtype in ((shape, d) for d in dtypes for shape in shapes):
         path, _ = rule.choose(rows, n, dev, tuple(paths.candidates(rows, n, dev, dtype)), protocol)
         forward += paths.kernels(path, dev.arch)
-        schedule, _ = rule.choose_backward(rows, n, dev, tuple(backward.candidates(rows, n, dev, dtype)), protocol)
-        grad = backward.KERNELS if schedule != paths.NATIVE else grad
+        if dtype in backward.DROP_IN_DTYPES:
+            schedule, _ = rule.choose_backward(rows, n, dev, tuple(backward.candidates(rows, n, dev, dtype)),
+                                               protocol)
+            grad = backward.KERNELS if schedule != paths.NATIVE else grad
     return tuple(dict.fromkeys(forward + grad))
 
 

@@ -3,7 +3,8 @@ pick, forced, against torch's own kernels, bit for bit (integer views of y, mean
 
 The cases cover each path at a few widths (both sides of torch's host-side branches where they exist: its
 backward picks a different gamma/beta kernel below 128 rows than above), in every dtype the drop-in serves through
-it (float32; bfloat16 and float16 where the path or schedule is built for them), with weight and bias, weight alone and
+it (float32; bfloat16 and float16 where the path is built for them and the drop-in serves them: every forward path
+built for them, the backward's labkit.ops.backward.DROP_IN_DTYPES), with weight and bias, weight alone and
 neither, inputs at an offset (views 4 elements into their storage), the forward with and without statistics, and the
 backward with every gradient and with x's alone or the parameters' alone. Forced forward plans and explicitly
 launched backward schedules never consult the gate (nor set a process-wide context another thread could see), so the
@@ -63,10 +64,10 @@ def _forward_cases(index: int):
 
 def _backward_cases(index: int):
     from labkit.core.device import device_info
-    from labkit.ops import backward, dtypes
+    from labkit.ops import backward
 
     dev = device_info(index)
-    for dtype in (dtypes.FLOAT32,) + dtypes.LOW_PRECISION:  # every schedule is built for each
+    for dtype in backward.DROP_IN_DTYPES:  # the dtypes the drop-in serves with our backward
         for rows, n in SHAPES:
             for schedule in backward.candidates(rows, n, dev, dtype):
                 yield schedule, rows, n, dtype

@@ -23,9 +23,10 @@ runs that same `.sum(0)`.
 
 bfloat16/float16 (torch's kernels for T: x, dy and gamma converted to float as loaded, float sums, dX, dgamma and
 dbeta rounded to T once, torch's partials rounded to T before its `.sum(0)`; `backward` takes them, the drop-in not
-yet: DROP_IN_DTYPES): every schedule runs the 2-byte builds of its kernel files (`DTYPE_KERNELS`; kernels/dtype.cuh), with grad_columns.cu's streamed and prefetched loads (the
-tiled pass is float32 only); the chain's stages hold half the bytes and its tensor maps 2-byte elements, so x, dy
-and gamma must be 16-byte aligned where tensor maps read them (sm_90), 8 elsewhere (`GradLaunches.align`).
+yet: DROP_IN_DTYPES): every schedule runs the 2-byte builds of its kernel files (labkit.ops.dtypes.KERNELS;
+kernels/dtype.cuh), with grad_columns.cu's streamed and prefetched loads (the tiled pass is float32 only); the
+chain's stages hold half the bytes and its tensor maps 2-byte elements, so x, dy and gamma must be 16-byte aligned
+where tensor maps read them (sm_90), 8 elsewhere (`GradLaunches.align`).
 The arithmetic is held in kernels/grad_ln.cuh and described, with what it was checked against, by
 labkit.studies.backward_contract.
 """
@@ -44,7 +45,6 @@ from labkit.ops.launches import Scratch, bound
 
 PATH = "grad"
 KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns", "grad_columns_tiled")  # .cu files
-DTYPE_KERNELS = ("grad_row_sums", "grad_chain_sums", "grad_rows_fused", "grad_columns")  # bfloat16/float16 too
 MIN_ARCH = 80  # every schedule; the chain's row sums by tensor maps on sm_90, by a cp.async ring below
 SUMS_THREADS = 128  # torch's num_threads() for the dX kernel
 CHAIN_SPLITS = (1, 2, 4, 8)  # kernels/grad_chain_sums.cu's entry points: 32 / S chains per block
@@ -203,7 +203,13 @@ class GradLaunches:
     def align(self) -> int:
         """Bytes x, dy and gamma must be aligned to: 16 where tensor maps read them, else torch's vector of the
         dtype (4 elements: 16 bytes for float32, 8 for 2-byte types)."""
-        return 16 if self.tensor_map is not None else 4 * dtypes.itemsize(self.dtype)
+        if self.tensor_map is not None:
+            return 16
+        return eligibility.CONDITIONS.alignment_bytes(dtypes.itemsize(self.dtype))
+
+    def misaligned(self, x, dy, weight) -> bool:
+        """Whether this call's x, dy or weight (None: the plan's ones) is off `align`: torch serves that call."""
+        return eligibility.misaligned(*(t.data_ptr() for t in (x, dy, weight) if t is not None), align=self.align)
 
     def program(self, device_index: int) -> Program:
         """dgamma/dbeta slots at address 0 where not wanted (or, in the partial form, [partial_groups, N] buffers
@@ -415,7 +421,7 @@ def refusal(dy, x, normalized_shape, mean, rstd, weight, bias, addresses: bool =
         return why
     if not isinstance(dy, torch.Tensor) or dy.dtype != x.dtype or dy.shape != x.shape or dy.device != x.device:
         return f"grad_y must be a {eligibility._dtype_name(x)} tensor shaped like x on {x.device}"
-    align = vector_bytes(x)
+    align = eligibility.CONDITIONS.alignment_bytes(x.element_size())
     if not dy.is_contiguous() or (addresses and eligibility.misaligned(dy.data_ptr(), align=align)):
         return f"grad_y must be contiguous and {align}-byte aligned (torch's vectorized dX kernel needs it)"
     if dy.is_neg() or dy._is_zerotensor():
@@ -442,17 +448,10 @@ def backward(dy, x, normalized_shape, mean, rstd, weight, bias, mask=(True, True
     rows = x.numel() // n
     index = current_index(x.device)
     p = launches(rows, n, device_info(index), schedule, dtype=eligibility._dtype_name(x))
-    if eligibility.misaligned(x.data_ptr(), dy.data_ptr(), *(t.data_ptr() for t in (weight,) if t is not None),
-                              align=p.align):
+    if p.misaligned(x, dy, weight):
         raise ValueError(f"x, grad_y and weight must be {p.align}-byte aligned where the {p.schedule} schedule's "
                          f"tensor maps read them (got addresses x {x.data_ptr():#x}, grad_y {dy.data_ptr():#x})")
     return run(p, dy, x, ns, mean, rstd, weight, bias, mask, index)
-
-
-def vector_bytes(x) -> int:
-    """Bytes of torch's 4-element vector of x's dtype: the alignment its vectorized backward asks of x, dy and
-    gamma."""
-    return 4 * x.element_size()
 
 
 _NO_EPS = np.float32(0.0)  # the backward programs take no eps

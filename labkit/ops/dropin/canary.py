@@ -87,7 +87,6 @@ def run(index: int = 0) -> dict:
 
     from labkit.core.device import device_info
     from labkit.ops import backward as grad
-    from labkit.ops import eligibility
     from labkit.ops.dropin import plan as plans
     from labkit.ops.launches import bound
 
@@ -122,7 +121,7 @@ def run(index: int = 0) -> dict:
             launcher = bound(gp, index)
             for affine in AFFINE:
                 x, w, b, dy = _inputs(rows, n, affine, seed % 2 == 1, index, 1000 + seed, dtype)
-                if eligibility.misaligned(*(t.data_ptr() for t in (x, dy, w) if t is not None), align=gp.align):
+                if gp.misaligned(x, dy, w):
                     continue  # torch would serve the call (a 2-byte x 8 bytes off a tensor map's 16): not ours
                 _, mean, rstd = torch.native_layer_norm(x, (n,), w, b, EPS)
                 ones = torch.ones(n, device=x.device, dtype=x.dtype) if w is None else None

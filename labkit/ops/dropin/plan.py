@@ -99,7 +99,7 @@ class KernelPlan(Plan):
         # asks, so a call off it is torch's other path anyway), and for x 16 bytes where a tensor map reads it (the
         # chain's tma blocking, whose 2-byte x torch would take 8 bytes off 16: torch's vectorized kernel serves that
         # call); weight and bias are read by pointer everywhere
-        self.param_align = 4 * x.element_size()
+        self.param_align = eligibility.CONDITIONS.alignment_bytes(x.element_size())
         self.align = 16 if getattr(path_launches, "tensor_map", None) is not None else self.param_align
         self.shape = tuple(x.shape)
         self.rows = path_launches.rows
@@ -504,8 +504,7 @@ def grad_plan(dy, x, ns: tuple, mean, rstd, weight, bias):
             if len(_grad_plans) >= MAX_PLANS:
                 _grad_plans.clear()
             _grad_plans[key] = hit
-    if hit[0] is None or eligibility.misaligned(x.data_ptr(), dy.data_ptr(), *(t.data_ptr() for t in (weight,) if t
-                                                                           is not None), align=hit[0].align):
+    if hit[0] is None or hit[0].misaligned(x, dy, weight):
         return None
     return hit
 

@@ -58,19 +58,20 @@ def test_warmup_compiles_cold_then_finds_the_cache(tmp_path, monkeypatch, caplog
 
 @pytest.mark.slow
 def test_warmup_compiles_the_2_byte_builds_a_model_of_that_dtype_launches(tmp_path, monkeypatch, no_host):
-    """dtypes=(..., "bfloat16"): every forward kernel built for bfloat16 is compiled with its option after the
-    kernel's own, so a bf16 model's launches (rows_fused, the chain) find the cache; the backward's 2-byte builds only
-    once the drop-in serves them (DROP_IN_DTYPES)."""
+    """dtypes=(..., "bfloat16"): every kernel built for bfloat16 is compiled with its option after the
+    kernel's own, so a bf16 model's launches (rows_fused, the chain, the backward's schedules) find the cache."""
     from labkit.ops import dtypes, rows_fused
 
     monkeypatch.setenv("LABKIT_CACHE_DIR", str(tmp_path))
     done = labkit.warmup(arch="sm_80", progress=False, dtypes=("float32", "bfloat16"))
-    built = {k for k in wu._arch_kernels("sm_80") if k in dtypes.KERNELS and k not in backward.KERNELS}
+    built = {k for k in wu._arch_kernels("sm_80") if k in dtypes.KERNELS}
+    assert built & set(backward.KERNELS)  # the backward's files are among them (backward.DROP_IN_DTYPES)
     assert {k for k in done.compiled if k.endswith("[bfloat16]")} == {f"{k}[bfloat16]" for k in built}
     assert not done.refused
     dev = Device("sm_80", 80, 108, 163 * 1024, 65535)
     for kernel in (rows_fused.launches(4096, 768, dev, "bfloat16").kernel,
-                   chain.launches(2, 1 << 20, dev, dtype="bfloat16").stats):
+                   chain.launches(2, 1 << 20, dev, dtype="bfloat16").stats,
+                   backward.launches(16, 1 << 22, dev, "chain", dtype="bfloat16").sums):
         assert compile_kernel(kernel.kernel, "sm_80", kernel.options).record.cache_hit, kernel
     with pytest.raises(ValueError, match="dtype must be one of .* got 'float64'"):
         labkit.warmup(arch="sm_80", progress=False, dtypes=("float64",))

@@ -22,8 +22,8 @@ Where torch leaves partial dgamma/dbeta sums for its own `.sum(0)` (M > 64K, sma
 runs that same `.sum(0)`.
 
 bfloat16/float16 (torch's kernels for T: x, dy and gamma converted to float as loaded, float sums, dX, dgamma and
-dbeta rounded to T once, torch's partials rounded to T before its `.sum(0)`; `backward` takes them, the drop-in not
-yet: DROP_IN_DTYPES): every schedule runs the 2-byte builds of its kernel files (labkit.ops.dtypes.KERNELS;
+dbeta rounded to T once, torch's partials rounded to T before its `.sum(0)`; `backward` and the drop-in take them:
+DROP_IN_DTYPES): every schedule runs the 2-byte builds of its kernel files (labkit.ops.dtypes.KERNELS;
 kernels/dtype.cuh), with grad_columns.cu's streamed and prefetched loads (the tiled pass is float32 only); the
 chain's stages hold half the bytes and its tensor maps 2-byte elements, so x, dy and gamma must be 16-byte aligned
 where tensor maps read them (sm_90), 8 elsewhere (`GradLaunches.align`).
@@ -385,12 +385,11 @@ def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: s
                         dtype=dtype)
 
 
-# The dtypes every schedule is built for, and those the drop-in serves with them: float32 only until the 2-byte
-# builds have passed their GPU tests (tests/test_gpu_low_precision.py's backward tests, written in a session no GPU
-# came to: docs/decisions.md#low_precision_backward). Until then torch's backward serves the drop-in's T calls, on
-# our mean and rstd, and the trust canary does not check T's schedules.
+# The dtypes every schedule is built for, and those the drop-in serves with them: every built dtype, since the 2-byte
+# builds passed their GPU tests (tests/test_gpu_low_precision.py's backward tests; docs/decisions.md
+# #low_precision_backward). The trust canary checks each schedule in each of them.
 BUILT_DTYPES = (dtypes.FLOAT32,) + dtypes.LOW_PRECISION
-DROP_IN_DTYPES = (dtypes.FLOAT32,)
+DROP_IN_DTYPES = BUILT_DTYPES
 # What the backward takes of a forward's inputs: affine optional, autograd recorded, weight and bias of x's dtype.
 # POLICY: the functions called directly (`backward`), every built dtype, addresses checked now; DROP_IN_POLICY: the
 # drop-in, which checks each call's addresses itself.

@@ -81,9 +81,8 @@ class Policy:
 
 
 KERNEL_FUNCTIONS = Policy(affine_required=True, autograd=False, addresses=True)
-# The drop-in's forward takes bfloat16/float16 too (the paths built for them: labkit.ops.paths.DTYPES); its backward
-# serves labkit.ops.backward.DROP_IN_DTYPES (float32 for now) and the fused consumer float32: torch's kernels serve
-# the others.
+# The drop-in's forward takes bfloat16/float16 too (the paths built for them: labkit.ops.paths.DTYPES), and so does its
+# backward (labkit.ops.backward.DROP_IN_DTYPES); the fused consumer takes float32 only: torch's kernels serve the rest.
 DROP_IN = Policy(affine_required=False, autograd=True, addresses=False, dtypes=(FLOAT32,) + LOW_PRECISION)
 # The functions that launch the bfloat16/float16 builds directly (labkit.ops.rows_fused.low_precision_layer_norm).
 LOW_PRECISION_FUNCTIONS = Policy(affine_required=True, autograd=False, addresses=True,

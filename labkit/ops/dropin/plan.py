@@ -459,8 +459,11 @@ def backward_choice(x, ns: tuple, weight, bias) -> tuple:
         trusted = trust.verdict(x.get_device())
         if not trusted.allowed:
             return None, paths.NATIVE, f"trust: {trusted.source}"
-        available = grad.candidates(rows, n, dev, eligibility._dtype_name(x))
+        dtype = eligibility._dtype_name(x)
+        available = grad.candidates(rows, n, dev, dtype)
         path, why = rule.choose_backward(rows, n, dev, tuple(available), current_protocol())
+        if dtype != dtypes.FLOAT32:  # as the forward's plan: the backward table times float32 too
+            why += f" [{dtype}: the float32 scores of the schedules built for it ({', '.join(available) or 'none'})]"
         return available.get(path), path, why
     try:
         gp = grad.launches(rows, n, dev, forced, dtype=eligibility._dtype_name(x))

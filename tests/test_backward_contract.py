@@ -158,13 +158,20 @@ def test_low_precision_emulator_is_bit_exact_against_torchs_gpu_gradients(path):
 
     f = np.load(path)
     gamma = f["gamma"] if "gamma" in f.files else None
-    dx, dg, db, parts = low_precision.layer_norm_backward(f["x"], f["dy"], gamma, f["mean"], f["rstd"],
-                                                          str(f["dtype"]), int(f["sm_count"]))
+    import torch
+
+    dtype = str(f["dtype"])
+    dx, dg, db, parts = low_precision.layer_norm_backward(f["x"], f["dy"], gamma, f["mean"], f["rstd"], dtype,
+                                                          int(f["sm_count"]))
     assert parts == 1
-    assert_bits_equal(dx, f["dx"], what=f"dx of {path.name} (emulator vs torch)")
+
+    def as_t(bits):  # numpy has no bfloat16: the fixtures and the emulator hold T's bits as uint16
+        return torch.from_numpy(bits.view(np.int16).copy()).view(getattr(torch, dtype))
+
+    assert_bits_equal(as_t(dx), as_t(f["dx"]), what=f"dx of {path.name} (emulator vs torch)")
     if gamma is not None:
-        assert_bits_equal(dg, f["dgamma"], what=f"dgamma of {path.name} (emulator vs torch)")
-        assert_bits_equal(db, f["dbeta"], what=f"dbeta of {path.name} (emulator vs torch)")
+        assert_bits_equal(as_t(dg), as_t(f["dgamma"]), what=f"dgamma of {path.name} (emulator vs torch)")
+        assert_bits_equal(as_t(db), as_t(f["dbeta"]), what=f"dbeta of {path.name} (emulator vs torch)")
 
 
 def test_templates_follow_torchs_host_code():

@@ -5,8 +5,10 @@
 // gamma * (rstd * (x - mean)) + beta, contracted as torch's; with -DEPILOGUE the ops that follow LayerNorm are
 // applied to it as torch's kernels apply them (epilogue.cuh). Rows longer than the largest entry point's registers
 // (kMaxVec * 512 floats) re-read the rest of themselves for the output pass (from L2), as torch does. With -DLN_BF16
-// or -DLN_FP16 the same arithmetic runs on x, gamma and beta of that type, converted to float as loaded, and y is
-// converted once at the store, as torch's kernel for that type does (dtype.cuh).
+// or -DLN_FP16 the same arithmetic runs on x, gamma and beta of that type, converted to float exactly, and y is
+// converted once at the store, as torch's kernel for that type does (dtype.cuh). The vectors a thread keeps stay as
+// loaded (LN_VEC: 8 bytes, two registers, where float4 takes four) and are converted at each use: the same floats,
+// and about a third fewer registers for the entry points that keep 8 vectors or more (more blocks on an SM).
 //
 // Two layouts of the same arithmetic. rows_fused_reg<K>: torch's own (32, 4) block per row, thread t of the row's
 // 128 holding its own vectors. rows_fused_warp<K>: one warp per row, lane l standing in for torch's threads l, l+32,
@@ -26,13 +28,13 @@
 // from memory; entry points without it are only launched on rows that fit (labkit.ops.rows_fused.function_for),
 // and leaving the tail out saves the registers its division and addressing take.
 template <int kMaxVec, bool kTail>
-__device__ __forceinline__ WelfordLN push_thread(const LN_VEC* __restrict__ row, const float4 (&keep)[kMaxVec],
+__device__ __forceinline__ WelfordLN push_thread(const LN_VEC* __restrict__ row, const LN_VEC (&keep)[kMaxVec],
                                                  int tid, int n4) {
     WelfordLN s{0.f, 0.f, 0.f};
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i) {
         if (tid + 128 * i < n4) {
-            welford_push4_uncounted(s, keep[i], make_float4(1.f / (4 * i + 1), 1.f / (4 * i + 2), 1.f / (4 * i + 3),
+            welford_push4_uncounted(s, LN_LOAD4(keep[i]), make_float4(1.f / (4 * i + 1), 1.f / (4 * i + 2), 1.f / (4 * i + 3),
                                                             1.f / (4 * i + 4)));
             s.count = (float)(4 * i + 4);
         }
@@ -43,16 +45,16 @@ __device__ __forceinline__ WelfordLN push_thread(const LN_VEC* __restrict__ row,
 }
 
 template <int kMaxVec>
-__device__ __forceinline__ void load_thread(const LN_VEC* __restrict__ row, float4 (&keep)[kMaxVec], int tid, int n4) {
+__device__ __forceinline__ void load_thread(const LN_VEC* __restrict__ row, LN_VEC (&keep)[kMaxVec], int tid, int n4) {
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i) {
         const int j = tid + 128 * i;
-        if (j < n4) keep[i] = LN_LOAD4(row[j]);
+        if (j < n4) keep[i] = row[j];
     }
 }
 
 template <int kMaxVec, bool kTail>
-__device__ __forceinline__ void write_thread(const LN_VEC* __restrict__ row, const float4 (&keep)[kMaxVec],
+__device__ __forceinline__ void write_thread(const LN_VEC* __restrict__ row, const LN_VEC (&keep)[kMaxVec],
                                              const LN_VEC* __restrict__ gamma, const LN_VEC* __restrict__ beta,
                                              LN_VEC* __restrict__ out, int tid, int n4, float m,
                                              float r EPILOGUE_PARAMS) {
@@ -61,7 +63,7 @@ __device__ __forceinline__ void write_thread(const LN_VEC* __restrict__ row, con
         const int j = tid + 128 * i;
         if (j < n4)
             out[j] = LN_STORE4(
-                EPILOGUE4(layer_norm_affine4(keep[i], LN_LOAD4(gamma[j]), LN_LOAD4(beta[j]), m, r), j));
+                EPILOGUE4(layer_norm_affine4(LN_LOAD4(keep[i]), LN_LOAD4(gamma[j]), LN_LOAD4(beta[j]), m, r), j));
     }
     if (kTail)
         for (int j = tid + 128 * kMaxVec; j < n4; j += 128)
@@ -79,7 +81,7 @@ __device__ __forceinline__ void rows_fused(const LN_VEC* __restrict__ x, const L
     const int tid = threadIdx.x + 32 * threadIdx.y;
     const int n4 = n / 4;
     const LN_VEC* row = x + (size_t)blockIdx.x * n4;
-    float4 keep[kMaxVec];
+    LN_VEC keep[kMaxVec];
     load_thread<kMaxVec>(row, keep, tid, n4);
     WelfordLN s = push_thread<kMaxVec, kTail>(row, keep, tid, n4);
     s = welford_warp_reduce(s);
@@ -218,7 +220,7 @@ __device__ __forceinline__ void rows_fused_warp(const LN_VEC* __restrict__ x, co
     if (r_index >= (size_t)rows) return;  // a whole warp leaves: the shuffles below only involve warps of live rows
     const int n4 = n / 4;
     const LN_VEC* row = x + r_index * n4;
-    float4 keep[4][kMaxVec];  // [torch's warp v][vector i] of torch's thread lane + 32 v
+    LN_VEC keep[4][kMaxVec];  // [torch's warp v][vector i] of torch's thread lane + 32 v
 #pragma unroll
     for (int v = 0; v < 4; ++v) load_thread<kMaxVec>(row, keep[v], lane + 32 * v, n4);
     WelfordLN q[4];
@@ -299,7 +301,7 @@ __device__ __forceinline__ void rows_fused_block_counted(const LN_VEC* __restric
     const int tid = lane + 32 * warp;
     const int n4 = n / 4;
     const LN_VEC* row = x + (size_t)blockIdx.x * n4;
-    float4 keep[K];
+    LN_VEC keep[K];
     load_thread<K>(row, keep, tid, n4);
     float c = thread_count<K>(tid, n4);
     float coef[5];

@@ -33,8 +33,10 @@ def _bits(t: torch.Tensor) -> np.ndarray:
 @pytest.mark.parametrize("kernel", dtypes.KERNELS)
 def test_low_precision_builds_compile_with_the_default_entry_points_and_registers(kernel, arch, cache_dir):
     """Each 2-byte build has the default build's entry points (their launch bounds are the source's, so the
-    compiler holds their registers to them), and spills no more than the default build does (a vector is 4 floats in
-    registers in every build: local memory where the default has none would be a regression of the conversions)."""
+    compiler holds their registers to them), and spills no more than the default build does (local memory where the
+    default has none would be a regression of the conversions). rows_fused's 2-byte builds hold the row's vectors as
+    loaded (8 bytes, two registers, converted at each use: exactly) where the float32 build holds four floats, so its
+    entry points that keep eight vectors or more a thread take fewer registers (more blocks on an SM)."""
     default = {u.function: u for u in resource_usage(kc.compile_kernel(kernel, f"sm_{arch}").cubin)}
     for dtype in dtypes.LOW_PRECISION:
         built = {u.function: u for u in resource_usage(kc.compile_kernel(kernel, f"sm_{arch}",
@@ -47,6 +49,9 @@ def test_low_precision_builds_compile_with_the_default_entry_points_and_register
             # its 2-byte builds may take up to 24 bytes (fp16 ring_split4 below sm_90), no more
             slack = 24 if kernel == "grad_chain_sums" else 0
             assert (u.stack_bytes or 0) <= (default[f].stack_bytes or 0) + slack, (dtype, arch, f, u.stack_bytes)
+        if kernel == "rows_fused":
+            for f in ("rows_fused_reg8", "rows_fused_reg16", "rows_fused_reg32", "rows_fused_warp2"):
+                assert built[f].registers < default[f].registers, (dtype, arch, f, built[f].registers)
 
 
 @pytest.mark.slow

@@ -34,8 +34,9 @@ __device__ __forceinline__ WelfordLN push_thread(const LN_VEC* __restrict__ row,
 #pragma unroll
     for (int i = 0; i < kMaxVec; ++i) {
         if (tid + 128 * i < n4) {
-            welford_push4_uncounted(s, LN_LOAD4(keep[i]), make_float4(1.f / (4 * i + 1), 1.f / (4 * i + 2), 1.f / (4 * i + 3),
-                                                            1.f / (4 * i + 4)));
+            welford_push4_uncounted(s, LN_LOAD4(keep[i]),
+                                    make_float4(1.f / (4 * i + 1), 1.f / (4 * i + 2), 1.f / (4 * i + 3),
+                                                1.f / (4 * i + 4)));
             s.count = (float)(4 * i + 4);
         }
     }

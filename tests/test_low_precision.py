@@ -49,7 +49,7 @@ def test_low_precision_builds_compile_with_the_default_entry_points_and_register
             # its 2-byte builds may take up to 24 bytes (fp16 ring_split4 below sm_90), no more
             slack = 24 if kernel == "grad_chain_sums" else 0
             assert (u.stack_bytes or 0) <= (default[f].stack_bytes or 0) + slack, (dtype, arch, f, u.stack_bytes)
-        if kernel == "rows_fused":
+        if kernel == "rows_fused":  # the entry points keeping 8 vectors or more (reg4 dropped too where measured)
             for f in ("rows_fused_reg8", "rows_fused_reg16", "rows_fused_reg32", "rows_fused_warp2"):
                 assert built[f].registers < default[f].registers, (dtype, arch, f, built[f].registers)
 
@@ -405,10 +405,10 @@ def test_the_tma_maps_address_is_refused_before_anything_runs(monkeypatch, dtype
 
 
 @pytest.mark.parametrize("arch", sorted(ARCH_SMEM_OPTIN))
-def test_warmup_and_the_drop_in_take_no_2_byte_build(arch):
-    """No path serves the 2-byte builds yet: `labkit warmup` compiles none of them (the options it passes are the
-    float32 launches'), and the drop-in's policy (hence its plans and the trust gate's canary, which plans float32
-    inputs) and the float32 kernel functions take float32 only."""
+def test_warmup_options_and_the_kernel_functions_stay_float32(arch):
+    """`labkit warmup`'s default options are the float32 launches' (the 2-byte builds only with `dtypes=`:
+    tests/test_warmup.py), the drop-in's policy takes the 2-byte dtypes, and the float32 kernel functions take
+    float32 only."""
     from labkit.ops import warmup
 
     low = {o for d in dtypes.LOW_PRECISION for o in dtypes.options(d)}

@@ -5,8 +5,8 @@ them (loads converted to float, float statistics, the output rounded to T once a
 Kernel files that take the options: rows_fused.cu (every entry point), and the chain's chain_stats_tma.cu (its tma
 and ring blockings) and affine_columns.cu (its output pass); for the backward grad_row_sums.cu, grad_chain_sums.cu,
 grad_rows_fused.cu and grad_columns.cu (`KERNELS`). The drop-in serves bfloat16/float16 forwards through them
-(labkit.ops.paths.DTYPES) and their backwards through the backward's (labkit.ops.backward.DROP_IN_DTYPES). GPU tests: tests/test_gpu_low_precision.py; docs/decisions.md#how_people_train,
-#low_precision_backward.
+(labkit.ops.paths.DTYPES) and their backwards through the backward's (labkit.ops.backward.DROP_IN_DTYPES).
+GPU tests: tests/test_gpu_low_precision.py; docs/decisions.md#how_people_train, #low_precision_backward.
 """
 from __future__ import annotations
 

@@ -154,12 +154,12 @@ def test_emulator_is_bit_exact_against_torchs_gpu_gradients(path):
 def test_low_precision_emulator_is_bit_exact_against_torchs_gpu_gradients(path):
     """torch's backward for T (bfloat16/float16 bits) is the float32 emulation on the converted values, each result
     rounded to T once."""
+    import torch
+
     from labkit.exact import low_precision
 
     f = np.load(path)
     gamma = f["gamma"] if "gamma" in f.files else None
-    import torch
-
     dtype = str(f["dtype"])
     dx, dg, db, parts = low_precision.layer_norm_backward(f["x"], f["dy"], gamma, f["mean"], f["rstd"], dtype,
                                                           int(f["sm_count"]))

@@ -184,6 +184,15 @@ class dispatch_protocol:
         _protocol.reset(self._token)
 
 
+def _float32_scores_note(dtype: str, available: dict, what: str) -> str:
+    """What a reason adds for a 2-byte x: the dispatch tables time float32, and a 2-byte row moves half the bytes
+    through the same arithmetic, so the float32 scores of the `what` (paths, schedules) built for it decide (no table
+    of its own measured yet); nothing for float32."""
+    if dtype == dtypes.FLOAT32:
+        return ""
+    return f" [{dtype}: the float32 scores of the {what} built for it ({', '.join(available) or 'none'})]"
+
+
 def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None = None,
               protocol: str | None = None) -> tuple[Plan, bool]:
     """(plan, cacheable). `force` names a path to use where eligible (the measurement's candidates); an ineligible
@@ -208,10 +217,7 @@ def make_plan(x, normalized_shape: tuple, weight, bias, eps, force: str | None =
         available = paths.candidates(rows, n, dev, dtype)
         path, reason = rule.choose(rows, n, dev, tuple(available), protocol or current_protocol())
         path_launches = available.get(path)
-        if dtype != dtypes.FLOAT32:
-            # the tables time float32; a 2-byte row moves half the bytes through the same arithmetic, so the
-            # float32 scores of the paths built for it decide (no table of its own measured yet)
-            reason += f" [{dtype}: the float32 scores of the paths built for it ({', '.join(available) or 'none'})]"
+        reason += _float32_scores_note(dtype, available, "paths")
     elif force == paths.NATIVE:
         return Plan("forced (measurement)", normalized_shape, eps, source), cacheable
     else:
@@ -455,18 +461,16 @@ def backward_choice(x, ns: tuple, weight, bias) -> tuple:
     dev = device_info(x.get_device())
     n = math.prod(ns)
     rows = x.numel() // n
+    dtype = eligibility._dtype_name(x)
     if forced is None:
         trusted = trust.verdict(x.get_device())
         if not trusted.allowed:
             return None, paths.NATIVE, f"trust: {trusted.source}"
-        dtype = eligibility._dtype_name(x)
         available = grad.candidates(rows, n, dev, dtype)
         path, why = rule.choose_backward(rows, n, dev, tuple(available), current_protocol())
-        if dtype != dtypes.FLOAT32:  # as the forward's plan: the backward table times float32 too
-            why += f" [{dtype}: the float32 scores of the schedules built for it ({', '.join(available) or 'none'})]"
-        return available.get(path), path, why
+        return available.get(path), path, why + _float32_scores_note(dtype, available, "schedules")
     try:
-        gp = grad.launches(rows, n, dev, forced, dtype=eligibility._dtype_name(x))
+        gp = grad.launches(rows, n, dev, forced, dtype=dtype)
         return gp, gp.schedule, "forced (measurement)"
     except ValueError as exc:  # a forced schedule that cannot take this shape: torch's backward
         return None, paths.NATIVE, f"forced {forced!r} cannot take this shape: {exc}"

@@ -3,7 +3,8 @@
 // Contract kept: layer_norm_affine4 is torch's output expression (welford_ln.cuh); with -DEPILOGUE the ops that
 // follow LayerNorm are applied to it as torch's kernels apply them (epilogue.cuh); with -DLN_BF16 or -DLN_FP16, x,
 // gamma, beta and y are of that type, converted to float as loaded and y once at the store (dtype.cuh), mean and
-// rstd float. What differs from affine_rows.cu is only the schedule, for the chain schedule's output pass:
+// rstd float; with -DLN_X_BF16 or -DLN_X_FP16 (the autocast build) x alone is of that type, gamma, beta and y
+// float. What differs from affine_rows.cu is only the schedule, for the chain schedule's output pass:
 // - one thread per float4 column, looping over the rows: gamma and beta are read once, not once per row, and
 //   each thread has four independent loads of x in flight;
 // - blocks run from the last columns to the first: the statistics pass reads every row front to back, so when
@@ -14,7 +15,7 @@
 
 // grid: ceil(n4 / 256); block: 256.
 extern "C" __global__ void __launch_bounds__(256) affine_columns(
-    const LN_VEC* __restrict__ x,      // [rows, n/4] (float4, or four T with -DLN_BF16/-DLN_FP16)
+    const LN_X_VEC* __restrict__ x,    // [rows, n/4] (float4, or four T with -DLN_BF16/-DLN_FP16/-DLN_X_*)
     const float* __restrict__ mean,    // [rows]
     const float* __restrict__ rstd,    // [rows]
     const LN_VEC* __restrict__ gamma,  // [n/4]
@@ -32,13 +33,13 @@ extern "C" __global__ void __launch_bounds__(256) affine_columns(
     for (; r + kUnroll <= rows; r += kUnroll) {
         float4 v[kUnroll];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) v[u] = LN_LOAD4(x[(size_t)(r + u) * n4 + j]);
+        for (int u = 0; u < kUnroll; ++u) v[u] = LN_X_LOAD4(x[(size_t)(r + u) * n4 + j]);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
             y[(size_t)(r + u) * n4 + j] = LN_STORE4(
                 EPILOGUE4(layer_norm_affine4(v[u], g, b, mean[r + u], rstd[r + u]), (size_t)(r + u) * n4 + j));
     }
     for (; r < rows; ++r)
-        y[(size_t)r * n4 + j] = LN_STORE4(
-            EPILOGUE4(layer_norm_affine4(LN_LOAD4(x[(size_t)r * n4 + j]), g, b, mean[r], rstd[r]), (size_t)r * n4 + j));
+        y[(size_t)r * n4 + j] = LN_STORE4(EPILOGUE4(
+            layer_norm_affine4(LN_X_LOAD4(x[(size_t)r * n4 + j]), g, b, mean[r], rstd[r]), (size_t)r * n4 + j));
 }

@@ -75,9 +75,9 @@ static __device__ __forceinline__ void cp_async16(void* dst, const void* src, un
                  : "memory");
 }
 
-#if defined(LN_BF16) || defined(LN_FP16)
+#if defined(LN_BF16) || defined(LN_FP16) || defined(LN_X_BF16) || defined(LN_X_FP16)
 // sm_80: one 8-byte copy to shared memory (through L1: .cg copies 16 bytes only), zero-filled as cp_async16; for
-// 2-byte element types, whose rows torch asks to be 8-byte aligned only.
+// 2-byte element types, whose rows torch asks to be 8-byte aligned only (x alone in the autocast build).
 static __device__ __forceinline__ void cp_async8(void* dst, const void* src, unsigned bytes) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(bytes)
                  : "memory");

@@ -20,22 +20,26 @@
 // same value changed its sm_90 cubin).
 #pragma once
 
-#if defined(LN_BF16) && defined(LN_FP16)
-#error "LN_BF16 and LN_FP16 name two element types: define one at most"
+#if defined(LN_BF16) + defined(LN_FP16) + defined(LN_X_BF16) + defined(LN_X_FP16) > 1
+#error "LN_BF16, LN_FP16, LN_X_BF16 and LN_X_FP16 each name a build: define one at most"
 #endif
 
-#if defined(LN_BF16) || defined(LN_FP16)
-#define LN_LOW_PRECISION 1
+// The autocast build, -DLN_X_BF16 / -DLN_X_FP16: x (and dX) of T, everything else float (gamma, beta, y, dy,
+// dgamma, dbeta). What autocast's float32 policy hands torch's float kernel is x converted to float (exact), and
+// what it hands back is dX rounded to T (the cast's backward): reading x as T and rounding dX once at its store
+// gives the same values without either cast (docs/decisions.md#autocast_build). The LN_X_* macros below name
+// x's type; in the other builds they are the LN_* ones, so a kernel written with them is the same text there.
+#if defined(LN_X_BF16) || defined(LN_X_FP16)
+#define LN_X_ONLY 1
+#endif
+#if defined(LN_BF16) || defined(LN_X_BF16)
+#define LN_T_BF16 1
+#endif
 
-// Four elements of T: torch's aligned_vector<T, 4>, as one 8-byte word (elements 0 and 1 in x, low half first).
-#define LN_VEC uint2
-// One element of T, as its bits: for code that addresses x by element (the chain's copies move bytes only).
-#define LN_ELEM unsigned short
-#define LN_VEC_BYTES 8        // sizeof(LN_VEC), as a literal for constant expressions
-#define LN_SEGMENT_BYTES 256  // a warp's 32 vectors: 128 elements
+#if defined(LN_BF16) || defined(LN_FP16) || defined(LN_X_ONLY)
 
 __device__ __forceinline__ float ln_to_float(unsigned short bits) {
-#ifdef LN_BF16
+#ifdef LN_T_BF16
     return __uint_as_float((unsigned)bits << 16);
 #else
     float f;
@@ -46,7 +50,7 @@ __device__ __forceinline__ float ln_to_float(unsigned short bits) {
 
 __device__ __forceinline__ unsigned short ln_from_float(float f) {
     unsigned short bits;
-#ifdef LN_BF16
+#ifdef LN_T_BF16
     asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bits) : "f"(f));
 #else
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(f));
@@ -64,6 +68,16 @@ __device__ __forceinline__ uint2 ln_store4(float4 f) {
                       (unsigned)ln_from_float(f.z) | ((unsigned)ln_from_float(f.w) << 16));
 }
 
+#endif
+
+#if defined(LN_BF16) || defined(LN_FP16)
+#define LN_LOW_PRECISION 1
+// Four elements of T: torch's aligned_vector<T, 4>, as one 8-byte word (elements 0 and 1 in x, low half first).
+#define LN_VEC uint2
+// One element of T, as its bits: for code that addresses x by element (the chain's copies move bytes only).
+#define LN_ELEM unsigned short
+#define LN_VEC_BYTES 8        // sizeof(LN_VEC), as a literal for constant expressions
+#define LN_SEGMENT_BYTES 256  // a warp's 32 vectors: 128 elements
 #define LN_LOAD4(v) ln_load4(v)
 #define LN_STORE4(v) ln_store4(v)
 #else
@@ -75,6 +89,23 @@ __device__ __forceinline__ uint2 ln_store4(float4 f) {
 #define LN_STORE4(v) v
 #endif
 
-#if defined(LN_LOW_PRECISION) && defined(EPILOGUE)
+// x's vector, element, and their loads and stores (dX is stored as x's type).
+#ifdef LN_X_ONLY
+#define LN_X_VEC uint2
+#define LN_X_ELEM unsigned short
+#define LN_X_VEC_BYTES 8
+#define LN_X_SEGMENT_BYTES 256
+#define LN_X_LOAD4(v) ln_load4(v)
+#define LN_X_STORE4(v) ln_store4(v)
+#else
+#define LN_X_VEC LN_VEC
+#define LN_X_ELEM LN_ELEM
+#define LN_X_VEC_BYTES LN_VEC_BYTES
+#define LN_X_SEGMENT_BYTES LN_SEGMENT_BYTES
+#define LN_X_LOAD4(v) LN_LOAD4(v)
+#define LN_X_STORE4(v) LN_STORE4(v)
+#endif
+
+#if (defined(LN_LOW_PRECISION) || defined(LN_X_ONLY)) && defined(EPILOGUE)
 #error "the epilogue (epilogue.cuh) reads and writes float: it has no bfloat16/float16 build yet"
 #endif

@@ -31,7 +31,10 @@
 // (torch's 128 threads x a vector of 4 T), so a block's segment of a step is 256 / S bytes and a stage half the
 // float32 one; the tensor maps have 2-byte elements (host: labkit.ops.backward), the sm_80 ring copies 8 bytes a
 // lane and piece (cp.async.ca); the consumers read their lane's 8 bytes and convert them as they read, so each
-// chain pushes the same floats in the same order as torch's kernel for T does.
+// chain pushes the same floats in the same order as torch's kernel for T does. With -DLN_X_BF16 / -DLN_X_FP16 (the
+// autocast build) x alone is of T: a stage's x array is half the size of its dy and gamma arrays (the ring holds
+// them in that order, and a stage's bytes are their sum), x's tensor map has 2-byte elements and its ring copies 8
+// bytes a piece; the floats pushed are those of the float32 build on x converted to float.
 #include "async_copy.cuh"
 #include "dtype.cuh"
 #include "grad_ln.cuh"
@@ -54,22 +57,23 @@ static_assert(GRAD_STAGES >= 2, "the ring needs two stages");
 
 namespace {
 // Steps per stage and ring depth per split: every split keeps GRAD_STAGES stages of 48 KiB in flight (192 KiB of
-// shared memory per block by default; 24 KiB stages in the 2-byte builds); a stage is one tensor copy of kSteps x
-// (512 / S) bytes per array (x, dy, gamma; 256 / S in the 2-byte builds).
+// shared memory per block by default; 24 KiB stages in the 2-byte builds, 40 KiB in the autocast build); a stage is
+// one tensor copy of kSteps x (512 / S) bytes per array (x, dy, gamma; 256 / S for an array of 2-byte elements).
 template <int S>
 struct GradGeometry {
     static constexpr int kChains = 32 / S;                  // chains (lanes that push) per block
     static constexpr int kSteps = 32 * S;
     static constexpr int kStages = GRAD_STAGES;
-    static constexpr int kArrayBytes = kSteps * LN_SEGMENT_BYTES / S;
-    static constexpr int kStageBytes = 3 * kArrayBytes;
+    static constexpr int kXArrayBytes = kSteps * LN_X_SEGMENT_BYTES / S;  // x's array, first in a stage
+    static constexpr int kArrayBytes = kSteps * LN_SEGMENT_BYTES / S;     // dy's, then gamma's
+    static constexpr int kStageBytes = kXArrayBytes + 2 * kArrayBytes;
     static constexpr int kAhead = 4;  // steps read from shared memory ahead of the one being accumulated
     static_assert(kSteps % kAhead == 0, "a stage must hold a whole number of prefetch windows");
 };
 }  // namespace
 
 struct GradSlot {
-    const LN_VEC* x;  // this lane's vector of step 0 in the slot; step s is kChains * s further
+    const LN_X_VEC* x;  // this lane's vector of step 0 in the slot; step s is kChains * s further
     const LN_VEC* dy;
     const LN_VEC* g;
 };
@@ -77,14 +81,15 @@ struct GradSlot {
 template <int S>
 __device__ __forceinline__ GradSlot grad_slot(const unsigned char* ring, int slot, int lane) {
     using G = GradGeometry<S>;
-    const LN_VEC* base = reinterpret_cast<const LN_VEC*>(ring + slot * G::kStageBytes) + lane;
-    return GradSlot{base, base + G::kArrayBytes / LN_VEC_BYTES, base + 2 * G::kArrayBytes / LN_VEC_BYTES};
+    const unsigned char* base = ring + slot * G::kStageBytes;
+    const LN_VEC* dy = reinterpret_cast<const LN_VEC*>(base + G::kXArrayBytes) + lane;
+    return GradSlot{reinterpret_cast<const LN_X_VEC*>(base) + lane, dy, dy + G::kArrayBytes / LN_VEC_BYTES};
 }
 
 template <int S>
 __device__ __forceinline__ void grad_read(float4& vx, float4& vd, float4& vg, GradSlot at, int step) {
     constexpr int c = GradGeometry<S>::kChains;
-    vx = LN_LOAD4(at.x[c * step]);
+    vx = LN_X_LOAD4(at.x[c * step]);
     vd = LN_LOAD4(at.dy[c * step]);
     vg = LN_LOAD4(at.g[c * step]);
 }
@@ -128,8 +133,8 @@ __device__ __forceinline__ void produce_stages(unsigned char* ring, unsigned lon
         mbar_expect_tx(&full[slot], G::kStageBytes);
         unsigned char* dst = ring + slot * G::kStageBytes;
         tensor_copy_4d(dst, &x_map, 0, seg, st * G::kSteps, row, &full[slot]);
-        tensor_copy_4d(dst + G::kArrayBytes, &dy_map, 0, seg, st * G::kSteps, row, &full[slot]);
-        tensor_copy_4d(dst + 2 * G::kArrayBytes, &g_map, 0, seg, st * G::kSteps, 0, &full[slot]);
+        tensor_copy_4d(dst + G::kXArrayBytes, &dy_map, 0, seg, st * G::kSteps, row, &full[slot]);
+        tensor_copy_4d(dst + G::kXArrayBytes + G::kArrayBytes, &g_map, 0, seg, st * G::kSteps, 0, &full[slot]);
     }
     if (stages > 0) {
         mbar_wait(&empty[stages % G::kStages], ((stages / G::kStages) & 1) ^ 1);
@@ -139,21 +144,21 @@ __device__ __forceinline__ void produce_stages(unsigned char* ring, unsigned lon
 #else
 // sm_80: one lane's share of what a tensor copy of stage st lands for one array: the box is kSteps rows of the
 // segment's 512 / S bytes (row k: step st * kSteps + k, from `src`, the segment's first element of step 0), 16 bytes
-// f = 32 i + lane of it (in the 2-byte builds 256 / S bytes a row, 8 bytes a piece); zeros for steps past the row's
-// last, as the map fills out-of-range steps.
-template <int S>
-__device__ __forceinline__ void ring_copy(unsigned char* dst, const LN_ELEM* src, int st, int steps, int lane) {
+// f = 32 i + lane of it (for an array of 2-byte elements E, 256 / S bytes a row, 8 bytes a piece); zeros for steps
+// past the row's last, as the map fills out-of-range steps.
+template <int S, typename E>
+__device__ __forceinline__ void ring_copy(unsigned char* dst, const E* src, int st, int steps, int lane) {
     using G = GradGeometry<S>;
-    constexpr int C = G::kChains;  // 16-byte pieces of a step's segment (8-byte ones for a 2-byte type)
+    constexpr int C = G::kChains;  // 4-element pieces of a step's segment: 16 bytes (8 for a 2-byte type)
+    constexpr int kPiece = 4 * sizeof(E);
 #pragma unroll 4
-    for (int f = lane; f < G::kArrayBytes / LN_VEC_BYTES; f += 32) {
+    for (int f = lane; f < G::kSteps * C; f += 32) {
         const int step = st * G::kSteps + f / C;
         const bool real = step < steps;
-#ifdef LN_LOW_PRECISION
-        cp_async8(dst + LN_VEC_BYTES * f, src + (size_t)512 * (real ? step : 0) + 4 * (f % C), real ? 8u : 0u);
-#else
-        cp_async16(dst + 16 * f, src + (size_t)512 * (real ? step : 0) + 4 * (f % C), real ? 16u : 0u);
-#endif
+        if constexpr (kPiece == 8)
+            cp_async8(dst + 8 * f, src + (size_t)512 * (real ? step : 0) + 4 * (f % C), real ? 8u : 0u);
+        else
+            cp_async16(dst + 16 * f, src + (size_t)512 * (real ? step : 0) + 4 * (f % C), real ? 16u : 0u);
     }
 }
 
@@ -163,7 +168,7 @@ __device__ __forceinline__ void ring_copy(unsigned char* dst, const LN_ELEM* src
 // on it unconditionally.
 template <int S>
 __device__ __forceinline__ void produce_stages(unsigned char* ring, unsigned long long* full, unsigned long long* empty,
-                                               const LN_ELEM* __restrict__ x, const LN_ELEM* __restrict__ dy,
+                                               const LN_X_ELEM* __restrict__ x, const LN_ELEM* __restrict__ dy,
                                                const LN_ELEM* __restrict__ g, int n, int seg, int row, int stages,
                                                int lane) {
     using G = GradGeometry<S>;
@@ -174,8 +179,8 @@ __device__ __forceinline__ void produce_stages(unsigned char* ring, unsigned lon
         mbar_wait(&empty[slot], ((st / G::kStages) & 1) ^ 1);
         unsigned char* dst = ring + slot * G::kStageBytes;
         ring_copy<S>(dst, x + at, st, steps, lane);
-        ring_copy<S>(dst + G::kArrayBytes, dy + at, st, steps, lane);
-        ring_copy<S>(dst + 2 * G::kArrayBytes, g + seg * (128 / S), st, steps, lane);
+        ring_copy<S>(dst + G::kXArrayBytes, dy + at, st, steps, lane);
+        ring_copy<S>(dst + G::kXArrayBytes + G::kArrayBytes, g + seg * (128 / S), st, steps, lane);
         cp_async_arrive(&full[slot]);
     }
     if (stages > 0) {
@@ -218,7 +223,7 @@ __device__ __forceinline__ void grad_chain_sums(
     const TensorMap128& dy_map,  // dy, the same layout
     const TensorMap128& g_map,   // gamma as one such row (ones when the forward had no weight)
 #else
-    const LN_ELEM* __restrict__ x,   // [rows, n], 16-byte aligned (8 for a 2-byte type)
+    const LN_X_ELEM* __restrict__ x, // [rows, n], 16-byte aligned (8 for a 2-byte type)
     const LN_ELEM* __restrict__ dy,  // [rows, n], as x
     const LN_ELEM* __restrict__ g,   // gamma [n], as x (ones when the forward had no weight)
 #endif
@@ -353,13 +358,12 @@ __device__ __forceinline__ void split_push(float& s, float4 vx, float4 vd, float
     }
 }
 
-// A lane's reads of group i in a slot: float4 32 i + lane of each array (the s1 warp reads no x).
+// A lane's reads of group i in a slot: vector 32 i + lane of each array (the s1 warp reads no x).
 template <int S, int kSum>
-__device__ __forceinline__ void split_read(float4& vx, float4& vd, float4& vg, const LN_VEC* at, int group) {
-    constexpr int kArray = GradGeometry<S>::kArrayBytes / LN_VEC_BYTES;
-    if (kSum == 2) vx = LN_LOAD4(at[32 * group]);
-    vd = LN_LOAD4(at[kArray + 32 * group]);
-    vg = LN_LOAD4(at[2 * kArray + 32 * group]);
+__device__ __forceinline__ void split_read(float4& vx, float4& vd, float4& vg, GradSlot at, int group) {
+    if (kSum == 2) vx = LN_X_LOAD4(at.x[32 * group]);
+    vd = LN_LOAD4(at.dy[32 * group]);
+    vg = LN_LOAD4(at.g[32 * group]);
 }
 
 // The same pushes with the products reaching the chain lanes through this warp's tile `t` (32 float4, one of
@@ -401,7 +405,7 @@ constexpr bool kTileExchange = S == 8;
 // One group: push the one the q slot holds, then refill the slot with group `ahead`'s reads from `at`. `t`: this
 // warp's tile for the group where kTileExchange<S>.
 template <int S, int kSum, bool kPartial>
-__device__ __forceinline__ void split_group(float& s, float4& qx, float4& qd, float4& qg, const LN_VEC* at,
+__device__ __forceinline__ void split_group(float& s, float4& qx, float4& qd, float4& qg, GradSlot at,
                                             int ahead, int valid, float m, float r, float4* t, int lane) {
     const float4 vx = qx, vd = qd, vg = qg;
     split_read<S, kSum>(qx, qd, qg, at, ahead);
@@ -417,7 +421,7 @@ __device__ __forceinline__ void split_group(float& s, float4& qx, float4& qd, fl
 // unrolled is ~2,400 instructions per warp, and the two warps' loops would crowd the instruction cache.
 template <int S, int kSum, bool kPartial>
 __device__ __forceinline__ void split_stage(float& s, float4 (&qx)[kGroupsAhead], float4 (&qd)[kGroupsAhead],
-                                            float4 (&qg)[kGroupsAhead], const LN_VEC* cur, const LN_VEC* nxt,
+                                            float4 (&qg)[kGroupsAhead], GradSlot cur, GradSlot nxt,
                                             unsigned next_full, unsigned next_parity, int valid, float m, float r,
                                             float4* tiles, int lane) {
     constexpr int kGroups = SplitGeometry<S>::kGroups, kUnroll = 8;
@@ -487,7 +491,7 @@ __device__ __forceinline__ void chain_adds(float& s, const float4 (&q)[S], float
 // 151.0); the exchange before all the adds gained 2-4%.
 template <int S, int kSum, bool kPartial>
 __device__ __forceinline__ void pipe_group(float& s, float4 (&qe)[S], float4& qx, float4& qd, float4& qg,
-                                           const LN_VEC* at, int ahead, int valid, float m, float r, float4* t,
+                                           GradSlot at, int ahead, int valid, float m, float r, float4* t,
                                            int lane) {
     const float4 vx = qx, vd = qd, vg = qg;
     split_read<S, kSum>(qx, qd, qg, at, ahead);
@@ -503,8 +507,8 @@ __device__ __forceinline__ void pipe_group(float& s, float4 (&qe)[S], float4& qx
 // groups 1 .. kGroupsAhead's reads; on exit, the next stage's likewise.
 template <int S, int kSum, bool kPartial>
 __device__ __forceinline__ void pipe_stage(float& s, float4 (&qe)[S], float4 (&qx)[kGroupsAhead],
-                                           float4 (&qd)[kGroupsAhead], float4 (&qg)[kGroupsAhead], const LN_VEC* cur,
-                                           const LN_VEC* nxt, unsigned next_full, unsigned next_parity, int valid,
+                                           float4 (&qd)[kGroupsAhead], float4 (&qg)[kGroupsAhead], GradSlot cur,
+                                           GradSlot nxt, unsigned next_full, unsigned next_parity, int valid,
                                            float m, float r, float4* tiles, int lane) {
     constexpr int kGroups = SplitGeometry<S>::kGroups, kUnroll = 8;
 #pragma unroll 1
@@ -542,9 +546,7 @@ __device__ __forceinline__ float split_sums(const unsigned char* ring, unsigned 
     float4 qx[kGroupsAhead], qd[kGroupsAhead], qg[kGroupsAhead];
 #pragma unroll
     for (int i = 0; i < kGroupsAhead; ++i) qx[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-    const auto slot_at = [&](int slot) {
-        return reinterpret_cast<const LN_VEC*>(ring + slot * G::kStageBytes) + lane;
-    };
+    const auto slot_at = [&](int slot) { return grad_slot<S>(ring, slot, lane); };
     int slot = 0;
     unsigned parity = 0;
     if (stages > 0) {
@@ -562,7 +564,7 @@ __device__ __forceinline__ float split_sums(const unsigned char* ring, unsigned 
         const int next = slot + 1 == G::kStages ? 0 : slot + 1;
         const unsigned next_parity = next == 0 ? parity ^ 1u : parity;
         const int valid = st + 1 < stages || steps % G::kSteps == 0 ? G::kSteps : steps % G::kSteps;
-        const LN_VEC *cur = slot_at(slot), *nxt = slot_at(next);
+        const GradSlot cur = slot_at(slot), nxt = slot_at(next);
         const unsigned next_full = full0 + 8 * next;
         if constexpr (kTileExchange<S>) {
             if (valid == G::kSteps)
@@ -595,7 +597,7 @@ __device__ __forceinline__ void grad_chain_sums_split(
     const TensorMap128& dy_map,
     const TensorMap128& g_map,
 #else
-    const LN_ELEM* __restrict__ x,  // as grad_chain_sums<S>'s
+    const LN_X_ELEM* __restrict__ x,  // as grad_chain_sums<S>'s
     const LN_ELEM* __restrict__ dy,
     const LN_ELEM* __restrict__ g,
 #endif
@@ -662,7 +664,7 @@ __device__ __forceinline__ void grad_chain_sums_split(
 #else
 #define GRAD_CHAIN_SUMS_ENTRY(suffix, kernel, S, threads)                                                          \
     extern "C" __global__ void __launch_bounds__(threads) grad_chain_sums_ring_##suffix(                          \
-        const LN_ELEM* __restrict__ x, const LN_ELEM* __restrict__ dy, const LN_ELEM* __restrict__ g,             \
+        const LN_X_ELEM* __restrict__ x, const LN_ELEM* __restrict__ dy, const LN_ELEM* __restrict__ g,           \
         const float* __restrict__ mean, const float* __restrict__ rstd, float* __restrict__ chain_sums,           \
         unsigned* __restrict__ row_done, float* __restrict__ s1_out, float* __restrict__ s2_out, int n) {         \
         kernel<S>(x, dy, g, mean, rstd, chain_sums, row_done, s1_out, s2_out, n);                                 \

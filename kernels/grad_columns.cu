@@ -26,7 +26,9 @@
 // column pass and grad_columns_fold round dgamma/dbeta to T once. torch's partial form rounds its partials to T
 // (its dgamma_blocks take dgamma's options), and its .sum(0) then runs on those T values: the column pass rounds
 // them too. `narrow_out` (these builds only) says which: 1 where out_g/out_b are the result or torch's partials (T),
-// 0 where they are the blocks' float values for grad_columns_fold.
+// 0 where they are the blocks' float values for grad_columns_fold. With -DLN_X_BF16 / -DLN_X_FP16 (the autocast
+// build: dtype.cuh) x alone is read as T and dX stored as T; dy, gamma, dgamma and dbeta are float (the float32
+// pass's outputs, with no narrow_out).
 #include "dtype.cuh"
 #include "grad_ln.cuh"
 
@@ -58,7 +60,7 @@ struct ChunkRows {
 };
 
 // The next kChunk rows of one group starting at `first` (rows past `rows` are left unread and not pushed).
-__device__ __forceinline__ void load_chunk(ChunkRows& c, const LN_VEC* __restrict__ x, const LN_VEC* __restrict__ dy,
+__device__ __forceinline__ void load_chunk(ChunkRows& c, const LN_X_VEC* __restrict__ x, const LN_VEC* __restrict__ dy,
                                            const float* __restrict__ mean, const float* __restrict__ rstd,
                                            const float* __restrict__ s1, const float* __restrict__ s2, bool want_dx,
                                            int first, int rows, int n4, int j4) {
@@ -67,7 +69,7 @@ __device__ __forceinline__ void load_chunk(ChunkRows& c, const LN_VEC* __restric
         const int r = first + i;
         if (r < rows) {
             const size_t at = (size_t)r * n4 + j4;
-            c.x[i] = LN_LOAD4(x[at]);
+            c.x[i] = LN_X_LOAD4(x[at]);
             c.dy[i] = LN_LOAD4(dy[at]);
             c.mean[i] = mean[r];
             c.rstd[i] = rstd[r];
@@ -82,10 +84,10 @@ __device__ __forceinline__ void load_chunk(ChunkRows& c, const LN_VEC* __restric
 // One (column, group) chain's rows as the loads arrive: each row loaded where it is pushed (the compiler keeps a
 // few in flight), for layouts with enough threads that other warps hide the latency (few registers, many blocks
 // per SM).
-__device__ __forceinline__ void push_streamed(float4& dg, float4& db, const LN_VEC* __restrict__ x,
+__device__ __forceinline__ void push_streamed(float4& dg, float4& db, const LN_X_VEC* __restrict__ x,
                                               const LN_VEC* __restrict__ dy, float4 g, const float* __restrict__ mean,
                                               const float* __restrict__ rstd, const float* __restrict__ s1,
-                                              const float* __restrict__ s2, LN_VEC* __restrict__ dx, int group,
+                                              const float* __restrict__ s2, LN_X_VEC* __restrict__ dx, int group,
                                               int stride, int rows, int n4, int j4, int rows_per_group, float fh,
                                               float inv) {
     for (int base = group * rows_per_group; base < rows; base += stride) {
@@ -93,9 +95,9 @@ __device__ __forceinline__ void push_streamed(float4& dg, float4& db, const LN_V
 #pragma unroll 8
         for (int r = base; r < end; ++r) {
             const size_t at = (size_t)r * n4 + j4;
-            const float4 vx = LN_LOAD4(x[at]), vd = LN_LOAD4(dy[at]);
+            const float4 vx = LN_X_LOAD4(x[at]), vd = LN_LOAD4(dy[at]);
             const float m = mean[r], rs = rstd[r];
-            if (dx) dx[at] = LN_STORE4(grad_input4(vx, vd, g, m, rs, s1[r], s2[r], fh, __fmul_rn(rs, inv)));
+            if (dx) dx[at] = LN_X_STORE4(grad_input4(vx, vd, g, m, rs, s1[r], s2[r], fh, __fmul_rn(rs, inv)));
             gamma_beta_push(dg.x, db.x, vx.x, vd.x, m, rs);
             gamma_beta_push(dg.y, db.y, vx.y, vd.y, m, rs);
             gamma_beta_push(dg.z, db.z, vx.z, vd.z, m, rs);
@@ -107,11 +109,11 @@ __device__ __forceinline__ void push_streamed(float4& dg, float4& db, const LN_V
 // The same rows kChunk at a time, the next chunk's loads issued before this one is pushed: for layouts with few
 // threads (the groups spread over small blocks, or the partial form), where each thread must keep more bytes in
 // flight itself (more registers, fewer blocks per SM).
-__device__ __forceinline__ void push_prefetched(float4& dg, float4& db, const LN_VEC* __restrict__ x,
+__device__ __forceinline__ void push_prefetched(float4& dg, float4& db, const LN_X_VEC* __restrict__ x,
                                                 const LN_VEC* __restrict__ dy, float4 g,
                                                 const float* __restrict__ mean, const float* __restrict__ rstd,
                                                 const float* __restrict__ s1, const float* __restrict__ s2,
-                                                LN_VEC* __restrict__ dx, int group, int stride, int rows, int n4,
+                                                LN_X_VEC* __restrict__ dx, int group, int stride, int rows, int n4,
                                                 int j4, int rows_per_group, float fh, float inv) {
     const bool want_dx = dx != nullptr;
     const int chunks_per_group = rows_per_group / kChunk;
@@ -132,7 +134,7 @@ __device__ __forceinline__ void push_prefetched(float4& dg, float4& db, const LN
             const float m = cur.mean[i], rs = cur.rstd[i];
             if (want_dx)
                 dx[(size_t)(first + i) * n4 + j4] =
-                    LN_STORE4(grad_input4(vx, vd, g, m, rs, cur.s1[i], cur.s2[i], fh, __fmul_rn(rs, inv)));
+                    LN_X_STORE4(grad_input4(vx, vd, g, m, rs, cur.s1[i], cur.s2[i], fh, __fmul_rn(rs, inv)));
             gamma_beta_push(dg.x, db.x, vx.x, vd.x, m, rs);
             gamma_beta_push(dg.y, db.y, vx.y, vd.y, m, rs);
             gamma_beta_push(dg.z, db.z, vx.z, vd.z, m, rs);
@@ -150,10 +152,10 @@ __device__ __forceinline__ void push_prefetched(float4& dg, float4& db, const LN
 // GammaBeta pass. Column tiles run from the last to the first: the row-sum passes read rows front to back, so
 // when they end the rows' tails are what L2 still holds.
 template <bool kPrefetch>
-__device__ __forceinline__ void grad_columns(const LN_VEC* __restrict__ x, const LN_VEC* __restrict__ dy,
+__device__ __forceinline__ void grad_columns(const LN_X_VEC* __restrict__ x, const LN_VEC* __restrict__ dy,
                                              const LN_VEC* __restrict__ gamma, const float* __restrict__ mean,
                                              const float* __restrict__ rstd, const float* __restrict__ s1,
-                                             const float* __restrict__ s2, LN_VEC* __restrict__ dx,
+                                             const float* __restrict__ s2, LN_X_VEC* __restrict__ dx,
                                              float* __restrict__ out_g, float* __restrict__ out_b, int rows, int n4,
                                              int rows_per_group GRAD_OUT_PARAM) {
     __shared__ float fold[2][256 * 4];  // [array][group-in-block * 4 * CX + column-in-block]
@@ -206,8 +208,8 @@ __device__ __forceinline__ void grad_columns(const LN_VEC* __restrict__ x, const
 
 #define GRAD_COLUMNS(NAME, PREFETCH)                                                                                \
     extern "C" __global__ void __launch_bounds__(256) NAME(                                                        \
-        const LN_VEC* x, const LN_VEC* dy, const LN_VEC* gamma, const float* mean, const float* rstd,              \
-        const float* s1, const float* s2, LN_VEC* dx, float* out_g, float* out_b, int rows, int n4,                \
+        const LN_X_VEC* x, const LN_VEC* dy, const LN_VEC* gamma, const float* mean, const float* rstd,            \
+        const float* s1, const float* s2, LN_X_VEC* dx, float* out_g, float* out_b, int rows, int n4,              \
         int rows_per_group GRAD_OUT_PARAM) {                                                                        \
         grad_columns<PREFETCH>(x, dy, gamma, mean, rstd, s1, s2, dx, out_g, out_b, rows, n4,                       \
                                rows_per_group GRAD_OUT_ARG);                                                        \

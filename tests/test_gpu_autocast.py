@@ -1,6 +1,9 @@
-"""The drop-in under CUDA autocast: autocast's own float32 cast, then our kernels; forward and backward bits equal
-to F.layer_norm under the same autocast (bf16 and fp16), eager and compiled, with the inputs' dtypes torch allows
-(bf16/fp16 x with float32 parameters, as in an autocast model; parameters in the low type too; no affine)."""
+"""The drop-in under CUDA autocast: the autocast builds (x of T read as it is, dX rounded to T once:
+labkit.ops.dropin.autocast) where the float32 rule picks the chain, else autocast's own float32 cast and our
+float32 kernels; forward and backward bits equal to F.layer_norm under the same autocast (bf16 and fp16), eager and
+compiled, with the inputs' dtypes torch allows (bf16/fp16 x with float32 parameters, as in an autocast model;
+parameters in the low type too; no affine), views off the tensor maps' 16 bytes, and the builds' launches alone
+against torch's float32 kernels on x.to(float32) at many shapes, every mask."""
 import pytest
 
 import labkit
@@ -53,20 +56,95 @@ def test_autocast_eager_forward_and_backward_bits(shape, params, low):
         assert_bits_equal(a, e, what=f"autocast {low} {shape} {params} output {i}")
 
 
-def test_autocast_serves_our_kernels_at_the_wide_shape():
-    """At the L1/40 row length the call under autocast is planned for the float32 tensors autocast's cast gives, and
-    our kernels serve them (a plan of ours, made by this call: torch's F.layer_norm would make none)."""
+def test_autocast_serves_the_autocast_build_at_the_wide_shape():
+    """At the L1/40 shape the call under autocast is served by the autocast build (a plan of it, made by this call,
+    and no float32 plan: x was not cast), forward and backward."""
     import torch
 
-    from labkit.ops.dropin import plan
+    from labkit.ops.dropin import autocast, plan
 
     skip_unless_ours_serve(16, 1 << 22)
-    x, ns, w, b, _ = _inputs((16, 1 << 22), torch.bfloat16, "float32", seed=3)
+    x, ns, w, b, dy = _inputs((16, 1 << 22), torch.bfloat16, "float32", seed=3)
     plan.clear()
-    with torch.autocast("cuda", dtype=torch.bfloat16), torch.no_grad():
-        y = labkit.layer_norm(x, ns, w, b)
-    made = [p for p in plan._plans.values() if isinstance(p, plan.KernelPlan)]
-    assert y.dtype == torch.float32 and made and made[0].shape == tuple(x.shape)
+    autocast.clear()
+    got = _step(labkit.layer_norm, x, ns, w, b, dy, torch.bfloat16)
+    made = [p for p, _ in autocast._plans.values() if p is not None]
+    assert got[0].dtype == torch.float32 and got[1].dtype == torch.bfloat16
+    assert made and made[0].build == "autocast_bfloat16" and made[0].backward_launches.schedule == "chain"
+    assert not [p for p in plan._plans.values() if isinstance(p, plan.KernelPlan)]
+    want = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy, torch.bfloat16)
+    for i, (a, e) in enumerate(zip(got, want)):
+        assert_bits_equal(a, e, what=f"autocast build at L1/40, output {i}")
+
+
+BUILD_SHAPES = [(1, 512), (3, 1536), (5, 512 * 33), (16, 1 << 20), (2, 1 << 22), (64, 4096), (130, 1024),
+                (1, 1 << 24)]
+
+
+@pytest.mark.parametrize("build", ["autocast_bfloat16", "autocast_float16"])
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+@pytest.mark.parametrize("shape", BUILD_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_autocast_build_keeps_torchs_float32_bits(shape, affine, build):
+    """The builds' chain launches alone (whatever the rule would pick): y, mean and rstd against
+    torch.native_layer_norm on x.to(float32); dX, dgamma, dbeta against native_layer_norm_backward there, dX cast
+    to x's dtype, for every mask."""
+    import torch
+
+    from labkit.core.device import current_index, device_info
+    from labkit.ops import backward as grad
+    from labkit.ops import chain, dtypes
+    from labkit.ops.dropin.autocast import AutocastPlan
+
+    rows, n = shape
+    low = getattr(torch, dtypes.x_dtype(build))
+    g = torch.Generator().manual_seed(rows + n)
+    x = (torch.randn(shape, generator=g) * 3 + 40).to(low).cuda()
+    w = torch.randn(n, generator=g).cuda() if affine != "none" else None
+    b = torch.randn(n, generator=g).cuda() if affine == "both" else None
+    dy = torch.randn(shape, generator=g).cuda()
+    dev = device_info(current_index(x.device))
+    p = AutocastPlan(build, x, (n,), w, b, 1e-5, chain.launches(rows, n, dev, dtype=build),
+                     grad.launches(rows, n, dev, "chain", dtype=build), "test")
+    xf = x.float()
+    want = torch.native_layer_norm(xf, (n,), w, b, 1e-5)
+    got = p.forward(x, w, b)
+    for name, a, e in zip(("y", "mean", "rstd"), got, want):
+        assert_bits_equal(a, e.reshape(a.shape), what=f"{name} {build} {shape} {affine}")
+    for mask in ((True, w is not None, b is not None), (True, False, False), (False, w is not None, b is not None)):
+        gx, gw, gb = torch.ops.aten.native_layer_norm_backward.default(dy, xf, [n], want[1], want[2], w, b,
+                                                                       list(mask))
+        out = p.backward(dy, x, want[1].reshape(-1), want[2].reshape(-1), w, b, mask)
+        for name, a, e in zip(("dx", "dweight", "dbias"), out, (gx.to(low) if gx is not None else None, gw, gb)):
+            assert (a is None) == (e is None), (name, mask)
+            if e is not None:
+                assert a.dtype == e.dtype
+                assert_bits_equal(a, e, what=f"{name} {build} {shape} {affine} mask {mask}")
+
+
+@pytest.mark.parametrize("low", ["bfloat16", "float16"])
+def test_autocast_views_off_16_bytes_and_double_backward(low):
+    """x 8 bytes off 16 (the tensor maps' alignment) takes the cast path and keeps the bits; create_graph=True
+    differentiates torch's layer_norm of autocast's cast, as eager does."""
+    import torch
+
+    low = getattr(torch, low)
+    shape = (4, 1 << 20)
+    x, ns, w, b, dy = _inputs(shape, low, "float32", seed=5)
+    off = torch.cat([x.new_zeros(4), x.reshape(-1)])[4:].view(shape)
+    want = _step(torch.nn.functional.layer_norm, off, ns, w, b, dy, low)
+    got = _step(labkit.layer_norm, off, ns, w, b, dy, low)
+    for i, (a, e) in enumerate(zip(got, want)):
+        assert_bits_equal(a, e, what=f"offset view {low} output {i}")
+
+    def twice(fn):
+        xl, wl = x.detach().requires_grad_(), w.detach().requires_grad_()
+        with torch.autocast("cuda", dtype=low):
+            y = fn(xl, ns, wl, b)
+        gx, = torch.autograd.grad(y, xl, dy, create_graph=True)
+        return [gx.detach(), *torch.autograd.grad(gx.float().square().sum(), (xl, wl))]
+
+    for i, (a, e) in enumerate(zip(twice(labkit.layer_norm), twice(torch.nn.functional.layer_norm))):
+        assert_bits_equal(a, e, what=f"double backward {low} output {i}")
 
 
 @pytest.mark.parametrize("low", ["bfloat16", "float16"])

@@ -197,13 +197,15 @@ class GradLaunches:
     parts_at: int = 0
     parts: int = 1                       # the column layout's blocks_y: groups (or partial groups) of values
     path: str = PATH
-    dtype: str = dtypes.FLOAT32          # x's, dy's and gamma's; dX, dgamma and dbeta come out in it
+    dtype: str = dtypes.FLOAT32          # the build: x's, dy's and gamma's type, dX, dgamma and dbeta come out in
+                                         # it; an autocast build's x and dX are T, the rest float32
+    x_map: TensorMapGeometry | None = None  # an autocast build's chain on sm_90: x's map (2-byte elements)
 
     @property
     def align(self) -> int:
-        """Bytes x, dy and gamma must be aligned to: 16 where tensor maps read them, else torch's vector of the
-        dtype (4 elements: 16 bytes for float32, 8 for 2-byte types)."""
-        if self.tensor_map is not None:
+        """Bytes x, dy and gamma must be aligned to: 16 where tensor maps read them or an autocast build's float
+        arrays are read, else torch's vector of the dtype (4 elements: 16 bytes for float32, 8 for 2-byte types)."""
+        if self.tensor_map is not None or self.dtype in dtypes.AUTOCAST:
             return 16
         return eligibility.CONDITIONS.alignment_bytes(dtypes.itemsize(self.dtype))
 
@@ -218,7 +220,7 @@ class GradLaunches:
         layout_args = (I32(self.template.rows_per_group),)
         if self.columns.function == "grad_columns_tiled":  # its grid is 1-D: it takes the groups as an argument
             layout_args += (I32(self.parts),)
-        if self.dtype != dtypes.FLOAT32:  # narrow_out: T results or partials, or float values
+        if self.dtype in dtypes.LOW_PRECISION:  # narrow_out: T results or partials, or float values
             layout_args += (I32(0 if self.fold is not None else 1),)  # for grad_columns_fold
         stats = (Ptr("mean"), Ptr("rstd"))
         if self.fold is None:
@@ -239,7 +241,7 @@ class GradLaunches:
             if self.tensor_map is not None:  # sm_90: tensor-map copies
                 g = self.tensor_map
                 weight_map = TensorMapGeometry(g.dims[:3] + (1,), g.strides_bytes, g.box, g.element_bytes)
-                feed = (Map("x", g), Map("dy", g), Map("weight", weight_map))
+                feed = (Map("x", self.x_map or g), Map("dy", g), Map("weight", weight_map))
             else:  # below sm_90: the cp.async ring reads the arrays themselves
                 feed = (Ptr("x"), Ptr("dy"), Ptr("weight"))
             steps.append(Memset("scratch", self.scratch.zeroed_at, self.scratch.zeroed_bytes, "sums"))
@@ -338,6 +340,8 @@ def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: s
         raise ValueError(f"the backward kernels are built for sm_{MIN_ARCH} and later, device is {device.arch_name}")
     if schedule == "auto":
         schedule = choose_schedule(rows, n, device)
+    if dtype in dtypes.AUTOCAST and schedule != "chain":  # grad_row_sums/grad_rows_fused have no autocast build
+        raise ValueError(f"the {dtype} build serves the chain schedule only, got {schedule!r}")
     n4 = n // 4
     t = gamma_beta_template(rows, n, device.sm_count)
     lay = column_layout(rows, n, device.sm_count, t, loads, device.smem_optin_bytes)
@@ -350,6 +354,7 @@ def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: s
     fold = (Kernel("grad_columns", "grad_columns_fold", (-(-n // FOLD_THREADS),), (FOLD_THREADS,), 0, options)
             if lay.fold else None)
     sums_bytes = 8 * rows
+    x_geometry = None
     if schedule == "chain":
         if n % 512 != 0:
             raise ValueError(f"the chain schedule needs N % 512 == 0, got N={n}")
@@ -362,14 +367,19 @@ def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: s
             raise ValueError(f"the chain schedule needs {least + CHAIN_STATIC_SMEM} bytes of shared memory per "
                              f"block, the device allows {device.smem_optin_bytes}")
         split = chain_split(rows, n, device)
-        item = dtypes.itemsize(dtype)
+        item, x_item = dtypes.itemsize(dtypes.param_dtype(dtype)), dtypes.itemsize(dtype)
+        # a stage holds x's array, then dy's and gamma's: a third of the float32 stage each at 4-byte elements
+        stage = CHAIN_STAGE_BYTES * (x_item + 2 * item) // 12
         sums = Kernel("grad_chain_sums", chain_function(split, device), (4 * split, rows), (CHAIN_THREADS[split],),
-                      stages * CHAIN_STAGE_BYTES * item // 4, chain_options(device) + options)
+                      stages * stage, chain_options(device) + options)
         geometry = None
         if device.tensor_maps:
-            seg = 128 // split * item  # bytes of one block's chains in one step
-            geometry = TensorMapGeometry((128 // split, 4 * split, n // 512, rows), (seg, 512 * item, n * item),
+            def chain_map(item):  # [rows][steps][4 S segments][128 / S elements]: one block's chains in one step
+                seg = 128 // split * item
+                return TensorMapGeometry((128 // split, 4 * split, n // 512, rows), (seg, 512 * item, n * item),
                                          (128 // split, 1, chain_steps(split), 1), item)
+            geometry = chain_map(item)
+            x_geometry = chain_map(x_item) if x_item != item else None
         scratch = Scratch(sums_bytes + 1028 * rows, zeroed_at=sums_bytes + 1024 * rows, zeroed_bytes=4 * rows)
     elif schedule == "rows":
         sums = Kernel("grad_row_sums", "grad_row_sums", (rows,), (SUMS_THREADS,), 0, options)
@@ -382,7 +392,7 @@ def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: s
         parts_at = -(-scratch.nbytes // 16) * 16
         scratch = Scratch(parts_at + 2 * 4 * lay.blocks_y * n, scratch.zeroed_at, scratch.zeroed_bytes)
     return GradLaunches(rows, n, schedule, sums, columns, t, geometry, scratch, fold, parts_at, lay.blocks_y,
-                        dtype=dtype)
+                        dtype=dtype, x_map=x_geometry if schedule == "chain" else None)
 
 
 # The dtypes every schedule is built for, and those the drop-in serves with them: every built dtype, since the 2-byte
@@ -462,14 +472,15 @@ def run(p: GradLaunches, dy, x, ns, mean, rstd, weight, bias, mask, index: int, 
     import torch
 
     want_x, want_w, want_b = mask[0], mask[1] and weight is not None, mask[2] and bias is not None
-    g = weight if weight is not None else (ones if ones is not None else torch.ones(ns, dtype=x.dtype,
-                                                                                    device=x.device))
+    # gamma's dtype: x's, but float32 in an autocast build (x of T, the rest float32)
+    pdt = x.dtype if p.dtype not in dtypes.AUTOCAST else torch.float32
+    g = weight if weight is not None else (ones if ones is not None else torch.ones(ns, dtype=pdt, device=x.device))
     dx = torch.empty_like(x)
     scratch = torch.empty(p.scratch.nbytes, dtype=torch.uint8, device=x.device) if p.scratch.nbytes else None
     parts = p.template.partial_groups
     shape = (parts, p.n) if parts > 1 else ns  # torch's partials take dgamma's dtype (T), as the result does
-    dgp = torch.empty(shape, dtype=x.dtype, device=x.device) if want_w else None
-    dbp = torch.empty(shape, dtype=x.dtype, device=x.device) if want_b else None
+    dgp = torch.empty(shape, dtype=pdt, device=x.device) if want_w else None
+    dbp = torch.empty(shape, dtype=pdt, device=x.device) if want_b else None
     ptr = (lambda t: t.data_ptr() if t is not None else 0)
     b = launcher if launcher is not None else bound(p, index)
     with device_scope(index):

@@ -83,8 +83,10 @@ class Key:
 
 # The Python modules whose code decides what our kernels compute: which path and schedule, their launch geometry
 # and summation groups (labkit.ops.backward.gamma_beta_template, partial groups), the launches' arguments.
-_LAUNCH_MODULES = ("backward.py", "chain.py", "eligibility.py", "epilogue.py", "launches.py", "paths.py",
-                   "reference_order.py", "rows_cluster.py", "rows_fused.py", "rows_staged.py")
+# dtypes.py names each build's -D flags; dropin/autocast.py decides what the autocast builds serve and their fallback.
+_LAUNCH_MODULES = ("backward.py", "chain.py", "dtypes.py", "eligibility.py", "epilogue.py", "launches.py",
+                   "paths.py", "reference_order.py", "rows_cluster.py", "rows_fused.py", "rows_staged.py",
+                   "dropin/autocast.py")
 
 
 def dropin_kernel_files() -> list[str]:

@@ -6,7 +6,8 @@ backward picks a different gamma/beta kernel below 128 rows than above), in ever
 it (float32; bfloat16 and float16 where the path is built for them and the drop-in serves them: every forward path
 built for them, the backward's labkit.ops.backward.DROP_IN_DTYPES), with weight and bias, weight alone and
 neither, inputs at an offset (views 4 elements into their storage), the forward with and without statistics, and the
-backward with every gradient and with x's alone or the parameters' alone. Forced forward plans and explicitly
+backward with every gradient and with x's alone or the parameters' alone; and the autocast builds (x of T, the rest
+float32: labkit.ops.dropin.autocast) against torch's float32 kernels on x.to(float32), dX cast back. Forced forward plans and explicitly
 launched backward schedules never consult the gate (nor set a process-wide context another thread could see), so the
 canary measures our kernels themselves. Run outside graph capture and with labkit.enable() off (torch's kernels are
 the reference).
@@ -73,6 +74,54 @@ def _backward_cases(index: int):
                 yield schedule, rows, n, dtype
 
 
+def _autocast_cases(index: int):
+    from labkit.core.device import device_info
+    from labkit.ops import backward, chain, dtypes
+
+    dev = device_info(index)
+    for build in dtypes.AUTOCAST:
+        for rows, n in SHAPES:
+            try:
+                yield (rows, n, build, chain.launches(rows, n, dev, dtype=build),
+                       backward.launches(rows, n, dev, "chain", dtype=build))
+            except ValueError:
+                continue
+
+
+def _check_autocast(index: int, first: str | None) -> tuple[int, str | None]:
+    """The autocast builds' forward and backward (every mask) against torch's float32 kernels on x.to(float32),
+    dX cast back to x's dtype: (cases, first mismatch)."""
+    import torch
+
+    from labkit.ops import dtypes
+    from labkit.ops.dropin.autocast import AutocastPlan
+
+    count = 0
+    for seed, (rows, n, build, fwd, bwd) in enumerate(_autocast_cases(index)):
+        for affine in AFFINE:
+            x = _inputs(rows, n, affine, False, index, 2000 + seed, dtypes.x_dtype(build))[0]
+            _, w, b, dy = _inputs(rows, n, affine, False, index, 3000 + seed)
+            p = AutocastPlan(build, x, (n,), w, b, EPS, fwd, bwd, "canary")
+            xf = x.to(torch.float32)
+            want = torch.native_layer_norm(xf, (n,), w, b, EPS)
+            got = p.forward(x, w, b)
+            count += 1
+            bad = _mismatch(got, (want[0], want[1].reshape(-1), want[2].reshape(-1)), ("y", "mean", "rstd"))
+            if bad and first is None:
+                first = f"autocast forward {build} at {rows}x{n} (affine {affine}): {bad}"
+            for mask in ((True, w is not None, b is not None), (True, False, False),
+                         (False, w is not None, b is not None)):
+                gx, gw, gb = torch.ops.aten.native_layer_norm_backward.default(dy, xf, [n], want[1], want[2], w, b,
+                                                                               list(mask))
+                got = p.backward(dy, x, want[1].reshape(-1), want[2].reshape(-1), w, b, mask)
+                count += 1
+                bad = _mismatch(got, (gx.to(x.dtype) if gx is not None else None, gw, gb),
+                                ("dx", "dweight", "dbias"))
+                if bad and first is None:
+                    first = f"autocast backward {build} at {rows}x{n} (affine {affine}, mask {mask}): {bad}"
+    return count, first
+
+
 def _mismatch(got, want, names) -> str | None:
     for name, a, e in zip(names, got, want):
         if e is not None and (a is None or not _bits(a, e)):
@@ -135,6 +184,8 @@ def run(index: int = 0) -> dict:
                     if bad and first is None:
                         first = (f"backward schedule {schedule} at {rows}x{n} {dtype} (affine {affine}, mask "
                                  f"{mask}): {bad}")
+        autocast_cases, first = _check_autocast(index, first)
+        count += autocast_cases
         torch.cuda.synchronize(index)
         error = None
     except Exception as exc:  # a check that could not complete is not a pass

@@ -22,6 +22,7 @@ from typing import List, Optional, Sequence
 import torch
 from torch import Tensor
 
+from labkit.ops.dropin import autocast as autocast_builds
 from labkit.ops.dropin import host
 from labkit.ops.dropin import plan as plans
 
@@ -345,6 +346,14 @@ def plain_eager(x, *others) -> bool:
         not (_is_compiling() or _functorch_active() or _dispatch_mode_active()) and _forward_ad._current_level < 0
 
 
+def _plain_eager_under_autocast(x, weight, bias) -> bool:
+    """plain_eager's conditions but autocast's: what the autocast builds' autograd.Function may serve."""
+    return type(x) in _PLAIN and (weight is None or type(weight) in _PLAIN) and \
+        (bias is None or type(bias) in _PLAIN) and not (_is_compiling() or _functorch_active()
+                                                        or _dispatch_mode_active() or _torch_function_mode()) \
+        and _forward_ad._current_level < 0
+
+
 def traced_or_wrapped(x, *others) -> bool:
     """A tensor subclass among x and the others, torch.compile tracing, or a dispatch mode: the calls layer_norm's
     exit 2 gives its registered op (functorch transforms aside)."""
@@ -367,8 +376,11 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
     ==  =========================================================  =================================================
     #   when                                                       who serves
     ==  =========================================================  =================================================
-    1   autocast is enabled                                        CUDA autocast: its float32 cast done here, then
-                                                                   the exits below; otherwise torch's F.layer_norm
+    1   autocast is enabled                                        CUDA autocast, a bfloat16/float16 x in plain
+                                                                   eager use: the autocast builds where they serve
+                                                                   (labkit.ops.dropin.autocast: no cast of x);
+                                                                   else its float32 cast done here, then the exits
+                                                                   below; other devices: torch's F.layer_norm
     2   a tensor subclass, torch.compile, a dispatch mode or a     the registered op labkit::layer_norm (vmap: its
         functorch transform                                        batching rule); functorch's differentiating
                                                                    transforms (grad, jvp, ...): torch's F.layer_norm
@@ -389,6 +401,10 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
         # keeps the policy.
         if not (isinstance(x, torch.Tensor) and x.device.type == "cuda" and _autocast_cuda_enabled()):
             return torch.nn.functional.layer_norm(x, _normalized(normalized_shape), weight, bias, eps)
+        if x.dtype in autocast_builds.BUILDS and _plain_eager_under_autocast(x, weight, bias):
+            y = autocast_builds.layer_norm(x, _normalized_cached(normalized_shape), weight, bias, eps)
+            if y is not None:
+                return y
         x, weight, bias = _autocast_float32(x), _autocast_float32(weight), _autocast_float32(bias)
     plain = type(x) in _PLAIN and (weight is None or type(weight) in _PLAIN) and \
         (bias is None or type(bias) in _PLAIN)

@@ -13,6 +13,10 @@ gradient is recorded): the autocast builds are the chain's files (docs/decisions
 and for any call our kernels cannot take, `layer_norm` returns None and the caller makes autocast's casts and
 serves float32 (labkit.ops.dropin.op, exit 1). Calls whose buffers are misaligned for the chain's tensor maps take
 torch's kernel on the cast tensors, with the same bits.
+
+One difference from autocast's own call: the backward keeps x itself (autocast's keeps its cast), so x modified in
+place between the forward and the backward raises autograd's "modified by an inplace operation" error, as it does
+for the float32 drop-in and for torch's own layer_norm of a float32 x.
 """
 from __future__ import annotations
 
@@ -108,6 +112,7 @@ class _AutocastLayerNorm(torch.autograd.Function):
 
 _lock = threading.Lock()
 _plans: dict[tuple, tuple] = {}
+plans.dependent_caches.append(_plans)  # made from the trust verdict and the table: cleared with the drop-in's plans
 
 
 def _signature(x, ns, weight, bias, eps, needs_grad) -> tuple:
@@ -115,12 +120,14 @@ def _signature(x, ns, weight, bias, eps, needs_grad) -> tuple:
             None if weight is None else (weight.shape, weight.stride(), weight.dtype, weight.get_device(),
                                          weight.is_neg(), weight._is_zerotensor()),
             None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device(), bias.is_neg(),
-                                       bias._is_zerotensor()), needs_grad, plans.current_protocol())
+                                       bias._is_zerotensor()), needs_grad, plans.current_protocol(),
+            plans._forced_backward[0])
 
 
-def refusal(x, ns: tuple, weight, bias) -> str | None:
+def refusal(x, ns: tuple, weight, bias, eps: float = 1e-5) -> str | None:
     """Why the autocast builds may not take these tensors (weight and bias as autocast hands them on: float32),
-    whatever the rule says; None where they may. Never raises."""
+    whatever the rule says; None where they may: the conditions of labkit.ops.eligibility that do not depend on
+    x's dtype (torch's vectorized path for N, 32-bit indices, eps), and the chain's N % 512. Never raises."""
     if x.dtype not in BUILDS:
         return f"x is {x.dtype}: autocast's cast of a {x.dtype} x is float32's own input"
     if not x.is_cuda or not x.is_contiguous() or x.is_neg() or x._is_zerotensor():
@@ -134,16 +141,27 @@ def refusal(x, ns: tuple, weight, bias) -> str | None:
                               or tuple(t.shape) != ns or not t.is_contiguous() or t.device != x.device
                               or t.is_neg() or t._is_zerotensor()):
             return f"{name} must be a contiguous float32 tensor of shape {ns} on x's device"
-    if math.prod(ns) % 512:
-        return f"the chain's autocast build needs N % 512 == 0, got N={math.prod(ns)}"
+    n = math.prod(ns)
+    why = eligibility._torch_n(n, eligibility.CONDITIONS)
+    if why is not None:  # beyond 2**24 torch's float32 kernel takes its other path
+        return str(why)
+    if x.numel() > eligibility.MAX_NUMEL:
+        return f"x.numel() must be < 2**31 (32-bit indices), got {x.numel()}"
+    if isinstance(eps, bool) or not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps >= 0):
+        return f"eps must be a finite float >= 0, got {eps!r}"
+    if n % 512:
+        return f"the chain's autocast build needs N % 512 == 0, got N={n}"
     return None
 
 
 def _decide(x, ns: tuple, weight, bias, eps: float, needs_grad: bool) -> tuple:
     """(AutocastPlan or None, why)."""
-    why = refusal(x, ns, weight, bias)
+    why = refusal(x, ns, weight, bias, eps)
     if why is not None:
         return None, why
+    if needs_grad and (plans._forced_backward[0] is not None or trust.backward_refusal() is not None):
+        # a forced backward (a measurement) or a torch whose dgamma/dbeta order predates ours: torch's backward
+        return None, plans._forced_backward[0] or trust.backward_refusal()
     index = x.get_device()
     verdict = trust.verdict(index)
     if not verdict.allowed:

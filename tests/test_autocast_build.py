@@ -126,11 +126,22 @@ def test_autocast_builds_serve_the_chain_schedule_only(schedule):
 
 
 def test_autocast_refusals_name_the_condition():
-    ns = (1024,)
-    assert "autocast's cast of a torch.float32 x" in autocast.refusal(torch.zeros(2, 1024), ns, None, None)
-    assert "contiguous CUDA tensor" in autocast.refusal(torch.zeros(2, 1024, dtype=torch.bfloat16), ns, None, None)
-    x = torch.zeros(2, 1024, dtype=torch.bfloat16, device="meta")
-    assert "contiguous CUDA tensor" in autocast.refusal(x, ns, None, None)
+    """Each condition by name and value (shapes on the meta device: no memory for N = 2**25). Beyond N = 2**24
+    torch's float32 kernel takes its other path, so autocast's cast serves there; a GPU test checks those bits."""
+    def meta(*shape):
+        return torch.empty(shape, dtype=torch.bfloat16, device="meta")
+
+    f32 = torch.zeros(2, 1024)
+    assert "autocast's cast of a torch.float32 x" in autocast.refusal(f32, (1024,), None, None)
+    assert "N must be <= 2**24" in autocast.refusal(meta(1, 1 << 25), (1 << 25,), None, None)
+    assert "N % 512 == 0, got N=1000" in autocast.refusal(meta(2, 1000), (1000,), None, None)
+    assert "eps must be a finite float >= 0, got nan" in autocast.refusal(meta(2, 1024), (1024,), None, None,
+                                                                          float("nan"))
+    assert "trailing dimensions" in autocast.refusal(meta(2, 1024), (512,), None, None)
+    assert "bias without weight" in autocast.refusal(meta(2, 1024), (1024,), None, torch.zeros(1024, device="meta"))
+    assert "weight must be a contiguous float32" in autocast.refusal(
+        meta(2, 1024), (1024,), torch.zeros(1024, dtype=torch.float16, device="meta"), None)
+    assert "contiguous CUDA tensor" in autocast.refusal(meta(2, 1024), (1024,), None, None)
 
 
 def test_autocast_under_cpu_autocast_is_torchs():

@@ -130,8 +130,6 @@ def refusal(x, ns: tuple, weight, bias, eps: float = 1e-5) -> str | None:
     x's dtype (torch's vectorized path for N, 32-bit indices, eps), and the chain's N % 512. Never raises."""
     if x.dtype not in BUILDS:
         return f"x is {x.dtype}: autocast's cast of a {x.dtype} x is float32's own input"
-    if not x.is_cuda or not x.is_contiguous() or x.is_neg() or x._is_zerotensor():
-        return "x must be a contiguous CUDA tensor (not a lazily negated view or a ZeroTensor)"
     if x.dim() < len(ns) or tuple(x.shape[x.dim() - len(ns):]) != ns or x.numel() == 0:
         return f"x's trailing dimensions {tuple(x.shape)} must equal normalized_shape {ns}, with rows"
     if weight is None and bias is not None:
@@ -151,6 +149,9 @@ def refusal(x, ns: tuple, weight, bias, eps: float = 1e-5) -> str | None:
         return f"eps must be a finite float >= 0, got {eps!r}"
     if n % 512:
         return f"the chain's autocast build needs N % 512 == 0, got N={n}"
+    # the device last: the shape conditions above hold on any device (a meta tensor's too)
+    if not x.is_cuda or not x.is_contiguous() or x.is_neg() or x._is_zerotensor():
+        return "x must be a contiguous CUDA tensor (not a lazily negated view or a ZeroTensor)"
     return None
 
 

@@ -210,18 +210,20 @@ def clear() -> None:
     _plans.clear()
 
 
-def layer_norm(x, ns: tuple, weight, bias, eps: float):
+def layer_norm(x, ns: tuple, weight, bias, eps: float) -> tuple:
     """F.layer_norm(x, ns, weight, bias, eps) under CUDA autocast for a bfloat16/float16 x, with autocast's bits:
-    y float32, or None where the autocast builds do not serve this call (the caller then casts as autocast does).
-    Weight and bias are cast to float32 here as autocast casts them (recorded by autograd)."""
-    weight = weight.to(_F32) if weight is not None and weight.dtype in BUILDS else weight
-    bias = bias.to(_F32) if bias is not None and bias.dtype in BUILDS else bias
+    (y float32, or None where the autocast builds do not serve this call; weight; bias). Weight and bias come back
+    cast to float32 as autocast casts them (recorded by autograd), so a caller serving the call itself, as autocast
+    does, casts only x."""
+    # autocast's rule for a parameter: a CUDA bfloat16/float16 tensor is cast, anything else passes as it is
+    weight = weight.to(_F32) if weight is not None and weight.dtype in BUILDS and weight.is_cuda else weight
+    bias = bias.to(_F32) if bias is not None and bias.dtype in BUILDS and bias.is_cuda else bias
     needs_grad = torch.is_grad_enabled() and (x.requires_grad or (weight is not None and weight.requires_grad)
                                                or (bias is not None and bias.requires_grad))
     p, _ = plan_for(x, ns, weight, bias, eps, needs_grad)
     if p is None or not p.aligned(x, weight if weight is not None else p.ones,
                                   bias if bias is not None else p.neg_zeros):
-        return None
+        return None, weight, bias
     if not needs_grad:
-        return p.forward(x, weight, bias)[0]
-    return _AutocastLayerNorm.apply(x, weight, bias, p)
+        return p.forward(x, weight, bias)[0], weight, bias
+    return _AutocastLayerNorm.apply(x, weight, bias, p), weight, bias

@@ -402,7 +402,8 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
         if not (isinstance(x, torch.Tensor) and x.device.type == "cuda" and _autocast_cuda_enabled()):
             return torch.nn.functional.layer_norm(x, _normalized(normalized_shape), weight, bias, eps)
         if x.dtype in autocast_builds.BUILDS and _plain_eager_under_autocast(x, weight, bias):
-            y = autocast_builds.layer_norm(x, _normalized_cached(normalized_shape), weight, bias, eps)
+            # weight and bias come back cast to float32: the cast below leaves them as they are
+            y, weight, bias = autocast_builds.layer_norm(x, _normalized_cached(normalized_shape), weight, bias, eps)
             if y is not None:
                 return y
         x, weight, bias = _autocast_float32(x), _autocast_float32(weight), _autocast_float32(bias)

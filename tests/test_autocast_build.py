@@ -1,9 +1,9 @@
-"""The autocast builds on the CPU (issue 54, item 1: x of T, gamma, beta, y, dy, dgamma, dbeta float32; kernels/dtype.cuh
--DLN_X_BF16 / -DLN_X_FP16): they compile for every arch from sm_80 with the default build's entry points, move x and
-dX as 8-byte vectors and the float arrays as 16-byte ones, and the launches give the chain's statistics pass T's
-build, its output pass and backward the autocast build, with a 2-byte tensor map for x beside 4-byte ones for dy and
-gamma and stages of x's half-size array plus two float ones. Whether they give autocast's bits is
-tests/test_gpu_autocast.py's question (GPU only)."""
+"""The autocast builds on the CPU (issue 54, item 1: x of T, gamma, beta, y, dy, dgamma, dbeta float32;
+kernels/dtype.cuh -DLN_X_BF16 / -DLN_X_FP16): they compile for every arch from sm_80 with the default build's entry
+points, move x and dX as 8-byte vectors and the float arrays as 16-byte ones, and the launches give the chain's
+statistics pass T's build, its output pass and backward the autocast build, with a 2-byte tensor map for x beside
+4-byte ones for dy and gamma and stages of x's half-size array plus two float ones. Whether they give autocast's bits
+is tests/test_gpu_autocast.py's question (GPU only)."""
 import pytest
 import torch
 
@@ -83,7 +83,7 @@ def test_autocast_dtype_names():
     assert [dtypes.x_dtype(b) for b in dtypes.AUTOCAST] == ["bfloat16", "float16"]
     assert [dtypes.param_dtype(b) for b in dtypes.AUTOCAST] == ["float32", "float32"]
     assert dtypes.param_dtype("bfloat16") == "bfloat16" and dtypes.itemsize("autocast_float16") == 2
-    assert dtypes.stats_build("autocast_float16") == "float16" and dtypes.stats_build("float32") == "float32"
+    assert dtypes.x_dtype("autocast_float16") == "float16" and dtypes.x_dtype("float32") == "float32"
     with pytest.raises(ValueError, match="dtype must be one of .* got 'autocast_float32'"):
         dtypes.x_dtype("autocast_float32")
 

@@ -392,7 +392,7 @@ def launches(rows: int, n: int, device: Device, schedule: str = "auto", loads: s
         parts_at = -(-scratch.nbytes // 16) * 16
         scratch = Scratch(parts_at + 2 * 4 * lay.blocks_y * n, scratch.zeroed_at, scratch.zeroed_bytes)
     return GradLaunches(rows, n, schedule, sums, columns, t, geometry, scratch, fold, parts_at, lay.blocks_y,
-                        dtype=dtype, x_map=x_geometry if schedule == "chain" else None)
+                        dtype=dtype, x_map=x_geometry)
 
 
 # The dtypes every schedule is built for, and those the drop-in serves with them: every built dtype, since the 2-byte
@@ -472,8 +472,7 @@ def run(p: GradLaunches, dy, x, ns, mean, rstd, weight, bias, mask, index: int, 
     import torch
 
     want_x, want_w, want_b = mask[0], mask[1] and weight is not None, mask[2] and bias is not None
-    # gamma's dtype: x's, but float32 in an autocast build (x of T, the rest float32)
-    pdt = x.dtype if p.dtype not in dtypes.AUTOCAST else torch.float32
+    pdt = getattr(torch, dtypes.param_dtype(p.dtype))  # gamma's: x's, float32 in an autocast build
     g = weight if weight is not None else (ones if ones is not None else torch.ones(ns, dtype=pdt, device=x.device))
     dx = torch.empty_like(x)
     scratch = torch.empty(p.scratch.nbytes, dtype=torch.uint8, device=x.device) if p.scratch.nbytes else None

@@ -203,8 +203,8 @@ def launches(rows: int, n: int, device: Device, settings: ChainSettings = DEFAUL
     map needs x 16-byte aligned where torch asks 8 of a 2-byte type (the drop-in's plan checks 16 per call; the bound
     program's encode raises ValueError before its memset or any launch). An autocast build (labkit.ops.dtypes.AUTOCAST:
     x of T, everything else float32) runs T's statistics pass and its own output pass."""
-    # the statistics pass reads x alone: an autocast build runs T's (labkit.ops.dtypes.stats_build)
-    options, itemsize = dtypes.options(dtypes.stats_build(dtype)), dtypes.itemsize(dtype)
+    # the statistics pass reads x alone: an autocast build runs x's type's build
+    options, itemsize = dtypes.options(dtypes.x_dtype(dtype)), dtypes.itemsize(dtype)
     if device.arch < MIN_ARCH:
         raise ValueError(f"the chain kernels need sm_{MIN_ARCH} (shared-memory barriers, cp.async), device is "
                          f"{device.arch_name}")

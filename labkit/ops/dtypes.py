@@ -53,7 +53,3 @@ def param_dtype(dtype: str) -> str:
     builds, x's elsewhere."""
     return FLOAT32 if dtype in AUTOCAST else x_dtype(dtype)
 
-
-def stats_build(dtype: str) -> str:
-    """The build a pass that reads x alone runs (the chain's statistics pass): T's for an autocast build."""
-    return x_dtype(dtype)

@@ -7,10 +7,10 @@ it (float32; bfloat16 and float16 where the path is built for them and the drop-
 built for them, the backward's labkit.ops.backward.DROP_IN_DTYPES), with weight and bias, weight alone and
 neither, inputs at an offset (views 4 elements into their storage), the forward with and without statistics, and the
 backward with every gradient and with x's alone or the parameters' alone; and the autocast builds (x of T, the rest
-float32: labkit.ops.dropin.autocast) against torch's float32 kernels on x.to(float32), dX cast back. Forced forward plans and explicitly
-launched backward schedules never consult the gate (nor set a process-wide context another thread could see), so the
-canary measures our kernels themselves. Run outside graph capture and with labkit.enable() off (torch's kernels are
-the reference).
+float32: labkit.ops.dropin.autocast) against torch's float32 kernels on x.to(float32), dX cast back. Forced forward
+plans and explicitly launched backward schedules never consult the gate (nor set a process-wide context another
+thread could see), so the canary measures our kernels themselves. Run outside graph capture and with labkit.enable()
+off (torch's kernels are the reference).
 """
 from __future__ import annotations
 

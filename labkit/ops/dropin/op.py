@@ -342,16 +342,14 @@ def plain_eager(x, *others) -> bool:
     bias, ...; None for an absent one): no autocast, plain tensors, not compiling, no functorch transform, no
     dispatch mode, no forward-mode AD. labkit.fused_layer_norm fuses only such calls and gives the others to torch's
     chain."""
-    return not _autocast(x) and type(x) in _PLAIN and all(t is None or type(t) in _PLAIN for t in others) and \
+    return not _autocast(x) and _untransformed(x, *others)
+
+
+def _untransformed(x, *others) -> bool:
+    """Plain tensors, not compiling, no functorch transform, no dispatch mode, no forward-mode AD: plain_eager's
+    conditions but autocast's (the autocast builds' autograd.Function asks these, and no torch-function mode)."""
+    return type(x) in _PLAIN and all(t is None or type(t) in _PLAIN for t in others) and \
         not (_is_compiling() or _functorch_active() or _dispatch_mode_active()) and _forward_ad._current_level < 0
-
-
-def _plain_eager_under_autocast(x, weight, bias) -> bool:
-    """plain_eager's conditions but autocast's: what the autocast builds' autograd.Function may serve."""
-    return type(x) in _PLAIN and (weight is None or type(weight) in _PLAIN) and \
-        (bias is None or type(bias) in _PLAIN) and not (_is_compiling() or _functorch_active()
-                                                        or _dispatch_mode_active() or _torch_function_mode()) \
-        and _forward_ad._current_level < 0
 
 
 def traced_or_wrapped(x, *others) -> bool:
@@ -401,7 +399,7 @@ def layer_norm(x: Tensor, normalized_shape: Sequence[int] | int, weight: Optiona
         # keeps the policy.
         if not (isinstance(x, torch.Tensor) and x.device.type == "cuda" and _autocast_cuda_enabled()):
             return torch.nn.functional.layer_norm(x, _normalized(normalized_shape), weight, bias, eps)
-        if x.dtype in autocast_builds.BUILDS and _plain_eager_under_autocast(x, weight, bias):
+        if x.dtype in autocast_builds.BUILDS and _untransformed(x, weight, bias) and not _torch_function_mode():
             # weight and bias come back cast to float32: the cast below leaves them as they are
             y, weight, bias = autocast_builds.layer_norm(x, _normalized_cached(normalized_shape), weight, bias, eps)
             if y is not None:

@@ -182,7 +182,10 @@ struct LayerNormPlan : torch::CustomClassHolder {
   int64_t rows = 0, n = 0, forward_scratch = 0, backward_scratch = 0, partial_groups = 1;
   int64_t align = 16;      // the forward's x alignment in bytes (forward_misaligned: torch serves that call)
   int64_t backward_align = 16;  // the backward's for x, grad_y and gamma (backward_misaligned: torch's backward)
-  Tensor ones, neg_zeros;  // gamma 1 and beta -0.0 of x's dtype standing in for an absent weight and bias
+  Tensor ones, neg_zeros;  // gamma 1 and beta -0.0 of gamma's dtype standing in for an absent weight and bias
+  // an autocast build (labkit.ops.dropin.autocast): x and dX of x's dtype, y, grad_y, dweight and dbias float32,
+  // and torch's kernels, where they serve, run on x.to(float32) as autocast's cast gives it
+  bool autocast = false;
   // the first forward step that touches y, the first backward step that touches dx, dweight or dbias: the steps
   // before them are launched before those outputs are allocated
   size_t forward_split = 0, backward_split = 0;
@@ -223,7 +226,8 @@ Tensor launch_forward(const LayerNormPlan& p, const Tensor& x, uint64_t (&ptrs)[
   labkit_host::use_primary_context(x.device().index());
   void* stream = current_stream(x.device());
   program.run(ptrs, eps, stream, 0, p.forward_split);
-  Tensor y = at::empty(x.sizes(), x.options());  // x's dtype: float32, or bfloat16/float16 rounded at the store
+  // x's dtype: float32, or bfloat16/float16 rounded at the store; float32 in an autocast build
+  Tensor y = at::empty(x.sizes(), p.autocast ? x.options().dtype(at::kFloat) : x.options());
   ptrs[kForwardY] = address(y);
   program.run(ptrs, eps, stream, p.forward_split, program.steps.size());
   return y;
@@ -234,8 +238,9 @@ std::tuple<Tensor, Tensor, Tensor> run_forward(const LayerNormPlan& p, const Ten
   const Tensor& g = w.defined() ? w : p.ones;
   const Tensor& beta = b.defined() ? b : p.neg_zeros;
   if (!p.forward || forward_misaligned(x, g, beta, p.align)) {  // torch's can_vectorize fails too: torch serves
-    if (stats) return torch_forward(x, p.normalized_shape, w, b, p.eps);
-    return {at::layer_norm(x, p.normalized_shape, w, b, p.eps), Tensor(), Tensor()};
+    const Tensor xt = p.autocast ? x.to(at::kFloat) : x;  // what autocast hands torch's kernel
+    if (stats) return torch_forward(xt, p.normalized_shape, w, b, p.eps);
+    return {at::layer_norm(xt, p.normalized_shape, w, b, p.eps), Tensor(), Tensor()};
   }
   c10::DeviceGuard guard(x.device());
   auto f32 = x.options().dtype(at::kFloat);
@@ -287,7 +292,8 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
   const Tensor &mean = stats.mean, &rstd = stats.rstd;
   // (any caller of aten::native_layer_norm_backward reaches this under labkit.enable(): statistics of another dtype
   // or device go to torch, which converts or refuses them as it does without us)
-  bool ours = p.backward && dy.is_cuda() && dy.device() == x.device() && dy.scalar_type() == x.scalar_type() &&
+  const auto dy_type = p.autocast ? at::kFloat : x.scalar_type();
+  bool ours = p.backward && dy.is_cuda() && dy.device() == x.device() && dy.scalar_type() == dy_type &&
               !dy.is_neg() && !dy._is_zerotensor() && dy.sizes() == x.sizes() &&
               (stats.packed.defined() ||
                (mean.device() == x.device() && rstd.device() == x.device() && mean.scalar_type() == at::kFloat &&
@@ -299,11 +305,17 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
   }
   if (!ours) {
     auto [m, r] = stats.tensors(p);
-    return torch_backward(dy, x, p.normalized_shape, m, r, w, b, mask);
+    if (!p.autocast) return torch_backward(dy, x, p.normalized_shape, m, r, w, b, mask);
+    // autocast's tensors: torch's float32 backward on the cast x, dX cast back as the cast's backward does
+    auto [gx, gw, gb] = torch_backward(dy, x.to(at::kFloat), p.normalized_shape, m, r, w, b, mask);
+    return {gx.defined() ? gx.to(x.scalar_type()) : gx, gw, gb};
   }
   c10::DeviceGuard guard(x.device());
   bool want_w = mask[1] && w.defined(), want_b = mask[2] && b.defined();
-  const auto out = x.options();  // dX, dgamma, dbeta (and torch's partials) in x's dtype, as torch's kernel for it
+  // dX, dgamma, dbeta (and torch's partials) in x's dtype, as torch's kernel for it; an autocast build's dgamma
+  // and dbeta in float32
+  const auto out = x.options();
+  const auto param_out = p.autocast ? x.options().dtype(at::kFloat) : out;
   Tensor scratch;
   if (p.backward_scratch) scratch = at::empty({p.backward_scratch}, x.options().dtype(at::kByte));
   uint64_t ptrs[kBackwardSlots] = {address(dy), address(x), stats.mean_address(p), stats.rstd_address(p),
@@ -317,11 +329,11 @@ std::tuple<Tensor, Tensor, Tensor> run_backward(const LayerNormPlan& p, Tensor d
   Tensor dx = at::empty(x.sizes(), out);
   Tensor dg, db;
   if (p.partial_groups > 1) {
-    if (want_w) dg = at::empty({p.partial_groups, p.n}, out);
-    if (want_b) db = at::empty({p.partial_groups, p.n}, out);
+    if (want_w) dg = at::empty({p.partial_groups, p.n}, param_out);
+    if (want_b) db = at::empty({p.partial_groups, p.n}, param_out);
   } else {
-    if (want_w) dg = at::empty(p.normalized_shape, out);
-    if (want_b) db = at::empty(p.normalized_shape, out);
+    if (want_w) dg = at::empty(p.normalized_shape, param_out);
+    if (want_b) db = at::empty(p.normalized_shape, param_out);
   }
   ptrs[kBackwardDx] = address(dx), ptrs[kBackwardDweight] = address(dg), ptrs[kBackwardDbias] = address(db);
   program.run(ptrs, 0.0f, stream, p.backward_split, program.steps.size());
@@ -367,7 +379,8 @@ struct LayerNormFunction : torch::autograd::Function<LayerNormFunction> {
       if (nx) wanted.push_back(x);
       if (nw) wanted.push_back(w);
       if (nb) wanted.push_back(b);
-      Tensor y = at::layer_norm(x, plan->normalized_shape, w, b, plan->eps);
+      // (an autocast build's: of autocast's cast, whose backward rounds dX to x's dtype)
+      Tensor y = at::layer_norm(plan->autocast ? x.to(at::kFloat) : x, plan->normalized_shape, w, b, plan->eps);
       auto g = torch::autograd::grad({y}, wanted, {gy}, /*retain_graph=*/true, /*create_graph=*/true);
       size_t i = 0;
       Tensor gx = nx ? g[i++] : Tensor();
@@ -949,7 +962,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                        std::optional<c10::intrusive_ptr<ProgramHolder>> backward, std::vector<int64_t> ns,
                        double eps, std::vector<int64_t> stat_shape, int64_t rows, int64_t n, int64_t forward_scratch,
                        int64_t backward_scratch, int64_t partial_groups, std::optional<Tensor> ones,
-                       std::optional<Tensor> neg_zeros, int64_t align, int64_t backward_align) {
+                       std::optional<Tensor> neg_zeros, int64_t align, int64_t backward_align, bool autocast) {
              // the slots run_forward / run_backward hand over (labkit.core.program FORWARD_SLOTS, BACKWARD_SLOTS)
              TORCH_CHECK(!forward || (*forward)->program.slots == kForwardSlots, "a forward program has ",
                          kForwardSlots, " slots, got ", (*forward)->program.slots);
@@ -971,6 +984,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              TORCH_CHECK(backward_align == 8 || backward_align == 16, "backward_align must be 8 or 16 bytes, got ",
                          backward_align);
              p->backward_align = backward_align;
+             p->autocast = autocast;
              if (p->forward) p->forward_split = p->forward->program.first_use({kForwardY});
              if (p->backward)
                p->backward_split = p->backward->program.first_use({kBackwardDx, kBackwardDweight, kBackwardDbias});
@@ -979,7 +993,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("forward"), py::arg("backward"), py::arg("normalized_shape"), py::arg("eps"),
            py::arg("stat_shape"), py::arg("rows"), py::arg("n"), py::arg("forward_scratch"),
            py::arg("backward_scratch"), py::arg("partial_groups"), py::arg("ones"), py::arg("neg_zeros"),
-           py::arg("align") = 16, py::arg("backward_align") = 16)
+           py::arg("align") = 16, py::arg("backward_align") = 16, py::arg("autocast") = false)
       .def_property_readonly("has_forward", [](const LayerNormPlan& p) { return bool(p.forward); })
       .def_property_readonly("has_backward", [](const LayerNormPlan& p) { return bool(p.backward); })
       .def_property_readonly("forward_split", [](const LayerNormPlan& p) { return p.forward_split; })

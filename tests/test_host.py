@@ -233,3 +233,32 @@ def test_a_backward_pass_asking_for_dx_alone_gets_dx_alone(ext):
     ref, = torch.autograd.grad(F.layer_norm(x, (16,), w, b), x, dy)
     assert_bits_equal(gx, ref, what="dx")
     assert Masks.seen == [[True, False, False]]  # at backward time, not the [True, True, True] the forward saw
+
+
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16])
+def test_an_autocast_plan_gives_autocasts_tensors(ext, low):
+    """A plan of the autocast builds (labkit.ops.dropin.autocast) where no program serves: its node and entry points
+    give what F.layer_norm gives under autocast, torch's float32 kernels on x.to(float32) with dX cast back: y,
+    dweight, dbias float32, dx of x's dtype, bit for bit; double backward differentiates through that cast."""
+    g = torch.Generator().manual_seed(3)
+    x0 = (torch.randn(4, 64, generator=g) * 3 + 1).to(low)
+    w0, b0, dy = torch.randn(64, generator=g), torch.randn(64, generator=g), torch.randn(4, 64, generator=g)
+    p = ext.LayerNormPlan(None, None, [64], 1e-5, [4, 1], 4, 64, 0, 0, 1, torch.ones(64), torch.full((64,), -0.0),
+                          autocast=True)
+    out = []
+    for fn in (lambda x, w, b: ext.train(p, x, w, b), lambda x, w, b: F.layer_norm(x.float(), (64,), w, b)):
+        x, w, b = x0.clone().requires_grad_(), w0.clone().requires_grad_(), b0.clone().requires_grad_()
+        y = fn(x, w, b)
+        gx, gw, gb = torch.autograd.grad(y, (x, w, b), dy, create_graph=True)
+        out.append((y, gx, gw, gb, *torch.autograd.grad(gx.float().square().sum(), (x, w))))
+    for name, a, c in zip(("y", "dx", "dweight", "dbias", "d2x", "d2weight"), *out):
+        assert a.dtype == c.dtype, name
+        assert_bits_equal(a, c, what=f"autocast plan {name}")
+    y, mean, rstd = ext.forward_stats(p, x0, w0, b0)
+    ry, rm, rr = torch.native_layer_norm(x0.float(), (64,), w0, b0, 1e-5)
+    assert_bits_equal(y, ry, what="forward_stats y")
+    got = ext.backward(p, dy, x0, mean, rstd, w0, b0, [True, True, True])
+    ref = torch.ops.aten.native_layer_norm_backward(dy, x0.float(), [64], rm, rr, w0, b0, [True, True, True])
+    assert got[0].dtype == low and got[1].dtype == torch.float32
+    assert_bits_equal(got[0], ref[0].to(low), what="backward dx")
+    assert_bits_equal(got[1], ref[1], what="backward dweight")

@@ -31,6 +31,7 @@ from labkit.core.launch import device_scope, stream
 from labkit.ops import backward as grad
 from labkit.ops import chain, dtypes, eligibility, paths, trust
 from labkit.ops.dispatch import rule
+from labkit.ops.dropin import host
 from labkit.ops.dropin import plan as plans
 from labkit.ops.launches import bound
 
@@ -53,6 +54,12 @@ class AutocastPlan:
         self.neg_zeros = torch.full(ns, -0.0, dtype=_F32, device=x.device) if bias is None else None
         self.launch = bound(forward, self.index)
         self.grad_launch = bound(backward, self.index) if backward is not None else None
+        # the host extension's plan where it serves this device: both directions from C++, the backward a C++
+        # autograd node (a Python node's backward waits for the GIL on autograd's device thread); None: Python
+        self.host = None
+        if host.unavailable(self.index) is None:
+            self.host = plans.host_plan(self.index, host.program(self.launch), forward.scratch.nbytes, backward, ns,
+                                        eps, self.stat_shape, self.rows, self.ones, self.neg_zeros, 16, True)
 
     def aligned(self, *tensors) -> bool:
         # the tensor maps read x at 16 bytes, the float32 arrays are read 16 bytes a vector
@@ -224,6 +231,10 @@ def layer_norm(x, ns: tuple, weight, bias, eps: float) -> tuple:
     if p is None or not p.aligned(x, weight if weight is not None else p.ones,
                                   bias if bias is not None else p.neg_zeros):
         return None, weight, bias
+    if p.host is not None:  # the extension's C++: its autograd node, or its forward
+        m = host.module()
+        y = m.train(p.host, x, weight, bias) if needs_grad else m.forward(p.host, x, weight, bias)
+        return y, weight, bias
     if not needs_grad:
         return p.forward(x, weight, bias)[0], weight, bias
     return _AutocastLayerNorm.apply(x, weight, bias, p), weight, bias

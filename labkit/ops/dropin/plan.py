@@ -315,16 +315,17 @@ def attach_host(plan: Plan, x, ns: tuple, weight, bias, eps: float, needs_grad: 
 
 
 def host_plan(index: int, forward, forward_scratch: int, gp, ns: tuple, eps: float, stat_shape, rows: int, ones,
-              neg_zeros, align: int = 16):
+              neg_zeros, align: int = 16, autocast: bool = False):
     """The host extension's LayerNormPlan on device `index`: `forward` (an extension Program, or None for torch's
-    forward) and GradLaunches `gp`'s backward program (None: torch's backward). The one place that knows the
+    forward) and GradLaunches `gp`'s backward program (None: torch's backward); `autocast`: an autocast build's
+    (labkit.ops.dropin.autocast: y, grad_y and the parameter gradients float32). The one place that knows the
     constructor's arguments."""
     backward = host.program(bound(gp, index)) if gp is not None else None
     n = math.prod(ns)
     return host.module().LayerNormPlan(forward, backward, list(ns), float(eps), list(stat_shape), rows, n,
                                        forward_scratch, gp.scratch.nbytes if gp is not None else 0,
                                        gp.template.partial_groups if gp is not None else 1, ones, neg_zeros, align,
-                                       gp.align if gp is not None else 16)
+                                       gp.align if gp is not None else 16, autocast)
 
 
 def backward_host_plan(x, ns: tuple, gp, ones):

@@ -56,14 +56,20 @@ def test_autocast_eager_forward_and_backward_bits(shape, params, low):
         assert_bits_equal(a, e, what=f"autocast {low} {shape} {params} output {i}")
 
 
-def test_autocast_serves_the_autocast_build_at_the_wide_shape():
+@pytest.mark.parametrize("route", ["host", "python"])
+def test_autocast_serves_the_autocast_build_at_the_wide_shape(route, monkeypatch):
     """At the L1/40 shape the call under autocast is served by the autocast build (a plan of it, made by this call,
-    and no float32 plan: x was not cast), forward and backward."""
+    and no float32 plan: x was not cast), forward and backward: from C++ (the host extension's plan and autograd
+    node) where the extension serves, and from Python (the autograd.Function) where it does not."""
     import torch
 
-    from labkit.ops.dropin import autocast, plan
+    from labkit.ops.dropin import autocast, host, plan
 
     skip_unless_ours_serve(16, 1 << 22)
+    if route == "python":
+        monkeypatch.setattr(host, "unavailable", lambda index: "turned off by the test")
+    elif host.unavailable(torch.cuda.current_device()) is not None:
+        pytest.skip(f"the host extension does not serve: {host.unavailable(torch.cuda.current_device())}")
     x, ns, w, b, dy = _inputs((16, 1 << 22), torch.bfloat16, "float32", seed=3)
     plan.clear()
     autocast.clear()
@@ -71,6 +77,7 @@ def test_autocast_serves_the_autocast_build_at_the_wide_shape():
     made = [p for p, _ in autocast._plans.values() if p is not None]
     assert got[0].dtype == torch.float32 and got[1].dtype == torch.bfloat16
     assert made and made[0].build == "autocast_bfloat16" and made[0].backward_launches.schedule == "chain"
+    assert (made[0].host is not None) == (route == "host")
     assert not [p for p in plan._plans.values() if isinstance(p, plan.KernelPlan)]
     want = _step(torch.nn.functional.layer_norm, x, ns, w, b, dy, torch.bfloat16)
     for i, (a, e) in enumerate(zip(got, want)):

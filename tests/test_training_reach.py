@@ -123,3 +123,25 @@ def test_gpt2_steps_train_swapped_and_not_on_the_cpu():
     assert [r["setup"] for r in rows] == ["GPT-2 bf16 autocast", "GPT-2 bf16 model"]
     assert all(r["identical"] and r["swapped"] == 3 for r in rows), rows  # ln_1, ln_2, ln_f
     assert reach.block({"gpt2": rows})["model_steps_identical"] == "2/2"
+
+
+def test_the_chain_schedules_floor_is_shown_beside_the_low_precision_forward(committed):
+    """A low-precision record served by the chain carries the schedule's floor (push chain plus the output pass's
+    bytes of x's dtype at the copy ceiling); the table shows it on its forward rows and nowhere else."""
+    import copy
+
+    from labkit.studies.dropin_sweep import schedule_floor
+
+    _, rec = committed
+    rec = copy.deepcopy(rec)
+    chain, ceiling = {"ms": 0.1}, {"read_plus_write_gbps": 2000.0}
+    out_bytes, floor_ms = schedule_floor(chain, ceiling, 1 << 26, 2)
+    assert out_bytes == 2 * (1 << 26) * 2 and floor_ms == pytest.approx(0.1 + out_bytes / 2e9)
+    assert schedule_floor(chain, ceiling, 1 << 26, 4)[1] > floor_ms  # the bytes shrink with the dtype
+    lp = [r for r in rec["low_precision"] if r["dtype"] == "bfloat16" and r["key"] == "16x64x256x256"][0]
+    lp["floor"] = {"chain_ms": 0.1, "output_bytes": out_bytes, "ceiling_gbps": 2000.0, "floor_ms": floor_ms}
+    rows = reach.table_rows(rec)
+    shown = [r for r in rows if r["schedule floor ms"] is not None]
+    assert {r["setup"] for r in shown} == {"bfloat16 forward, 16x64x256x256"} and len(shown) == 2
+    assert all(r["schedule floor ms"] == floor_ms for r in shown)
+    assert any(f"floor there is {floor_ms:.3f} ms" in line for line in reach.headline(rec, "replayed"))

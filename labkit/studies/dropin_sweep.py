@@ -184,8 +184,7 @@ def floor_check(rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda
         for rows in FLOOR_ROWS:
             x = make_input("uniform", (rows, n), seed, device)
             w, b = _affine((rows, n), seed, device)
-            out_bytes = 2 * x.numel() * 4
-            floor_ms = chains[n]["ms"] + out_bytes / (ceiling["read_plus_write_gbps"] * 1e6)
+            out_bytes, floor_ms = schedule_floor(chains[n], ceiling, x.numel(), 4)
             with torch.no_grad():
                 fn = {"dropin": lambda: layer_norm(x, (n,), w, b, eps)}
                 e = time_methods(fn, replace(PROTOCOL_B, rounds=rounds)).stats["dropin"]
@@ -195,6 +194,14 @@ def floor_check(rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda
             x = None  # freed before the next shape is made
     return {"ceiling": ceiling, "chain_floors": {str(n): c for n, c in chains.items()}, "slack": FLOOR_SLACK,
             "shapes": rows_out}
+
+
+def schedule_floor(chain: dict, ceiling: dict, numel: int, itemsize: int) -> tuple[int, float]:
+    """(output pass bytes, floor ms) of the chain schedule's forward: its dependent push chain (a chain_floor record)
+    plus the output pass's bytes (x read, y written, `itemsize` bytes an element) at the copy ceiling (a
+    copy_ceiling_a record). The pushes do not shrink with the dtype; the bytes do."""
+    out_bytes = 2 * numel * itemsize
+    return out_bytes, chain["ms"] + out_bytes / (ceiling["read_plus_write_gbps"] * 1e6)
 
 
 def floor_rows(floor: dict | None) -> list[dict]:

@@ -10,6 +10,7 @@ replay (PROTOCOL_A: the GPU's time).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 
@@ -171,7 +172,23 @@ def low_precision(dtype: str, shape, eager, graph, seed: int, device, compiled: 
     out["forward_eager"] = _time(fwd, eager, "native")
     out["forward_graph"] = _time(graphed, graph, "native")
     out["fwdbwd_eager"] = _time(train, eager, "native")
+    if out["path"] == "chain":
+        out["floor"] = _chain_floor(xd, ns, eager.rounds, device)
     return out
+
+
+def _chain_floor(x, ns, rounds: int, device) -> dict:
+    """The chain schedule's forward floor for x, measured here (labkit.studies.dropin_sweep.schedule_floor): its
+    push chain of N / 128 dependent pushes and its output pass's bytes at the copy ceiling."""
+    from labkit.studies.dropin_sweep import schedule_floor
+    from labkit.studies.measure import chain_floor, copy_ceiling_a
+
+    n = math.prod(ns)
+    chain = chain_floor(pushes=n // 128, rounds=rounds, device=device)
+    ceiling = copy_ceiling_a(rounds=rounds, device=device)
+    out_bytes, floor_ms = schedule_floor(chain, ceiling, x.numel(), x.element_size())
+    return {"chain_ms": chain["ms"], "output_bytes": out_bytes, "ceiling_gbps": ceiling["read_plus_write_gbps"],
+            "floor_ms": floor_ms}
 
 
 def _graph_protocol(fn):
@@ -653,19 +670,21 @@ def table_rows(rec: dict | None) -> list[dict]:
         return []
     rows = []
 
-    def add(setup, protocol, stats, ours="dropin", compiled="compile"):
+    def add(setup, protocol, stats, ours="dropin", compiled="compile", floor=None):
         o, n, c = _med(stats, ours), _med(stats, "native"), _med(stats, compiled)
         q = (stats or {}).get(ours) or {}
         rows.append({"setup": setup, "protocol": protocol, "drop-in ms": o,
                      "[q25, q75]": [q.get("q25_ms"), q.get("q75_ms")] if q else None,
                      "torch eager ms": n, "x vs torch": _ratio(n, o),
-                     "torch.compile ms": c, "x vs compile": _ratio(c, o)})
+                     "torch.compile ms": c, "x vs compile": _ratio(c, o),
+                     "schedule floor ms": floor})
     ac = rec.get("autocast")
     if ac:
         add("bf16 autocast, fwd+bwd, L1/40", EAGER, ac["eager"])
     for r in rec.get("low_precision") or []:
-        add(f"{r['dtype']} forward, {r['key']}", EAGER, r["forward_eager"])
-        add(f"{r['dtype']} forward, {r['key']}", GRAPH, r["forward_graph"])
+        floor = (r.get("floor") or {}).get("floor_ms")  # the chain's (where the chain serves; newer runs)
+        add(f"{r['dtype']} forward, {r['key']}", EAGER, r["forward_eager"], floor=floor)
+        add(f"{r['dtype']} forward, {r['key']}", GRAPH, r["forward_graph"], floor=floor)
         add(f"{r['dtype']} fwd+bwd, {r['key']} ({_backward_words(r)})", EAGER, r["fwdbwd_eager"])
     for r in rec.get("compiled") or []:
         add(f"float32 fwd+bwd compiled, {r['key']}", EAGER, r["eager"], "dropin_compiled",
@@ -860,9 +879,11 @@ def headline(rec: dict | None, source: str) -> list[str]:
                      f"{b['autocast_native_l1_40_fwdbwd_ms']:.3f} ({x}x, {EAGER}).")
     if b["bf16_l1_40_fwd_ms"] is not None:
         ms = b["bf16_l1_40_fwd_ms"]
+        floor = (bl.get("floor") or {}).get("floor_ms")
+        floor_words = "" if floor is None else f"; the chain schedule's floor there is {floor:.3f} ms"
         lines.append(f"bf16 forward at L1/40: {ms:.3f} ms, {_fmt(_ratio(_med(fe, 'native'), ms), '.1f')}x torch and "
-                     f"{_fmt(_ratio(b['bf16_compile_l1_40_fwd_ms'], ms), '.2f')}x torch.compile ({EAGER}); fwd+bwd "
-                     f"{b['bf16_l1_40_fwdbwd_ms']:.3f} ms ({_backward_words(bl)}).")
+                     f"{_fmt(_ratio(b['bf16_compile_l1_40_fwd_ms'], ms), '.2f')}x torch.compile ({EAGER}{floor_words});"
+                     f" fwd+bwd {b['bf16_l1_40_fwdbwd_ms']:.3f} ms ({_backward_words(bl)}).")
     lines.append(f"Bits identical {_fmt(b['bits_identical'], '')}, model steps {_fmt(b['model_steps_identical'], '')}; "
                  f"{goal_count(rec)} ({rec.get('device')}).")
     return lines

@@ -9,6 +9,13 @@ citing the run. The GPU is warmed up first and the shapes are visited in a seede
 ramping up do not bias the first shapes measured. About a minute on an H200. Curate the run into data/runs and commit both: tests/test_dispatch.py checks that the
 committed module is what the committed run derives. Not part of scripts/h200_pass.sh: the rule should change only
 when someone decides to re-measure it (and the run it cites must then be kept).
+
+    LABKIT_RUNS_ROOT=build/runs python scripts/dispatch_table.py --dtypes bfloat16,float16
+
+measures the same grid with x, weight and bias of each dtype (the paths built for it) into a run named
+"dispatch_low_precision" (a `dropin_sweep_<dtype>` record each) and writes no module: the rule picks among the paths
+built for a 2-byte dtype by the float32 scores, and notebook 08 shows, from this run, where that pick is the fastest
+measured.
 """
 from __future__ import annotations
 
@@ -35,8 +42,12 @@ def main(argv=None) -> int:
     ap.add_argument("--copy-to", default=os.environ.get("OUT"), help="also copy the module here (a GPU machine's $OUT)")
     ap.add_argument("--backward", action="store_true", help="measure the backward's paths instead (a run of its own; "
                     "the module keeps its forward tables and gains BACKWARD and BACKWARD_GRAPH)")
+    ap.add_argument("--dtypes", default=None, help="comma-separated 2-byte dtypes (bfloat16,float16): measure the "
+                    "forward grid for each into a dispatch_low_precision run, and write no module")
     args = ap.parse_args(argv)
     root = Path(os.environ.get("LABKIT_RUNS_ROOT", "build/runs"))
+    if args.dtypes:
+        return low_precision(args, root)
     run = Run.create(root, "dispatch_table", vars(args), device="cuda")
     t0 = time.perf_counter()
     warm = dispatch.warm_up(args.warmup_s)
@@ -79,6 +90,28 @@ def main(argv=None) -> int:
     if args.copy_to:
         shutil.copy(module, Path(args.copy_to) / module.name)
     print(f"run {run.path}; table written to {module}")
+    return 0
+
+
+def low_precision(args, root: Path) -> int:
+    """The forward grid for each of `args.dtypes`, one record each, in one run; no module is written."""
+    from labkit.ops import dtypes
+
+    names = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    bad = [d for d in names if d not in dtypes.LOW_PRECISION]
+    if bad:
+        raise ValueError(f"--dtypes takes {', '.join(dtypes.LOW_PRECISION)}, got {', '.join(bad)}")
+    run = Run.create(root, "dispatch_low_precision", vars(args), device="cuda")
+    t0 = time.perf_counter()
+    warm = dispatch.warm_up(args.warmup_s)
+    shapes = dispatch.grid_shapes()
+    random.Random(args.seed).shuffle(shapes)
+    for d in names:
+        run.write(f"dropin_sweep_{d}", dropin_sweep.sweep(shapes, args.rounds, compiled=False, log=print, dtype=d))
+    run.write("dispatch_low_precision", {"warm_up": warm, "order_seed": args.seed, "dtypes": names,
+                                         "seconds": time.perf_counter() - t0})
+    run.close()
+    print(f"run {run.path}")
     return 0
 
 

@@ -494,3 +494,36 @@ def test_listed_ratios_keep_the_digits_their_goal_needs():
     assert listed(pairs[:2], limit=0.95) == "a 0.949x, b 0.81x"  # only the one that would read as the goal grows
     assert listed(pairs[2:], limit=1.15) == "c 1.1504x"  # over the goal by less than 2 decimals show
     assert listed([], empty="") == "" and listed([]) == "none"
+
+
+def test_low_precision_dispatch_reads_each_dtypes_sweep_with_only_the_paths_built_for_it():
+    """Notebook 08's 2-byte dispatch data: one row per dtype and grid point, columns for torch and the paths built
+    for 2-byte inputs only, the rule's pick against the fastest; a line per dtype names the worst point."""
+    from labkit.ops.paths import DTYPES
+
+    def sweep(dtype, chain_us):
+        return {"dtype": dtype, "device": {"name": "GPU", "arch": 90, "sm_count": 132},
+                "shapes": [{"key": "16x4194304", "rule": "chain", "eager": {"native": 8.0, "dropin": 0.3,
+                                                                            "chain": chain_us, "rows_fused": 2.0}},
+                           {"key": "4096x768", "rule": "rows_fused", "eager": {"native": 0.02, "dropin": 0.012,
+                                                                               "rows_fused": 0.011}}]}
+
+    class Replay:
+        recs = {"dropin_sweep_bfloat16": sweep("bfloat16", 0.3), "dropin_sweep_float16": sweep("float16", 3.0)}
+
+        def record(self, name):
+            return self.recs.get(name)
+
+        def absent(self, name):
+            return "nothing"
+
+    line, rows = dropin_sweep.low_precision_dispatch(Replay())
+    built = {p for p, d in DTYPES.items() if "bfloat16" in d}
+    assert {k.removesuffix(" us") for k in rows[0] if k.endswith(" us")} == built | {"native"}
+    assert [(r["dtype"], r["agrees"]) for r in rows] == [("bfloat16", True), ("bfloat16", True),
+                                                         ("float16", False), ("float16", True)]
+    bf16, fp16 = line.splitlines()
+    assert bf16.startswith("bfloat16: the rule's pick is within 5% of the fastest path at 2 of 2 grid points")
+    assert "1 of 2" in fp16 and "worst at 16x4194304: chain takes 1.50x rows_fused's time" in fp16
+    Replay.recs = {}
+    assert dropin_sweep.low_precision_dispatch(Replay()) == ("2-byte dispatch data: nothing.", [])

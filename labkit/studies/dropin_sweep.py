@@ -33,16 +33,20 @@ def _affine(shape, seed, device):
 
 
 def _methods(x, w, b, eps):
+    """torch, the drop-in as dispatched, and each path built for x's dtype forced (labkit.ops.paths.DTYPES)."""
     import torch
 
     from labkit import layer_norm
     from labkit.ops.dropin import layer_norm_with
+    from labkit.ops.paths import DTYPES
 
     ns = tuple(w.shape)
+    dtype = str(x.dtype).removeprefix("torch.")
     m = {"native": lambda: torch.nn.functional.layer_norm(x, ns, w, b, eps),
          "dropin": lambda: layer_norm(x, ns, w, b, eps)}
     for path in EAGER_METHODS[2:]:
-        m[path] = (lambda p: lambda: layer_norm_with(p, x, ns, w, b, eps))(path)
+        if dtype in DTYPES[path]:
+            m[path] = (lambda p: lambda: layer_norm_with(p, x, ns, w, b, eps))(path)
     return m
 
 
@@ -73,10 +77,11 @@ def _medians(rec) -> dict:
 
 
 def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda", log=None,
-          compiled: bool = True) -> dict:
+          compiled: bool = True, dtype: str = "float32") -> dict:
     """Every candidate path at every shape: eager per call (CUDA events around one call, L2 flushed: KernelBench's
     protocol, host time counts), graph replay (protocol A) and compiled (eager protocol on torch.compile'd
-    callables; `compiled=False` leaves that out). A path that cannot take a shape is recorded with its reason. The
+    callables; `compiled=False` leaves that out). A path that cannot take a shape is recorded with its reason.
+    `dtype`: x, weight and bias of that dtype (a bfloat16/float16 model's LayerNorm), the paths built for it. The
     `dropin_sweep` record."""
     from labkit.ops.dropin.aten import refuse_while_enabled
 
@@ -95,11 +100,11 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
     rows_out = []
     for shape in shape_list:
         t0 = time.perf_counter()
-        x = make_input("uniform", shape, seed, device)
-        w, b = _affine(shape, seed, device)
+        x = make_input("uniform", shape, seed, device).to(getattr(torch, dtype))
+        w, b = (v.to(x.dtype) for v in _affine(shape, seed, device))
         rows, n = x.numel() // w.numel(), w.numel()
         row = {"key": shape_key(shape), "shape": list(shape), "rows": rows, "n": n, "l1_40": tuple(shape) == L1_40,
-               "rule": rule.choose(rows, n, dev, tuple(paths.candidates(rows, n, dev)))[0], "errors": {}}
+               "rule": rule.choose(rows, n, dev, tuple(paths.candidates(rows, n, dev, dtype)))[0], "errors": {}}
         with torch.no_grad():
             ok = {}
             for name, fn in _methods(x, w, b, eps).items():
@@ -126,7 +131,7 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
         if log:
             log(f"{row['key']}: {row['seconds']:.1f} s")
     return {"device": {"arch": dev.arch, "sm_count": dev.sm_count, "name": torch.cuda.get_device_name()},
-            "rule_source": rule.table_source(dev),
+            "dtype": dtype, "rule_source": rule.table_source(dev),
             "protocols": {"eager": eager_p.__dict__, "graph": graph_p.__dict__}, "shapes": rows_out}
 
 
@@ -253,15 +258,47 @@ AGREE_RELATIVE, AGREE_ABSOLUTE_MS = 0.05, 0.002
 
 def dispatch_rows(sweep_record: dict | None) -> list[dict]:
     """The dispatch table: per shape, each path's eager median (us), the fastest, the rule's pick and agreement."""
+    from labkit.ops.paths import DTYPES
+
     rows = []
+    dtype = (sweep_record or {}).get("dtype", "float32")
     for r in (sweep_record or {}).get("shapes", []):
-        e = {k: r["eager"].get(k) for k in EAGER_METHODS if k != "dropin"}
+        e = {k: r["eager"].get(k) for k in EAGER_METHODS if k != "dropin" and (k == "native" or dtype in DTYPES[k])}
         best = fastest(e)
         pick = e.get(r["rule"])
         agree = bool(best and pick and pick <= e[best] * (1 + AGREE_RELATIVE) + AGREE_ABSOLUTE_MS)
         rows.append({"shape": r["key"], **{f"{k} us": (1e3 * v if v else None) for k, v in e.items()},
                      "fastest": best, "rule": r["rule"], "agrees": agree})
     return rows
+
+
+def low_precision_dispatch(session) -> tuple[str, list[dict]]:
+    """(a line per dtype, the rows) from a `dispatch_low_precision` session (scripts/dispatch_table.py --dtypes): at
+    each grid point, each path built for the dtype (eager per call, us), the fastest, the path the rule picks (by the
+    float32 scores, among the paths built for the dtype) and whether it is within the agreement margin of the
+    fastest."""
+    lines, rows = [], []
+    for dtype in ("bfloat16", "float16"):
+        rec = session.record(f"dropin_sweep_{dtype}")
+        if not rec:
+            continue
+        these = dispatch_rows(rec)
+        worst = max(these, key=lambda r: _pick_over_fastest(r) or 0.0, default=None)
+        agree = sum(r["agrees"] for r in these)
+        line = f"{dtype}: the rule's pick is within {AGREE_RELATIVE:.0%} of the fastest path at {agree} of {len(these)}"
+        if worst is not None and _pick_over_fastest(worst):
+            line += (f" grid points; worst at {worst['shape']}: {worst['rule']} takes {_pick_over_fastest(worst):.2f}x "
+                     f"{worst['fastest']}'s time")
+        lines.append(line + f" (eager per call, {rec['device']['name']}).")
+        rows += [{"dtype": dtype, **r} for r in these]
+    if not lines:
+        lines.append(f"2-byte dispatch data: {session.absent('dropin_sweep_bfloat16')}.")
+    return "\n".join(lines), rows
+
+
+def _pick_over_fastest(row: dict) -> float | None:
+    pick, best = row.get(f"{row['rule']} us"), row.get(f"{row['fastest']} us") if row.get("fastest") else None
+    return pick / best if pick and best else None
 
 
 def protocol_picks(sweep_record: dict | None) -> list[dict]:

@@ -108,3 +108,29 @@ def branch_target(ins: Instr) -> int | None:
             return int(m.group(1), 16)
     m = re.search(r"0x([0-9a-f]+)\s*$", ins.text)
     return int(m.group(1), 16) if m else None
+
+
+def compact(instrs: list[Instr]) -> list[str]:
+    """A function's instructions as committable lines, `<hex address> [@pred ]<opcode> <operands>` without the
+    register-reuse flags and encodings: what `parse_compact` reads back into the same Instr list (the symbolic
+    evaluation and the dataflow checks need every instruction, its predicate and branch targets, not only the
+    floating-point ones)."""
+    out = []
+    for ins in instrs:
+        pred = f"@{ins.pred} " if ins.pred else ""
+        ops = ", ".join(o.replace(".reuse", "") for o in ins.operands)
+        out.append(f"{ins.addr:04x} {pred}{ins.opcode} {ops}".rstrip())
+    return out
+
+
+def parse_compact(lines: list[str]) -> list[Instr]:
+    """`compact`'s lines -> Instr list (the text without the address, as `parse_sass` keeps it)."""
+    out = []
+    for line in lines:
+        addr, body = line.split(" ", 1)
+        pred = None
+        if body.startswith("@"):
+            pred, body = body[1:].split(None, 1)
+        parts = body.split(None, 1)
+        out.append(Instr(int(addr, 16), pred, parts[0], _split_operands(parts[1]) if len(parts) > 1 else [], body))
+    return out

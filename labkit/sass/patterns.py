@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import struct
+from dataclasses import dataclass, field
 
 from labkit.sass.parser import Instr, opcode_histogram, subroutine_start
 from labkit.sass.symbolic import LEAVES, RECEIVED, Evaluator, Node, const, is_const, render
@@ -32,10 +33,25 @@ def _received(n: Node) -> bool:
 
 
 def _base(n: Node) -> Node:
-    """A predicated load (`@P0 LDG`) evaluates to sel(load, old): for matching, it is the load."""
-    while n.op == "sel" and n.args[0].op in LEAVES:
+    """A predicated load (`@P0 LDG`) evaluates to sel(load, old): for matching, it is the load (and a predicated
+    conversion of a loaded element, the converted element)."""
+    while n.op == "sel" and (n.args[0].op in LEAVES or n.args[0].op == "cvt"):
         n = n.args[0]
     return n
+
+
+def converted_element(n: Node) -> Node | None:
+    """The load whose 2-byte element `n` widens exactly (cvt of a half of a load: labkit.sass.halves), or None."""
+    n = _base(n)
+    if n.op == "cvt" and n.args[0].op == "half" and n.args[0].args[0].op == "ld":
+        return n.args[0].args[0]
+    return None
+
+
+def _loaded(n: Node) -> bool:
+    """A value read from memory as the kernel's element type: a float load, or a bfloat16/float16 element widened
+    to float exactly (the same value: what makes the float32 patterns the T kernels' patterns too)."""
+    return _base(n).op == "ld" or converted_element(n) is not None
 
 
 def _is_neg_of(nm: Node, m: Node) -> bool:
@@ -63,7 +79,7 @@ def _push_mean(f: Node) -> dict | None:
         if d.op != "add":
             continue
         for x, nm in (d.args, d.args[::-1]):
-            if _base(x).op == "ld" and _is_neg_of(nm, mean):
+            if _loaded(x) and _is_neg_of(nm, mean):
                 kind = _recip_kind(y)
                 if kind:
                     return {"delta": d, "x": x, "mean": mean, "recip": kind, "node": f}
@@ -75,7 +91,7 @@ def _push_first_folded(f: Node) -> dict | None:
     plus_zero = [a for a in f.args if is_const(a, 0.0) and math.copysign(1.0, a.args[0]) > 0]
     if f.op == "add" and plus_zero:  # 0 + x; x - 0 is the delta of a push (a -0 constant), not this
         x = f.args[1] if f.args[0] is plus_zero[0] else f.args[0]
-        if _base(x).op == "ld":
+        if _loaded(x):
             return {"delta": x, "x": x, "mean": const(0.0), "recip": "1/1 folded (0 + x)", "node": f}
     return None
 
@@ -157,8 +173,8 @@ def _centered(t: Node) -> dict | None:
     for rs, d in (t.args, t.args[::-1]):
         if d.op == "add":
             for x, nm in (d.args, d.args[::-1]):
-                if _base(x).op == "ld" and nm.op == "neg":
-                    return {"rstd": rs, "mean": nm.args[0]}
+                if _loaded(x) and nm.op == "neg":
+                    return {"rstd": rs, "mean": nm.args[0], "x": x}
     return None
 
 
@@ -167,18 +183,18 @@ def _output(f: Node) -> tuple[str, dict] | None:
     beta-only variant y = fma(rstd, round(x - mean), beta) that torch uses when gamma is absent."""
     if f.op == "add":  # round(rstd * (x - mean)) + beta, not fused
         for t, b in (f.args, f.args[::-1]):
-            if _base(b).op == "ld" and _centered(t) is not None and _base(_centered(t)["rstd"]).op != "ld":
+            if _loaded(b) and _centered(t) is not None and not _loaded(_centered(t)["rstd"]):
                 return "beta_only_unfused", _centered(t)
         return None
-    if f.op != "fma" or _base(f.args[2]).op != "ld":
+    if f.op != "fma" or not _loaded(f.args[2]):
         return None
     for g, t in (f.args[:2], f.args[1::-1]):
         c = _centered(t)
-        if _base(g).op == "ld" and c is not None:
-            return "affine", c
+        if _loaded(g) and c is not None:
+            return "affine", {**c, "gamma": g, "beta": f.args[2]}
     for rs, d in (f.args[:2], f.args[1::-1]):
-        if d.op == "add" and any(_base(x).op == "ld" for x in d.args) and any(a.op == "neg" for a in d.args) \
-                and _base(rs).op not in ("ld",):
+        if d.op == "add" and any(_loaded(x) for x in d.args) and any(a.op == "neg" for a in d.args) \
+                and not _loaded(rs):
             return "beta_only", {"rstd": rs}
     return None
 
@@ -189,8 +205,19 @@ def _rstd_source(n: Node) -> str:
     return {"ld": "loaded from memory", "lds": "read from shared memory", "in": "live on entry"}.get(n.op, n.op)
 
 
+@dataclass
+class Match:
+    """contract_report's matching, kept for the claims that follow matched values further (labkit.sass.
+    low_precision: where each push's x and each output's operands come from, and what is stored)."""
+    report: dict
+    evaluator: Evaluator
+    pushes: list = field(default_factory=list)  # (instruction, push) in address order: push as _push_mean's
+    outputs: list = field(default_factory=list)  # (instruction, node, kind, operands) of every matched output
+
+
 def contract_report(instrs: list[Instr], max_listed: int = 12) -> dict:
-    """Match a function's floating-point instructions against torch's vectorized LayerNorm arithmetic.
+    """Match a function's floating-point instructions against torch's vectorized LayerNorm arithmetic (`match`'s
+    report).
 
     Returns counts and one example per pattern: Welford pushes (`new_mean = fma(delta, r, mean)`,
     `m2 = fma(delta, x - new_mean, m2)`), merges (cuWelfordCombine with its argument order, and which product of
@@ -198,6 +225,11 @@ def contract_report(instrs: list[Instr], max_listed: int = 12) -> dict:
     (`fma(gamma, rstd*(x - mean), beta)`). FFMAs inside the IEEE reciprocal/division idioms and in called
     slow-path subroutines are counted apart; every other FFMA that no pattern explains is listed.
     """
+    return match(instrs, max_listed).report
+
+
+def match(instrs: list[Instr], max_listed: int = 12) -> Match:
+    """contract_report with the matched pushes and outputs (`Match`)."""
     ev = Evaluator()
     for ins in instrs:
         ev.step(ins)
@@ -213,10 +245,12 @@ def contract_report(instrs: list[Instr], max_listed: int = 12) -> dict:
         explained.add(ins.addr)
 
     pushes, merges = [], []
+    found = Match(report, ev)
     for ins, node in nodes:  # pass 1: the roots (new mean of a push, new mean of a merge)
         p = _push_mean(node) or (_push_first_folded(node) if ins.base == "FADD" else None)
         if p is not None:
             pushes.append(p)
+            found.pushes.append((ins, p))
             report["push_mean"][p["recip"]] = report["push_mean"].get(p["recip"], 0) + 1
             example("push_mean" if p["recip"] == "rcp(count + 1)" else "push_mean_folded", ins, node)
             continue
@@ -237,6 +271,7 @@ def contract_report(instrs: list[Instr], max_listed: int = 12) -> dict:
             example("merge_m2", ins, node)
         elif ins.base in ("FFMA", "FADD") and (out := _output(node)) is not None:
             kind, info = out
+            found.outputs.append((ins, node, kind, info))
             report["output"][kind] = report["output"].get(kind, 0) + 1
             report.setdefault("output_rstd", _rstd_source(info["rstd"]))
             example(f"output_{kind}", ins, node)
@@ -260,4 +295,4 @@ def contract_report(instrs: list[Instr], max_listed: int = 12) -> dict:
                 arg = arg.args[1]
             report["examples"].setdefault("rsqrt", {"sass": ins.text, "expr": f"rsqrt({render(arg, 3)})"})
     report["fp_opcodes"] = opcode_histogram(instrs)
-    return report
+    return found

@@ -97,6 +97,25 @@ TORCH_FUNCTIONS = {
 }
 
 
+# The element types torch's 2-byte LayerNorm kernels are instantiated for: (name in a demangled signature, its
+# mangled form). torch's kernels are templates on T with T_ACC = float, so T's instance of a float32 kernel is its
+# name with T in the first template argument.
+TYPE_NAMES = {"bfloat16": ("c10::BFloat16", "N3c108BFloat16E"), "float16": ("c10::Half", "N3c104HalfE")}
+
+
+def retype(functions: dict[str, str], dtype: str) -> dict[str, str]:
+    """{pretty: mangled fragment} of float32 kernels (TORCH_FUNCTIONS' form: `<float, float, ...>` and `Iff...`) ->
+    the same kernels' instances for `dtype` ("bfloat16"/"float16"): `<c10::BFloat16, float, ...>` and
+    `IN3c108BFloat16Ef...`."""
+    pretty_t, mangled_t = TYPE_NAMES[dtype]
+    out = {}
+    for pretty, frag in functions.items():
+        if "<float, float" not in pretty or "Iff" not in frag:
+            raise ValueError(f"{pretty!r} / {frag!r} is not a float32 instance <float, float, ...> / I f f ...")
+        out[pretty.replace("<float, float", f"<{pretty_t}, float", 1)] = frag.replace("Iff", f"I{mangled_t}f", 1)
+    return out
+
+
 class KernelNotShipped(RuntimeError):
     """The wheel's library has no cubin of the asked arch holding torch's LayerNorm kernels."""
 

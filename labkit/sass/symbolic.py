@@ -6,13 +6,20 @@ from __future__ import annotations
 import re
 import struct
 
+from labkit.sass import halves
 from labkit.sass.parser import Instr, branch_target
 
 
 class Node:
     """A value in the symbolic evaluation of straight-line SASS. Leaves: in (a register live on entry), ld
     (global load), shfl (warp shuffle), lds (shared-memory load), param (kernel argument), const, int (anything
-    computed by non-floating-point instructions)."""
+    computed by non-floating-point instructions).
+
+    2-byte elements (bfloat16/float16, labkit.sass.halves): half (16-bit half k of a 32-bit value), pack16 (a
+    32-bit value made of two halves, e.g. a loaded word shifted by 16), cvt (an element widened to float exactly:
+    cvt(half, dtype)) and rnd (a float rounded to T: rnd(value, dtype, rounding)). Float32 code makes none of them:
+    an integer instruction that moves halves yields a pack16 only where one of its halves is a loaded or rounded
+    one, else the int leaf it always was."""
 
     __slots__ = ("op", "args", "addr")
 
@@ -90,8 +97,76 @@ class Evaluator:
         self.subroutines: set[int] = set()
         self.idiom_addrs: set[int] = set()
         self.loads = 0
+        self.load_ops: dict[str, Instr] = {}  # load group -> its instruction (its width: how many T it holds)
+        self.memo: dict[tuple, tuple] = {}  # interned half / cvt / float views, with the nodes they key on
 
-    def read(self, operand: str, ins: Instr) -> Node:
+    # --- 2-byte elements (labkit.sass.halves) ----------------------------------------------------------------------
+
+    def _interned(self, key: tuple, make, *keep) -> Node:
+        """One node per key (built by `make`), so that two reads of one element are the same node, as two reads of
+        one float register are: the patterns match by identity (the push's x - mean and x - new_mean)."""
+        if key not in self.memo:
+            self.memo[key] = (make(), keep)
+        return self.memo[key][0]
+
+    def half(self, n: Node, k: int) -> Node:
+        return self._interned(("half", id(n), k), lambda: Node("half", (n, k)), n)
+
+    def halves_of(self, n: Node) -> tuple[Node, Node]:
+        """(low, high) 16-bit halves of a register's value: a pack16's own; a 2-byte load's element and zero (the
+        load zero-extends); zero for zero; else the two halves of the value."""
+        if n.op == "pack16":
+            return n.args
+        if is_const(n, 0.0):
+            return const(0.0), const(0.0)
+        if n.op == "ld" and n.args[0] in self.load_ops and halves.load_halves(self.load_ops[n.args[0]].opcode) == 1:
+            return self.half(n, 0), const(0.0)
+        return self.half(n, 0), self.half(n, 1)
+
+    @staticmethod
+    def _t_bits(h: Node) -> bool:
+        """A half that holds T data: an element of a load, or a rounding to T."""
+        return h.op == "rnd" or (h.op == "half" and h.args[0].op == "ld")
+
+    def moved(self, ins: Instr, rt: tuple) -> Node | None:
+        """The pack16 an instruction that only moves halves makes (halves.route), or None where neither half is
+        T data (then it stays an int leaf, as in float32 code)."""
+        out = []
+        for h in rt:
+            h = halves.resolve(h, ins.operands)
+            if h == halves.ZERO:
+                out.append(const(0.0))
+            else:
+                src = self.read_register(ins.operands[h.operand], ins)
+                out.append(self.halves_of(src)[h.half])
+        return Node("pack16", tuple(out), ins.addr) if any(self._t_bits(h) for h in out) else None
+
+    def cvt(self, h: Node, dtype: str, addr: int | None) -> Node:
+        """The element `h` widened to float; its addr is the first instruction that widened (or placed) it."""
+        return self._interned(("cvt", id(h), dtype), lambda: Node("cvt", (h, dtype), addr), h)
+
+    def float_view(self, n: Node, depth: int = 0) -> Node:
+        """The float an FP instruction reads from a register: a pack16 whose low half is zero and whose high half is
+        an element is that bfloat16 element widened (exact); a predicated write of one, the select of the views
+        (each select viewed once: float32 code reads long chains of them, and gets them back unchanged)."""
+        if n.op == "pack16" and is_const(n.args[0], 0.0) and n.args[1].op == "half":
+            return self.cvt(n.args[1], "bfloat16", n.addr)
+        if n.op != "sel" or depth > 64:
+            return n
+
+        def view() -> Node:
+            new, old = self.float_view(n.args[0], depth + 1), self.float_view(n.args[1], depth + 1)
+            return n if (new is n.args[0] and old is n.args[1]) else Node("sel", (new, old), n.addr)
+
+        return self._interned(("view", id(n)), view, n)
+
+    def read_register(self, operand: str, ins: Instr) -> Node:
+        """A source's value without its half selector or sign (halves.operand): what a half-moving instruction
+        reads."""
+        reg, _, _ = halves.operand(operand)
+        return self.read(reg, ins)
+
+    def read(self, operand: str, ins: Instr, as_float: bool = False) -> Node:
         o = operand.replace(".reuse", "").strip()
         neg = o.startswith("-")
         o = o.lstrip("-")
@@ -114,6 +189,8 @@ class Evaluator:
             n = const(float(o.replace("+INF", "inf")) if "NAN" not in o.upper() else float("nan"))
         else:
             n = Node("int", (o,))
+        if as_float:
+            n = self.float_view(n)
         if absval:
             n = Node("abs", (n,))
         if neg:
@@ -165,7 +242,7 @@ class Evaluator:
         if any(re.fullmatch(r"U?P\d", o) for o in ops[:2]) and base in ("FSETP", "ISETP", "PLOP3", "LOP3", "DSETP"):
             self.pending.clear()  # predicates redefined
         width = 4 if ".128" in op else 2 if ".64" in op else 1
-        r = lambda k: self.read(ops[k], ins)  # noqa: E731
+        r = lambda k: self.read(ops[k], ins, as_float=True)  # noqa: E731
         if base == "FADD":
             node = _make(("add.ftz" if ".FTZ" in op else "add"), (r(1), r(2)), ins.addr, self.idiom_addrs)
         elif base == "FMUL":
@@ -180,14 +257,16 @@ class Evaluator:
         elif base == "MUFU":
             node = Node(op.lower(), (r(1),), ins.addr)
         elif base == "I2FP" or base == "I2F":
-            node = Node("i2f", (r(1),), ins.addr)
+            node = Node("i2f", (self.read(ops[1], ins),), ins.addr)
         elif base == "SHFL":
-            node = Node("shfl", (r(2), ops[3]), ins.addr)
+            node = Node("shfl", (self.read(ops[2], ins), ops[3]), ins.addr)
             self.write(ins, ops[1], node)
             return
         elif base in ("LDG", "LD", "LDC") and ops and ops[0].startswith("R") and "[" in " ".join(ops[1:]):
             group = self.loads
             self.loads += 1
+            for k in range(width):
+                self.load_ops[f"{group}.{k}"] = ins
             nodes = [Node("ld", (f"{group}.{k}",), ins.addr) for k in range(width)]
             self.write(ins, ops[0], nodes[0], width, nodes)
             return
@@ -200,9 +279,9 @@ class Evaluator:
             self.stores.append((ins, [self.env.get(reg, Node("in", (reg,))) for reg in regs]))
             return
         elif base in ("MOV", "UMOV") and len(ops) == 2:
-            node = r(1)
+            node = self.read(ops[1], ins)  # a move copies bits: a packed pair of T stays one
         elif op == "IMAD.MOV.U32" and len(ops) == 4 and ops[1] == "RZ" and ops[2] == "RZ":
-            node = r(3)
+            node = self.read(ops[3], ins)
         elif op == "CS2R" and ops[1] == "SRZ":
             self.write(ins, ops[0], const(0.0), 2)
             return
@@ -212,6 +291,15 @@ class Evaluator:
             nodes = [Node("param", (f"{ops[1]}+{4 * k}",), ins.addr) for k in range(width)]
             self.write(ins, ops[0], nodes[0], width, nodes)
             return
+        elif (rt := halves.route(op, ops)) is not None and (moved := self.moved(ins, rt)) is not None:
+            node = moved
+        elif (w := halves.widen(op, ops)) is not None:
+            node = self.cvt(self.halves_of(self.read_register(ops[w.operand], ins))[w.half], w.dtype, ins.addr)
+        elif (nw := halves.narrow(op, ops)) is not None:
+            def rounded(k):
+                return const(0.0) if k is None else Node(
+                    "rnd", (self.read(ops[k], ins, as_float=True), nw.dtype, nw.rounding), ins.addr)
+            node = Node("pack16", (rounded(nw.low), rounded(nw.high)), ins.addr)
         else:
             if ops and re.fullmatch(r"U?R\d+", ops[0].replace(".reuse", "")):
                 wide = 2 if (".WIDE" in op or ".64" in op) else 1

@@ -9,6 +9,10 @@ by `python -m labkit.studies.backward_contract --wheel ... --workdir ... --arch 
 re-derives each claim from the committed instructions by dataflow (`dataflow`: each source resolved to the
 instruction that wrote it, so the claims do not depend on how the compiler allocates registers); the installed header
 block_reduce.cuh (the CPU wheel ships it) is read for BlockReduceSum by `header_checks`.
+
+The bfloat16/float16 instances (docs/decisions.md#low_precision_reading): `low_precision_checks` runs `checks` on
+their full instruction streams, then follows each input to the 2-byte element it widens and each stored half to the
+rounding that made it (labkit.sass.halves); labkit.studies.low_precision_sass writes those records.
 """
 from __future__ import annotations
 
@@ -148,40 +152,103 @@ class Op:
     dst: str | None
     srcs: tuple
     neg: tuple  # per source: read negated
+    operands: tuple = ()  # the instruction's operands as written (labkit.sass.halves reads them)
+    parts: tuple = ()  # per source: which register of its writer's destination it reads (0, or k of a wide write)
 
     def is_(self, opcode: str) -> bool:
         return self.opcode == opcode
 
 
 def _operand(text: str) -> tuple[str, bool]:
-    neg = text.startswith("-")
-    return text.lstrip("-").strip("|"), neg
+    """(register or immediate, negated) of an operand, without its half selector: `-R4.H1_H1` -> ("R4", True) (which
+    half an instruction reads is labkit.sass.halves' to say, from the operand's text)."""
+    from labkit.sass.halves import operand
+
+    reg, _, neg = operand(text)
+    return reg.strip("|"), neg
 
 
-def dataflow(ops: list[str]) -> list[Op]:
+def dataflow(ops: list[str], addrs: list[int] | None = None) -> list[Op]:
     """The recorded instructions of one function (address order) with each source resolved to the instruction
     whose value it reads: the last one before it, in address order, that wrote the register. Exact within straight-
-    line code; every claim below follows values within one float4 or row, or from before its loop."""
+    line code; every claim below follows values within one float4 or row, or from before its loop.
+
+    With the instructions' addresses (`addrs`: a full stream, as the 2-byte records keep it), branches are followed
+    where labkit.sass.symbolic.Evaluator follows them: code right after an unconditional jump or exit is reached only
+    by branches, so it starts from the registers as they were at those branches, a register they disagree on being
+    a `Phi` of their values (torch's GammaBeta kernels store their sums in a block after the reduction's EXIT,
+    reached from before it; sm_80/86 leave a loop by a predicated CALL.REL.NOINC, a branch too). At a branch taken
+    under P, a write made under P (and P not redefined since) is the value: the branch is taken where P held."""
     written: dict[str, object] = {}
+    part: dict[str, int] = {}  # register -> which register of its writer's destination it is
+    at_branch: dict[int, list[tuple[dict, dict]]] = {}  # target address -> (written, part) at each branch to it
+    pred_written: dict[str, int] = {}  # predicate -> the last instruction that wrote it
+    unconditional = False
     out = []
     for i, text in enumerate(ops):
         pred, body = (text[1:].split(" ", 1) if text.startswith("@") else (None, text))
         opcode, _, rest = body.partition(" ")
         operands = [o.strip() for o in rest.split(",")] if rest else []
+        if addrs is not None:
+            if unconditional and addrs[i] in at_branch:
+                written, part = _join(addrs[i], at_branch[addrs[i]])
+            base = opcode.split(".")[0]
+            conditional = (base == "BRA" and ((pred not in (None, "PT")) or ".DIV" in opcode)) or (
+                opcode == "CALL.REL.NOINC" and pred not in (None, "PT"))
+            target = re.search(r"0x([0-9a-f]+)$", operands[-1]) if conditional and operands else None
+            if target:
+                taken = dict(written)
+                for reg, v in written.items():
+                    w = int(v[4:]) if isinstance(v, str) and v.startswith("sel:") else None
+                    if w is not None and pred and out[w].pred == pred and pred_written.get(pred.lstrip("!"), -1) < w:
+                        taken[reg] = w
+                at_branch.setdefault(int(target.group(1), 16), []).append((taken, dict(part)))
+            unconditional = base in ("BRA", "EXIT", "RET") and pred in (None, "PT") and ".DIV" not in opcode
+            for o in operands[:2]:
+                if re.fullmatch(r"!?P[0-6]", o):
+                    pred_written[o.lstrip("!")] = i
         pos = 1 if opcode.startswith("SHFL") else 0  # SHFL writes a predicate, then the register
         dst = operands[pos] if len(operands) > pos and _REG.match(operands[pos]) else None
-        srcs, neg = [], []
-        for o in operands[pos + 1:] if dst else operands:
+        read = list(operands[pos + 1:] if dst else operands)
+        if opcode.startswith(("STG", "ST.", "STS")) and read and _REG.match(_operand(read[-1])[0]):
+            # a store reads every register of its width (STG.E.64 desc[..], R14 stores R14 and R15): the 2-byte
+            # checks follow each stored half to the rounding that made it
+            reg = _operand(read[-1])[0]
+            file = reg.rstrip("0123456789")
+            read += [f"{file}{int(reg[len(file):]) + k}" for k in range(1, _width(opcode))]
+        srcs, neg, parts = [], [], []
+        for o in read:
             reg, n = _operand(o)
             srcs.append(written.get(reg, f"in:{reg}") if _REG.match(reg) else f"imm:{reg}")
             neg.append(n)
-        out.append(Op(i, text, opcode, pred, dst, tuple(srcs), tuple(neg)))
+            parts.append(part.get(reg, 0))
+        out.append(Op(i, text, opcode, pred, dst, tuple(srcs), tuple(neg), tuple(operands), tuple(parts)))
         if dst:
             file = dst.rstrip("0123456789")  # "R" or "UR"
             first = int(dst[len(file):])
             for r in range(first, first + _width(opcode)):  # later registers of a wide write: no value of ours
                 written[f"{file}{r}"] = f"sel:{i}" if pred else (i if r == first else f"part:{i}")
+                part[f"{file}{r}"] = r - first
     return out
+
+
+@dataclass(frozen=True)
+class Phi:
+    """A register's value where code is reached by several branches that disagree on it: each (value, part)."""
+    at: int
+    alternatives: tuple
+
+
+def _join(addr: int, states: list[tuple[dict, dict]]) -> tuple[dict, dict]:
+    """The registers at `addr`, reached by the branches whose (written, part) are `states`."""
+    written, part = {}, {}
+    for reg in set().union(*(w for w, _ in states)):
+        vals = tuple(dict.fromkeys((w.get(reg, f"in:{reg}"), p.get(reg, 0)) for w, p in states))
+        if len(vals) == 1:
+            written[reg], part[reg] = vals[0]
+        else:
+            written[reg], part[reg] = Phi(addr, vals), 0
+    return written, part
 
 
 def _width(opcode: str) -> int:
@@ -199,7 +266,7 @@ def _input(flow: list[Op], value) -> bool:
     move or shuffle (in a record of FP instructions only, those are inputs too). A predicated write is none."""
     if isinstance(value, int):
         return flow[value].opcode.split(".")[0] not in ("FADD", "FMUL", "FFMA")
-    return value.startswith(("in:", "part:"))
+    return isinstance(value, str) and value.startswith(("in:", "part:"))
 
 
 def _def(flow: list[Op], value, opcode: str) -> Op | None:
@@ -240,9 +307,17 @@ def _ffma_split(op: Op, term) -> tuple[object, object] | None:
     return (a, b) if term(b) and not term(a) else (b, a) if term(a) else None
 
 
-def _push_checks(flow: list[Op], body: int) -> list[dict]:
-    """The dX loop's first float4 (`flow[:body]`): stats_x1 = round(stats_x1 + gp), stats_x2 = fma(rstd, round(gp *
-    round(x - mean)), stats_x2), gp = round(dy * gamma) shared by both, and no other FFMA."""
+@dataclass(frozen=True)
+class _PushLinks:
+    """The dX loop's first float4 as `_push_links` finds it: the stats_x1 links (FADD), the stats_x2 links (FFMA),
+    and the predicates that recognise their terms (gp = round(dy * gamma), product = round(gp * round(x - mean)))."""
+    s1: list
+    s2: list
+    gp: object
+    product: object
+
+
+def _push_links(flow: list[Op], body: int) -> _PushLinks:
     ops = flow[:body]
 
     def gp(v) -> bool:  # round(dy * gamma): an FMUL of two loaded values
@@ -254,8 +329,16 @@ def _push_checks(flow: list[Op], body: int) -> list[dict]:
         return op is not None and not any(op.neg) and len(op.srcs) == 2 and any(
             gp(a) and _difference(flow, b) is not None for a, b in (op.srcs, op.srcs[::-1]))
 
-    s1 = [op for op in ops if _fadd_link(op, gp)]
-    s2 = [op for op in ops if op.is_("FFMA") and _ffma_split(op, product)]
+    return _PushLinks([op for op in ops if _fadd_link(op, gp)],
+                      [op for op in ops if op.is_("FFMA") and _ffma_split(op, product)], gp, product)
+
+
+def _push_checks(flow: list[Op], body: int) -> list[dict]:
+    """The dX loop's first float4 (`flow[:body]`): stats_x1 = round(stats_x1 + gp), stats_x2 = fma(rstd, round(gp *
+    round(x - mean)), stats_x2), gp = round(dy * gamma) shared by both, and no other FFMA."""
+    ops = flow[:body]
+    links = _push_links(flow, body)
+    s1, s2, gp, product = links.s1, links.s2, links.gp, links.product
     s2_ok = (len(s2) == 4 and _chain(s2, lambda op: op.srcs[2], ops)
              and len({_ffma_split(op, product)[0] for op in s2}) == 1  # one rstd
              and _input(flow, _ffma_split(s2[0], product)[0]))
@@ -326,8 +409,15 @@ def _gamma_beta_check(pretty: str, ops: list[str]) -> dict:
     """dg = fma(rstd, round(dy * round(x - mean)), dg) and db = round(db + dy) over each thread's rows (the
     instructions before the first butterfly): one chain each, every FFMA there a dg link, every unnegated FADD a db
     link, and db adding the very dy each dg product multiplies."""
-    end = next((i for i, o in enumerate(ops) if o.startswith("SHFL.BFLY")), len(ops))
     flow = dataflow(ops)
+    dg, db, dys, dg_ok, db_ok = _gamma_beta_links(flow, ops)
+    return {"claim": f"{pretty}: dg = fma(rstd, dy*(x-mean), dg); db = db + dy", "holds": dg_ok and db_ok,
+            "evidence": [op.text for op in dg[:1] + db[:1]]}
+
+
+def _gamma_beta_links(flow: list[Op], ops: list[str]) -> tuple[list, list, list, bool, bool]:
+    """(dg links, db links, the dy each dg product multiplies, dg's chain holds, db's chain holds)."""
+    end = next((i for i, o in enumerate(ops) if o.startswith("SHFL.BFLY")), len(ops))
     region = flow[:end]
 
     def product(v) -> bool:
@@ -344,15 +434,15 @@ def _gamma_beta_check(pretty: str, ops: list[str]) -> dict:
     links = [_fadd_link(op, lambda v: v in dys) for op in db]
     db_ok = (bool(db) and all(links) and _chain(db, lambda op: _fadd_link(op, lambda v: v in dys)[0], region)
              and [t for _, t in links] == dys)
-    return {"claim": f"{pretty}: dg = fma(rstd, dy*(x-mean), dg); db = db + dy", "holds": dg_ok and db_ok,
-            "evidence": [op.text for op in dg[:1] + db[:1]]}
+    return dg, db, dys, dg_ok, db_ok
 
 
 def checks(record: dict) -> list[dict]:
     """Each contract claim re-derived from the committed instructions by dataflow (`dataflow`: each source resolved
     to the instruction that wrote it), free of register names: {"claim", "holds", "evidence"}."""
     fns = record["functions"]
-    dx = fns["layer_norm_grad_input_kernel_vectorized<float, float, false>"]["fp_ops"]
+    dx_name = _dx_name(fns)
+    dx = fns[dx_name]["fp_ops"]
     flow = dataflow(dx)
     out = _push_checks(flow, len(_first_vector(_first_loop(dx))))
     tail = next((i for i, o in enumerate(dx) if o.startswith("MUFU.RCP")), len(dx))
@@ -365,8 +455,270 @@ def checks(record: dict) -> list[dict]:
                 "evidence": [op.text for op in chains[0]] if chains else []})
     out.append({"claim": "1/fH by MUFU.RCP refined to the correctly rounded reciprocal (then FFMA steps)",
                 "holds": bool(rcp), "evidence": [op.text for op in rcp[:1]]})
-    out += [_gamma_beta_check(pretty, fns[pretty]["fp_ops"]) for pretty in list(fns)[1:]]
+    out += [_gamma_beta_check(pretty, fns[pretty]["fp_ops"]) for pretty in fns if pretty != dx_name]
     return out
+
+
+def _dx_name(functions: dict) -> str:
+    """The dX kernel among a record's functions (the float32 one, or a 2-byte one: labkit.sass.summary.retype);
+    the others are GammaBeta kernels."""
+    return next(k for k in functions if k.startswith("layer_norm_grad_input_kernel_vectorized<"))
+
+
+# --- 2-byte elements: T = bfloat16 / float16 (docs/decisions.md#low_precision_reading) ---------------------------
+#
+# torch's T kernels are the float32 templates with T loads widened to float and results rounded to T: `checks` holds
+# on their full instruction streams as it does on float32's (the widenings are inputs to it, like loads), and
+# `low_precision_checks` follows each input back to the 2-byte element it widens and each stored half back to the
+# rounding that made it, with labkit.sass.halves' rules (the same ones labkit.sass.low_precision's forward claims
+# use on the symbolic evaluation).
+
+# The partial-sums GammaBeta kernel (M > 64K and N / 32 < SMs / 2): torch writes its partials into buffers of
+# dgamma's dtype, so for T each partial is rounded to T before the .sum(0) (docs/decisions.md#low_precision_reading).
+# The float32 records do not cover it; the T records do.
+PARTIAL_FUNCTIONS = {
+    "GammaBetaBackwardCUDAKernelTemplate<float, float, 32, 1, 32, true, true, false>":
+        "GammaBetaBackwardCUDAKernelTemplateIffLj32ELj1ELj32ELb1ELb1ELb0E",
+}
+
+
+def low_precision_functions(dtype: str) -> dict[str, str]:
+    """{pretty: mangled fragment} of the backward kernels the T records cover: TORCH_FUNCTIONS' and the partial
+    GammaBeta kernel, for `dtype`."""
+    from labkit.sass.summary import retype
+
+    return retype({**TORCH_FUNCTIONS, **PARTIAL_FUNCTIONS}, dtype)
+
+
+def _writes_predicate(op: Op, pred: str) -> bool:
+    """Whether `op` (re)defines predicate `pred` (P0 of "!P0"): a compare, a carry-out, R2P (labkit.sass.symbolic
+    reads predicate destinations the same way: among the first two operands)."""
+    name = pred.lstrip("!")
+    return any(o.lstrip("!") in (name, "PR") for o in op.operands[:2])
+
+
+def _halves(flow: list[Op], value, part: int = 0, depth: int = 0, under: tuple | None = None) -> tuple:
+    """(low, high) 16-bit halves of a value, each ("T", load, element) for an element of a 2-byte load (LDG.E.64's
+    register `part` holds elements 2 part and 2 part + 1; LDG.E.U16's low half element 0, its high half zero),
+    ("rnd", instruction, source value, dtype, rounding) for a float rounded to T, halves.ZERO, or None: followed
+    through the instructions that only move halves (halves.route). `under` = (predicate, index) of the reader at the
+    top (a predicated store): a value written under that same predicate, not redefined before the reader, is the
+    predicated write's (the path where the store happens is the path where the write did)."""
+    from labkit.sass import halves
+
+    if isinstance(value, Phi):  # halves every branch agrees on
+        alts = {_halves(flow, v, p, depth + 1, under) for v, p in value.alternatives}
+        return alts.pop() if len(alts) == 1 else (None, None)
+    if isinstance(value, str):
+        if value in ("imm:RZ", "imm:URZ"):
+            return halves.ZERO, halves.ZERO
+        if value.startswith("sel:") and under is not None:
+            i = int(value[4:])
+            if flow[i].pred == under[0] and not any(_writes_predicate(op, under[0]) for op in flow[i + 1:under[1]]):
+                value = str(i)
+        if value.startswith("part:"):
+            value = int(value[5:])
+        elif value.isdigit():
+            value = int(value)
+        else:
+            return None, None
+    op = flow[value]
+    ops = list(op.operands)
+    n = halves.load_halves(op.opcode)
+    if n == 1:
+        return ("T", value, 0), halves.ZERO
+    if n == 4:
+        return ("T", value, 2 * part), ("T", value, 2 * part + 1)
+    if (nw := halves.narrow(op.opcode, ops)) is not None:
+        return tuple(halves.ZERO if k is None else ("rnd", value, op.srcs[k - 1], nw.dtype, nw.rounding)
+                     for k in (nw.low, nw.high))
+    rt = halves.route(op.opcode, ops)
+    if rt is None or depth > 16:
+        return None, None
+    out = []
+    for h in rt:
+        h = halves.resolve(h, ops)
+        out.append(h if h == halves.ZERO else _halves(flow, op.srcs[h.operand - 1], op.parts[h.operand - 1],
+                                                       depth + 1, under)[h.half])
+    return tuple(out)
+
+
+def _widened(flow: list[Op], value) -> dict | None:
+    """{"dtype", "load", "element", "form"} of a float value that is a 2-byte element widened exactly (labkit.sass.
+    halves: float16 by HADD2.F32 -RZ, h or F2F.F32.F16; bfloat16 by its bits in the high half over a zero low half),
+    or None."""
+    from labkit.sass import halves
+
+    if not isinstance(value, int):
+        return None
+    op = flow[value]
+    w = halves.widen(op.opcode, list(op.operands))
+    if w is not None:
+        el, dtype = _halves(flow, op.srcs[w.operand - 1], op.parts[w.operand - 1])[w.half], w.dtype
+    else:
+        lo, el = _halves(flow, value)
+        dtype = "bfloat16" if lo == halves.ZERO else None
+    if dtype is None or not (isinstance(el, tuple) and el[0] == "T"):
+        return None
+    form = re.sub(r"\bU?R\d+", "R", f"{op.opcode} {', '.join(op.operands[1:])}")
+    return {"dtype": dtype, "load": el[1], "element": el[2], "form": form}
+
+
+def _stored(flow: list[Op]) -> list[tuple[Op, list]]:
+    """Each global store of T (4 halves: STG.E.64; 1: STG.E.U16) with the halves it writes, in element order."""
+    from labkit.sass import halves
+
+    out = []
+    for op in flow:
+        n = halves.store_halves(op.opcode) if op.opcode.startswith("STG") else None
+        if n not in (1, 4):
+            continue
+        regs = list(zip(op.srcs, op.parts))[-max(1, n // 2):]
+        under = (op.pred, op.index) if op.pred else None
+        out.append((op, [h for v, part in regs for h in _halves(flow, v, part, under=under)][:n]))
+    return out
+
+
+def _rounded_once(flow: list[Op], dtype: str) -> tuple[bool, dict]:
+    """Every stored T half is a rounding to `dtype`, to nearest, of a float an FADD/FMUL/FFMA made (not of a value
+    already T); (holds, evidence)."""
+    stores = _stored(flow)
+    halves_ = [h for _, hs in stores for h in hs]
+
+    def float_made(v, pred) -> bool:
+        """A float that FADD/FMUL/FFMA made, or the zero a sum of no terms is (a move of RZ): on every branch to a
+        join, and for a predicated write, where the rounding runs under that same predicate."""
+        if isinstance(v, Phi):
+            return all(float_made(a, pred) for a, _ in v.alternatives)
+        if isinstance(v, str) and v.startswith("sel:") and flow[int(v[4:])].pred == pred:
+            v = int(v[4:])
+        if not isinstance(v, int):
+            return False
+        op = flow[v]
+        zero = op.opcode in ("MOV", "IMAD.MOV.U32", "CS2R") and all(
+            o in ("RZ", "SRZ") for o in op.operands[1:])
+        return op.opcode.split(".")[0] in ("FADD", "FMUL", "FFMA") or zero
+
+    ok = bool(halves_) and all(
+        isinstance(h, tuple) and h[0] == "rnd" and h[3] == dtype and h[4] == "rn" and float_made(h[2], flow[h[1]].pred)
+        for h in halves_)
+    packs = sorted({flow[h[1]].opcode for h in halves_ if isinstance(h, tuple) and h[0] == "rnd"})
+    return ok, {"stores": sorted({op.opcode for op, _ in stores}), "stored_halves": len(halves_), "packs": packs}
+
+
+def _x_of(flow: list[Op], value):
+    """x of round(x - mean): the unnegated source of the difference FADD."""
+    diff = _difference(flow, value)
+    return diff.srcs[diff.neg.index(False)] if diff is not None else None
+
+
+def _dx_low_precision(flow: list[Op], ops: list[str], dtype: str) -> list[dict]:
+    from labkit.sass import halves
+
+    links = _push_links(flow, len(_first_vector(_first_loop(ops))))
+    rows = []  # per element k of the first float4: (dy, gamma) of gp, and x
+    for k, (a, b) in enumerate(zip(links.s1, links.s2)):
+        gp = flow[_fadd_link(a, links.gp)[1]]
+        prod = flow[_ffma_split(b, links.product)[1]]
+        x = next((_x_of(flow, v) for v in prod.srcs if _difference(flow, v)), None)
+        rows.append([_widened(flow, v) for v in gp.srcs] + [_widened(flow, x)])
+    loads = [tuple(r[j]["load"] for r in rows) if all(r[j] for r in rows) else None for j in range(3)]
+    stats_ok = (len(rows) == 4 and all(w and w["dtype"] == dtype for r in rows for w in r)
+                and all(ld is not None and len(set(ld)) == 1 for ld in loads)
+                and len({ld[0] for ld in loads}) == 3  # dy, gamma and x: three loads
+                and all([r[j]["element"] for r in rows] == [0, 1, 2, 3] for j in range(3))
+                and all(halves.load_halves(flow[ld[0]].opcode) == 4 for ld in loads))
+
+    tail = next((i for i, o in enumerate(ops) if o.startswith("MUFU.RCP")), len(ops))
+    rcp = _reciprocal(flow, tail)
+    _, chains = _output_chains(flow, tail, rcp[-1].index if rcp else None)
+    inputs_ok, x_element = bool(chains), {}
+    for f, _sub, mul in chains:
+        t = _def(flow, f.srcs[2], "FMUL")
+        inner = t and next((_def(flow, v, "FMUL") for v in t.srcs if _def(flow, v, "FMUL")), None)
+        x = inner and next((_x_of(flow, v) for v in inner.srcs if _difference(flow, v)), None)
+        dy_g = [_widened(flow, v) for v in f.srcs[:2]]
+        g = next((_def(flow, v, "FMUL") for v in f.srcs[:2] if _def(flow, v, "FMUL")), None)
+        gamma = [w for w in (_widened(flow, v) for v in (g.srcs if g else ())) if w]
+        wx = _widened(flow, x)
+        # dy is widened; fH*gamma's gamma is (the path without gamma multiplies fH alone: nothing to widen)
+        ok = (sum(1 for w in dy_g if w and w["dtype"] == dtype) == 1 and wx is not None and wx["dtype"] == dtype
+              and all(w["dtype"] == dtype for w in gamma))
+        inputs_ok = inputs_ok and ok
+        if wx:
+            x_element[mul.index] = (wx["load"], wx["element"])
+    once, ev = _rounded_once(flow, dtype)
+    # the vector stores: element k the dX of x's element k, all from one x load; every dX of a chain stored
+    vec, in_place, stored_dx = [], True, set()
+    for op, hs in _stored(flow):
+        srcs = [h[2] if isinstance(h, tuple) and h[0] == "rnd" else None for h in hs]
+        stored_dx.update(s for s in srcs if s is not None)
+        if len(hs) == 4:
+            vec.append(op.opcode)
+            els = [x_element.get(s) for s in srcs]
+            if None in els or [e[1] for e in els] != [0, 1, 2, 3] or len({e[0] for e in els}) != 1:
+                in_place = False
+    every = bool(chains) and all(mul.index in stored_dx for _, _, mul in chains)
+    forms = sorted({w["form"] for r in rows for w in r if w})
+    return [
+        {"claim": f"dX stats: the first vector's dy, gamma and x are {dtype} elements widened exactly, element k "
+                  "of three 8-byte loads (LDG.E.64) in link k",
+         "holds": stats_ok, "evidence": {"forms": forms, "loads": sorted({flow[ld[0]].opcode for ld in loads if ld})}},
+        {"claim": f"dX output: in every dx chain, dy, gamma (in fH * gamma) and x (in x - mean) are {dtype} "
+                  "elements widened exactly",
+         "holds": inputs_ok, "evidence": {"chains": len(chains)}},
+        {"claim": f"dX is rounded to {dtype} once, to nearest even, at its store: every stored half is a rounding "
+                  "of a float result, and every dx chain's result is stored so",
+         "holds": once and every, "evidence": ev},
+        {"claim": "dX's vector stores are 8 bytes (STG.E.64), element k the dx of x's element k",
+         "holds": bool(vec) and in_place and all(halves.store_halves(o) == 4 for o in vec),
+         "evidence": {"vector_stores": vec}},
+    ]
+
+
+def _gamma_beta_low_precision(pretty: str, flow: list[Op], ops: list[str], dtype: str) -> list[dict]:
+    dg, db, dys, dg_ok, db_ok = _gamma_beta_links(flow, ops)
+
+    def product(v) -> bool:
+        op = _def(flow, v, "FMUL")
+        return op is not None and not any(op.neg) and any(_difference(flow, s) for s in op.srcs)
+
+    inputs = []
+    for op in dg if dg_ok else []:
+        mul = flow[_ffma_split(op, product)[1]]
+        inputs += [_widened(flow, v) if not _difference(flow, v) else _widened(flow, _x_of(flow, v))
+                   for v in mul.srcs]
+    inputs += [_widened(flow, _fadd_link(op, lambda v: v in dys)[1]) for op in db if db_ok]
+    once, ev = _rounded_once(flow, dtype)
+    return [
+        {"claim": f"{pretty}: dy and x of every dg / db link are {dtype} elements widened exactly",
+         "holds": bool(inputs) and all(w and w["dtype"] == dtype for w in inputs),
+         "evidence": sorted({w["form"] for w in inputs if w})},
+        {"claim": f"{pretty}: dg and db are summed in float and rounded to {dtype} once, to nearest even, at their "
+                  "stores",
+         "holds": dg_ok and db_ok and once, "evidence": ev},
+    ]
+
+
+def low_precision_checks(functions: dict[str, list[str]], dtype: str) -> list[dict]:
+    """The contract's claims for T = `dtype` on the backward kernels' full instruction streams ({pretty: [lines of
+    labkit.sass.parser.compact, address order]}): `checks` (the float32 contract: the same arithmetic on the widened
+    values), then where each input comes from and how each result is stored."""
+    streams = {k: _split_addresses(v) for k, v in functions.items()}
+    out = checks({"functions": {k: {"fp_ops": texts} for k, (_, texts) in streams.items()}})
+    dx_name = _dx_name(functions)
+    addrs, texts = streams[dx_name]
+    out += _dx_low_precision(dataflow(texts, addrs), texts, dtype)
+    for pretty, (addrs, texts) in streams.items():
+        if pretty != dx_name:
+            out += _gamma_beta_low_precision(pretty, dataflow(texts, addrs), texts, dtype)
+    return out
+
+
+def _split_addresses(lines: list[str]) -> tuple[list[int], list[str]]:
+    """labkit.sass.parser.compact's lines -> (addresses, the instructions' text)."""
+    pairs = [line.split(" ", 1) for line in lines]
+    return [int(a, 16) for a, _ in pairs], [t for _, t in pairs]
 
 
 def header_checks(header_text: str) -> list[dict]:

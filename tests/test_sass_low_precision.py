@@ -313,3 +313,19 @@ def test_retype_names_the_2_byte_instances():
 def test_the_recorder_refuses_a_workdir_in_the_repository():
     with pytest.raises(SystemExit, match="outside the repository"):
         lps.main(["--wheel", "w.whl", "--workdir", str(lps.OUT_DIR), "--arch", "sm_90"])
+
+
+def test_notebook_06_recomputes_every_claim_per_arch_and_dtype():
+    """Notebook 06's 2-byte rows: one per committed arch and dtype, counts recomputed from the kept instructions."""
+    from labkit.studies import kernel_definitions as kd
+    from labkit.studies import low_precision_sass as lps
+
+    rows = kd.low_precision_rows()
+    archs = sorted(p.stem.rsplit("-", 1)[1] for p in lps.OUT_DIR.glob("layernorm-t-torch-*.json"))
+    assert sorted({r["device"] for r in rows}) == archs and len(rows) == 2 * len(archs)
+    for r in rows:
+        for direction in ("forward", "backward"):
+            held, total = map(int, r[f"{direction}: claims holding"].split("/"))
+            assert total > 0 and (held == total) == (r[f"{direction}: not holding"] == "—")
+    claims = kd.low_precision_claim_rows("sm_89", "float16")
+    assert claims and {c["device"] for c in claims} == {"sm_89"} and {c["dtype"] for c in claims} == {"float16"}

@@ -178,6 +178,48 @@ def torch_function_rows(evidence: dict) -> list[dict]:
             for k, v in evidence["torch"]["functions"].items()]
 
 
+def _low_precision_records() -> list[tuple[str, dict]]:
+    """(device arch, record) of every committed 2-byte SASS record (data/sass/low_precision), by arch number."""
+    from labkit.studies import low_precision_sass as lps
+
+    found = [(p.stem.rsplit("-", 1)[1], json.loads(p.read_text()))
+             for p in lps.OUT_DIR.glob("layernorm-t-torch-*.json")]
+    return sorted(found, key=lambda f: int(f[0].removeprefix("sm_")))
+
+
+def low_precision_rows() -> list[dict]:
+    """torch's bfloat16/float16 LayerNorm per device arch: how many of the contract's claims hold, forward and
+    backward, each recomputed here from the record's kept instructions (labkit.studies.low_precision_sass.replay),
+    not read from a stored verdict."""
+    from labkit.studies import low_precision_sass as lps
+
+    rows = []
+    for arch, rec in _low_precision_records():
+        for dtype, parts in lps.replay(rec).items():
+            row = {"device": arch, "torch": rec["torch"]["torch_version"], "torch's cubin": rec["torch"]["cubin"],
+                   "dtype": dtype}
+            for direction, claims in parts.items():
+                row[f"{direction}: claims holding"] = f"{sum(c['holds'] is True for c in claims)}/{len(claims)}"
+                row[f"{direction}: not holding"] = ", ".join(c["claim"] for c in claims if c["holds"] is not True) or "—"
+            rows.append(row)
+    return rows
+
+
+def low_precision_claim_rows(arch: str, dtype: str = "bfloat16") -> list[dict]:
+    """The forward's claims for `dtype` on device `arch` (the nearest committed arch at or below it), each with
+    whether it holds: what "the same contract" means, claim by claim."""
+    from labkit.studies import low_precision_sass as lps
+
+    records = _low_precision_records()
+    number = int(arch.removeprefix("sm_").removeprefix("compute_"))
+    below = [r for r in records if int(r[0].removeprefix("sm_")) <= number] or records[:1]
+    if not below:
+        return []
+    device, rec = below[-1]
+    return [{"device": device, "dtype": dtype, "forward claim": c["claim"],
+             "holds": "yes" if c["holds"] is True else "NO"} for c in lps.replay(rec)[dtype]["forward"]]
+
+
 def same_code_line(same: dict) -> str:
     """Whether the cubins compiled here are byte-identical to those the committed SASS summary was made from, and
     what a difference means: the verdict reads the SASS of the cubins compiled here, so it holds for them."""

@@ -112,8 +112,10 @@ def test_training_plain_verdict_says_l1_40_and_each_missed_goal_plainly():
     missed = [g for g in training.goals(training.collect(s)) if g["met"] is False]
     assert f"It misses {len(missed)} of the" in lines[2]
     text = " ".join(lines)
-    assert f"At {t['fwdbwd_worst_shape']} forward plus backward runs at {ratio(t['fwdbwd_worst_ratio_vs_native'])} " \
-           f"torch eager's speed under {PROTOCOL_NAMES['B']}" in text
+    # the worst shape against torch eager is said, first of the misses, where its goal is missed (and only there)
+    worst_missed = any(g["goal"].startswith("worst x native") for g in missed)
+    assert (f"At {t['fwdbwd_worst_shape']} forward plus backward runs at {ratio(t['fwdbwd_worst_ratio_vs_native'])} "
+            f"torch eager's speed under {PROTOCOL_NAMES['B']}" in text) == worst_missed
     assert "Missed:" not in text and "worst block" not in text and "; all trials" not in text  # no fragments
     for line in lines:
         assert len(line) < 330, line

@@ -24,6 +24,6 @@ for name in attrs certifi charset_normalizer click filelock fsspec idna jinja2 m
     rm -f "$dest/${name}"-*.whl
 done
 # imported only when used: hf_xet by huggingface_hub's downloads (the GPU has no network), debugpy by ipykernel's
-# debugger (guarded import); 8 MB together
-rm -f "$dest"/hf_xet-*.whl "$dest"/debugpy-*.whl
+# debugger (guarded import), jedi and parso by IPython's completion (imported lazily, never in a batch run); 14 MB
+rm -f "$dest"/hf_xet-*.whl "$dest"/debugpy-*.whl "$dest"/jedi-*.whl "$dest"/parso-*.whl
 ls "$dest" | wc -l | xargs echo "wheels in $dest:"

@@ -134,6 +134,8 @@ def test_the_chain_schedules_floor_is_shown_beside_the_low_precision_forward(com
 
     _, rec = committed
     rec = copy.deepcopy(rec)
+    for r in rec["low_precision"]:
+        r.pop("floor", None)
     chain, ceiling = {"ms": 0.1}, {"read_plus_write_gbps": 2000.0}
     out_bytes, floor_ms = schedule_floor(chain, ceiling, 1 << 26, 2)
     assert out_bytes == 2 * (1 << 26) * 2 and floor_ms == pytest.approx(0.1 + out_bytes / 2e9)
@@ -145,3 +147,5 @@ def test_the_chain_schedules_floor_is_shown_beside_the_low_precision_forward(com
     assert {r["setup"] for r in shown} == {"bfloat16 forward, 16x64x256x256"} and len(shown) == 2
     assert all(r["schedule floor ms"] == floor_ms for r in shown)
     assert any(f"floor there is {floor_ms:.3f} ms" in line for line in reach.headline(rec, "replayed"))
+    lp["graph_path"] = "rows_fused"  # the graph protocol's rule picks another path: no floor beside that row
+    assert [r["protocol"] for r in reach.table_rows(rec) if r["schedule floor ms"] is not None] == [reach.EAGER]

@@ -159,7 +159,9 @@ def low_precision(dtype: str, shape, eager, graph, seed: int, device, compiled: 
     train = {"native": _fwdbwd(_f_layer_norm, x, ns, w, b, dy), "dropin": _fwdbwd(_dropin, x, ns, w, b, dy)}
     planned = explain(x, ns, w, b)  # with grad: the backward a training step gets too
     out = {"dtype": dtype, "shape": list(shape), "key": shape_key(shape), "errors": {},
-           "path": explain(xd, ns, wd, bd)["path"], "backward": planned["backward"]}
+           "path": explain(xd, ns, wd, bd)["path"],
+           "graph_path": _graph_protocol(lambda: explain(xd, ns, wd, bd))()["path"],  # the graph rule's pick
+           "backward": planned["backward"]}
     want_f, want_t = fwd["native"](), train["native"]()
     out["bits_forward"] = _bits(fwd["dropin"](), want_f)
     out["bits_fwdbwd"] = [_bits(a, e) for a, e in zip(train["dropin"](), want_t)]
@@ -682,9 +684,12 @@ def table_rows(rec: dict | None) -> list[dict]:
     if ac:
         add("bf16 autocast, fwd+bwd, L1/40", EAGER, ac["eager"])
     for r in rec.get("low_precision") or []:
-        floor = (r.get("floor") or {}).get("floor_ms")  # the chain's (where the chain serves; newer runs)
+        # the chain's floor (newer runs), beside a protocol's row where that protocol's rule picks the chain (runs
+        # before graph_path was recorded: both rules pick the chain at the shapes measured, checked against the table)
+        floor = (r.get("floor") or {}).get("floor_ms")
         add(f"{r['dtype']} forward, {r['key']}", EAGER, r["forward_eager"], floor=floor)
-        add(f"{r['dtype']} forward, {r['key']}", GRAPH, r["forward_graph"], floor=floor)
+        add(f"{r['dtype']} forward, {r['key']}", GRAPH, r["forward_graph"],
+            floor=floor if r.get("graph_path", r["path"]) == "chain" else None)
         add(f"{r['dtype']} fwd+bwd, {r['key']} ({_backward_words(r)})", EAGER, r["fwdbwd_eager"])
     for r in rec.get("compiled") or []:
         add(f"float32 fwd+bwd compiled, {r['key']}", EAGER, r["eager"], "dropin_compiled",

@@ -124,11 +124,12 @@ inline bool backward_misaligned(const Tensor& x, const Tensor& dy, const Tensor&
   return ((address(x) | address(dy) | address(g)) & static_cast<uint64_t>(align - 1)) != 0;
 }
 
-// A forward's buffers against what its plan's kernels need (labkit.ops.dropin.plan.KernelPlan.misaligned): x at
-// `align` (torch's vector of x's dtype, 16 bytes for float32 and 8 for bfloat16/float16, or 16 where a tensor map
-// reads x), gamma and beta at torch's vector (they are read by pointer).
+// A forward's buffers against what its plan's kernels need (labkit.ops.dropin.plan.KernelPlan.misaligned,
+// labkit.ops.dropin.autocast.AutocastPlan.aligned): x at `align` (torch's vector of x's dtype, 16 bytes for float32
+// and 8 for bfloat16/float16, or 16 where a tensor map reads x), gamma and beta at a vector of four of their own
+// elements (they are read by pointer; an autocast build's are float32 beside a 2-byte x: 16 bytes).
 inline bool forward_misaligned(const Tensor& x, const Tensor& g, const Tensor& beta, int64_t align) {
-  const uint64_t vector = 4 * static_cast<uint64_t>(x.element_size());
+  const uint64_t vector = 4 * static_cast<uint64_t>(g.element_size());
   return (address(x) & static_cast<uint64_t>(align - 1)) != 0 || ((address(g) | address(beta)) & (vector - 1)) != 0;
 }
 

@@ -45,6 +45,14 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default=None, help="comma-separated 2-byte dtypes (bfloat16,float16): measure the "
                     "forward grid for each into a dispatch_low_precision run, and write no module")
     args = ap.parse_args(argv)
+    if args.dtypes and args.backward:
+        ap.error("--dtypes measures the forward grid only: drop --backward")
+    if args.dtypes:
+        from labkit.ops.dtypes import LOW_PRECISION
+
+        bad = [d for d in args.dtypes.split(",") if d.strip() not in LOW_PRECISION]
+        if bad:
+            ap.error(f"--dtypes takes {', '.join(LOW_PRECISION)}, got {', '.join(bad)}")
     root = Path(os.environ.get("LABKIT_RUNS_ROOT", "build/runs"))
     if args.dtypes:
         return low_precision(args, root)
@@ -95,12 +103,7 @@ def main(argv=None) -> int:
 
 def low_precision(args, root: Path) -> int:
     """The forward grid for each of `args.dtypes`, one record each, in one run; no module is written."""
-    from labkit.ops import dtypes
-
-    names = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    bad = [d for d in names if d not in dtypes.LOW_PRECISION]
-    if bad:
-        raise ValueError(f"--dtypes takes {', '.join(dtypes.LOW_PRECISION)}, got {', '.join(bad)}")
+    names = [d.strip() for d in args.dtypes.split(",")]
     run = Run.create(root, "dispatch_low_precision", vars(args), device="cuda")
     t0 = time.perf_counter()
     warm = dispatch.warm_up(args.warmup_s)

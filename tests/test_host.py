@@ -256,9 +256,12 @@ def test_an_autocast_plan_gives_autocasts_tensors(ext, low):
         assert_bits_equal(a, c, what=f"autocast plan {name}")
     y, mean, rstd = ext.forward_stats(p, x0, w0, b0)
     ry, rm, rr = torch.native_layer_norm(x0.float(), (64,), w0, b0, 1e-5)
-    assert_bits_equal(y, ry, what="forward_stats y")
+    for name, a, c in zip(("y", "mean", "rstd"), (y, mean, rstd), (ry, rm, rr)):
+        assert a.dtype == torch.float32, name
+        assert_bits_equal(a, c.reshape(a.shape), what=f"forward_stats {name}")
     got = ext.backward(p, dy, x0, mean, rstd, w0, b0, [True, True, True])
     ref = torch.ops.aten.native_layer_norm_backward(dy, x0.float(), [64], rm, rr, w0, b0, [True, True, True])
-    assert got[0].dtype == low and got[1].dtype == torch.float32
+    assert got[0].dtype == low and got[1].dtype == torch.float32 and got[2].dtype == torch.float32
     assert_bits_equal(got[0], ref[0].to(low), what="backward dx")
     assert_bits_equal(got[1], ref[1], what="backward dweight")
+    assert_bits_equal(got[2], ref[2], what="backward dbias")

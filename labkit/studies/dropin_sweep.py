@@ -92,15 +92,19 @@ def sweep(shape_list, rounds: int = 15, seed: int = 0, eps: float = 1e-5, device
     from labkit.inputs import make_input
     from labkit.ops import paths
     from labkit.ops.dispatch import rule
+    from labkit.ops.dtypes import LOW_PRECISION
     from labkit.studies.bench import PROTOCOL_A, PROTOCOL_B, time_methods
 
+    if dtype not in ("float32", *LOW_PRECISION):
+        raise ValueError(f"dtype must be one of float32, {', '.join(LOW_PRECISION)}, got {dtype!r}")
+    torch_dtype = getattr(torch, dtype)
     eager_p, graph_p = replace(PROTOCOL_B, rounds=rounds), replace(PROTOCOL_A, rounds=rounds)
     dev = device_info(current_index(torch.device(device)))
     _raise_recompile_limit()
     rows_out = []
     for shape in shape_list:
         t0 = time.perf_counter()
-        x = make_input("uniform", shape, seed, device).to(getattr(torch, dtype))
+        x = make_input("uniform", shape, seed, device).to(torch_dtype)
         w, b = (v.to(x.dtype) for v in _affine(shape, seed, device))
         rows, n = x.numel() // w.numel(), w.numel()
         row = {"key": shape_key(shape), "shape": list(shape), "rows": rows, "n": n, "l1_40": tuple(shape) == L1_40,
@@ -180,10 +184,10 @@ def floor_check(rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda
     from labkit import layer_norm
     from labkit.inputs import make_input
     from labkit.studies.bench import PROTOCOL_A, PROTOCOL_B, time_methods
-    from labkit.studies.measure import chain_floor, copy_ceiling_a
+    from labkit.studies.measure import copy_ceiling_a
 
     ceiling = copy_ceiling_a(rounds=rounds, device=device)
-    chains = {n: chain_floor(pushes=n // 128, rounds=rounds, device=device) for n in FLOOR_NS}
+    chains = {n: chain_floor_for(n, rounds, device) for n in FLOOR_NS}
     rows_out = []
     for n in FLOOR_NS:
         for rows in FLOOR_ROWS:
@@ -199,6 +203,14 @@ def floor_check(rounds: int = 15, seed: int = 0, eps: float = 1e-5, device="cuda
             x = None  # freed before the next shape is made
     return {"ceiling": ceiling, "chain_floors": {str(n): c for n, c in chains.items()}, "slack": FLOOR_SLACK,
             "shapes": rows_out}
+
+
+def chain_floor_for(n: int, rounds: int, device) -> dict:
+    """The chain schedule's push chain for rows of N elements, measured (labkit.studies.measure.chain_floor): each of
+    a row's 128 chains pushes N / 128 elements, one after another."""
+    from labkit.studies.measure import chain_floor
+
+    return chain_floor(pushes=n // 128, rounds=rounds, device=device)
 
 
 def schedule_floor(chain: dict, ceiling: dict, numel: int, itemsize: int) -> tuple[int, float]:
@@ -277,17 +289,20 @@ def low_precision_dispatch(session) -> tuple[str, list[dict]]:
     each grid point, each path built for the dtype (eager per call, us), the fastest, the path the rule picks (by the
     float32 scores, among the paths built for the dtype) and whether it is within the agreement margin of the
     fastest."""
+    from labkit.ops.dtypes import LOW_PRECISION
+
     lines, rows = [], []
-    for dtype in ("bfloat16", "float16"):
+    for dtype in LOW_PRECISION:
         rec = session.record(f"dropin_sweep_{dtype}")
         if not rec:
             continue
         these = dispatch_rows(rec)
-        worst = max(these, key=lambda r: _pick_over_fastest(r) or 0.0, default=None)
         agree = sum(r["agrees"] for r in these)
-        line = f"{dtype}: the rule's pick is within {AGREE_RELATIVE:.0%} of the fastest path at {agree} of {len(these)}"
+        line = (f"{dtype}: the rule's pick is within {AGREE_RELATIVE:.0%} (or {AGREE_ABSOLUTE_MS * 1e3:.0f} us) of the "
+                f"fastest path at {agree} of {len(these)} grid points")
+        worst = max((r for r in these if not r["agrees"]), key=lambda r: _pick_over_fastest(r) or 0.0, default=None)
         if worst is not None and _pick_over_fastest(worst):
-            line += (f" grid points; worst at {worst['shape']}: {worst['rule']} takes {_pick_over_fastest(worst):.2f}x "
+            line += (f"; worst at {worst['shape']}: {worst['rule']} takes {_pick_over_fastest(worst):.2f}x "
                      f"{worst['fastest']}'s time")
         lines.append(line + f" (eager per call, {rec['device']['name']}).")
         rows += [{"dtype": dtype, **r} for r in these]

@@ -139,10 +139,12 @@ def autocast_l1_40(eager, seed: int, device) -> dict:
             "bits": [_bits(a, e) for a, e in zip(got, want)]}
 
 
-def low_precision(dtype: str, shape, eager, graph, seed: int, device, compiled: bool = True) -> dict:
+def low_precision(dtype: str, shape, eager, graph, seed: int, device, compiled: bool = True,
+                  ceiling: dict | None = None) -> dict:
     """One dtype at one shape: forward under both protocols and forward + backward eager per call, for torch, the
     drop-in, torch.compile (static shapes, fullgraph) and, forward, a copy of x (the bytes' floor) and the float32
-    drop-in at the same shape; the drop-in's bits and compile's bit-equal fraction against eager torch."""
+    drop-in at the same shape; the drop-in's bits and compile's bit-equal fraction against eager torch; where the
+    chain serves, its schedule's floor (`ceiling`: a copy_ceiling_a record measured once for the run, else here)."""
     torch = _torch()
     from labkit import explain
 
@@ -175,22 +177,24 @@ def low_precision(dtype: str, shape, eager, graph, seed: int, device, compiled: 
     out["forward_graph"] = _time(graphed, graph, "native")
     out["fwdbwd_eager"] = _time(train, eager, "native")
     if out["path"] == "chain":
-        out["floor"] = _chain_floor(xd, ns, eager.rounds, device)
+        from labkit.studies.dropin_sweep import chain_floor_for, schedule_floor
+        from labkit.studies.measure import copy_ceiling_a
+
+        chain = chain_floor_for(math.prod(ns), eager.rounds, device)
+        ceiling = ceiling or copy_ceiling_a(rounds=eager.rounds, device=device)
+        out_bytes, floor_ms = schedule_floor(chain, ceiling, xd.numel(), xd.element_size())
+        out["floor"] = {"chain_ms": chain["ms"], "output_bytes": out_bytes,
+                        "ceiling_gbps": ceiling["read_plus_write_gbps"], "floor_ms": floor_ms}
     return out
 
 
-def _chain_floor(x, ns, rounds: int, device) -> dict:
-    """The chain schedule's forward floor for x, measured here (labkit.studies.dropin_sweep.schedule_floor): its
-    push chain of N / 128 dependent pushes and its output pass's bytes at the copy ceiling."""
-    from labkit.studies.dropin_sweep import schedule_floor
-    from labkit.studies.measure import chain_floor, copy_ceiling_a
+def _low_precision_all(eager, graph, seed: int, device) -> list[dict]:
+    """low_precision at each (dtype, shape) of the study, with the copy ceiling measured once for all of them."""
+    from labkit.studies.measure import copy_ceiling_a
 
-    n = math.prod(ns)
-    chain = chain_floor(pushes=n // 128, rounds=rounds, device=device)
-    ceiling = copy_ceiling_a(rounds=rounds, device=device)
-    out_bytes, floor_ms = schedule_floor(chain, ceiling, x.numel(), x.element_size())
-    return {"chain_ms": chain["ms"], "output_bytes": out_bytes, "ceiling_gbps": ceiling["read_plus_write_gbps"],
-            "floor_ms": floor_ms}
+    ceiling = copy_ceiling_a(rounds=eager.rounds, device=device)
+    return [low_precision(d, s, eager, graph, seed, device, ceiling=ceiling)
+            for d, s in (("bfloat16", L1_40), ("bfloat16", WIDE), ("float16", L1_40))]
 
 
 def _graph_protocol(fn):
@@ -542,8 +546,7 @@ def reach(mode: str = "quick", rounds: int = 15, seed: int = 0, device="cuda", l
            "device": torch.cuda.get_device_name(), "errors": {}}
     parts = (
         ("autocast", lambda: autocast_l1_40(eager, seed, device)),
-        ("low_precision", lambda: [low_precision(d, s, eager, graph, seed, device)
-                                   for d, s in (("bfloat16", L1_40), ("bfloat16", WIDE), ("float16", L1_40))]),
+        ("low_precision", lambda: _low_precision_all(eager, graph, seed, device)),
         ("ordinary", lambda: ordinary(ORDINARY if mode == "full" else QUICK_ORDINARY, eager, graph, seed, device)),
         ("compiled", lambda: compiled_vs_eager(COMPILED_SHAPES, eager, seed, device)),
         ("host", lambda: host_per_op(device)),

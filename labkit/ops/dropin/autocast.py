@@ -82,8 +82,9 @@ class AutocastPlan:
 
     def backward(self, dy, x, mean, rstd, weight, bias, mask):
         """(dx of x's dtype, dweight, dbias float32): our kernels, or torch's float32 backward on x.to(float32)
-        with dX cast back (autocast's own tensors) where dy is not a contiguous, aligned float32 tensor."""
-        if dy.dtype == _F32 and dy.shape == x.shape:
+        with dX cast back (autocast's own tensors) where dy is not a contiguous, aligned float32 tensor (a lazily
+        negated or zero tensor's memory is not its values: torch's backward, as the C++ route does)."""
+        if dy.dtype == _F32 and dy.shape == x.shape and not dy.is_neg() and not dy._is_zerotensor():
             dy = dy.contiguous()  # what torch's backward does first
             if self.grad_launch is not None and self.aligned(x, dy, weight):
                 return grad.run(self.backward_launches, dy, x, self.ns, mean, rstd, weight, bias, mask,

@@ -77,8 +77,8 @@ def test_every_claim_replays_from_the_kept_instructions_and_holds(path):
 @pytest.mark.parametrize("path", RECORDS, ids=IDS)
 def test_the_forward_contract_is_its_streams(path):
     rec = _load(path)
-    for part in rec["dtypes"].values():
-        report = patterns.contract_report(parser.parse_compact(part["forward"]["sass"]))
+    for dtype, part in rec["dtypes"].items():
+        report = patterns.contract_report(parser.parse_compact(part["forward"]["sass"]), dtype=dtype)
         assert {k: report[k] for k in part["forward"]["contract"]} == part["forward"]["contract"]
 
 
@@ -94,6 +94,24 @@ DX_VECTOR = "dX's vector stores are 8 bytes"
 GB_ROUND = "dg and db are summed in float and rounded to"
 
 
+DX_OUTPUT = "dX output:"
+
+
+def _gamma_widenings(dx: list[str]) -> list[int]:
+    """Indices of the instructions that widen gamma in fH * gamma, in every dx output chain of a dX stream."""
+    addrs, texts = bc._split_addresses(dx)
+    flow = bc.dataflow(texts, addrs)
+    tail = next(i for i, o in enumerate(texts) if o.startswith("MUFU.RCP"))
+    rcp = bc._reciprocal(flow, tail)
+    _, chains = bc._output_chains(flow, tail, rcp[-1].index if rcp else None)
+    out = set()
+    for f, _, _ in chains:
+        g = next((bc._def(flow, v, "FMUL") for v in f.srcs[:2] if bc._def(flow, v, "FMUL")), None)
+        out.update(v for v in (g.srcs if g else ())
+                   if isinstance(v, int) and any(bc._gamma(flow, v, t) for t in lps.DTYPES))
+    return sorted(out)
+
+
 def _holds(claims: list[dict], prefix: str) -> list[bool]:
     found = [c["holds"] for c in claims if c["claim"].startswith(prefix) or f": {prefix}" in c["claim"]]
     assert found, prefix
@@ -104,9 +122,9 @@ def _replace(lines: list[str], index: int, new_body: str) -> None:
     lines[index] = lines[index].split(" ", 1)[0] + " " + new_body
 
 
-def _first_widening(lines: list[str]) -> int:
+def _first_widening(lines: list[str], dtype: str) -> int:
     """Index of the instruction that widened the first push's x (its cvt node's address)."""
-    m = patterns.match(parser.parse_compact(lines))
+    m = patterns.match(parser.parse_compact(lines), dtype=dtype)
     x = m.pushes[0][1]["x"]
     while x.op == "sel":
         x = x.args[0]
@@ -137,7 +155,7 @@ def _forward(rec: dict, dtype: str, lines: list[str]) -> list[dict]:
 def test_an_inexact_widening_fails_the_load_claim(path, dtype):
     rec = _load(path)
     lines = list(rec["dtypes"][dtype]["forward"]["sass"])
-    i = _first_widening(lines)
+    i = _first_widening(lines, dtype)
     _replace(lines, i, _not_exact(lines[i].split(" ", 1)[1]))
     assert not all(_holds(_forward(rec, dtype, lines), FWD_LOADS))
 
@@ -163,7 +181,7 @@ def test_a_different_push_contraction_fails_the_push_claim(path):
     """m2 = fma(delta, delta, m2) in place of fma(delta, x - new_mean, m2) in the first push."""
     rec = _load(path)
     lines = list(rec["dtypes"]["bfloat16"]["forward"]["sass"])
-    m = patterns.match(parser.parse_compact(lines))
+    m = patterns.match(parser.parse_compact(lines), dtype="bfloat16")
     example = m.report["examples"].get("push_m2") or m.report["examples"]["push_m2_folded"]
     i = next(k for k, line in enumerate(lines) if line.split(" ", 1)[1] == example["sass"])
     dst, a, _, c = lines[i].split(" ", 2)[2].split(", ")
@@ -210,6 +228,24 @@ def test_planted_backward_changes_fail_their_claims(path, dtype):
     dx[i] = dx[i].replace("STG.E.64", "STG.E", 1)
     assert not all(_holds(bc.low_precision_checks(functions, dtype), DX_ROUND))
 
+    # every gamma widening in the dx chains replaced by a copy of another register (MOV R, R0): gamma is then no
+    # element, and the output claim must say so (it held vacuously before: a source that was no widening was dropped)
+    functions = copy.deepcopy(base)
+    dx = functions[dx_name]
+    for i in _gamma_widenings(dx):
+        _replace(dx, i, f"MOV {dx[i].split(' ', 2)[2].split(',')[0]}, R0")
+    assert _gamma_widenings(base[dx_name]), "no gamma widening found"
+    assert not all(_holds(bc.low_precision_checks(functions, dtype), DX_OUTPUT))
+
+    # a loaded T element stored raw by a 32-bit store (STG.E of the x load's register): unrounded T at a width the
+    # rounding claim skipped before
+    functions = copy.deepcopy(base)
+    dx = functions[dx_name]
+    i = next(k for k, line in enumerate(dx) if " LDG.E.64" in line)
+    ld = dx[i].split(" ", 2)[2].split(",")[0]
+    dx.insert(i + 1, f"{int(dx[i].split(' ', 1)[0], 16) + 1:04x} STG.E desc[UR4][R2.64], {ld}")
+    assert not all(_holds(bc.low_precision_checks(functions, dtype), DX_ROUND))
+
     # each GammaBeta kernel's first rounding made toward minus infinity
     for name in base:
         if name == dx_name:
@@ -233,6 +269,7 @@ def test_planted_backward_changes_fail_their_claims(path, dtype):
     ("SHF.L.U32", ["R1", "R2", "0xf", "RZ"], None),  # not a whole half
     ("LOP3.LUT", ["R1", "R2", "0xffff0000", "RZ", "0xfc", "!PT"], None),  # an OR, not the mask
     ("PRMT", ["R1", "R2", "0x8832", "R3"], None),  # sign-replicate bytes
+    ("PRMT", ["R1", "R2", "0xba10", "R3"], None),  # sign-replicate nibbles in order: b's high half's signs, no move
     ("PRMT", ["R1", "R2", "0x7623", "R3"], None),  # bytes out of order
 ])
 def test_route_moves_whole_halves_only(opcode, operands, want):
@@ -250,6 +287,8 @@ def test_widen_and_narrow_forms():
     assert halves.narrow("F2FP.F16.F32.PACK_AB.RZ", ["R1", "R2", "R3"]).rounding == "rz"
     assert halves.narrow("F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C", ["R1", "R2", "R3"]) is None
     assert [halves.store_halves(o) for o in ("STG.E.64", "STG.E.U16", "STG.E", "STG.E.128")] == [4, 1, 2, 8]
+    # a zero-extending 16-bit load has a zero high half; a sign-extending one has copies of the sign bit: unknown
+    assert (halves.load_halves("LDG.E.U16.CONSTANT"), halves.load_halves("LDG.E.S16")) == (1, None)
 
 
 BF16_PUSH = """
@@ -271,7 +310,7 @@ BF16_PUSH = """
 def test_the_evaluator_widens_bfloat16_elements_and_leaves_other_shifts_alone():
     from labkit.sass.symbolic import Evaluator
 
-    ev = Evaluator()
+    ev = Evaluator("bfloat16")
     for ins in parser.parse_sass(BF16_PUSH)["toy_bf16"]:
         ev.step(ins)
     x0, x1, other = (node.args[0] for _, node in ev.fp_nodes)
@@ -297,6 +336,57 @@ def test_the_backward_dataflow_joins_the_branches_to_a_block_after_an_exit():
     assert bc._rounded_once(flow, "bfloat16")[0]  # both ways a float: the empty sum's zero, or the FFMA chain
     linear = bc.dataflow(texts)  # without addresses: the last writer in address order, as for the float32 records
     assert linear[6].srcs[1] == 2
+
+
+def test_float32_code_never_widens_a_loaded_word():
+    """The same shifts in a function the caller does not name 2-byte (float32 code): a loaded word's halves are no
+    elements, so nothing becomes a bfloat16 cvt."""
+    from labkit.sass.symbolic import Evaluator
+
+    ev = Evaluator()
+    for ins in parser.parse_sass(BF16_PUSH)["toy_bf16"]:
+        ev.step(ins)
+    assert all(patterns.converted_element(node.args[0]) is None for _, node in ev.fp_nodes)
+
+
+def test_the_backward_dataflow_follows_unconditional_forward_jumps():
+    """An if arm that ends in `BRA` over an EXIT to the join: the join's register is a Phi of both arms (not the
+    zero of the branch that skipped the arm alone), and a lone `BRA` before an EXIT reaches its target with its
+    state, not with the dead code's after it."""
+    lines = ["0000 @P2 MOV R46, RZ", "0010 @P2 BRA 0x50", "0020 FMUL R46, R1, R2", "0030 BRA 0x50", "0040 EXIT",
+             "0050 F2FP.BF16.F32.PACK_AB R5, RZ, R46", "0060 STG.E.U16 desc[UR4][R8.64], R5", "0070 EXIT"]
+    addrs, texts = bc._split_addresses(lines)
+    flow = bc.dataflow(texts, addrs)
+    joined = flow[5].srcs[1]
+    assert isinstance(joined, bc.Phi) and {v for v, _ in joined.alternatives} == {0, 2}
+    lone = ["0000 FMUL R46, R1, R2", "0010 BRA 0x40", "0020 FADD R46, R3, R4", "0030 EXIT",
+            "0040 F2FP.BF16.F32.PACK_AB R5, RZ, R46", "0050 STG.E.U16 desc[UR4][R8.64], R5", "0060 EXIT"]
+    addrs, texts = bc._split_addresses(lone)
+    assert bc.dataflow(texts, addrs)[4].srcs[1] == 0  # the FMUL before the jump, not the dead FADD after it
+    # a uniform branch names its predicate as an operand (torch's sm_120 GammaBeta loop): conditional, so the code
+    # after the loop is reached by falling out of it, with the loop's sum, not the jump's empty sum alone
+    loop = ["0000 MOV R25, RZ", "0010 BRA.U UP0, 0x40", "0020 FADD R25, R25, R3", "0030 BRA.U !UP0, 0x20",
+            "0040 F2FP.BF16.F32.PACK_AB R5, RZ, R25", "0050 EXIT"]
+    addrs, texts = bc._split_addresses(loop)
+    assert bc.dataflow(texts, addrs)[4].srcs[1] == 2
+
+
+def test_the_evaluator_follows_unconditional_forward_jumps():
+    from labkit.sass.symbolic import Evaluator
+
+    text = """
+        Function : toy_join
+        /*0000*/                   FMUL R46, R1, R2 ;
+        /*0010*/                   BRA 0x40 ;
+        /*0020*/                   FADD R46, R3, R4 ;
+        /*0030*/                   EXIT ;
+        /*0040*/                   FADD R7, R46, R5 ;
+        /*0050*/                   EXIT ;
+"""
+    ev = Evaluator("bfloat16")
+    for ins in parser.parse_sass(text)["toy_join"]:
+        ev.step(ins)
+    assert ev.fp_nodes[-1][1].args[0] is ev.fp_nodes[0][1]  # R46 is the FMUL's, not the dead FADD's
 
 
 def test_retype_names_the_2_byte_instances():

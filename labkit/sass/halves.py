@@ -76,13 +76,14 @@ def route(opcode: str, operands: list[str]) -> tuple[Half | str, Half | str] | N
             return Half(1, 0), ZERO
         return None
     if opcode == "PRMT" and len(ops) == 4 and (sel := _imm(ops[2])) is not None and sel <= 0xFFFF:
-        # each result byte takes the source byte its selector nibble names: 0-3 a's bytes, 4-7 b's (bit 3 of a
-        # nibble is the sign-replicate mode there, whose bytes are not moved halves). A half moves whole when its
-        # two nibbles name an aligned pair of bytes in order.
+        # default mode: each result byte takes the source byte its selector nibble's bits 0-2 name (0-3 a's bytes,
+        # 4-7 b's); bit 3 set (nibbles 8-F) replicates that byte's sign bit over the result byte instead, which is no
+        # moved byte. A half moves whole when its two nibbles name an aligned pair of bytes in order, neither
+        # sign-replicating (0xba10 would otherwise pass as b's high half).
         out = []
         for j in (0, 1):
             lo_n, hi_n = (sel >> (8 * j)) & 0xF, (sel >> (8 * j + 4)) & 0xF
-            if lo_n % 2 or hi_n != lo_n + 1:
+            if lo_n > 7 or lo_n % 2 or hi_n != lo_n + 1:
                 return None
             which = lo_n // 2  # 0 a.lo, 1 a.hi, 2 b.lo, 3 b.hi
             out.append(Half(1 if which < 2 else 3, which % 2))
@@ -152,7 +153,8 @@ def _rounding(parts: list[str]) -> str:
 
 def store_halves(opcode: str) -> int | None:
     """How many 16-bit halves a global store writes from its registers: 4 for STG.E.64, 2 for STG.E (32 bits), 1 for
-    STG.E.U16 / .16; None for a store of another width."""
+    STG.E.U16 / .16 (and .S16: a 16-bit store writes the register's low half whatever the sign mode says); None for
+    a store of another width."""
     if not opcode.startswith(("STG", "ST.")):
         return None
     if ".128" in opcode:
@@ -167,15 +169,17 @@ def store_halves(opcode: str) -> int | None:
 
 
 def load_halves(opcode: str) -> int | None:
-    """How many 16-bit halves a global load reads: 4 for LDG.E.64, 8 for .128, 1 for .U16, 2 for 32 bits."""
+    """How many 16-bit halves a global load reads: 4 for LDG.E.64, 8 for .128, 1 for .U16 (the callers take its high
+    half as zero), 2 for 32 bits; None for another width, and for .S16: it sign-extends, so its high half is copies
+    of the element's sign bit, not zero, and no caller's rule reads that (unknown, like an 8-bit load)."""
     if not opcode.startswith(("LDG", "LD.")):
         return None
     if ".128" in opcode:
         return 8
     if ".64" in opcode:
         return 4
-    if ".U16" in opcode or ".S16" in opcode:
+    if ".U16" in opcode:
         return 1
-    if ".U8" in opcode or ".S8" in opcode:
+    if ".S16" in opcode or ".U8" in opcode or ".S8" in opcode:
         return None
     return 2

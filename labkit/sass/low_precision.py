@@ -22,6 +22,14 @@ RCP = "rcp(count + 1)"
 SHARED_WITH_FLOAT32 = ("merge", "merge_m2", "division", "rsqrt")
 
 
+def _unsel(n: Node) -> Node:
+    """The value a predicated write writes (sel(new, old) -> new, through nested selects): the widening or rounding
+    itself."""
+    while n.op == "sel":
+        n = n.args[0]
+    return n
+
+
 def _element(n: Node, ev) -> tuple[str, int, str] | None:
     """(load group, element index in the load, opcode of the load) of a converted element: element 2j + k of a load
     is half k of its register j (element 0 in the low half, as the GPU is little-endian)."""
@@ -29,31 +37,22 @@ def _element(n: Node, ev) -> tuple[str, int, str] | None:
     if ld is None:
         return None
     group, j = ld.args[0].rsplit(".", 1)
-    cvt = n.args[0] if n.op == "sel" else n
-    while cvt.op == "sel":
-        cvt = cvt.args[0]
-    return group, 2 * int(j) + cvt.args[0].args[1], ev.load_ops[ld.args[0]].opcode
-
-
-def _cvt(n: Node) -> Node:
-    while n.op == "sel":
-        n = n.args[0]
-    return n
+    return group, 2 * int(j) + _unsel(n).args[0].args[1], ev.load_ops[ld.args[0]].opcode
 
 
 def _form(n: Node, by_addr: dict[int, Instr]) -> str:
     """The instruction that widened (or placed) an element, registers written R: the conversion's form."""
-    ins = by_addr.get(_cvt(n).addr)
+    ins = by_addr.get(_unsel(n).addr)
     return re.sub(r"\bU?R\d+", "R", f"{ins.opcode} {', '.join(ins.operands)}") if ins else "?"
 
 
 def _is_dtype(n: Node, dtype: str) -> bool:
-    return converted_element(n) is not None and _cvt(n).args[1] == dtype
+    return converted_element(n) is not None and _unsel(n).args[1] == dtype
 
 
 def forward_claims(instrs: list[Instr], dtype: str, float32_contract: dict) -> list[dict]:
     """The claims of the contract for T = `dtype` ("bfloat16"/"float16") on one vectorized forward kernel."""
-    m = match(instrs)
+    m = match(instrs, dtype=dtype)
     by_addr = {i.addr: i for i in instrs}
     return (_load_claims(m, dtype, by_addr) + _welford_claims(m, float32_contract)
             + _output_claims(m, dtype, by_addr))
@@ -104,7 +103,7 @@ def _load_claims(m: Match, dtype: str, by_addr: dict) -> list[dict]:
          "holds": bool(xs) and len(converted) == len(xs) and whole,
          "evidence": {"pushes": len(xs), "widened": len(converted), "every_element_pushed_once": whole,
                       "forms": forms,
-                      "example": render(_cvt(converted[0]), 3) if converted else None}},
+                      "example": render(_unsel(converted[0]), 3) if converted else None}},
         {"claim": "x is read as 8-byte vectors of four elements (LDG.E.64), and each thread pushes a vector's "
                   "elements in order 0, 1, 2, 3",
          "holds": in_order and bool(widths) and all(halves.load_halves(w) == 4 for w in widths),
@@ -136,21 +135,25 @@ def _welford_claims(m: Match, f32: dict) -> list[dict]:
 
 
 def _stores(m: Match) -> list[tuple[Instr, list[Node]]]:
-    """The global stores of T: (instruction, the 16-bit halves it writes, in element order)."""
+    """The global stores of T: (instruction, the 16-bit halves it writes, in element order). A 16- or 64-bit store
+    is one of T; a 32- or 128-bit one is where any half it writes is T data (a loaded element or a rounding), so that
+    a T value stored by a store of another width is held to the rounding claim too, not skipped (mean and rstd, the
+    32-bit float stores, hold none)."""
     out = []
-    for ins, regs in m.evaluator.stores:
+    ev = m.evaluator
+    for ins, regs in ev.stores:
         n = halves.store_halves(ins.opcode) if ins.base == "STG" else None
-        if n not in (1, 4):
+        if n is None:
             continue
-        hs = [h for r in regs for h in m.evaluator.halves_of(r)][:n]
-        out.append((ins, hs))
+        hs = [h for r in regs for h in ev.halves_of(r)][:n]
+        if n in (1, 4) or any(_t_half(h) for h in hs):
+            out.append((ins, hs))
     return out
 
 
-def _unsel(n: Node) -> Node:
-    while n.op == "sel":
-        n = n.args[0]
-    return n
+def _t_half(h: Node) -> bool:
+    """A half that holds T data: a rounding to T or an element of a load (the T kernel's loaded words)."""
+    return h.op == "rnd" or (h.op == "half" and h.args[0].op == "ld")
 
 
 def _output_claims(m: Match, dtype: str, by_addr: dict) -> list[dict]:

@@ -215,7 +215,7 @@ class Match:
     outputs: list = field(default_factory=list)  # (instruction, node, kind, operands) of every matched output
 
 
-def contract_report(instrs: list[Instr], max_listed: int = 12) -> dict:
+def contract_report(instrs: list[Instr], max_listed: int = 12, dtype: str | None = None) -> dict:
     """Match a function's floating-point instructions against torch's vectorized LayerNorm arithmetic (`match`'s
     report).
 
@@ -223,14 +223,15 @@ def contract_report(instrs: list[Instr], max_listed: int = 12) -> dict:
     `m2 = fma(delta, x - new_mean, m2)`), merges (cuWelfordCombine with its argument order, and which product of
     the mean update the FFMA fuses), the finish (IEEE division m2/N, rsqrtf(var + eps)) and the output
     (`fma(gamma, rstd*(x - mean), beta)`). FFMAs inside the IEEE reciprocal/division idioms and in called
-    slow-path subroutines are counted apart; every other FFMA that no pattern explains is listed.
+    slow-path subroutines are counted apart; every other FFMA that no pattern explains is listed. `dtype`: the T of a
+    bfloat16/float16 kernel (its loaded words hold 2-byte elements: symbolic.Evaluator), None for float32.
     """
-    return match(instrs, max_listed).report
+    return match(instrs, max_listed, dtype).report
 
 
-def match(instrs: list[Instr], max_listed: int = 12) -> Match:
+def match(instrs: list[Instr], max_listed: int = 12, dtype: str | None = None) -> Match:
     """contract_report with the matched pushes and outputs (`Match`)."""
-    ev = Evaluator()
+    ev = Evaluator(dtype)
     for ins in instrs:
         ev.step(ins)
     sub_start = subroutine_start(instrs)

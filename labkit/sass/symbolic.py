@@ -18,8 +18,8 @@ class Node:
     2-byte elements (bfloat16/float16, labkit.sass.halves): half (16-bit half k of a 32-bit value), pack16 (a
     32-bit value made of two halves, e.g. a loaded word shifted by 16), cvt (an element widened to float exactly:
     cvt(half, dtype)) and rnd (a float rounded to T: rnd(value, dtype, rounding)). Float32 code makes none of them:
-    an integer instruction that moves halves yields a pack16 only where one of its halves is a loaded or rounded
-    one, else the int leaf it always was."""
+    an integer instruction that moves halves yields a pack16 only where one of its halves is a rounded one, or a
+    loaded one in a kernel the caller names 2-byte (`Evaluator(dtype=...)`), else the int leaf it always was."""
 
     __slots__ = ("op", "args", "addr")
 
@@ -79,20 +79,25 @@ _PRED_DEST = re.compile(r"!?U?P[0-6]|PR")  # a predicate among an instruction's 
 class Evaluator:
     """Linear symbolic execution of one function: each register holds the Node of its latest definition in
     address order. Branches are not followed, with two corrections that keep the fast paths right: a block
-    that starts right after an unconditional jump (the end of an if/else arm, e.g. a division's slow path that
-    calls a subroutine) restarts from the state at the conditional branch that targets it; and writes made
+    that starts right after an unconditional jump or exit (the end of an if/else arm, e.g. a division's slow path
+    that calls a subroutine) restarts from the state at the forward branches that target it, conditional or not
+    (a register they disagree on: a `join` node of their values, the first branch's first); and writes made
     under predicate P are undone when the code falls through `@P BRA` (P was false there). Predicated writes
     otherwise become sel(new, old), except to an instruction under the same predicate P (P not redefined since),
     which sees the new value: it runs only where P held, so where the write happened (sm_100/120 compute a whole
-    peeled float4 under one @P0)."""
+    peeled float4 under one @P0).
 
-    def __init__(self):
+    `dtype` ("bfloat16"/"float16") says the function is a 2-byte kernel, whose loaded words hold T elements; None
+    (float32 code) keeps a shift or permute of a loaded word the int leaf it is, never a widened element."""
+
+    def __init__(self, dtype: str | None = None):
+        self.dtype = dtype
         self.env: dict[str, Node] = {}
         self.stores: list[tuple[Instr, list[Node]]] = []
         self.fp_nodes: list[tuple[Instr, Node]] = []
         self.pending: dict[str, list[tuple[str, Node]]] = {}
         self.guarded: dict[str, tuple[str, Node, Node]] = {}  # reg -> (predicate, its sel node, the new value)
-        self.snapshots: dict[int, dict[str, Node]] = {}
+        self.snapshots: dict[int, list[dict[str, Node]]] = {}  # target -> the state at each forward branch to it
         self.prev_unconditional = False
         self.subroutines: set[int] = set()
         self.idiom_addrs: set[int] = set()
@@ -123,10 +128,10 @@ class Evaluator:
             return self.half(n, 0), const(0.0)
         return self.half(n, 0), self.half(n, 1)
 
-    @staticmethod
-    def _t_bits(h: Node) -> bool:
-        """A half that holds T data: an element of a load, or a rounding to T."""
-        return h.op == "rnd" or (h.op == "half" and h.args[0].op == "ld")
+    def _t_bits(self, h: Node) -> bool:
+        """A half that holds T data: a rounding to T, or an element of a load where the kernel is a 2-byte one (in
+        float32 code a loaded word's half is part of a float or an index: `SHF.L 16` of it is no bfloat16 cvt)."""
+        return h.op == "rnd" or (self.dtype is not None and h.op == "half" and h.args[0].op == "ld")
 
     def moved(self, ins: Instr, rt: tuple) -> Node | None:
         """The pack16 an instruction that only moves halves makes (halves.route), or None where neither half is
@@ -217,18 +222,31 @@ class Evaluator:
     def step(self, ins: Instr) -> None:
         op, base, ops = ins.opcode, ins.base, ins.operands
         if ins.addr in self.snapshots and self.prev_unconditional:
-            # The code just above ended in an unconditional jump (an if/else arm such as a division's slow path):
-            # this block is reached from the conditional branch that skipped that arm, with its state.
-            self.env = dict(self.snapshots[ins.addr])
+            # The code just above ended in an unconditional jump or exit (an if/else arm such as a division's slow
+            # path): this block is reached only from the branches that target it, with their states.
+            states = self.snapshots[ins.addr]
+            # float32 code keeps the first branch's state alone, as before the joins (see the jumps below)
+            self.env = _join(ins.addr, states) if self.dtype is not None else dict(states[0])
             self.pending = {}
         if any(_PRED_DEST.fullmatch(o) for o in ops[:2]):
             self.guarded.clear()  # a predicate may be redefined (compares, carries, R2P): forget what it guarded
         self.prev_unconditional = (base in ("BRA", "EXIT", "RET") and ins.pred is None) or (
             base == "BRA" and ins.pred == "PT")
+        if base == "BRA" and (ins.pred is None or ins.pred == "PT") and ".DIV" not in op and not (
+                len(ops) > 1 and re.fullmatch(r"!?U?P[0-6]", ops[0])):  # `BRA.U !UP0, 0x2f0` is conditional
+            # an unconditional forward jump reaches its target with this state (the end of an if arm that skips
+            # the else arm, or a jump over an EXIT to the stores); nothing is undone: no predicate was false. The
+            # jumps and the joins of several branches are 2-byte kernels' only for now: in torch's sm_80/86 float32
+            # forward they turn the merges' rendered examples from 0 into join(0, …) (the counts are unchanged), and
+            # the committed float32 records keep the old text.
+            target = branch_target(ins)
+            if target is not None and target > ins.addr and self.dtype is not None:
+                self.snapshots.setdefault(target, []).append(dict(self.env))
+            return
         if base == "BRA" and ins.pred is not None:
             target = branch_target(ins)
             if target is not None and target > ins.addr:
-                self.snapshots.setdefault(target, dict(self.env))
+                self.snapshots.setdefault(target, []).append(dict(self.env))
             # Falling through a branch taken under `pred` means `pred` was false: writes made under the same
             # predicate just before (e.g. the zero result of an empty merge) did not happen on this path.
             for reg, old in reversed(self.pending.pop(ins.pred, [])):
@@ -308,6 +326,17 @@ class Evaluator:
         self.write(ins, ops[0], node)
         if base in ("FADD", "FMUL", "FFMA", "MUFU"):
             self.fp_nodes.append((ins, self.env.get(self._regs(ops[0], 1)[0], node) if ins.pred else node))
+
+
+def _join(addr: int, states: list[dict[str, Node]]) -> dict[str, Node]:
+    """The registers at `addr`, reached by branches with `states`: a register they all agree on keeps its node, one
+    they disagree on is join(first branch's, next branch's, ...) (a register a branch never wrote reads as live on
+    entry there)."""
+    env = {}
+    for reg in dict.fromkeys(r for st in states for r in st):
+        vals = list({id(v): v for v in (st.get(reg) or Node("in", (reg,)) for st in states)}.values())
+        env[reg] = vals[0] if len(vals) == 1 else Node("join", tuple(vals), addr)
+    return env
 
 
 def _make(op: str, args: tuple, addr: int, idioms: set[int] | None = None) -> Node:

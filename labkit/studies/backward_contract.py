@@ -17,10 +17,12 @@ rounding that made it (labkit.sass.halves); labkit.studies.low_precision_sass wr
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labkit.core.compile import REPO_ROOT
+from labkit.sass import halves
 
 SOURCE = {
     "file": "aten/src/ATen/native/cuda/layer_norm_kernel.cu",
@@ -154,6 +156,7 @@ class Op:
     neg: tuple  # per source: read negated
     operands: tuple = ()  # the instruction's operands as written (labkit.sass.halves reads them)
     parts: tuple = ()  # per source: which register of its writer's destination it reads (0, or k of a wide write)
+    old: tuple = ()  # a predicated write: per destination register, the (value, part) it held before (the other side)
 
     def is_(self, opcode: str) -> bool:
         return self.opcode == opcode
@@ -162,9 +165,7 @@ class Op:
 def _operand(text: str) -> tuple[str, bool]:
     """(register or immediate, negated) of an operand, without its half selector: `-R4.H1_H1` -> ("R4", True) (which
     half an instruction reads is labkit.sass.halves' to say, from the operand's text)."""
-    from labkit.sass.halves import operand
-
-    reg, _, neg = operand(text)
+    reg, _, neg = halves.operand(text)
     return reg.strip("|"), neg
 
 
@@ -175,10 +176,12 @@ def dataflow(ops: list[str], addrs: list[int] | None = None) -> list[Op]:
 
     With the instructions' addresses (`addrs`: a full stream, as the 2-byte records keep it), branches are followed
     where labkit.sass.symbolic.Evaluator follows them: code right after an unconditional jump or exit is reached only
-    by branches, so it starts from the registers as they were at those branches, a register they disagree on being
-    a `Phi` of their values (torch's GammaBeta kernels store their sums in a block after the reduction's EXIT,
-    reached from before it; sm_80/86 leave a loop by a predicated CALL.REL.NOINC, a branch too). At a branch taken
-    under P, a write made under P (and P not redefined since) is the value: the branch is taken where P held."""
+    by the forward branches to it, conditional or unconditional (an if arm's `BRA` over the else arm and an EXIT),
+    so it starts from the registers as they were at those branches, a register they disagree on being a `Phi` of
+    their values (torch's GammaBeta kernels store their sums in a block after the reduction's EXIT, reached from
+    before it; sm_80/86 leave a loop by a predicated CALL.REL.NOINC, a branch too). At a branch taken under P, a
+    write made under P (and P not redefined since) is the value: the branch is taken where P held; an unconditional
+    one narrows nothing."""
     written: dict[str, object] = {}
     part: dict[str, int] = {}  # register -> which register of its writer's destination it is
     at_branch: dict[int, list[tuple[dict, dict]]] = {}  # target address -> (written, part) at each branch to it
@@ -193,17 +196,22 @@ def dataflow(ops: list[str], addrs: list[int] | None = None) -> list[Op]:
             if unconditional and addrs[i] in at_branch:
                 written, part = _join(addrs[i], at_branch[addrs[i]])
             base = opcode.split(".")[0]
-            conditional = (base == "BRA" and ((pred not in (None, "PT")) or ".DIV" in opcode)) or (
+            # a uniform branch names its predicate as an operand (`BRA.U !UP0, 0x2f0`): conditional too
+            operand_pred = base == "BRA" and len(operands) > 1 and re.fullmatch(r"!?U?P[0-6]", operands[0])
+            conditional = (base == "BRA" and ((pred not in (None, "PT")) or ".DIV" in opcode or operand_pred)) or (
                 opcode == "CALL.REL.NOINC" and pred not in (None, "PT"))
-            target = re.search(r"0x([0-9a-f]+)$", operands[-1]) if conditional and operands else None
-            if target:
+            jump = base == "BRA" and not conditional
+            target = re.search(r"0x([0-9a-f]+)$", operands[-1]) if (conditional or jump) and operands else None
+            # a backward jump (a loop's) targets code already read: its state joins nothing later in address order
+            if target and (conditional or int(target.group(1), 16) > addrs[i]):
                 taken = dict(written)
                 for reg, v in written.items():
                     w = int(v[4:]) if isinstance(v, str) and v.startswith("sel:") else None
-                    if w is not None and pred and out[w].pred == pred and pred_written.get(pred.lstrip("!"), -1) < w:
+                    if (conditional and w is not None and pred and out[w].pred == pred
+                            and pred_written.get(pred.lstrip("!"), -1) < w):
                         taken[reg] = w
                 at_branch.setdefault(int(target.group(1), 16), []).append((taken, dict(part)))
-            unconditional = base in ("BRA", "EXIT", "RET") and pred in (None, "PT") and ".DIV" not in opcode
+            unconditional = jump or (base in ("EXIT", "RET") and pred in (None, "PT"))
             for o in operands[:2]:
                 if re.fullmatch(r"!?P[0-6]", o):
                     pred_written[o.lstrip("!")] = i
@@ -222,7 +230,12 @@ def dataflow(ops: list[str], addrs: list[int] | None = None) -> list[Op]:
             srcs.append(written.get(reg, f"in:{reg}") if _REG.match(reg) else f"imm:{reg}")
             neg.append(n)
             parts.append(part.get(reg, 0))
-        out.append(Op(i, text, opcode, pred, dst, tuple(srcs), tuple(neg), tuple(operands), tuple(parts)))
+        old = ()
+        if dst and pred:
+            file = dst.rstrip("0123456789")
+            old = tuple((written.get(f"{file}{r}", f"in:{file}{r}"), part.get(f"{file}{r}", 0))
+                        for r in range(int(dst[len(file):]), int(dst[len(file):]) + _width(opcode)))
+        out.append(Op(i, text, opcode, pred, dst, tuple(srcs), tuple(neg), tuple(operands), tuple(parts), old))
         if dst:
             file = dst.rstrip("0123456789")  # "R" or "UR"
             first = int(dst[len(file):])
@@ -497,25 +510,34 @@ def _writes_predicate(op: Op, pred: str) -> bool:
     return any(o.lstrip("!") in (name, "PR") for o in op.operands[:2])
 
 
-def _halves(flow: list[Op], value, part: int = 0, depth: int = 0, under: tuple | None = None) -> tuple:
+def _halves(flow: list[Op], value, part: int = 0, depth: int = 0, under: tuple | None = None,
+            side: str | None = None) -> tuple:
     """(low, high) 16-bit halves of a value, each ("T", load, element) for an element of a 2-byte load (LDG.E.64's
     register `part` holds elements 2 part and 2 part + 1; LDG.E.U16's low half element 0, its high half zero),
     ("rnd", instruction, source value, dtype, rounding) for a float rounded to T, halves.ZERO, or None: followed
     through the instructions that only move halves (halves.route). `under` = (predicate, index) of the reader at the
     top (a predicated store): a value written under that same predicate, not redefined before the reader, is the
-    predicated write's (the path where the store happens is the path where the write did)."""
-    from labkit.sass import halves
-
+    predicated write's (the path where the store happens is the path where the write did). `side` ("new"/"old")
+    reads every other predicated write as written or as not written (its register's value before); a 32-bit constant
+    (an immediate, HFMA2 d, -RZ, RZ, hi, lo) has halves ("const", bits)."""
     if isinstance(value, Phi):  # halves every branch agrees on
-        alts = {_halves(flow, v, p, depth + 1, under) for v, p in value.alternatives}
+        alts = {_halves(flow, v, p, depth + 1, under, side) for v, p in value.alternatives}
         return alts.pop() if len(alts) == 1 else (None, None)
     if isinstance(value, str):
         if value in ("imm:RZ", "imm:URZ"):
             return halves.ZERO, halves.ZERO
+        if re.fullmatch(r"imm:0x[0-9a-f]{1,8}", value):
+            bits = int(value[4:], 16)
+            return ("const", bits & 0xFFFF), ("const", bits >> 16)
         if value.startswith("sel:") and under is not None:
             i = int(value[4:])
             if flow[i].pred == under[0] and not any(_writes_predicate(op, under[0]) for op in flow[i + 1:under[1]]):
                 value = str(i)
+        if value.startswith("sel:") and side == "old" and depth < 16:
+            v, p = flow[int(value[4:])].old[part]
+            return _halves(flow, v, p, depth + 1, under, side)
+        if value.startswith("sel:") and side == "new":
+            value = value[4:]
         if value.startswith("part:"):
             value = int(value[5:])
         elif value.isdigit():
@@ -524,10 +546,18 @@ def _halves(flow: list[Op], value, part: int = 0, depth: int = 0, under: tuple |
             return None, None
     op = flow[value]
     ops = list(op.operands)
+    pair = (ops[3:5] if op.opcode.split(".")[0] == "HFMA2" and ops[1:3] == ["-RZ", "RZ"] and len(ops) == 5 else
+            ops[2:4] if op.opcode == "HADD2" and ops[1] in ("-RZ", "-RZ.H0_H0") and len(ops) == 4 else None)
+    if pair is not None:
+        try:  # -0 * 0 + (hi, lo) or -0 + (hi, lo): the pair of float16 constants itself (how torch's code makes T's 1.0)
+            hi, lo = (int(struct.unpack("<H", struct.pack("<e", float(x)))[0]) for x in pair)
+        except ValueError:
+            return None, None
+        return ("const", lo), ("const", hi)
     n = halves.load_halves(op.opcode)
     if n == 1:
         return ("T", value, 0), halves.ZERO
-    if n == 4:
+    if n in (4, 8):  # LDG.E.64 / .128: two elements per register
         return ("T", value, 2 * part), ("T", value, 2 * part + 1)
     if (nw := halves.narrow(op.opcode, ops)) is not None:
         return tuple(halves.ZERO if k is None else ("rnd", value, op.srcs[k - 1], nw.dtype, nw.rounding)
@@ -539,43 +569,48 @@ def _halves(flow: list[Op], value, part: int = 0, depth: int = 0, under: tuple |
     for h in rt:
         h = halves.resolve(h, ops)
         out.append(h if h == halves.ZERO else _halves(flow, op.srcs[h.operand - 1], op.parts[h.operand - 1],
-                                                       depth + 1, under)[h.half])
+                                                       depth + 1, under, side)[h.half])
     return tuple(out)
 
 
-def _widened(flow: list[Op], value) -> dict | None:
+def _widened(flow: list[Op], value, side: str | None = None, of=("T",)) -> dict | None:
     """{"dtype", "load", "element", "form"} of a float value that is a 2-byte element widened exactly (labkit.sass.
     halves: float16 by HADD2.F32 -RZ, h or F2F.F32.F16; bfloat16 by its bits in the high half over a zero low half),
-    or None."""
-    from labkit.sass import halves
-
+    or None. `side`: as `_halves`'; `of`: the kinds of half accepted ("const" too: a constant's bits, "element" its
+    bits)."""
     if not isinstance(value, int):
         return None
     op = flow[value]
     w = halves.widen(op.opcode, list(op.operands))
     if w is not None:
-        el, dtype = _halves(flow, op.srcs[w.operand - 1], op.parts[w.operand - 1])[w.half], w.dtype
+        el, dtype = _halves(flow, op.srcs[w.operand - 1], op.parts[w.operand - 1], side=side)[w.half], w.dtype
     else:
-        lo, el = _halves(flow, value)
+        lo, el = _halves(flow, value, side=side)
         dtype = "bfloat16" if lo == halves.ZERO else None
-    if dtype is None or not (isinstance(el, tuple) and el[0] == "T"):
+    if dtype is None or not (isinstance(el, tuple) and el[0] in of):
         return None
     form = re.sub(r"\bU?R\d+", "R", f"{op.opcode} {', '.join(op.operands[1:])}")
+    if el[0] == "const":
+        return {"dtype": dtype, "load": None, "element": el[1], "form": form}
     return {"dtype": dtype, "load": el[1], "element": el[2], "form": form}
 
 
 def _stored(flow: list[Op]) -> list[tuple[Op, list]]:
-    """Each global store of T (4 halves: STG.E.64; 1: STG.E.U16) with the halves it writes, in element order."""
-    from labkit.sass import halves
-
+    """Each global store of T with the halves it writes, in element order: every 16- and 64-bit store (STG.E.U16,
+    STG.E.64), and a 32- or 128-bit one where any half it writes is T data (an element of a 2-byte load or a
+    rounding), so that `_rounded_once` holds a T value stored at another width to its rule too instead of skipping
+    it. A 32-bit load's word is no known T (these kernels load float mean and rstd so): a word copied from one to a
+    store is not seen."""
     out = []
     for op in flow:
         n = halves.store_halves(op.opcode) if op.opcode.startswith("STG") else None
-        if n not in (1, 4):
+        if n is None:
             continue
         regs = list(zip(op.srcs, op.parts))[-max(1, n // 2):]
         under = (op.pred, op.index) if op.pred else None
-        out.append((op, [h for v, part in regs for h in _halves(flow, v, part, under=under)][:n]))
+        hs = [h for v, part in regs for h in _halves(flow, v, part, under=under)][:n]
+        if n in (1, 4) or any(isinstance(h, tuple) and h[0] in ("T", "rnd") for h in hs):
+            out.append((op, hs))
     return out
 
 
@@ -612,9 +647,21 @@ def _x_of(flow: list[Op], value):
     return diff.srcs[diff.neg.index(False)] if diff is not None else None
 
 
-def _dx_low_precision(flow: list[Op], ops: list[str], dtype: str) -> list[dict]:
-    from labkit.sass import halves
+ONE = {"bfloat16": 0x3F80, "float16": 0x3C00}  # T's 1.0
 
+
+def _gamma(flow: list[Op], value, dtype: str) -> bool:
+    """gamma in fH * gamma is a `dtype` element widened exactly: loaded, or selected by predicate over T's 1.0 (torch
+    reads gamma where it is not null and 1 where it is, the contract's load_order; sm_100/120 load it under @P and
+    keep 1.0 in the register otherwise): each side of the selects, the element where written, 1.0 where not."""
+    w = _widened(flow, value, of=("T", "const"))
+    if w is not None:  # an element, or 1.0 itself (sm_90's loop for a null gamma multiplies fH by T's 1.0)
+        return w["dtype"] == dtype and (w["load"] is not None or w["element"] == ONE[dtype])
+    new, old = _widened(flow, value, side="new"), _widened(flow, value, side="old", of=("const",))
+    return bool(new and old and new["dtype"] == old["dtype"] == dtype and old["element"] == ONE[dtype])
+
+
+def _dx_low_precision(flow: list[Op], ops: list[str], dtype: str) -> list[dict]:
     links = _push_links(flow, len(_first_vector(_first_loop(ops))))
     rows = []  # per element k of the first float4: (dy, gamma) of gp, and x
     for k, (a, b) in enumerate(zip(links.s1, links.s2)):
@@ -639,11 +686,13 @@ def _dx_low_precision(flow: list[Op], ops: list[str], dtype: str) -> list[dict]:
         x = inner and next((_x_of(flow, v) for v in inner.srcs if _difference(flow, v)), None)
         dy_g = [_widened(flow, v) for v in f.srcs[:2]]
         g = next((_def(flow, v, "FMUL") for v in f.srcs[:2] if _def(flow, v, "FMUL")), None)
-        gamma = [w for w in (_widened(flow, v) for v in (g.srcs if g else ())) if w]
         wx = _widened(flow, x)
-        # dy is widened; fH*gamma's gamma is (the path without gamma multiplies fH alone: nothing to widen)
+        # dy is widened, and where g is round(fH * gamma), exactly one of its sources is gamma widened (fH is the
+        # other); a g that is no FMUL is fH itself, the path without gamma, with nothing to widen. Counting only
+        # the widened sources that exist would pass a gamma that is no element at all.
+        gamma_ok = g is None or sum(1 for v in g.srcs if _gamma(flow, v, dtype)) == 1
         ok = (sum(1 for w in dy_g if w and w["dtype"] == dtype) == 1 and wx is not None and wx["dtype"] == dtype
-              and all(w["dtype"] == dtype for w in gamma))
+              and gamma_ok)
         inputs_ok = inputs_ok and ok
         if wx:
             x_element[mul.index] = (wx["load"], wx["element"])
@@ -692,7 +741,8 @@ def _gamma_beta_low_precision(pretty: str, flow: list[Op], ops: list[str], dtype
     once, ev = _rounded_once(flow, dtype)
     return [
         {"claim": f"{pretty}: dy and x of every dg / db link are {dtype} elements widened exactly",
-         "holds": bool(inputs) and all(w and w["dtype"] == dtype for w in inputs),
+         # dg's links found (dg_ok), else the claim would rest on db's dy alone
+         "holds": dg_ok and bool(inputs) and all(w and w["dtype"] == dtype for w in inputs),
          "evidence": sorted({w["form"] for w in inputs if w})},
         {"claim": f"{pretty}: dg and db are summed in float and rounded to {dtype} once, to nearest even, at their "
                   "stores",

@@ -53,7 +53,7 @@ def forward_part(instrs: list, dtype: str, float32_contract: dict) -> dict:
 
     lines = compact(instrs)
     kept = parse_compact(lines)
-    contract = contract_report(kept)
+    contract = contract_report(kept, dtype=dtype)
     return {"contract": {k: contract[k] for k in (*FLOAT32_KEYS, "output", "output_rstd")},
             "claims": low_precision.forward_claims(kept, dtype, float32_contract), "sass": lines}
 

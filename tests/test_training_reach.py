@@ -149,3 +149,21 @@ def test_the_chain_schedules_floor_is_shown_beside_the_low_precision_forward(com
     assert any(f"floor there is {floor_ms:.3f} ms" in line for line in reach.headline(rec, "replayed"))
     lp["graph_path"] = "rows_fused"  # the graph protocol's rule picks another path: no floor beside that row
     assert [r["protocol"] for r in reach.table_rows(rec) if r["schedule floor ms"] is not None] == [reach.EAGER]
+
+
+def test_a_bf16_call_torch_serves_is_judged_by_its_host_time_over_torchs(committed):
+    """Issue 54: a bf16 signature torch serves costs within 2 us of calling torch; the row and the goal read the
+    run's `torch_served` measurement (runs before it have neither)."""
+    import copy
+
+    _, rec = committed
+    rec = copy.deepcopy(rec)
+    rec["host"].pop("torch_served", None)
+    assert not [g for g in reach.goals(rec) if g["goal"].startswith("bf16 call torch serves")]
+    rec["host"]["torch_served"] = {"shape": [8, 766], "path": "native", "dropin_us": 13.5, "native_us": 12.0}
+    goal, = [g for g in reach.goals(rec) if g["goal"].startswith("bf16 call torch serves (8 x 766)")]
+    assert goal["value"] == pytest.approx(1.5) and goal["met"] == "yes" and goal["limit"] == "<= 2"
+    row, = [r for r in reach.host_rows(rec) if "served by native" in r[reach.HOST_CALL]]
+    assert row["difference us"] == pytest.approx(1.5)
+    rec["host"]["torch_served"]["dropin_us"] = 14.5
+    assert [g["met"] for g in reach.goals(rec) if g["goal"].startswith("bf16 call torch serves")] == ["no"]

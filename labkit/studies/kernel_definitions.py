@@ -200,7 +200,8 @@ def low_precision_rows() -> list[dict]:
                    "dtype": dtype}
             for direction, claims in parts.items():
                 row[f"{direction}: claims holding"] = f"{sum(c['holds'] is True for c in claims)}/{len(claims)}"
-                row[f"{direction}: not holding"] = ", ".join(c["claim"] for c in claims if c["holds"] is not True) or "—"
+                failed = [c["claim"] for c in claims if c["holds"] is not True]
+                row[f"{direction}: not holding"] = ", ".join(failed) or "—"
             rows.append(row)
     return rows
 

@@ -28,7 +28,7 @@ QUICK_ORDINARY = ((4096, 768), (8192, 4096))
 BITS_SHAPES = ((1, 4), (5, 516), (64, 1024), (4096, 768), (3, 512 * 33 + 4), (2, 1 << 20), (16, 1 << 18))
 HOST_SHAPE, HOST_CALLS = (8, 768), 2000
 # a bf16 signature torch serves (N % 4 != 0: torch's own non-vectorized kernel, which no path of ours matches): the
-# drop-in's cost there is its host time over calling torch (issue 54: within 2 us)
+# drop-in's cost there is its host time over calling torch (the goal: within 2 us)
 TORCH_SERVED_SHAPE = (8, 766)
 LOW = ("bfloat16", "float16")
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from labkit.core.compile import REPO_ROOT
 from labkit.core.cubin import complete_cubin
+from labkit.sass import tools
 from labkit.sass.elf import resource_usage
 from labkit.sass.parser import Instr, fp_op_sequence, parse_sass, subroutine_start
 from labkit.sass.patterns import CONTRACT_KEYS, contract_report
@@ -320,14 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description="Compare torch's LayerNorm SASS (from a CUDA wheel) with ours")
-    ap.add_argument("--wheel", required=True, help="torch CUDA wheel, e.g. torch-2.11.0-cp312-...whl")
-    ap.add_argument("--workdir", required=True, help="scratch folder outside the repository (GBs)")
+    tools.add_wheel_arguments(ap)
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--out", default=None, help="JSON to write (default data/sass/<torch version>-<arch>.json)")
     args = ap.parse_args(argv)
-    if Path(args.workdir).resolve().is_relative_to(REPO_ROOT):
-        raise SystemExit("--workdir must be outside the repository: torch's binaries are never committed")
-    record = build_comparison(Path(args.wheel), Path(args.workdir), args.arch)
+    record = build_comparison(Path(args.wheel), tools.scratch_dir(args.workdir), args.arch)
     out = Path(args.out) if args.out else SASS_DIR / f"layernorm-torch-{record['torch']['torch_version']}-{args.arch}.json"
     from labkit.core.atomic import atomic_write_json
 

@@ -77,3 +77,19 @@ def disassemble(cubin: bytes, function: str | None = None) -> str:
             return run_tool("cuobjdump", *args)
         args = ["-c"] + (["-fun", function] if function else []) + [str(path)]
         return run_tool("nvdisasm", *args)
+
+
+def add_wheel_arguments(ap, workdir_note: str = "") -> None:
+    """The --wheel and --workdir arguments every command that reads torch's SASS from a CUDA wheel takes."""
+    ap.add_argument("--wheel", required=True, help="torch CUDA wheel, e.g. torch-2.11.0-cp312-...whl")
+    ap.add_argument("--workdir", required=True, help="scratch folder outside the repository (GBs)" + workdir_note)
+
+
+def scratch_dir(workdir: str) -> Path:
+    """--workdir as a Path; SystemExit where it lies inside the repository: torch's binaries are never committed."""
+    from labkit.core.compile import REPO_ROOT
+
+    path = Path(workdir)
+    if path.resolve().is_relative_to(REPO_ROOT):
+        raise SystemExit("--workdir must be outside the repository: torch's binaries are never committed")
+    return path

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labkit.core.compile import REPO_ROOT
-from labkit.sass import halves
+from labkit.sass import halves, tools
 
 SOURCE = {
     "file": "aten/src/ATen/native/cuda/layer_norm_kernel.cu",
@@ -833,16 +833,13 @@ def main(argv: list[str] | None = None) -> int:
     from labkit.core.atomic import atomic_write_json
 
     ap = argparse.ArgumentParser(description="Record torch's LayerNorm backward SASS (from a CUDA wheel) per arch")
-    ap.add_argument("--wheel", required=True, help="torch CUDA wheel, e.g. torch-2.11.0-cp312-...whl")
-    ap.add_argument("--workdir", required=True, help="scratch folder outside the repository (GBs); the forward's "
-                    "`python -m labkit.sass` may share it")
+    tools.add_wheel_arguments(ap, "; the forward's `python -m labkit.sass` may share it")
     ap.add_argument("--arch", action="append", required=True, help="device arch (sm_XY); repeat for several")
     ap.add_argument("--out-dir", default=None, help="folder to write into (default data/sass/backward)")
     args = ap.parse_args(argv)
-    if Path(args.workdir).resolve().is_relative_to(REPO_ROOT):
-        raise SystemExit("--workdir must be outside the repository: torch's binaries are never committed")
+    workdir = tools.scratch_dir(args.workdir)
     for arch in args.arch:
-        rec, torch_version = record_for_device(Path(args.wheel), Path(args.workdir), arch)
+        rec, torch_version = record_for_device(Path(args.wheel), workdir, arch)
         out = record_path(arch, torch_version, Path(args.out_dir) if args.out_dir else RECORD.parent)
         atomic_write_json(out, rec)
         failed = [c["claim"] for c in checks(rec) if not c["holds"]]

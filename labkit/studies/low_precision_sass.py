@@ -20,6 +20,7 @@ import datetime as _dt
 from pathlib import Path
 
 from labkit.core.compile import REPO_ROOT
+from labkit.sass import tools
 
 OUT_DIR = REPO_ROOT / "data" / "sass" / "low_precision"
 DTYPES = ("bfloat16", "float16")
@@ -130,16 +131,13 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description="Record torch's bfloat16/float16 LayerNorm SASS (from a CUDA wheel) "
                                              "per arch, with the contract's claims checked on it")
-    ap.add_argument("--wheel", required=True, help="torch CUDA wheel, e.g. torch-2.11.0-cp312-...whl")
-    ap.add_argument("--workdir", required=True, help="scratch folder outside the repository (GBs); the float32 "
-                    "records' commands may share it")
+    tools.add_wheel_arguments(ap, "; the float32 records' commands may share it")
     ap.add_argument("--arch", action="append", required=True, help="device arch (sm_XY); repeat for several")
     ap.add_argument("--out-dir", default=None, help="folder to write into (default data/sass/low_precision)")
     args = ap.parse_args(argv)
-    if Path(args.workdir).resolve().is_relative_to(REPO_ROOT):
-        raise SystemExit("--workdir must be outside the repository: torch's binaries are never committed")
+    workdir = tools.scratch_dir(args.workdir)
     for arch in args.arch:
-        rec, torch_version = record_for_device(Path(args.wheel), Path(args.workdir), arch)
+        rec, torch_version = record_for_device(Path(args.wheel), workdir, arch)
         out = record_path(arch, torch_version, Path(args.out_dir) if args.out_dir else OUT_DIR)
         atomic_write_json(out, rec)
         said = "; ".join(f"{dt} {d}: " + ("every claim holds" if v["all_hold"] else f"FAILED {v['failed']}")

@@ -167,3 +167,33 @@ def test_a_bf16_call_torch_serves_is_judged_by_its_host_time_over_torchs(committ
     assert row["difference us"] == pytest.approx(1.5)
     rec["host"]["torch_served"]["dropin_us"] = 14.5
     assert [g["met"] for g in reach.goals(rec) if g["goal"].startswith("bf16 call torch serves")] == ["no"]
+
+
+def test_a_missed_goal_names_what_bounds_it_from_the_same_record(committed):
+    """The forward goal at L1/40 shows the chain schedule's floor measured in the run; the compiled goal shows
+    torch.compile's own LayerNorm over the eager drop-in at the worst shape; neither is shown where the record lacks
+    the part, and the verdict's missed line carries them."""
+    import copy
+
+    _, rec = committed
+    rec = copy.deepcopy(rec)
+    lp = [r for r in rec["low_precision"] if r["dtype"] == "bfloat16" and r["key"] == "16x64x256x256"][0]
+    lp["floor"] = {"chain_ms": 0.2, "output_bytes": 1, "ceiling_gbps": 1.0, "floor_ms": 0.2567}
+    lp["forward_eager"]["dropin"]["median_ms"] = 0.3
+    for i, r in enumerate(rec["compiled"]):
+        r["key"] = f"{i + 1}x8"
+        r["eager"]["dropin"]["median_ms"] = 1.0
+        r["eager"]["dropin_compiled"]["median_ms"] = 2.0 + i  # the last shape is the worst
+        r["eager"]["native_compiled"]["median_ms"] = 1.5 + i
+    goals = {g["goal"]: g for g in reach.goals(rec)}
+    assert goals["bf16 forward at L1/40, ms"]["what bounds it"] == "the chain schedule's floor on this GPU: 0.257 ms"
+    last = len(rec["compiled"])
+    compiled = goals["compiled drop-in fwd+bwd / eager drop-in (worst of 3 shapes)"]
+    assert compiled["what bounds it"].endswith(f"at {last} x 8: {0.5 + last:.2f}x the eager drop-in")
+    assert "bound: the chain schedule's floor on this GPU: 0.257 ms" in " ".join(reach.verdict_lines(rec, "run X"))
+    lp.pop("floor")
+    for r in rec["compiled"]:
+        r["eager"].pop("native_compiled")
+    goals = {g["goal"]: g for g in reach.goals(rec)}
+    assert goals["bf16 forward at L1/40, ms"]["what bounds it"] == ""
+    assert goals["compiled drop-in fwd+bwd / eager drop-in (worst of 3 shapes)"]["what bounds it"] == ""

@@ -844,16 +844,19 @@ def goals(rec: dict | None) -> list[dict]:
     models = _model_records(rec)
     out = []
 
-    def goal(what, value, limit, at_least, protocol):
+    def goal(what, value, limit, at_least, protocol, bound=""):
         met = None if value is None else (value >= limit if at_least else value <= limit)
         out.append({"goal": what, "value": value, "limit": f"{'>=' if at_least else '<='} {limit}",
-                    "protocol": protocol, "met": "—" if met is None else ("yes" if met else "no")})
+                    "protocol": protocol, "met": "—" if met is None else ("yes" if met else "no"),
+                    "what bounds it": bound})
     goal("bf16 autocast fwd+bwd at L1/40, ms", b["autocast_l1_40_fwdbwd_ms"], 0.90, False, EAGER)
     goal("... x vs torch under autocast", _ratio(_med(ac, "native"), _med(ac, "dropin")), 15, True,
          EAGER)
-    goal("bf16 forward at L1/40, ms", b["bf16_l1_40_fwd_ms"], 0.24, False, EAGER)
-    goal("... x vs torch", _ratio(_med(bl.get("forward_eager"), "native"), b["bf16_l1_40_fwd_ms"]), 30, True,
-         EAGER)
+    floor = (bl.get("floor") or {}).get("floor_ms")
+    native_fwd = _med(bl.get("forward_eager"), "native")
+    goal("bf16 forward at L1/40, ms", b["bf16_l1_40_fwd_ms"], 0.24, False, EAGER,
+         "" if floor is None else f"the chain schedule's floor on this GPU: {floor:.3f} ms")
+    goal("... x vs torch", _ratio(native_fwd, b["bf16_l1_40_fwd_ms"]), 30, True, EAGER)
     goal("bf16 fwd+bwd at L1/40, ms", b["bf16_l1_40_fwdbwd_ms"], 0.60, False, EAGER)
     goal("bf16 at 4 x 4194304 / float32 drop-in there (forward)",
          _ratio(_med(wide.get("forward_graph"), "dropin"), _med(wide.get("forward_graph"), "float32_dropin")), 1.1,
@@ -864,7 +867,7 @@ def goals(rec: dict | None) -> list[dict]:
     worst_native = None if None in natives else min(natives, default=None)
     goal("bf16 ordinary shapes: worst x vs torch", worst_native, 1.0, True, EAGER)
     goal("compiled drop-in fwd+bwd / eager drop-in (worst of 3 shapes)", b["compiled_vs_eager_worst"], 1.05, False,
-         EAGER)
+         EAGER, _compiled_bound(rec))
     h = rec.get("host") or {}
     for d in ("forward", "backward"):  # the op called directly, beside aten's op called directly
         if f"labkit_{d}_us" in h:
@@ -885,11 +888,28 @@ def goals(rec: dict | None) -> list[dict]:
         if m.get("compiled_dropin_step_ms"):
             goal(f"{m['model']} compiled: step time x vs compiled native",
                  _ratio(m["compiled_native_step_ms"], m["compiled_dropin_step_ms"]), 1.0, True,
-                 "CUDA events per step")
+                 "CUDA events per step", "Inductor fuses the ops around its own LayerNorm; the drop-in's op is "
+                 "opaque to it (for eager's bits)")
     fz = fuzz_counts(rec)
     if fz["cases"]:
         goal("fuzz cases (bf16, fp16, autocast; forward and gradients)", fz["cases"], 2000, True, "bits")
     return out
+
+
+def _compiled_bound(rec: dict) -> str:
+    """torch.compile's own runtime at the compiled goal's worst shape: torch.compile of F.layer_norm (Inductor's
+    kernels, the same wrappers around them) over the eager drop-in. Where that exceeds the goal, the compiled graph's
+    host time, not our op, decides it."""
+    worst = None
+    for r in rec.get("compiled") or []:
+        e = r["eager"]
+        v = _ratio(_med(e, "dropin_compiled"), _med(e, "dropin"))
+        own = _ratio(_med(e, "native_compiled"), _med(e, "dropin"))
+        if v is not None and own is not None and (worst is None or v > worst[0]):
+            worst = (v, own, r["key"])
+    if worst is None:
+        return ""
+    return f"torch.compile of F.layer_norm at {worst[2].replace('x', ' x ')}: {worst[1]:.2f}x the eager drop-in"
 
 
 def headline(rec: dict | None, source: str) -> list[str]:
@@ -948,8 +968,9 @@ def verdict_lines(rec: dict | None, source: str) -> list[str]:
              f"{_fmt(b['bits_identical'], '')}; model steps identical {_fmt(b['model_steps_identical'], '')}."]
     missed = [r for r in goals(rec) if r["met"] == "no"]
     if missed:
-        lines.append("Not met: " + "; ".join(f"{r['goal']} {_fmt(r['value'], '.3g')} ({r['limit']}, {r['protocol']})"
-                                             for r in missed) + ".")
+        lines.append("Not met: " + "; ".join(
+            f"{r['goal']} {_fmt(r['value'], '.3g')} ({r['limit']}, {r['protocol']}"
+            + (f"; bound: {r['what bounds it']}" if r["what bounds it"] else "") + ")" for r in missed) + ".")
     if rec.get("errors"):
         lines.append("Parts that did not run: " + "; ".join(f"{k}: {v}" for k, v in rec["errors"].items()) + ".")
     lines += row_errors(rec)

@@ -197,3 +197,13 @@ def test_a_missed_goal_names_what_bounds_it_from_the_same_record(committed):
     goals = {g["goal"]: g for g in reach.goals(rec)}
     assert goals["bf16 forward at L1/40, ms"]["what bounds it"] == ""
     assert goals["compiled drop-in fwd+bwd / eager drop-in (worst of 3 shapes)"]["what bounds it"] == ""
+
+
+def test_step_times_are_taken_in_interleaved_rounds():
+    """Both models' steps are timed round by round, the order reversed every other round, so a slow phase of the
+    host falls on both; warm-up rounds are not counted."""
+    log = []
+    steps = {"native": lambda: log.append("native"), "dropin": lambda: log.append("dropin")}
+    ms = reach.paired_step_ms(steps, "cpu", rounds=4, warmups=1)
+    assert log == ["native", "dropin", "dropin", "native", "native", "dropin", "dropin", "native", "native", "dropin"]
+    assert set(ms) == {"native", "dropin"} and all(v >= 0 for v in ms.values())

@@ -333,8 +333,8 @@ def bits_counts(device, seed: int = 0) -> dict:
 def model_steps(device, seed: int = 0) -> list[dict]:
     """The small transformer of labkit.studies.training_models trained with and without the swap, eager, under
     deterministic algorithms: cast to bf16 (`.to(torch.bfloat16)`), and in float32 under bf16 autocast; losses,
-    every gradient of every step and the weights after the last, as integer views; step times (CUDA events around
-    each whole step, medians of 10 after 2) of the same two models."""
+    every gradient of every step and the weights after the last, as integer views; step times of the same two models
+    (paired_step_ms: CUDA events around each whole step, the two in interleaved rounds)."""
     import copy
 
     torch = _torch()
@@ -355,11 +355,12 @@ def model_steps(device, seed: int = 0) -> list[dict]:
             targets = torch.randint(0, MODEL["vocab"], (MODEL["batch"], MODEL["seq"]), generator=g).to(device)
             res = {name: _train(model, tokens, targets, setup == "bf16 autocast")
                    for name, model in (("native", ref), ("dropin", ours))}
+            res = _timed(res, device)
         compiled = {}
         if setup == "bf16 model":  # compiled step times (Inductor's own LayerNorm has its bits: times only)
             try:
-                for name, model in (("native", ref), ("dropin", ours)):
-                    compiled[name] = _train(torch.compile(model), tokens, targets, False)[3]
+                compiled = paired_step_ms({name: _train(torch.compile(model), tokens, targets, False)[3]
+                                           for name, model in (("native", ref), ("dropin", ours))}, device)
             except Exception as exc:
                 compiled["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         rows.append({**_model_row(setup, res), "compiled_native_step_ms": compiled.get("native"),
@@ -367,40 +368,57 @@ def model_steps(device, seed: int = 0) -> list[dict]:
     return rows
 
 
-def _train(model, tokens, targets, autocast: bool, steps: int = 3, timed: int = 10, logits_of=lambda out: out):
-    """`steps` Adam steps kept (losses, every gradient), then `timed` more timed after two untimed: CUDA events
-    around each whole step on a GPU, the wall clock elsewhere (a CPU run exercises the code, its times mean
-    little). `logits_of` takes the model's output to its logits (an HF model returns an object)."""
+def _train(model, tokens, targets, autocast: bool, steps: int = 3, logits_of=lambda out: out):
+    """`steps` Adam steps, their losses and every gradient kept, then the weights; returns them with a function
+    that makes one more step (for timing: `paired_step_ms`). `logits_of` takes the model's output to its logits (an
+    HF model returns an object)."""
     torch = _torch()
-    cuda = tokens.device.type == "cuda"
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    losses, grads, times = [], [], []
-    for i in range(steps + 2 + timed):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-        else:
-            t0 = time.perf_counter()
+
+    def step(keep: bool = False):
         opt.zero_grad(set_to_none=True)
         with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=autocast):
             logits = logits_of(model(tokens))
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(),
                                                      targets.reshape(-1))
         loss.backward()
-        if i < steps:
-            losses.append(loss.detach().clone())
-            grads.append([p.grad.detach().clone() for p in model.parameters()])
+        kept = (loss.detach().clone(), [p.grad.detach().clone() for p in model.parameters()]) if keep else None
         opt.step()
-        if cuda:
-            end.record()
-            end.synchronize()
-            ms = start.elapsed_time(end)
-        else:
-            ms = 1e3 * (time.perf_counter() - t0)
-        if i >= steps + 2:
-            times.append(ms)
+        return kept
+
+    losses, grads = [], []
+    for _ in range(steps):
+        loss, g = step(keep=True)
+        losses.append(loss)
+        grads.append(g)
     weights = [p.detach().clone() for p in model.parameters()]
-    return losses, grads, weights, sorted(times)[len(times) // 2]
+    return losses, grads, weights, step
+
+
+def paired_step_ms(steps: dict, device, rounds: int = 12, warmups: int = 2) -> dict:
+    """Median ms per training step of each of `steps` (name -> one-step function), timed in interleaved rounds
+    (the order reversed every other round, so a slow phase of the host falls on both): CUDA events around each
+    whole step on a GPU, the wall clock elsewhere (a CPU run exercises the code; its times mean little)."""
+    torch = _torch()
+    cuda = getattr(device, "type", str(device)).startswith("cuda")
+    names = list(steps)
+    times = {n: [] for n in names}
+    for r in range(warmups + rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                steps[name]()
+                end.record()
+                end.synchronize()
+                ms = start.elapsed_time(end)
+            else:
+                t0 = time.perf_counter()
+                steps[name]()
+                ms = 1e3 * (time.perf_counter() - t0)
+            if r >= warmups:
+                times[name].append(ms)
+    return {n: sorted(t)[len(t) // 2] for n, t in times.items()}
 
 
 GPT2 = {"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 1024, "n_positions": 128, "batch": 8, "seq": 64}
@@ -441,8 +459,16 @@ def gpt2_steps(device, seed: int = 0, **cfg) -> list[dict]:
             targets = torch.randint(0, c["vocab_size"], (c["batch"], c["seq"]), generator=g).to(device)
             res = {name: _train(model, tokens, targets, setup == "bf16 autocast", logits_of=lambda o: o.logits)
                    for name, model in (("native", ref), ("dropin", ours))}
+            res = _timed(res, device)
         rows.append(_model_row(f"GPT-2 {setup}", res, swapped))
     return rows
+
+
+def _timed(res: dict, device) -> dict:
+    """Each model's kept steps with its step function replaced by its median step time, the two timed together
+    (paired_step_ms)."""
+    ms = paired_step_ms({name: r[3] for name, r in res.items()}, device)
+    return {name: (*r[:3], ms[name]) for name, r in res.items()}
 
 
 def _model_row(setup: str, res: dict, swapped: int | None = None) -> dict:

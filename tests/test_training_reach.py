@@ -178,7 +178,7 @@ def test_a_missed_goal_names_what_bounds_it_from_the_same_record(committed):
     _, rec = committed
     rec = copy.deepcopy(rec)
     lp = [r for r in rec["low_precision"] if r["dtype"] == "bfloat16" and r["key"] == "16x64x256x256"][0]
-    lp["floor"] = {"chain_ms": 0.2, "output_bytes": 1, "ceiling_gbps": 1.0, "floor_ms": 0.2567}
+    lp["path"], lp["floor"] = "chain", {"chain_ms": 0.2, "output_bytes": 1, "ceiling_gbps": 1.0, "floor_ms": 0.2567}
     lp["forward_eager"]["dropin"]["median_ms"] = 0.3
     for i, r in enumerate(rec["compiled"]):
         r["key"] = f"{i + 1}x8"
@@ -191,6 +191,9 @@ def test_a_missed_goal_names_what_bounds_it_from_the_same_record(committed):
     compiled = goals["compiled drop-in fwd+bwd / eager drop-in (worst of 3 shapes)"]
     assert compiled["what bounds it"].endswith(f"at {last} x 8: {0.5 + last:.2f}x the eager drop-in")
     assert "bound: the chain schedule's floor on this GPU: 0.257 ms" in " ".join(reach.verdict_lines(rec, "run X"))
+    lp["path"] = "rows_fused"  # another path served the forward: the chain's floor does not bound it
+    assert {g["goal"]: g for g in reach.goals(rec)}["bf16 forward at L1/40, ms"]["what bounds it"] == ""
+    lp["path"] = "chain"
     lp.pop("floor")
     for r in rec["compiled"]:
         r["eager"].pop("native_compiled")

@@ -878,7 +878,7 @@ def goals(rec: dict | None) -> list[dict]:
     goal("bf16 autocast fwd+bwd at L1/40, ms", b["autocast_l1_40_fwdbwd_ms"], 0.90, False, EAGER)
     goal("... x vs torch under autocast", _ratio(_med(ac, "native"), _med(ac, "dropin")), 15, True,
          EAGER)
-    floor = (bl.get("floor") or {}).get("floor_ms")
+    floor = (bl.get("floor") or {}).get("floor_ms") if bl.get("path") == "chain" else None
     native_fwd = _med(bl.get("forward_eager"), "native")
     goal("bf16 forward at L1/40, ms", b["bf16_l1_40_fwd_ms"], 0.24, False, EAGER,
          "" if floor is None else f"the chain schedule's floor on this GPU: {floor:.3f} ms")
@@ -953,7 +953,7 @@ def headline(rec: dict | None, source: str) -> list[str]:
                      f"{b['autocast_native_l1_40_fwdbwd_ms']:.3f} ({x}x, {EAGER}).")
     if b["bf16_l1_40_fwd_ms"] is not None:
         ms = b["bf16_l1_40_fwd_ms"]
-        floor = (bl.get("floor") or {}).get("floor_ms")
+        floor = (bl.get("floor") or {}).get("floor_ms") if bl.get("path") == "chain" else None
         floor_words = "" if floor is None else f"; the chain schedule's floor there is {floor:.3f} ms"
         lines.append(f"bf16 forward at L1/40: {ms:.3f} ms, {_fmt(_ratio(_med(fe, 'native'), ms), '.1f')}x torch and "
                      f"{_fmt(_ratio(b['bf16_compile_l1_40_fwd_ms'], ms), '.2f')}x torch.compile ({EAGER}{floor_words});"

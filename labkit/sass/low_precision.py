@@ -146,14 +146,9 @@ def _stores(m: Match) -> list[tuple[Instr, list[Node]]]:
         if n is None:
             continue
         hs = [h for r in regs for h in ev.halves_of(r)][:n]
-        if n in (1, 4) or any(_t_half(h) for h in hs):
+        if n in (1, 4) or any(ev.t_half(h) for h in hs):
             out.append((ins, hs))
     return out
-
-
-def _t_half(h: Node) -> bool:
-    """A half that holds T data: a rounding to T or an element of a load (the T kernel's loaded words)."""
-    return h.op == "rnd" or (h.op == "half" and h.args[0].op == "ld")
 
 
 def _output_claims(m: Match, dtype: str, by_addr: dict) -> list[dict]:

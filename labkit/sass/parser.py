@@ -110,6 +110,12 @@ def branch_target(ins: Instr) -> int | None:
     return int(m.group(1), 16) if m else None
 
 
+def predicate_operand_branch(opcode: str, operands) -> bool:
+    """A branch whose predicate is its first operand (a uniform branch, `BRA.U !UP0, 0x2f0`): conditional, though
+    the instruction carries no @P."""
+    return opcode.split(".")[0] == "BRA" and len(operands) > 1 and re.fullmatch(r"!?U?P[0-6]", operands[0]) is not None
+
+
 def compact(instrs: list[Instr]) -> list[str]:
     """A function's instructions as committable lines, `<hex address> [@pred ]<opcode> <operands>` without the
     register-reuse flags and encodings: what `parse_compact` reads back into the same Instr list (the symbolic

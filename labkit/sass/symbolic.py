@@ -7,7 +7,7 @@ import re
 import struct
 
 from labkit.sass import halves
-from labkit.sass.parser import Instr, branch_target
+from labkit.sass.parser import Instr, branch_target, predicate_operand_branch
 
 
 class Node:
@@ -128,7 +128,7 @@ class Evaluator:
             return self.half(n, 0), const(0.0)
         return self.half(n, 0), self.half(n, 1)
 
-    def _t_bits(self, h: Node) -> bool:
+    def t_half(self, h: Node) -> bool:
         """A half that holds T data: a rounding to T, or an element of a load where the kernel is a 2-byte one (in
         float32 code a loaded word's half is part of a float or an index: `SHF.L 16` of it is no bfloat16 cvt)."""
         return h.op == "rnd" or (self.dtype is not None and h.op == "half" and h.args[0].op == "ld")
@@ -144,7 +144,7 @@ class Evaluator:
             else:
                 src = self.read_register(ins.operands[h.operand], ins)
                 out.append(self.halves_of(src)[h.half])
-        return Node("pack16", tuple(out), ins.addr) if any(self._t_bits(h) for h in out) else None
+        return Node("pack16", tuple(out), ins.addr) if any(self.t_half(h) for h in out) else None
 
     def cvt(self, h: Node, dtype: str, addr: int | None) -> Node:
         """The element `h` widened to float; its addr is the first instruction that widened (or placed) it."""
@@ -232,8 +232,8 @@ class Evaluator:
             self.guarded.clear()  # a predicate may be redefined (compares, carries, R2P): forget what it guarded
         self.prev_unconditional = (base in ("BRA", "EXIT", "RET") and ins.pred is None) or (
             base == "BRA" and ins.pred == "PT")
-        if base == "BRA" and (ins.pred is None or ins.pred == "PT") and ".DIV" not in op and not (
-                len(ops) > 1 and re.fullmatch(r"!?U?P[0-6]", ops[0])):  # `BRA.U !UP0, 0x2f0` is conditional
+        if base == "BRA" and (ins.pred is None or ins.pred == "PT") and ".DIV" not in op and not \
+                predicate_operand_branch(op, ops):
             # an unconditional forward jump reaches its target with this state (the end of an if arm that skips
             # the else arm, or a jump over an EXIT to the stores); nothing is undone: no predicate was false. The
             # jumps and the joins of several branches are 2-byte kernels' only for now: in torch's sm_80/86 float32

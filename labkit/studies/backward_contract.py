@@ -23,6 +23,7 @@ from pathlib import Path
 
 from labkit.core.compile import REPO_ROOT
 from labkit.sass import halves, tools
+from labkit.sass.parser import predicate_operand_branch
 
 SOURCE = {
     "file": "aten/src/ATen/native/cuda/layer_norm_kernel.cu",
@@ -196,9 +197,8 @@ def dataflow(ops: list[str], addrs: list[int] | None = None) -> list[Op]:
             if unconditional and addrs[i] in at_branch:
                 written, part = _join(addrs[i], at_branch[addrs[i]])
             base = opcode.split(".")[0]
-            # a uniform branch names its predicate as an operand (`BRA.U !UP0, 0x2f0`): conditional too
-            operand_pred = base == "BRA" and len(operands) > 1 and re.fullmatch(r"!?U?P[0-6]", operands[0])
-            conditional = (base == "BRA" and ((pred not in (None, "PT")) or ".DIV" in opcode or operand_pred)) or (
+            conditional = (base == "BRA" and ((pred not in (None, "PT")) or ".DIV" in opcode
+                                              or predicate_operand_branch(opcode, operands))) or (
                 opcode == "CALL.REL.NOINC" and pred not in (None, "PT"))
             jump = base == "BRA" and not conditional
             target = re.search(r"0x([0-9a-f]+)$", operands[-1]) if (conditional or jump) and operands else None

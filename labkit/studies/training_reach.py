@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 
 from labkit.records.text import PROTOCOL_NAMES
+from labkit.studies.bench import HostTimer, Protocol, time_methods
 from labkit.studies.bench import us as _us
 from labkit.studies.training_models import _bits_equal as _bits  # integer views of the element size, None-safe
 from labkit.tasks import L1_40, shape_key
@@ -92,8 +93,6 @@ def _stats(rec) -> dict:
 
 
 def _time(fns: dict, protocol, baseline: str) -> dict:
-    from labkit.studies.bench import time_methods
-
     return _stats(time_methods(fns, protocol, baseline))
 
 
@@ -395,30 +394,18 @@ def _train(model, tokens, targets, autocast: bool, steps: int = 3, logits_of=lam
     return losses, grads, weights, step
 
 
-def paired_step_ms(steps: dict, device, rounds: int = 12, warmups: int = 2) -> dict:
-    """Median ms per training step of each of `steps` (name -> one-step function), timed in interleaved rounds
-    (the order reversed every other round, so a slow phase of the host falls on both): CUDA events around each
-    whole step on a GPU, the wall clock elsewhere (a CPU run exercises the code; its times mean little)."""
-    torch = _torch()
+# Model steps: each whole step between CUDA events (no flush: a step's own traffic dwarfs what L2 keeps), the two
+# models in seeded random order every round (labkit.studies.bench.time_methods), so a slow phase of the host falls on
+# both.
+STEP_PROTOCOL = Protocol(name="model-steps", graph=False, warmups=2, rounds=12, repeats=1)
+
+
+def paired_step_ms(steps: dict, device, protocol: Protocol = STEP_PROTOCOL) -> dict:
+    """Median ms per training step of each of `steps` (name -> one-step function), timed together under `protocol`:
+    CUDA events on a GPU, the wall clock elsewhere (a CPU run exercises the code; its times mean little)."""
     cuda = getattr(device, "type", str(device)).startswith("cuda")
-    names = list(steps)
-    times = {n: [] for n in names}
-    for r in range(warmups + rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                steps[name]()
-                end.record()
-                end.synchronize()
-                ms = start.elapsed_time(end)
-            else:
-                t0 = time.perf_counter()
-                steps[name]()
-                ms = 1e3 * (time.perf_counter() - t0)
-            if r >= warmups:
-                times[name].append(ms)
-    return {n: sorted(t)[len(t) // 2] for n, t in times.items()}
+    rec = time_methods(steps, protocol, timer=None if cuda else HostTimer())
+    return {name: st["median_ms"] for name, st in rec.stats.items()}
 
 
 GPT2 = {"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 1024, "n_positions": 128, "batch": 8, "seq": 64}
@@ -665,11 +652,7 @@ def block(rec: dict | None) -> dict | None:
             worst_peer = None
             break
         worst_peer = v if worst_peer is None else min(worst_peer, v)
-    worst_compiled = None
-    for r in rec.get("compiled") or []:
-        v = _ratio(_med(r["eager"], "dropin_compiled"), _med(r["eager"], "dropin"))
-        if v is not None:
-            worst_compiled = v if worst_compiled is None else max(worst_compiled, v)
+    worst_compiled = (_worst_compiled(rec) or (None,))[0]
     models = _model_records(rec)
     return {"autocast_l1_40_fwdbwd_ms": _med(ac, "dropin"), "autocast_native_l1_40_fwdbwd_ms": _med(ac, "native"),
             "bf16_l1_40_fwd_ms": _med(bl.get("forward_eager"), "dropin"),
@@ -922,18 +905,24 @@ def goals(rec: dict | None) -> list[dict]:
     return out
 
 
+def _worst_compiled(rec: dict) -> tuple | None:
+    """(compiled drop-in / eager drop-in, torch.compile of F.layer_norm / eager drop-in or None, shape key) at the
+    compiled shape where the first is largest; None where no shape has it."""
+    rows = []
+    for r in rec.get("compiled") or []:
+        e = r["eager"]
+        v = _ratio(_med(e, "dropin_compiled"), _med(e, "dropin"))
+        if v is not None:
+            rows.append((v, _ratio(_med(e, "native_compiled"), _med(e, "dropin")), r["key"]))
+    return max(rows, key=lambda t: t[0], default=None)
+
+
 def _compiled_bound(rec: dict) -> str:
     """torch.compile's own runtime at the compiled goal's worst shape: torch.compile of F.layer_norm (Inductor's
     kernels, the same wrappers around them) over the eager drop-in. Where that exceeds the goal, the compiled graph's
     host time, not our op, decides it."""
-    worst = None
-    for r in rec.get("compiled") or []:
-        e = r["eager"]
-        v = _ratio(_med(e, "dropin_compiled"), _med(e, "dropin"))
-        own = _ratio(_med(e, "native_compiled"), _med(e, "dropin"))
-        if v is not None and own is not None and (worst is None or v > worst[0]):
-            worst = (v, own, r["key"])
-    if worst is None:
+    worst = _worst_compiled(rec)
+    if worst is None or worst[1] is None:
         return ""
     return f"torch.compile of F.layer_norm at {worst[2].replace('x', ' x ')}: {worst[1]:.2f}x the eager drop-in"
 

@@ -193,6 +193,8 @@ def test_a_missed_goal_names_what_bounds_it_from_the_same_record(committed):
     assert "bound: the chain schedule's floor on this GPU: 0.257 ms" in " ".join(reach.verdict_lines(rec, "run X"))
     lp["path"] = "rows_fused"  # another path served the forward: the chain's floor does not bound it
     assert {g["goal"]: g for g in reach.goals(rec)}["bf16 forward at L1/40, ms"]["what bounds it"] == ""
+    eager_row = [t for t in reach.table_rows(rec) if t["setup"] == "bfloat16 forward, 16x64x256x256"][0]
+    assert eager_row["schedule floor ms"] is None  # the table's row follows the same rule
     lp["path"] = "chain"
     lp.pop("floor")
     for r in rec["compiled"]:

@@ -705,12 +705,11 @@ def table_rows(rec: dict | None) -> list[dict]:
     if ac:
         add("bf16 autocast, fwd+bwd, L1/40", EAGER, ac["eager"])
     for r in rec.get("low_precision") or []:
-        # the chain's floor (newer runs), beside a protocol's row where that protocol's rule picks the chain (runs
-        # before graph_path was recorded: both rules pick the chain at the shapes measured, checked against the table)
-        floor = (r.get("floor") or {}).get("floor_ms")
-        add(f"{r['dtype']} forward, {r['key']}", EAGER, r["forward_eager"], floor=floor)
+        # runs before graph_path was recorded: both rules pick the chain at the shapes measured (checked against
+        # the table)
+        add(f"{r['dtype']} forward, {r['key']}", EAGER, r["forward_eager"], floor=_chain_floor(r, r["path"]))
         add(f"{r['dtype']} forward, {r['key']}", GRAPH, r["forward_graph"],
-            floor=floor if r.get("graph_path", r["path"]) == "chain" else None)
+            floor=_chain_floor(r, r.get("graph_path", r["path"])))
         add(f"{r['dtype']} fwd+bwd, {r['key']} ({_backward_words(r)})", EAGER, r["fwdbwd_eager"])
     for r in rec.get("compiled") or []:
         add(f"float32 fwd+bwd compiled, {r['key']}", EAGER, r["eager"], "dropin_compiled",
@@ -861,7 +860,7 @@ def goals(rec: dict | None) -> list[dict]:
     goal("bf16 autocast fwd+bwd at L1/40, ms", b["autocast_l1_40_fwdbwd_ms"], 0.90, False, EAGER)
     goal("... x vs torch under autocast", _ratio(_med(ac, "native"), _med(ac, "dropin")), 15, True,
          EAGER)
-    floor = (bl.get("floor") or {}).get("floor_ms") if bl.get("path") == "chain" else None
+    floor = _chain_floor(bl, bl.get("path"))
     native_fwd = _med(bl.get("forward_eager"), "native")
     goal("bf16 forward at L1/40, ms", b["bf16_l1_40_fwd_ms"], 0.24, False, EAGER,
          "" if floor is None else f"the chain schedule's floor on this GPU: {floor:.3f} ms")
@@ -905,6 +904,12 @@ def goals(rec: dict | None) -> list[dict]:
     return out
 
 
+def _chain_floor(r: dict, path: str | None) -> float | None:
+    """The chain schedule's floor recorded for low-precision record `r` (newer runs), where the chain served it
+    (`path`: the path that protocol's rule picked); None elsewhere, since another path's time is not bounded by it."""
+    return (r.get("floor") or {}).get("floor_ms") if path == "chain" else None
+
+
 def _worst_compiled(rec: dict) -> tuple | None:
     """(compiled drop-in / eager drop-in, torch.compile of F.layer_norm / eager drop-in or None, shape key) at the
     compiled shape where the first is largest; None where no shape has it."""
@@ -942,7 +947,7 @@ def headline(rec: dict | None, source: str) -> list[str]:
                      f"{b['autocast_native_l1_40_fwdbwd_ms']:.3f} ({x}x, {EAGER}).")
     if b["bf16_l1_40_fwd_ms"] is not None:
         ms = b["bf16_l1_40_fwd_ms"]
-        floor = (bl.get("floor") or {}).get("floor_ms") if bl.get("path") == "chain" else None
+        floor = _chain_floor(bl, bl.get("path"))
         floor_words = "" if floor is None else f"; the chain schedule's floor there is {floor:.3f} ms"
         lines.append(f"bf16 forward at L1/40: {ms:.3f} ms, {_fmt(_ratio(_med(fe, 'native'), ms), '.1f')}x torch and "
                      f"{_fmt(_ratio(b['bf16_compile_l1_40_fwd_ms'], ms), '.2f')}x torch.compile ({EAGER}{floor_words});"
